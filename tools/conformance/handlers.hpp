@@ -1,10 +1,12 @@
 // The conformance runner's dispatch table: verl function name -> a handler that runs the C++
 // implementation on a golden case and records comparisons in a CaseCheck. A handler throws
-// (any std::exception) where verl raises.
+// (any std::exception) where verl raises. Each family_*.cpp registers its handlers through a
+// static Registrar, so a runner can be linked with any subset of families.
 #pragma once
 
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 
 #include "verl/testing/golden.hpp"
@@ -18,28 +20,17 @@ using testing::json;
 using Handler = std::function<void(const GoldenCase&, CaseCheck&)>;
 using HandlerTable = std::map<std::string, Handler, std::less<>>;
 
-// One registration function per family file (family_<name>.cpp).
-void register_advantages(HandlerTable& table);
-void register_policy_loss(HandlerTable& table);
-void register_kl(HandlerTable& table);             // kl.json and kl_controller.json
-void register_losses(HandlerTable& table);         // agg_loss.json and value_loss.json
-void register_functional(HandlerTable& table);
-void register_seqlen_balancing(HandlerTable& table);
-void register_reward_score(HandlerTable& table);
-
-inline HandlerTable all_handlers() {
-  HandlerTable t;
-  register_advantages(t);
-  register_policy_loss(t);
-  register_kl(t);
-  register_losses(t);
-  register_functional(t);
-  register_seqlen_balancing(t);
-  register_reward_score(t);
-  return t;
+inline HandlerTable& handler_table() {
+  static HandlerTable table;
+  return table;
 }
 
-/// Optional JSON number (null -> nullopt).
+/// `static const Registrar registrar{register_my_family};` in a family file adds its handlers.
+struct Registrar {
+  explicit Registrar(void (*register_family)(HandlerTable&)) { register_family(handler_table()); }
+};
+
+/// Optional JSON number (absent or null -> nullopt).
 inline std::optional<double> optional_number(const json& object, const char* key) {
   if (!object.contains(key) || object.at(key).is_null()) return std::nullopt;
   return object.at(key).get<double>();

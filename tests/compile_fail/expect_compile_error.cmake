@@ -1,0 +1,15 @@
+# Compiles SOURCE with COMPILER and passes only if compilation fails with EXPECTED in the output.
+set(args -std=c++20 -fsyntax-only)
+foreach(dir ${INCLUDES})
+  list(APPEND args -I${dir})
+endforeach()
+execute_process(COMMAND ${COMPILER} ${args} ${SOURCE}
+  RESULT_VARIABLE result OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(result EQUAL 0)
+  message(FATAL_ERROR "${SOURCE} compiled, but it must fail with ${EXPECTED}")
+endif()
+string(FIND "${out}${err}" "${EXPECTED}" found)
+if(found EQUAL -1)
+  message(FATAL_ERROR "${SOURCE} failed to compile, but without ${EXPECTED}:\n${err}")
+endif()
+message(STATUS "${SOURCE}: fails with ${EXPECTED} as expected")
