@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# One entry point for a fresh Debian 12 machine: installs what is missing (apt), configures,
+# builds, then runs the main job (`run`) or every test (`test`).
+#
+#   scripts/verl.sh run     # build and run the main job
+#   scripts/verl.sh test    # build and run the whole test suite (what CI runs)
+#   scripts/verl.sh sanitize  # ASan+UBSan build of the tests, then run them
+#
+# Environment: BUILD_DIR (default build), JOBS (default nproc), VERL_SKIP_INSTALL=1 to skip apt.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$here"
+mode=${1:-test}
+shift || true
+jobs=${JOBS:-$(nproc)}
+
+# Debian packages the build and tests need. CUDA and NCCL are optional and come from NVIDIA's
+# toolkit where present; they are never installed here.
+packages=(build-essential cmake pkg-config libeigen3-dev libfmt-dev nlohmann-json3-dev
+  libgtest-dev libgmock-dev libbenchmark-dev libopenmpi-dev openmpi-bin python3)
+
+install_missing() {
+  [ "${VERL_SKIP_INSTALL:-0}" = 1 ] && return 0
+  local missing=()
+  for p in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  echo "verl: installing missing packages: ${missing[*]}"
+  local sudo=()
+  [ "$(id -u)" -ne 0 ] && sudo=(sudo)
+  "${sudo[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+}
+
+configure_and_build() {
+  local dir=$1
+  shift
+  cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Release "$@"
+  cmake --build "$dir" -j "$jobs"
+}
+
+# mpirun refuses to start as root unless told it is intended (CI and containers run as root).
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+
+case "$mode" in
+  run)
+    install_missing
+    build=${BUILD_DIR:-build}
+    configure_and_build "$build" -DVERL_BUILD_BENCH=OFF
+    "$build/bin/verl_main_job" "$@"
+    ;;
+  test)
+    install_missing
+    build=${BUILD_DIR:-build}
+    configure_and_build "$build"
+    ctest --test-dir "$build" -j "$jobs" --output-on-failure --label-exclude long "$@"
+    ;;
+  sanitize)
+    install_missing
+    build=${BUILD_DIR:-build-asan}
+    configure_and_build "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DVERL_SANITIZE=ON -DVERL_BUILD_BENCH=OFF
+    ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+      ctest --test-dir "$build" -j "$jobs" --output-on-failure --label-exclude "long|compile_fail|consumer" "$@"
+    ;;
+  *)
+    echo "usage: scripts/verl.sh run|test|sanitize [extra arguments]" >&2
+    exit 2
+    ;;
+esac
