@@ -1,10 +1,17 @@
 // Loss aggregation (verl's agg_loss): the four modes as policy types, the reduction and its
 // gradient W = d loss / d loss_mat.
+//
+// Every mode is linear in the masked loss: loss = scale * sum_i row_weight_i * sum_t m_it L_it.
+// The row weights and the scale depend only on the mask and GlobalBatchInfo. agg_loss reads
+// loss_mat and the mask once (one pass that also counts and validates the mask). The gradient
+// needs the counts before it can write W, so agg_loss_weights reads the mask twice.
 #pragma once
 
 #include <concepts>
+#include <cstdint>
 #include <optional>
 #include <string_view>
+#include <type_traits>
 
 #include "verl/config.hpp"
 #include "verl/core/error.hpp"
@@ -31,7 +38,7 @@ inline LossAggMode parse_loss_agg_mode(std::string_view name) {
                     LossAggMode::seq_mean_token_sum_norm}) {
     if (to_string(mode) == name) return mode;
   }
-  detail::throw_invalid_argument(
+  verl::detail::throw_invalid_argument(
       "loss_agg_mode: expected one of token-mean, seq-mean-token-sum, seq-mean-token-mean, "
       "seq-mean-token-sum-norm, got '{}'",
       name);
@@ -73,93 +80,233 @@ concept LossAggregation = requires {
 
 namespace detail {
 
-/// loss = scale * sum_i row_weight_i * sum_t (m_it * L_it). Shared by the forward pass and the
-/// gradient so the two can never disagree. A zero denominator makes `scale` infinite, so an
-/// all-masked batch gives 0 * inf = NaN exactly where verl's 0/0 does.
-struct AggregationFactors {
-  VectorD row_weight;
-  double scale = 1;
+/// A row-major view that binds to any row-major matrix (or block of one) without a copy and
+/// evaluates anything else (column-major, expressions) into a temporary once.
+template <class Scalar>
+using RowMajorView = Eigen::Ref<const RowMatrix<Scalar>, 0, Eigen::OuterStride<>>;
+
+template <class Derived>
+RowMajorView<typename Derived::Scalar> row_major_view(const Eigen::MatrixBase<Derived>& m) {
+  return RowMajorView<typename Derived::Scalar>(m.derived());
+}
+
+/// Lanes for long sums: independent accumulators break the add-latency chain (the compiler may
+/// not reassociate one floating-point sum), and a fixed combination order keeps results
+/// deterministic.
+inline constexpr Index kSumLanes = 8;
+
+template <class T, std::size_t N>
+T combine_lanes(const T (&lanes)[N]) {
+  T total = 0;
+  for (std::size_t k = 0; k < N; ++k) total += lanes[k];
+  return total;
+}
+
+/// Throws for the first element of a mask row that is neither 0 nor 1 (the slow path, taken only
+/// after the fast loop found one).
+template <class M>
+[[noreturn]] void throw_non_binary_mask(std::string_view argument, const M* mask_row, Index cols, Index row) {
+  for (Index j = 0; j < cols; ++j) {
+    const M v = mask_row[j];
+    if (!(v == M(0) || v == M(1)))
+      verl::detail::throw_invalid_argument("{}: expected a 0/1 mask, got {} at ({}, {})", argument, static_cast<double>(v), row, j);
+  }
+  verl::detail::throw_invalid_argument("{}: expected a 0/1 mask (row {})", argument, row);
+}
+
+/// Number of ones in a mask row; throws unless every element is 0 or 1.
+template <class M>
+Index count_mask_row(std::string_view argument, const M* mask_row, Index cols, Index row) {
+  Index ones = 0;
+  bool non_binary = false;
+  for (Index j = 0; j < cols; ++j) {
+    const M v = mask_row[j];
+    ones += v != M(0);
+    non_binary |= !(v == M(0) || v == M(1));
+  }
+  if (non_binary) throw_non_binary_mask(argument, mask_row, cols, row);
+  return ones;
+}
+
+/// What agg_loss needs from the mask: valid-token counts per row, in total, and the number of
+/// rows that have any valid token.
+struct MaskCounts {
+  Vector<Index> row_lengths;
+  Index tokens = 0;
+  Index nonempty_rows = 0;
+  Index cols = 0;
+
+  void finish() {
+    tokens = row_lengths.sum();
+    nonempty_rows = (row_lengths.array() > 0).count();
+  }
 };
 
 template <class MaskDerived>
-AggregationFactors aggregation_factors(const Eigen::MatrixBase<MaskDerived>& mask, LossAggMode mode,
-                                       const GlobalBatchInfo& info) {
-  const Index rows = mask.rows();
-  AggregationFactors f{VectorD::Ones(rows), 1.0};
-  VectorD lengths(rows);
-  for (Index i = 0; i < rows; ++i) lengths[i] = mask.row(i).template cast<double>().sum();
-  // verl divides float32 tensors by Python numbers, i.e. in float32: mirror the rounding.
-  const auto float_ratio = [](double num, double den) {
-    return static_cast<double>(static_cast<float>(num) / static_cast<float>(den));
+MaskCounts count_mask(std::string_view argument, const Eigen::MatrixBase<MaskDerived>& mask) {
+  const auto m = row_major_view(mask);
+  MaskCounts counts;
+  counts.cols = m.cols();
+  counts.row_lengths.resize(m.rows());
+  for (Index i = 0; i < m.rows(); ++i)
+    counts.row_lengths[i] = count_mask_row(argument, m.data() + i * m.outerStride(), m.cols(), i);
+  counts.finish();
+  return counts;
+}
+
+/// The linear map of one aggregation: loss = scale * sum_i row_weight(i) * (masked row sum i),
+/// and W_it = m_it * gradient_weight(i). Arithmetic is in Scalar, in verl's order, because verl
+/// divides float32 tensors by Python numbers in float32.
+template <class Scalar>
+struct Aggregation {
+  LossAggMode mode;
+  Scalar scale;      ///< dp_size / denominator (inf when the denominator is 0: verl's 0/0 = NaN)
+  Scalar token_eps;  ///< 1e-8 in Scalar, for seq-mean-token-mean
+
+  /// seq-mean-* modes drop fully masked rows (verl selects them out with where()), so their
+  /// row sums never reach the loss, not even as NaN.
+  bool drops(Index row_length) const {
+    return row_length == 0 && (mode == LossAggMode::seq_mean_token_sum || mode == LossAggMode::seq_mean_token_mean);
+  }
+  /// Per-row factor inside the scale (1, or 1/(len + 1e-8) for seq-mean-token-mean).
+  Scalar row_weight(Index row_length) const {
+    if (drops(row_length)) return Scalar(0);
+    if (mode == LossAggMode::seq_mean_token_mean) return Scalar(1) / (static_cast<Scalar>(row_length) + token_eps);
+    return Scalar(1);
+  }
+  /// d loss / d (m_it L_it) for a valid token of a row with `row_length` valid tokens; autograd
+  /// divides the scale by the row length (seq-mean-token-mean), so do we.
+  Scalar gradient_weight(Index row_length) const {
+    if (drops(row_length)) return Scalar(0);
+    if (mode == LossAggMode::seq_mean_token_mean) return scale / (static_cast<Scalar>(row_length) + token_eps);
+    return scale;
+  }
+};
+
+/// token-mean sums where(mask, L, 0) (verl's masked_sum), so masked garbage, even inf or NaN,
+/// never matters; the seq-mean modes sum L * m, where inf * 0 = NaN, exactly as verl.
+constexpr bool selects_valid_tokens(LossAggMode mode) { return mode == LossAggMode::token_mean; }
+
+template <class Scalar>
+Aggregation<Scalar> make_aggregation(LossAggMode mode, const MaskCounts& counts, const GlobalBatchInfo& info) {
+  const auto ratio = [](double numerator, double denominator) {
+    return static_cast<Scalar>(numerator) / static_cast<Scalar>(denominator);
   };
+  Aggregation<Scalar> a{mode, Scalar(1), static_cast<Scalar>(1e-8)};
   switch (mode) {
     case LossAggMode::token_mean:
-      f.scale = float_ratio(info.dp_size, info.batch_num_tokens.value_or(lengths.sum()));
+      a.scale = ratio(info.dp_size, info.batch_num_tokens.value_or(static_cast<double>(counts.tokens)));
       break;
     case LossAggMode::seq_mean_token_sum:
-    case LossAggMode::seq_mean_token_mean: {
-      double nonempty = 0;
-      for (Index i = 0; i < rows; ++i) {
-        if (lengths[i] > 0) {
-          nonempty += 1;
-          if (mode == LossAggMode::seq_mean_token_mean)
-            f.row_weight[i] = 1.0 / static_cast<double>(static_cast<float>(lengths[i]) + 1e-8f);
-        } else {
-          f.row_weight[i] = 0;  // fully masked rows are dropped from the mean
-        }
-      }
-      f.scale = float_ratio(info.dp_size, info.global_batch_size.value_or(nonempty));
+    case LossAggMode::seq_mean_token_mean:
+      a.scale = ratio(info.dp_size, info.global_batch_size.value_or(static_cast<double>(counts.nonempty_rows)));
       break;
-    }
     case LossAggMode::seq_mean_token_sum_norm:
-      // Ignores dp_size and global_batch_size, as verl does.
-      f.scale = float_ratio(1.0, info.loss_scale_factor.value_or(static_cast<double>(mask.cols())));
+      // verl ignores dp_size and global_batch_size here and does not divide by the row count.
+      a.scale = ratio(1.0, info.loss_scale_factor.value_or(static_cast<double>(counts.cols)));
       break;
   }
-  return f;
+  return a;
+}
+
+/// One pass over a row: its valid-token count (mask validated) and its masked loss sum, in double.
+template <class L, class M>
+std::pair<Index, double> masked_row_sum(const L* loss_row, const M* mask_row, Index cols, Index row,
+                                        bool select_valid) {
+  double lanes[kSumLanes] = {};
+  Index ones = 0;
+  bool non_binary = false;
+  const auto term = [&](Index j) {
+    const M m = mask_row[j];
+    ones += m != M(0);
+    non_binary |= !(m == M(0) || m == M(1));
+    const double product = static_cast<double>(loss_row[j]) * static_cast<double>(m);
+    return select_valid ? (m != M(0) ? product : 0.0) : product;
+  };
+  Index j = 0;
+  for (; j + kSumLanes <= cols; j += kSumLanes)
+    for (Index k = 0; k < kSumLanes; ++k) lanes[k] += term(j + k);
+  double tail = 0;
+  for (; j < cols; ++j) tail += term(j);
+  if (non_binary) throw_non_binary_mask("loss_mask", mask_row, cols, row);
+  return {ones, combine_lanes(lanes) + tail};
+}
+
+template <class Derived>
+constexpr void require_floating_loss() {
+  VERL_STATIC_ASSERT(std::is_floating_point_v<typename Derived::Scalar>, AGG_LOSS_NEEDS_A_FLOATING_POINT_LOSS_MATRIX);
 }
 
 }  // namespace detail
 
-/// verl's agg_loss. `loss_mat` values at masked positions never matter (verl zeroes them with
-/// where(mask, L, 0) before summing).
+/// verl's agg_loss, in the loss matrix's precision (float for MatrixF). `loss_mat` values at
+/// masked positions are ignored under token-mean (verl's where(mask, L, 0)); under the seq-mean
+/// modes only a non-finite value there matters (inf * 0 = NaN, as in verl). An all-masked batch
+/// gives NaN under token-mean and seq-mean-*, as verl's 0/0 does.
 template <class LossDerived, class MaskDerived>
-float agg_loss(const Eigen::MatrixBase<LossDerived>& loss_mat, const Eigen::MatrixBase<MaskDerived>& loss_mask,
-               LossAggMode mode, const GlobalBatchInfo& info = {}) {
+typename LossDerived::Scalar agg_loss(const Eigen::MatrixBase<LossDerived>& loss_mat,
+                                      const Eigen::MatrixBase<MaskDerived>& loss_mask, LossAggMode mode,
+                                      const GlobalBatchInfo& info = {}) {
+  detail::require_floating_loss<LossDerived>();
+  using Scalar = typename LossDerived::Scalar;
   verl::detail::require_same_shape("loss_mask", shape_of(loss_mask), "loss_mat", shape_of(loss_mat));
-  const auto factors = detail::aggregation_factors(loss_mask, mode, info);
-  double total = 0;
-  for (Index i = 0; i < loss_mat.rows(); ++i) {
-    if (factors.row_weight[i] == 0) continue;
-    double row = 0;
-    for (Index j = 0; j < loss_mat.cols(); ++j) {
-      const double m = static_cast<double>(loss_mask(i, j));
-      if (m != 0) row += static_cast<double>(loss_mat(i, j)) * m;
-    }
-    total += row * factors.row_weight[i];
+  const auto loss = detail::row_major_view(loss_mat);
+  const auto mask = detail::row_major_view(loss_mask);
+  const bool select_valid = detail::selects_valid_tokens(mode);
+
+  detail::MaskCounts counts;
+  counts.cols = loss.cols();
+  counts.row_lengths.resize(loss.rows());
+  VectorD row_sums(loss.rows());
+  for (Index i = 0; i < loss.rows(); ++i) {
+    const auto [ones, sum] = detail::masked_row_sum(loss.data() + i * loss.outerStride(),
+                                                    mask.data() + i * mask.outerStride(), loss.cols(), i, select_valid);
+    counts.row_lengths[i] = ones;
+    row_sums[i] = sum;
   }
-  return static_cast<float>(total * factors.scale);
+  counts.finish();
+
+  const auto aggregation = detail::make_aggregation<Scalar>(mode, counts, info);
+  double total = 0;
+  for (Index i = 0; i < loss.rows(); ++i) {
+    const Index length = counts.row_lengths[i];
+    if (aggregation.drops(length)) continue;
+    total += row_sums[i] * static_cast<double>(aggregation.row_weight(length));
+  }
+  return static_cast<Scalar>(total * static_cast<double>(aggregation.scale));
 }
 
-/// d agg_loss / d loss_mat: a (B, T) matrix that is exactly 0 at masked positions.
-template <class MaskDerived>
-MatrixF agg_loss_weights(const Eigen::MatrixBase<MaskDerived>& loss_mask, LossAggMode mode,
-                         const GlobalBatchInfo& info = {}) {
-  const auto factors = detail::aggregation_factors(loss_mask, mode, info);
-  MatrixF w(loss_mask.rows(), loss_mask.cols());
-  for (Index i = 0; i < w.rows(); ++i)
-    for (Index j = 0; j < w.cols(); ++j) {
-      const double m = static_cast<double>(loss_mask(i, j));
-      w(i, j) = m != 0 ? static_cast<float>(m * factors.row_weight[i] * factors.scale) : 0.0f;
-    }
+/// d agg_loss / d loss_mat: (B, T), exactly 0 at masked positions. Scalar is the result's type.
+template <class Scalar = float, class MaskDerived>
+RowMatrix<Scalar> agg_loss_weights(const Eigen::MatrixBase<MaskDerived>& loss_mask, LossAggMode mode,
+                                   const GlobalBatchInfo& info = {}) {
+  VERL_STATIC_ASSERT(std::is_floating_point_v<Scalar>, AGG_LOSS_NEEDS_A_FLOATING_POINT_LOSS_MATRIX);
+  using M = typename MaskDerived::Scalar;
+  const auto counts = detail::count_mask("loss_mask", loss_mask);
+  const auto aggregation = detail::make_aggregation<Scalar>(mode, counts, info);
+  const auto mask = detail::row_major_view(loss_mask);
+  RowMatrix<Scalar> w(mask.rows(), mask.cols());
+  for (Index i = 0; i < mask.rows(); ++i) {
+    const Scalar weight = aggregation.gradient_weight(counts.row_lengths[i]);
+    const M* m = mask.data() + i * mask.outerStride();
+    Scalar* out = w.data() + i * w.cols();
+    for (Index j = 0; j < mask.cols(); ++j) out[j] = m[j] != M(0) ? weight : Scalar(0);
+  }
   return w;
 }
 
 /// Compile-time mode: agg_loss<TokenMean>(L, m).
 template <LossAggregation Mode, class LossDerived, class MaskDerived>
-float agg_loss(const Eigen::MatrixBase<LossDerived>& loss_mat, const Eigen::MatrixBase<MaskDerived>& loss_mask,
-               const GlobalBatchInfo& info = {}) {
+typename LossDerived::Scalar agg_loss(const Eigen::MatrixBase<LossDerived>& loss_mat,
+                                      const Eigen::MatrixBase<MaskDerived>& loss_mask,
+                                      const GlobalBatchInfo& info = {}) {
   return agg_loss(loss_mat, loss_mask, Mode::mode, info);
+}
+
+/// Compile-time mode: agg_loss_weights<SeqMeanTokenMean>(m).
+template <LossAggregation Mode, class Scalar = float, class MaskDerived>
+RowMatrix<Scalar> agg_loss_weights(const Eigen::MatrixBase<MaskDerived>& loss_mask, const GlobalBatchInfo& info = {}) {
+  return agg_loss_weights<Scalar>(loss_mask, Mode::mode, info);
 }
 
 }  // namespace verl::algo

@@ -1,0 +1,195 @@
+// verl's KL penalty types (kl_penalty / kl_penalty_forward in core_algos.py) as KLEstimator
+// policies, and the element-wise batch functions: the estimate and its vector-Jacobian product.
+//
+//   kl / k1          lp - ref
+//   abs              |lp - ref|
+//   mse / k2         0.5 (lp - ref)^2
+//   low_var_kl / k3  clamp(exp(x) - x - 1, -10, 10) with x = clamp(ref - lp, -20, 20)
+//
+// The string names ("kl", "k3", ...) are resolved by verl/algo/kl_registry.hpp.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <string_view>
+#include <type_traits>
+
+#include "verl/algo/kl_estimator.hpp"
+#include "verl/algo/loss_aggregation.hpp"  // detail::RowMajorView
+#include "verl/config.hpp"
+#include "verl/core/error.hpp"
+#include "verl/core/tensor.hpp"
+
+namespace verl::algo {
+
+/// k1: the log-ratio itself; unbiased for KL but with high variance (and possibly negative).
+struct KL {
+  static constexpr std::string_view name = "kl";
+  template <std::floating_point T>
+  T value(T logprob, T ref_logprob) const {
+    return logprob - ref_logprob;
+  }
+  template <std::floating_point T>
+  T grad_logprob(T /*logprob*/, T /*ref_logprob*/, T cotangent) const {
+    return cotangent;
+  }
+};
+/// verl's second name for KL.
+struct K1 : KL {
+  static constexpr std::string_view name = "k1";
+};
+
+/// |lp - ref|; torch's |x|' is 0 at 0.
+struct Abs {
+  static constexpr std::string_view name = "abs";
+  template <std::floating_point T>
+  T value(T logprob, T ref_logprob) const {
+    return std::abs(logprob - ref_logprob);
+  }
+  template <std::floating_point T>
+  T grad_logprob(T logprob, T ref_logprob, T cotangent) const {
+    const T diff = logprob - ref_logprob;
+    const T sign = diff > T(0) ? T(1) : (diff < T(0) ? T(-1) : T(0));
+    return cotangent * sign;
+  }
+};
+
+/// k2: 0.5 (lp - ref)^2, low variance and biased; its gradient is the one of the true KL.
+struct MSE {
+  static constexpr std::string_view name = "mse";
+  template <std::floating_point T>
+  T value(T logprob, T ref_logprob) const {
+    const T diff = logprob - ref_logprob;
+    return T(0.5) * (diff * diff);
+  }
+  template <std::floating_point T>
+  T grad_logprob(T logprob, T ref_logprob, T cotangent) const {
+    // Autograd order: (cot * 0.5) * (2 * diff).
+    return (cotangent * T(0.5)) * (T(2) * (logprob - ref_logprob));
+  }
+};
+/// verl's second name for MSE.
+struct K2 : MSE {
+  static constexpr std::string_view name = "k2";
+};
+
+/// k3: exp(x) - x - 1 with x = ref - lp, unbiased and always >= 0. Both clamps are verl's
+/// numerical guards: the log-ratio is clamped before exp, the estimate after.
+struct LowVarKL {
+  static constexpr std::string_view name = "low_var_kl";
+  double log_ratio_bound = 20;  ///< x = clamp(ref - lp, -bound, bound)
+  double kl_bound = 10;         ///< result = clamp(k, -bound, bound)
+
+  template <std::floating_point T>
+  T value(T logprob, T ref_logprob) const {
+    const T x = clamped_log_ratio(logprob, ref_logprob);
+    const T k = (std::exp(x) - x) - T(1);
+    const T bound = static_cast<T>(kl_bound);
+    return std::clamp(k, -bound, bound);
+  }
+
+  /// Zero where either clamp is strictly active (torch's clamp passes the gradient at its bounds).
+  template <std::floating_point T>
+  T grad_logprob(T logprob, T ref_logprob, T cotangent) const {
+    const T raw = ref_logprob - logprob;
+    const T log_bound = static_cast<T>(log_ratio_bound);
+    if (!(raw >= -log_bound && raw <= log_bound)) return T(0);
+    const T ratio = std::exp(raw);
+    const T k = (ratio - raw) - T(1);
+    const T bound = static_cast<T>(kl_bound);
+    if (!(k >= -bound && k <= bound)) return T(0);
+    // d k / d x = exp(x) - 1, accumulated by autograd as cot * exp(x) + (-cot); d x / d lp = -1.
+    return -(cotangent * ratio - cotangent);
+  }
+
+ private:
+  template <std::floating_point T>
+  T clamped_log_ratio(T logprob, T ref_logprob) const {
+    const T bound = static_cast<T>(log_ratio_bound);
+    return std::clamp(ref_logprob - logprob, -bound, bound);
+  }
+};
+/// verl's second name for LowVarKL.
+struct K3 : LowVarKL {
+  static constexpr std::string_view name = "k3";
+};
+
+static_assert(KLEstimator<KL> && KLEstimator<K1> && KLEstimator<Abs> && KLEstimator<MSE> && KLEstimator<K2> &&
+              KLEstimator<LowVarKL> && KLEstimator<K3>);
+
+/// d(sum(cotangent * kl)) / d logprob and / d ref_logprob.
+template <class Scalar>
+struct KLPenaltyGrad {
+  RowMatrix<Scalar> logprob;
+  RowMatrix<Scalar> ref_logprob;
+};
+
+namespace detail {
+
+template <class LD, class RD>
+constexpr void require_log_prob_types() {
+  VERL_STATIC_ASSERT(std::is_floating_point_v<typename LD::Scalar>, KL_PENALTY_NEEDS_FLOATING_POINT_LOG_PROBS);
+  VERL_STATIC_ASSERT((std::is_same_v<typename LD::Scalar, typename RD::Scalar>),
+                     KL_PENALTY_LOG_PROBS_MUST_SHARE_ONE_SCALAR_TYPE);
+}
+
+}  // namespace detail
+
+/// verl's kl_penalty_forward: the element-wise estimate, (B, T) like the inputs.
+template <class LD, class RD, KLEstimator E>
+RowMatrix<typename LD::Scalar> kl_penalty_forward(const Eigen::MatrixBase<LD>& logprob,
+                                                  const Eigen::MatrixBase<RD>& ref_logprob, const E& estimator) {
+  detail::require_log_prob_types<LD, RD>();
+  using Scalar = typename LD::Scalar;
+  verl::detail::require_same_shape("ref_logprob", shape_of(ref_logprob), "logprob", shape_of(logprob));
+  const detail::RowMajorView<Scalar> lp(logprob.derived());
+  const detail::RowMajorView<Scalar> ref(ref_logprob.derived());
+  RowMatrix<Scalar> kl(lp.rows(), lp.cols());
+  for (Index i = 0; i < lp.rows(); ++i) {
+    const Scalar* a = lp.data() + i * lp.outerStride();
+    const Scalar* b = ref.data() + i * ref.outerStride();
+    Scalar* out = kl.data() + i * kl.cols();
+    for (Index j = 0; j < lp.cols(); ++j) out[j] = estimator.value(a[j], b[j]);
+  }
+  return kl;
+}
+
+/// verl's kl_penalty. verl adds a straight-through k2 gradient for names ending in '+', but at
+/// the pinned commit kl_penalty_forward rejects those names first, so kl_penalty and
+/// kl_penalty_forward agree for every type that verl accepts.
+template <class LD, class RD, KLEstimator E>
+RowMatrix<typename LD::Scalar> kl_penalty(const Eigen::MatrixBase<LD>& logprob,
+                                          const Eigen::MatrixBase<RD>& ref_logprob, const E& estimator) {
+  return kl_penalty_forward(logprob, ref_logprob, estimator);
+}
+
+/// The vector-Jacobian product of kl_penalty with `cotangent` (use ones for d sum(kl)).
+template <class LD, class RD, class CD, KLEstimator E>
+KLPenaltyGrad<typename LD::Scalar> kl_penalty_backward(const Eigen::MatrixBase<LD>& logprob,
+                                                       const Eigen::MatrixBase<RD>& ref_logprob,
+                                                       const Eigen::MatrixBase<CD>& cotangent, const E& estimator) {
+  detail::require_log_prob_types<LD, RD>();
+  detail::require_log_prob_types<LD, CD>();
+  using Scalar = typename LD::Scalar;
+  verl::detail::require_same_shape("ref_logprob", shape_of(ref_logprob), "logprob", shape_of(logprob));
+  verl::detail::require_same_shape("cotangent", shape_of(cotangent), "logprob", shape_of(logprob));
+  const detail::RowMajorView<Scalar> lp(logprob.derived());
+  const detail::RowMajorView<Scalar> ref(ref_logprob.derived());
+  const detail::RowMajorView<Scalar> cot(cotangent.derived());
+  KLPenaltyGrad<Scalar> grad{RowMatrix<Scalar>(lp.rows(), lp.cols()), RowMatrix<Scalar>(lp.rows(), lp.cols())};
+  for (Index i = 0; i < lp.rows(); ++i) {
+    const Scalar* a = lp.data() + i * lp.outerStride();
+    const Scalar* b = ref.data() + i * ref.outerStride();
+    const Scalar* c = cot.data() + i * cot.outerStride();
+    Scalar* g_lp = grad.logprob.data() + i * lp.cols();
+    Scalar* g_ref = grad.ref_logprob.data() + i * lp.cols();
+    for (Index j = 0; j < lp.cols(); ++j) {
+      const Scalar g = estimator.grad_logprob(a[j], b[j], c[j]);
+      g_lp[j] = g;
+      g_ref[j] = -g;
+    }
+  }
+  return grad;
+}
+
+}  // namespace verl::algo
