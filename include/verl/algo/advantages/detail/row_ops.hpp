@@ -1,0 +1,95 @@
+// Row-wise building blocks shared by the advantage estimators: raw row pointers into (B, T)
+// views, the fused 0/1 mask check, torch's float32 row sums and the `scalar_i * mask` broadcast
+// that every outcome-reward estimator ends with.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <string_view>
+
+#include "verl/algo/advantage_estimator.hpp"
+#include "verl/core/error.hpp"
+#include "verl/core/tensor.hpp"
+
+namespace verl::algo::detail {
+
+/// Start of row `i` of a row-major view (rows may be strided, tokens are contiguous).
+inline const float* row_of(const ConstMatrixRefF& m, Index i) { return m.data() + i * m.outerStride(); }
+inline float* row_of(MatrixF& m, Index i) { return m.data() + i * m.cols(); }
+
+[[noreturn]] inline void throw_non_binary_mask(std::string_view argument, const float* row, Index n, Index i) {
+  for (Index j = 0; j < n; ++j)
+    if (!(row[j] == 0.0f || row[j] == 1.0f))
+      verl::detail::throw_invalid_argument("{}: expected a 0/1 mask, got {} at ({}, {})", argument,
+                                           static_cast<double>(row[j]), i, j);
+  verl::detail::throw_invalid_argument("{}: expected a 0/1 mask in row {}", argument, i);
+}
+
+/// Throws unless row `i` of the mask is 0/1. Branch-free so that it vectorises: the estimators
+/// call it on a row they are about to read anyway, which keeps the check nearly free.
+inline void require_binary_mask_row(std::string_view argument, const float* row, Index n, Index i) {
+  unsigned bad = 0;
+  for (Index j = 0; j < n; ++j) bad |= static_cast<unsigned>(row[j] != 0.0f) & static_cast<unsigned>(row[j] != 1.0f);
+  if (bad != 0) [[unlikely]]
+    throw_non_binary_mask(argument, row, n, i);
+}
+
+/// Sum of a row accumulated in double over eight independent lanes (no serial dependency chain;
+/// the lanes vectorise). Rounded once to float32 this is within an ulp of torch's float32
+/// cascade sum.
+inline double row_sum_double(const float* x, Index n) {
+  double lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  Index j = 0;
+  for (; j + 8 <= n; j += 8)
+    for (int k = 0; k < 8; ++k) lane[k] += static_cast<double>(x[j + k]);
+  double tail = 0;
+  for (; j < n; ++j) tail += static_cast<double>(x[j]);
+  return ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7])) + tail;
+}
+
+/// Number of valid tokens in a mask row (verl's response_mask.sum(-1)).
+inline Index row_count(const float* mask, Index n) {
+  Index count = 0;
+  for (Index j = 0; j < n; ++j) count += mask[j] != 0.0f ? 1 : 0;
+  return count;
+}
+
+/// verl's `scores = token_level_rewards.sum(dim=-1)`: every position counts, padding included.
+inline VectorF response_scores(const ConstMatrixRefF& rewards) {
+  VectorF scores(rewards.rows());
+  for (Index i = 0; i < rewards.rows(); ++i)
+    scores[i] = static_cast<float>(row_sum_double(row_of(rewards, i), rewards.cols()));
+  return scores;
+}
+
+/// verl's `scalars.unsqueeze(-1) * response_mask`, written to advantages and, when the estimator
+/// returns the advantages as returns too, to returns in the same pass. Checks the mask on the way.
+inline AdvantageResult broadcast_over_mask(const VectorF& per_row, const ConstMatrixRefF& mask,
+                                           bool returns_equal_advantages = true) {
+  const Index rows = mask.rows(), cols = mask.cols();
+  AdvantageResult out{MatrixF(rows, cols), returns_equal_advantages ? MatrixF(rows, cols) : MatrixF()};
+  for (Index i = 0; i < rows; ++i) {
+    const float* m = row_of(mask, i);
+    require_binary_mask_row("response_mask", m, cols, i);
+    const float a = per_row[i];
+    float* adv = row_of(out.advantages, i);
+    for (Index j = 0; j < cols; ++j) adv[j] = a * m[j];
+    if (returns_equal_advantages) {
+      float* ret = row_of(out.returns, i);
+      for (Index j = 0; j < cols; ++j) ret[j] = a * m[j];
+    }
+  }
+  return out;
+}
+
+/// out[t] = sum_{s >= t} r[s] * m[s] (verl's `(r * m).flip(-1).cumsum(-1).flip(-1)`): torch's CPU
+/// cumsum accumulates float32 in double and rounds each partial sum.
+inline void reverse_cumsum_masked(const float* r, const float* m, float* out, Index n) {
+  double running = 0;
+  for (Index t = n - 1; t >= 0; --t) {
+    running += static_cast<double>(r[t] * m[t]);
+    out[t] = static_cast<float>(running);
+  }
+}
+
+}  // namespace verl::algo::detail

@@ -1,0 +1,43 @@
+// verl's "grpo_vectorized" (compute_grpo_vectorized_outcome_advantage): GRPO with the group
+// statistics of verl.utils.groupwise.group_mean_std, which accumulate in float32 and floor the
+// variance at epsilon, so it differs from "grpo" for groups whose spread is tiny.
+#pragma once
+
+#include <string_view>
+
+#include "verl/algo/advantage_estimator.hpp"
+#include "verl/algo/advantages/detail/group_moments.hpp"
+#include "verl/algo/advantages/detail/prompt_groups.hpp"
+#include "verl/algo/advantages/detail/row_ops.hpp"
+
+namespace verl::algo {
+
+/// a_i = (s_i - mean_g) / (sqrt(max(var_g, epsilon)) + epsilon) (or s_i - mean_g), with float32
+/// group sums in batch order; a group of one has mean 0 and std 1. advantages = returns = a_i * m.
+struct GRPOVectorized {
+  static constexpr std::string_view name = "grpo_vectorized";
+  static constexpr bool needs_critic = false;
+  static constexpr bool needs_group_index = true;
+  static constexpr bool needs_reward_baseline = false;
+  static constexpr bool needs_old_log_probs = false;
+
+  double epsilon = 1e-6;  ///< variance floor and std offset
+  bool norm_adv_by_std_in_grpo = true;
+
+  AdvantageResult compute(const AdvantageBatch& batch) const {
+    detail::validate_advantage_batch<GRPOVectorized>(batch);
+    const VectorF scores = detail::response_scores(batch.token_level_rewards);
+    const detail::PromptGroups groups(batch.index);
+    const float eps = static_cast<float>(epsilon);
+    const auto moments = detail::groupwise_mean_std(scores, groups, eps);
+    VectorF scalars(scores.size());
+    for (Index i = 0; i < scores.size(); ++i) {
+      const auto g = static_cast<std::size_t>(groups.group_of(i));
+      const float centered = scores[i] - moments.mean[g];
+      scalars[i] = norm_adv_by_std_in_grpo ? centered / (moments.std[g] + eps) : centered;
+    }
+    return detail::broadcast_over_mask(scalars, batch.response_mask);
+  }
+};
+
+}  // namespace verl::algo

@@ -1,0 +1,98 @@
+// REINFORCE++ (arXiv:2501.03262): verl's "reinforce_plus_plus" (discounted returns whitened over
+// the batch) and "reinforce_plus_plus_baseline" (group-mean baseline, then whitened).
+#pragma once
+
+#include <string_view>
+
+#include "verl/algo/advantage_estimator.hpp"
+#include "verl/algo/advantages/detail/group_moments.hpp"
+#include "verl/algo/advantages/detail/masked_whiten.hpp"
+#include "verl/algo/advantages/detail/prompt_groups.hpp"
+#include "verl/algo/advantages/detail/row_ops.hpp"
+
+namespace verl::algo {
+
+/// returns_t = r_t + gamma * G, where the running G restarts (is multiplied by the mask) after each
+/// token; advantages = masked_whiten(returns, m) * m over the whole batch.
+struct ReinforcePlusPlus {
+  static constexpr std::string_view name = "reinforce_plus_plus";
+  static constexpr bool needs_critic = false;
+  static constexpr bool needs_group_index = false;
+  static constexpr bool needs_reward_baseline = false;
+  static constexpr bool needs_old_log_probs = false;
+
+  double gamma = 1.0;  ///< discount (verl reads config.gamma)
+
+  AdvantageResult compute(const AdvantageBatch& batch) const {
+    detail::validate_advantage_batch<ReinforcePlusPlus>(batch);
+    const Index rows = batch.batch_size(), cols = batch.response_length();
+    AdvantageResult out{MatrixF(rows, cols), MatrixF(rows, cols)};
+    detail::MaskedMoments moments;
+    // Each row is a serial recursion; running several rows side by side hides its latency.
+    constexpr Index block = 8;
+    Index i = 0;
+    for (; i + block <= rows; i += block) discounted_returns<block>(batch, i, out.returns, moments);
+    for (; i < rows; ++i) discounted_returns<1>(batch, i, out.returns, moments);
+    detail::masked_whiten(out.returns, batch.response_mask, moments, detail::MaskedPositions::zeroed, out.advantages);
+    return out;
+  }
+
+ private:
+  template <Index Rows>
+  void discounted_returns(const AdvantageBatch& batch, Index first, MatrixF& returns,
+                          detail::MaskedMoments& moments) const {
+    const Index cols = batch.response_length();
+    const float discount = static_cast<float>(gamma);
+    const float* reward[Rows];
+    const float* mask[Rows];
+    float* out[Rows];
+    float running[Rows];
+    for (Index k = 0; k < Rows; ++k) {
+      reward[k] = detail::row_of(batch.token_level_rewards, first + k);
+      mask[k] = detail::row_of(batch.response_mask, first + k);
+      out[k] = detail::row_of(returns, first + k);
+      running[k] = 0.0f;
+      detail::require_binary_mask_row("response_mask", mask[k], cols, first + k);
+    }
+    for (Index t = cols - 1; t >= 0; --t) {
+      for (Index k = 0; k < Rows; ++k) {
+        const float g = reward[k][t] + discount * running[k];
+        out[k][t] = g;
+        running[k] = g * mask[k][t];  // reset after EOS
+      }
+    }
+    for (Index k = 0; k < Rows; ++k) moments.add_row(out[k], mask[k], cols);
+  }
+};
+
+/// a_i = s_i - mean_g (a group of one has mean 0), tiled over the valid tokens, then
+/// masked_whiten(., m) * m over the whole batch. advantages = returns.
+struct ReinforcePlusPlusBaseline {
+  static constexpr std::string_view name = "reinforce_plus_plus_baseline";
+  static constexpr bool needs_critic = false;
+  static constexpr bool needs_group_index = true;
+  static constexpr bool needs_reward_baseline = false;
+  static constexpr bool needs_old_log_probs = false;
+
+  double epsilon = 1e-6;  ///< accepted for verl's signature; unused
+
+  AdvantageResult compute(const AdvantageBatch& batch) const {
+    detail::validate_advantage_batch<ReinforcePlusPlusBaseline>(batch);
+    const auto& mask = batch.response_mask;
+    const VectorF scores = detail::response_scores(batch.token_level_rewards);
+    const detail::PromptGroups groups(batch.index);
+    const auto moments = detail::torch_group_moments(scores, groups);
+    VectorF centered(scores.size());
+    for (Index i = 0; i < scores.size(); ++i)
+      centered[i] = scores[i] - moments.mean[static_cast<std::size_t>(groups.group_of(i))];
+    AdvantageResult out = detail::broadcast_over_mask(centered, mask, /*returns_equal_advantages=*/false);
+    detail::MaskedMoments whitening;
+    for (Index i = 0; i < out.advantages.rows(); ++i)
+      whitening.add_row(detail::row_of(out.advantages, i), detail::row_of(mask, i), mask.cols());
+    detail::masked_whiten(out.advantages, mask, whitening, detail::MaskedPositions::zeroed, out.advantages);
+    out.returns = out.advantages;
+    return out;
+  }
+};
+
+}  // namespace verl::algo

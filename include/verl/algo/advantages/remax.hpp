@@ -1,0 +1,38 @@
+// ReMax (arXiv:2310.10505): verl's "remax", compute_remax_outcome_advantage. The baseline is the
+// reward of a greedy rollout of the same prompt.
+#pragma once
+
+#include <string_view>
+
+#include "verl/algo/advantage_estimator.hpp"
+#include "verl/algo/advantages/detail/row_ops.hpp"
+
+namespace verl::algo {
+
+/// returns_t = sum_{s >= t} r_s * m_s (reward-to-go), advantages = returns - baseline_i * m.
+struct ReMax {
+  static constexpr std::string_view name = "remax";
+  static constexpr bool needs_critic = false;
+  static constexpr bool needs_group_index = false;
+  static constexpr bool needs_reward_baseline = true;
+  static constexpr bool needs_old_log_probs = false;
+
+  AdvantageResult compute(const AdvantageBatch& batch) const {
+    detail::validate_advantage_batch<ReMax>(batch);
+    const Index rows = batch.batch_size(), cols = batch.response_length();
+    const auto& baselines = *batch.reward_baselines;
+    AdvantageResult out{MatrixF(rows, cols), MatrixF(rows, cols)};
+    for (Index i = 0; i < rows; ++i) {
+      const float* m = detail::row_of(batch.response_mask, i);
+      detail::require_binary_mask_row("response_mask", m, cols, i);
+      float* ret = detail::row_of(out.returns, i);
+      detail::reverse_cumsum_masked(detail::row_of(batch.token_level_rewards, i), m, ret, cols);
+      float* adv = detail::row_of(out.advantages, i);
+      const float b = baselines[i];
+      for (Index j = 0; j < cols; ++j) adv[j] = ret[j] - b * m[j];
+    }
+    return out;
+  }
+};
+
+}  // namespace verl::algo

@@ -1,0 +1,77 @@
+// RLOO, REINFORCE with the leave-one-out baseline (arXiv:2402.14740): verl's "rloo" per-group loop
+// and "rloo_vectorized". They disagree on a group of one: the loop keeps the raw score, the
+// vectorized form gives 0.
+#pragma once
+
+#include <algorithm>
+#include <string_view>
+#include <vector>
+
+#include "verl/algo/advantage_estimator.hpp"
+#include "verl/algo/advantages/detail/group_moments.hpp"
+#include "verl/algo/advantages/detail/prompt_groups.hpp"
+#include "verl/algo/advantages/detail/row_ops.hpp"
+
+namespace verl::algo {
+
+/// For a group of n > 1: a_i = s_i * n/(n-1) - mean_g * n/(n-1), i.e. s_i minus the mean of the
+/// other n-1 scores; a group of one keeps a_i = s_i. advantages = returns = a_i * m.
+struct RLOO {
+  static constexpr std::string_view name = "rloo";
+  static constexpr bool needs_critic = false;
+  static constexpr bool needs_group_index = true;
+  static constexpr bool needs_reward_baseline = false;
+  static constexpr bool needs_old_log_probs = false;
+
+  double epsilon = 1e-6;  ///< accepted for verl's signature; unused
+
+  AdvantageResult compute(const AdvantageBatch& batch) const {
+    detail::validate_advantage_batch<RLOO>(batch);
+    const VectorF scores = detail::response_scores(batch.token_level_rewards);
+    const detail::PromptGroups groups(batch.index);
+    const auto moments = detail::torch_group_moments(scores, groups);
+    VectorF scalars(scores.size());
+    for (Index i = 0; i < scores.size(); ++i) {
+      const Index g = groups.group_of(i);
+      const Index n = groups.size_of(g);
+      if (n > 1) {
+        // verl: scores[i] * n / (n - 1) - mean * n / (n - 1), each step in float32.
+        const float fn = static_cast<float>(n), fn1 = static_cast<float>(n - 1);
+        scalars[i] = (scores[i] * fn) / fn1 - (moments.mean[static_cast<std::size_t>(g)] * fn) / fn1;
+      } else {
+        scalars[i] = scores[i];
+      }
+    }
+    return detail::broadcast_over_mask(scalars, batch.response_mask);
+  }
+};
+
+/// a_i = (c * s_i - groupsum) / max(c - 1, 1) * (c > 1), float32 group sums in batch order (torch.
+/// bincount); a group of one gets 0. advantages = returns = a_i * m.
+struct RLOOVectorized {
+  static constexpr std::string_view name = "rloo_vectorized";
+  static constexpr bool needs_critic = false;
+  static constexpr bool needs_group_index = true;
+  static constexpr bool needs_reward_baseline = false;
+  static constexpr bool needs_old_log_probs = false;
+
+  double epsilon = 1e-6;  ///< accepted for verl's signature; unused
+
+  AdvantageResult compute(const AdvantageBatch& batch) const {
+    detail::validate_advantage_batch<RLOOVectorized>(batch);
+    const VectorF scores = detail::response_scores(batch.token_level_rewards);
+    const detail::PromptGroups groups(batch.index);
+    std::vector<float> group_sum(static_cast<std::size_t>(groups.num_groups()), 0.0f);
+    for (Index i = 0; i < scores.size(); ++i) group_sum[static_cast<std::size_t>(groups.group_of(i))] += scores[i];
+    VectorF scalars(scores.size());
+    for (Index i = 0; i < scores.size(); ++i) {
+      const Index g = groups.group_of(i);
+      const float c = static_cast<float>(groups.size_of(g));
+      const float leave_one_out = (c * scores[i] - group_sum[static_cast<std::size_t>(g)]) / std::max(c - 1.0f, 1.0f);
+      scalars[i] = leave_one_out * (c > 1.0f ? 1.0f : 0.0f);
+    }
+    return detail::broadcast_over_mask(scalars, batch.response_mask);
+  }
+};
+
+}  // namespace verl::algo
