@@ -1,0 +1,50 @@
+// verl's compute_policy_loss_reinforce: REINFORCE with optional (detached) IS weights, the loss
+// bypass_mode uses for loss_type "reinforce". Not in verl's registry by itself.
+#pragma once
+
+#include <string_view>
+
+#include "verl/algo/policy_loss.hpp"
+#include "verl/algo/policy_losses/common.hpp"
+
+namespace verl::algo {
+
+/// loss = -A * log_prob * w; gradient -A * w * W. Here batch.old_log_prob is verl's
+/// rollout_log_prob; it only feeds actor/ppo_kl = masked_mean(rollout_log_prob - log_prob).
+/// verl's default loss_agg_mode for it is seq-mean-token-sum (pass it in the context).
+struct ReinforceLoss {
+  static constexpr std::string_view name = "reinforce";
+  static constexpr AggregationRule aggregation = AggregationRule::follows_config();
+
+  PolicyLossResult compute(const PolicyLossBatch& batch, const AggregationContext& context) const {
+    using namespace detail;
+    const MaskCounts counts = validate_policy_loss_batch(batch);
+    FusedAggregation aggregation(counts, context.loss_agg_mode, context.global_batch_info);
+    const Index rows = batch.log_prob.rows(), cols = batch.log_prob.cols();
+    PolicyLossResult result{0.0f, MatrixF(rows, cols), {}};
+    MaskedMean kl;
+    for (Index i = 0; i < rows; ++i) {
+      const float* rollout = row_of(batch.old_log_prob, i);
+      const float* lp = row_of(batch.log_prob, i);
+      const float* adv = row_of(batch.advantages, i);
+      const float* mask = row_of(batch.response_mask, i);
+      const float* is_weight = batch.rollout_is_weights ? row_of(*batch.rollout_is_weights, i) : nullptr;
+      float* grad = row_of(result.grad_log_prob, i);
+      const float row_weight = aggregation.gradient_weight(i);
+      double row_sum = 0;
+      for (Index j = 0; j < cols; ++j) {
+        const float m = mask[j];
+        const float weight = is_weight ? is_weight[j] : 1.0f;
+        row_sum += aggregation.row_term((-adv[j] * lp[j]) * weight, m);
+        kl.add(-(lp[j] - rollout[j]), m);
+        grad[j] = (m != 0.0f ? row_weight : 0.0f) * weight * -adv[j];
+      }
+      aggregation.add_row(i, row_sum);
+    }
+    result.pg_loss = aggregation.loss();
+    result.metrics["actor/ppo_kl"] = kl.mean(static_cast<double>(counts.tokens));
+    return result;
+  }
+};
+
+}  // namespace verl::algo

@@ -1,0 +1,757 @@
+// Rollout correction (verl/trainer/ppo/rollout_corr_helper.py): truncated importance-sampling
+// (IS) weights, divergence-based rejection sampling (RS) and off-policy diagnostics between the
+// policy being trained and the rollout policy that generated the batch.
+//
+// Everything here is detached in verl (computed under no_grad): the results are constants for
+// the losses that use them. Metric values are float32 results as verl's .item() returns them;
+// their keys are verl's, without the "rollout_corr/" prefix except in
+// compute_rollout_correction_and_rejection_mask, which adds it as verl does.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <limits>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "verl/algo/loss_aggregation.hpp"
+#include "verl/core/error.hpp"
+#include "verl/core/metrics.hpp"
+#include "verl/core/tensor.hpp"
+
+namespace verl::algo {
+
+// ---- settings ---------------------------------------------------------------------------------
+
+/// verl's rollout_is: one IS weight per token, or one per sequence (the product of its token
+/// ratios) broadcast over its tokens.
+enum class ImportanceSamplingLevel { token, sequence };
+
+constexpr std::string_view to_string(ImportanceSamplingLevel level) {
+  return level == ImportanceSamplingLevel::token ? "token" : "sequence";
+}
+
+inline ImportanceSamplingLevel parse_importance_sampling_level(std::string_view name) {
+  if (name == "token") return ImportanceSamplingLevel::token;
+  if (name == "sequence") return ImportanceSamplingLevel::sequence;
+  verl::detail::throw_invalid_argument("rollout_is: expected one of token, sequence (or null), got '{}'", name);
+}
+
+/// Where a rejection statistic lives: per token, or per sequence as the sum, mean or max of its
+/// valid tokens' values.
+enum class RejectionLevel { token, seq_sum, seq_mean, seq_max };
+/// The divergence estimator on the ±20-clamped log-ratio x = log(pi_train / pi_rollout):
+/// k1 = -x, k2 = x^2 / 2, k3 = exp(x) - 1 - x.
+enum class DivergenceEstimator { k1, k2, k3 };
+
+/// One rejection option ("seq_mean_k3"): a token (or its whole sequence) is kept when its
+/// statistic is within bounds. k1 options bound the ratio on both sides (compared in log space:
+/// log(lower) <= k1 <= log(upper)); k2/k3 options bound the divergence from above.
+struct RejectionCriterion {
+  RejectionLevel level = RejectionLevel::token;
+  DivergenceEstimator estimator = DivergenceEstimator::k1;
+  double lower = 0;  ///< k1 only: lower bound on the ratio
+  double upper = 0;  ///< k1: upper bound on the ratio; k2/k3: upper bound on the divergence
+
+  bool two_sided() const { return estimator == DivergenceEstimator::k1; }
+  bool per_token() const { return level == RejectionLevel::token; }
+  /// verl's option name, e.g. "token_k1", "seq_max_k3".
+  std::string name() const {
+    static constexpr std::array<std::string_view, 4> levels = {"token", "seq_sum", "seq_mean", "seq_max"};
+    return fmt::format("{}_k{}", levels[static_cast<std::size_t>(level)], static_cast<int>(estimator) + 1);
+  }
+};
+
+/// verl's supported rollout_rs options (seq_max has no k1).
+inline constexpr std::array<std::string_view, 11> rejection_option_names = {
+    "token_k1",    "token_k2",    "token_k3",    "seq_sum_k1", "seq_sum_k2", "seq_sum_k3",
+    "seq_mean_k1", "seq_mean_k2", "seq_mean_k3", "seq_max_k2", "seq_max_k3"};
+
+/// verl's rollout_rs_threshold: one number, or a string with one entry per option.
+using RejectionThresholdSpec = std::variant<double, std::string>;
+
+namespace detail {
+
+inline std::string_view trim(std::string_view s) {
+  const auto first = s.find_first_not_of(" \t\n\r\f\v");
+  if (first == std::string_view::npos) return {};
+  const auto last = s.find_last_not_of(" \t\n\r\f\v");
+  return s.substr(first, last - first + 1);
+}
+
+inline std::vector<std::string_view> split_nonempty(std::string_view s, char separator) {
+  std::vector<std::string_view> parts;
+  std::size_t start = 0;
+  while (start <= s.size()) {
+    const auto end = std::min(s.find(separator, start), s.size());
+    const auto part = trim(s.substr(start, end - start));
+    if (!part.empty()) parts.push_back(part);
+    start = end + 1;
+  }
+  return parts;
+}
+
+/// A number as Python's float() reads it (surrounding whitespace allowed).
+inline double parse_threshold_number(std::string_view text, std::string_view option) {
+  const std::string s(trim(text));
+  char* end = nullptr;
+  const double value = s.empty() ? 0.0 : std::strtod(s.c_str(), &end);
+  VERL_CHECK_ARG(!s.empty() && end == s.c_str() + s.size(),
+                 "rollout_rs_threshold: expected a number for option '{}', got '{}'", option, text);
+  return value;
+}
+
+inline RejectionCriterion parse_rejection_option(std::string_view option) {
+  RejectionCriterion c;
+  const auto underscore = option.rfind("_k");
+  const bool known = std::find(rejection_option_names.begin(), rejection_option_names.end(), option) !=
+                     rejection_option_names.end();
+  if (!known || underscore == std::string_view::npos)
+    verl::detail::throw_invalid_argument("rollout_rs: expected options among {}, got '{}'",
+                           fmt::join(rejection_option_names, ", "), option);
+  const auto level = option.substr(0, underscore);
+  c.level = level == "token"      ? RejectionLevel::token
+            : level == "seq_sum"  ? RejectionLevel::seq_sum
+            : level == "seq_mean" ? RejectionLevel::seq_mean
+                                  : RejectionLevel::seq_max;
+  c.estimator = static_cast<DivergenceEstimator>(option.back() - '1');
+  return c;
+}
+
+}  // namespace detail
+
+/// Parses verl's rollout_rs ("token_k1,seq_mean_k3": comma separated, duplicates dropped) and
+/// rollout_rs_threshold (one entry shared by all options, or one per option). A k1 entry is
+/// "lower_upper" on the ratio, or a lone upper u meaning [1/u, u]; k2/k3 entries are one upper
+/// bound. Every bound must be positive.
+inline std::vector<RejectionCriterion> parse_rejection_criteria(std::string_view rollout_rs,
+                                                                const RejectionThresholdSpec& rollout_rs_threshold) {
+  std::vector<RejectionCriterion> criteria;
+  std::vector<std::string> seen;
+  for (const auto option : detail::split_nonempty(rollout_rs, ',')) {
+    auto criterion = detail::parse_rejection_option(option);
+    if (std::find(seen.begin(), seen.end(), option) != seen.end()) continue;
+    seen.emplace_back(option);
+    criteria.push_back(criterion);
+  }
+  VERL_CHECK_ARG(!criteria.empty(), "rollout_rs: expected at least one option among {}, got '{}'",
+                 fmt::join(rejection_option_names, ", "), rollout_rs);
+
+  std::vector<std::string> entries;
+  if (const double* number = std::get_if<double>(&rollout_rs_threshold)) {
+    entries.push_back(fmt::format("{}", *number));  // shortest round-trip text, like Python's str()
+  } else {
+    for (const auto part : detail::split_nonempty(std::get<std::string>(rollout_rs_threshold), ','))
+      entries.emplace_back(part);
+  }
+  VERL_CHECK_ARG(!entries.empty(), "rollout_rs_threshold: expected at least one threshold, got none");
+  VERL_CHECK_ARG(entries.size() == 1 || entries.size() == criteria.size(),
+                 "rollout_rs_threshold: expected 1 threshold or {} (one per rollout_rs option), got {}",
+                 criteria.size(), entries.size());
+
+  for (std::size_t k = 0; k < criteria.size(); ++k) {
+    auto& c = criteria[k];
+    const std::string_view entry = entries.size() == 1 ? entries[0] : entries[k];
+    const std::string option = c.name();
+    if (c.two_sided()) {
+      const auto underscore = entry.find('_');
+      if (underscore != std::string_view::npos) {
+        c.lower = detail::parse_threshold_number(entry.substr(0, underscore), option);
+        c.upper = detail::parse_threshold_number(entry.substr(underscore + 1), option);
+      } else {
+        c.upper = detail::parse_threshold_number(entry, option);
+        c.lower = 1.0 / c.upper;
+      }
+      VERL_CHECK_ARG(c.lower > 0 && c.upper > 0,
+                     "rollout_rs_threshold: expected positive bounds for option '{}', got '{}'", option, entry);
+    } else {
+      VERL_CHECK_ARG(entry.find('_') == std::string_view::npos,
+                     "rollout_rs_threshold: expected a single upper bound (no '_') for option '{}', got '{}'", option,
+                     entry);
+      c.upper = detail::parse_threshold_number(entry, option);
+      VERL_CHECK_ARG(c.upper > 0, "rollout_rs_threshold: expected a positive bound for option '{}', got '{}'",
+                     option, entry);
+    }
+  }
+  return criteria;
+}
+
+/// Typed rollout-correction settings.
+struct RolloutCorrection {
+  std::optional<ImportanceSamplingLevel> rollout_is;  ///< nullopt: no IS weights
+  double rollout_is_threshold = 2.0;                  ///< truncation of the IS weights (> 0)
+  bool rollout_is_batch_normalize = false;            ///< rescale the weights to mean 1
+  std::vector<RejectionCriterion> rollout_rs;         ///< empty: no rejection sampling
+};
+
+/// verl's RolloutCorrectionConfig under its own keys and defaults (strings as in YAML).
+struct RolloutCorrectionConfig {
+  std::optional<std::string> rollout_is = std::string("sequence");
+  std::optional<double> rollout_is_threshold = 2.0;  ///< null disables IS weights too
+  bool rollout_is_batch_normalize = false;
+  std::optional<std::string> rollout_rs;
+  std::optional<RejectionThresholdSpec> rollout_rs_threshold;
+  std::string loss_type = "ppo_clip";  ///< read by bypass_mode: "ppo_clip" or "reinforce"
+};
+
+inline RolloutCorrection make_rollout_correction(const RolloutCorrectionConfig& config) {
+  RolloutCorrection settings;
+  if (config.rollout_is && config.rollout_is_threshold) {
+    settings.rollout_is = parse_importance_sampling_level(*config.rollout_is);
+    settings.rollout_is_threshold = *config.rollout_is_threshold;
+    VERL_CHECK_ARG(settings.rollout_is_threshold > 0, "rollout_is_threshold: expected a positive value, got {}",
+                   settings.rollout_is_threshold);
+  }
+  settings.rollout_is_batch_normalize = config.rollout_is_batch_normalize;
+  if (config.rollout_rs) {
+    VERL_CHECK_ARG(config.rollout_rs_threshold.has_value(),
+                   "rollout_rs_threshold: expected a threshold when rollout_rs is '{}', got null", *config.rollout_rs);
+    settings.rollout_rs = parse_rejection_criteria(*config.rollout_rs, *config.rollout_rs_threshold);
+  }
+  return settings;
+}
+
+// ---- internals ----------------------------------------------------------------------------------
+
+namespace detail {
+
+inline constexpr float kRolloutSafetyBound = 20.0f;  ///< verl's SAFETY_BOUND on log-ratios before exp
+
+inline const float* view_row(const ConstMatrixRefF& m, Index row) { return m.data() + row * m.outerStride(); }
+
+/// float32 results of torch reductions, accumulated in double.
+inline float mean_of(double sum, double count) { return static_cast<float>(sum) / static_cast<float>(count); }
+inline float masked_mean_f(double masked_sum, double count) {
+  return static_cast<float>(masked_sum) / (static_cast<float>(count) + 1e-8f);
+}
+
+/// Statistics of a float32 vector the way torch reports them (.mean(), .std() unbiased, .max()).
+struct VectorStats {
+  float mean = 0, std = 0, max = 0, min = 0;
+};
+inline VectorStats vector_stats(std::span<const float> values) {
+  VectorStats s;
+  if (values.empty()) return s;
+  double sum = 0;
+  s.max = -std::numeric_limits<float>::infinity();
+  s.min = std::numeric_limits<float>::infinity();
+  for (float v : values) {
+    sum += v;
+    s.max = std::max(s.max, v);
+    s.min = std::min(s.min, v);
+  }
+  const auto n = static_cast<double>(values.size());
+  s.mean = mean_of(sum, n);
+  if (values.size() > 1) {
+    const double mean = sum / n;
+    double squares = 0;
+    for (float v : values) squares += (v - mean) * (v - mean);
+    s.std = static_cast<float>(std::sqrt(squares / (n - 1)));
+  }
+  return s;
+}
+
+inline float fraction(std::int64_t hits, std::int64_t total) {
+  return static_cast<float>(hits) / static_cast<float>(total);
+}
+
+/// Row-wise masked sums and valid counts of a per-token value (verl's masked_sum(axis=-1)).
+template <class TokenValue>
+std::vector<double> masked_row_sums(const ConstMatrixRefF& mask, TokenValue&& value) {
+  std::vector<double> sums(static_cast<std::size_t>(mask.rows()), 0.0);
+  for (Index i = 0; i < mask.rows(); ++i) {
+    const float* m = view_row(mask, i);
+    double sum = 0;
+    for (Index j = 0; j < mask.cols(); ++j)
+      if (m[j] != 0.0f) sum += static_cast<double>(value(i, j) * m[j]);
+    sums[static_cast<std::size_t>(i)] = sum;
+  }
+  return sums;
+}
+
+inline void require_valid_token(const MaskCounts& counts) {
+  VERL_CHECK_ARG(counts.tokens > 0, "response_mask: expected at least one valid token (1), got none in a ({}, {}) mask",
+                 counts.row_lengths.size(), counts.cols);
+}
+
+inline float divergence(DivergenceEstimator estimator, float log_ratio) {
+  const float x = std::min(std::max(log_ratio, -kRolloutSafetyBound), kRolloutSafetyBound);
+  switch (estimator) {
+    case DivergenceEstimator::k1: return -x;
+    case DivergenceEstimator::k2: return 0.5f * (x * x);
+    case DivergenceEstimator::k3: return (std::exp(x) - 1.0f) - x;
+  }
+  return 0.0f;
+}
+
+/// verl's compute_rs_metrics for one option. `token_stat(i, j)` is the statistic a token is
+/// judged by (a sequence statistic broadcast over its row for sequence options); `row_values`
+/// holds one value per row (the sequence statistic, or the row's masked mean of token_stat).
+template <class TokenStat>
+void rejection_option_metrics(Metrics& metrics, const std::string& prefix, bool per_token,
+                              const ConstMatrixRefF& mask, const MaskCounts& counts, TokenStat&& token_stat,
+                              std::span<const float> row_values, double upper, double lower, bool two_sided) {
+  const float upper_f = static_cast<float>(upper), lower_f = static_cast<float>(lower);
+  const double valid = static_cast<double>(counts.tokens);
+  std::vector<float> valid_rows;
+  for (Index i = 0; i < mask.rows(); ++i)
+    if (counts.row_lengths[i] > 0) valid_rows.push_back(row_values[static_cast<std::size_t>(i)]);
+  const bool sequence_level = !per_token && !valid_rows.empty();
+
+  double sum = 0, high = 0, low = 0, clamped_sum = 0, clamped_squares = 0;
+  float max = -std::numeric_limits<float>::infinity(), min = std::numeric_limits<float>::infinity();
+  const float clamp_low = two_sided ? lower_f : 0.0f;
+  for (Index i = 0; i < mask.rows(); ++i) {
+    const float* m = view_row(mask, i);
+    for (Index j = 0; j < mask.cols(); ++j) {
+      if (m[j] == 0.0f) continue;
+      const float v = token_stat(i, j);
+      sum += static_cast<double>(v * m[j]);
+      max = std::max(max, v);
+      min = std::min(min, v);
+      high += v > upper_f ? 1.0 : 0.0;
+      low += v < lower_f ? 1.0 : 0.0;
+      const float clamped = std::min(std::max(v, clamp_low), upper_f);
+      clamped_sum += static_cast<double>(clamped * m[j]);
+      clamped_squares += static_cast<double>((clamped * clamped) * m[j]);
+    }
+  }
+  const auto rows_above = [&](float bound) {
+    return std::count_if(valid_rows.begin(), valid_rows.end(), [&](float v) { return v > bound; });
+  };
+  const auto rows_below = [&](float bound) {
+    return std::count_if(valid_rows.begin(), valid_rows.end(), [&](float v) { return v < bound; });
+  };
+  const auto n_rows = static_cast<std::int64_t>(valid_rows.size());
+  const VectorStats rows = vector_stats(valid_rows);
+
+  metrics[prefix + "_mean"] = masked_mean_f(sum, valid);
+  metrics[prefix + "_max"] = sequence_level ? rows.max : max;
+  metrics[prefix + "_min"] = sequence_level ? rows.min : min;
+  if (sequence_level) {
+    metrics[prefix + "_fraction_high"] = fraction(rows_above(upper_f), n_rows);
+    metrics[prefix + "_fraction_low"] = two_sided ? fraction(rows_below(lower_f), n_rows) : 0.0f;
+  } else {
+    metrics[prefix + "_fraction_high"] = masked_mean_f(high, valid);
+    metrics[prefix + "_fraction_low"] = two_sided ? masked_mean_f(low, valid) : 0.0f;
+  }
+  if (counts.tokens > 1) {
+    const float mean_clamped = masked_mean_f(clamped_sum, valid);
+    const float variance = masked_mean_f(clamped_squares, valid) - mean_clamped * mean_clamped;
+    metrics[prefix + "_std"] = std::sqrt(std::max(variance, 0.0f));
+  } else {
+    metrics[prefix + "_std"] = 0.0;
+  }
+  if (!valid_rows.empty()) {
+    float max_deviation = 0;
+    for (float v : valid_rows) max_deviation = std::max(max_deviation, std::abs(v - 0.0f));
+    metrics[prefix + "_seq_mean"] = rows.mean;
+    metrics[prefix + "_seq_std"] = rows.std;
+    metrics[prefix + "_seq_max"] = rows.max;
+    metrics[prefix + "_seq_min"] = rows.min;
+    metrics[prefix + "_seq_max_deviation"] = max_deviation;
+    metrics[prefix + "_seq_fraction_high"] = fraction(rows_above(upper_f), n_rows);
+    if (two_sided) metrics[prefix + "_seq_fraction_low"] = fraction(rows_below(lower_f), n_rows);
+  } else {
+    for (const char* key : {"_seq_mean", "_seq_std", "_seq_max", "_seq_min", "_seq_max_deviation",
+                            "_seq_fraction_high", "_seq_fraction_low"})
+      metrics[prefix + key] = 0.0;
+  }
+}
+
+}  // namespace detail
+
+// ---- importance sampling ----------------------------------------------------------------------------
+
+struct ImportanceWeights {
+  MatrixF weights;  ///< truncated (and optionally normalised) IS weights, 0 on padding
+  Metrics metrics;  ///< rollout_is_* (computed before truncation, as verl does)
+};
+
+/// verl's compute_rollout_correction_weights. `log_ratio` = log pi_train - log pi_rollout.
+/// Token level: w = exp(clamp(x, ±20)); sequence level: w = exp(clamp(sum_t x * m, ±20)) on every
+/// token of the row. Weights are zeroed on padding, truncated at `threshold`, and with
+/// `batch_normalize` divided by their (token or sequence) mean when it exceeds 1e-8.
+inline ImportanceWeights compute_rollout_correction_weights(const ConstMatrixRefF& log_ratio,
+                                                            const ConstMatrixRefF& response_mask,
+                                                            ImportanceSamplingLevel level, double threshold = 2.0,
+                                                            bool batch_normalize = false) {
+  using namespace detail;
+  VERL_CHECK_ARG(threshold > 0, "rollout_is_threshold: expected a positive value, got {}", threshold);
+  verl::detail::require_same_shape("response_mask", shape_of(response_mask), "log_ratio", shape_of(log_ratio));
+  const MaskCounts counts = count_mask("response_mask", response_mask);
+  require_valid_token(counts);
+  const Index rows = log_ratio.rows(), cols = log_ratio.cols();
+  const bool per_token = level == ImportanceSamplingLevel::token;
+  const auto clamp_log = [](float x) { return std::min(std::max(x, -kRolloutSafetyBound), kRolloutSafetyBound); };
+
+  // Sequence log-ratios (float32 row sums): the sequence weights and their metrics use them.
+  std::vector<float> sequence_log_ratio(static_cast<std::size_t>(rows), 0.0f);
+  if (!per_token) {
+    const auto sums = masked_row_sums(response_mask, [&](Index i, Index j) { return log_ratio(i, j); });
+    for (std::size_t i = 0; i < sums.size(); ++i) sequence_log_ratio[i] = static_cast<float>(sums[i]);
+  }
+  ImportanceWeights out;
+  out.weights.resize(rows, cols);
+  for (Index i = 0; i < rows; ++i) {
+    const float* x = view_row(log_ratio, i);
+    const float* m = view_row(response_mask, i);
+    float* w = out.weights.data() + i * cols;
+    const float sequence_weight = std::exp(clamp_log(sequence_log_ratio[static_cast<std::size_t>(i)]));
+    for (Index j = 0; j < cols; ++j) w[j] = (per_token ? std::exp(clamp_log(x[j])) : sequence_weight) * m[j];
+  }
+
+  // Metrics of the untruncated weights.
+  const auto upper = static_cast<float>(threshold);
+  const double lower_d = 1.0 / threshold;
+  const auto lower = static_cast<float>(lower_d);
+  const double valid = static_cast<double>(counts.tokens);
+  double sum = 0, high = 0, low = 0, clamped_sum = 0, clamped_squares = 0;
+  float max = -std::numeric_limits<float>::infinity(), min = std::numeric_limits<float>::infinity();
+  std::vector<float> row_means(static_cast<std::size_t>(rows));
+  for (Index i = 0; i < rows; ++i) {
+    const float* m = view_row(response_mask, i);
+    const float* w = out.weights.data() + i * cols;
+    double row_sum = 0;
+    for (Index j = 0; j < cols; ++j) {
+      if (m[j] == 0.0f) continue;
+      const float v = w[j];
+      row_sum += static_cast<double>(v * m[j]);
+      max = std::max(max, v);
+      min = std::min(min, v);
+      high += v > upper ? 1.0 : 0.0;
+      low += v < lower ? 1.0 : 0.0;
+      const float clamped = std::min(std::max(v, lower), upper);
+      clamped_sum += static_cast<double>(clamped * m[j]);
+      clamped_squares += static_cast<double>((clamped * clamped) * m[j]);
+    }
+    sum += row_sum;
+    row_means[static_cast<std::size_t>(i)] = masked_mean_f(row_sum, static_cast<double>(counts.row_lengths[i]));
+  }
+  auto& metrics = out.metrics;
+  metrics["rollout_is_mean"] = masked_mean_f(sum, valid);
+  if (per_token) {
+    metrics["rollout_is_ratio_fraction_high"] = masked_mean_f(high, valid);
+    metrics["rollout_is_ratio_fraction_low"] = masked_mean_f(low, valid);
+    metrics["rollout_is_max"] = max;
+    metrics["rollout_is_min"] = min;
+  } else {
+    // Over every row, fully masked ones included (their log-ratio sum is 0), in log space.
+    const float log_upper = std::log(upper), log_lower = std::log(lower);
+    const auto [lo, hi] = std::minmax_element(sequence_log_ratio.begin(), sequence_log_ratio.end());
+    metrics["rollout_is_max"] = std::exp(std::min(*hi, kRolloutSafetyBound));
+    metrics["rollout_is_min"] = std::exp(*lo);
+    metrics["rollout_is_ratio_fraction_high"] =
+        fraction(std::count_if(sequence_log_ratio.begin(), sequence_log_ratio.end(), [&](float v) { return v > log_upper; }), rows);
+    metrics["rollout_is_ratio_fraction_low"] =
+        fraction(std::count_if(sequence_log_ratio.begin(), sequence_log_ratio.end(), [&](float v) { return v < log_lower; }), rows);
+  }
+  if (counts.tokens > 1) {
+    const float mean_clamped = masked_mean_f(clamped_sum, valid);
+    const float variance = masked_mean_f(clamped_squares, valid) - mean_clamped * mean_clamped;
+    metrics["rollout_is_std"] = std::sqrt(std::max(variance, 0.0f));
+  } else {
+    metrics["rollout_is_std"] = 0.0;
+  }
+  {
+    // Effective sample size of the weights clamped to [1/threshold, threshold].
+    const float mean_clamped = masked_mean_f(clamped_sum, valid) + 1e-8f;
+    double normalized_squares = 0;
+    for (Index i = 0; i < rows; ++i) {
+      const float* m = view_row(response_mask, i);
+      const float* w = out.weights.data() + i * cols;
+      for (Index j = 0; j < cols; ++j) {
+        if (m[j] == 0.0f) continue;
+        const float normalized = std::min(std::max(w[j], lower), upper) / mean_clamped;
+        normalized_squares += static_cast<double>((normalized * normalized) * m[j]);
+      }
+    }
+    metrics["rollout_is_eff_sample_size"] = 1.0 / static_cast<double>(masked_mean_f(normalized_squares, valid));
+  }
+  {
+    // Per-row mean weights over every row (0 for fully masked rows).
+    const VectorStats s = vector_stats(row_means);
+    float max_deviation = 0;
+    for (float v : row_means) max_deviation = std::max(max_deviation, std::abs(v - 1.0f));
+    metrics["rollout_is_seq_mean"] = s.mean;
+    metrics["rollout_is_seq_std"] = s.std;
+    metrics["rollout_is_seq_max"] = s.max;
+    metrics["rollout_is_seq_min"] = s.min;
+    metrics["rollout_is_seq_max_deviation"] = max_deviation;
+    metrics["rollout_is_seq_fraction_high"] =
+        fraction(std::count_if(row_means.begin(), row_means.end(), [&](float v) { return v > upper; }), rows);
+    metrics["rollout_is_seq_fraction_low"] =
+        fraction(std::count_if(row_means.begin(), row_means.end(), [&](float v) { return v < lower; }), rows);
+  }
+
+  // Truncate (torch.clamp(max=threshold) keeps NaN), then optionally normalise to mean 1.
+  for (Index k = 0; k < out.weights.size(); ++k) out.weights.data()[k] = std::min(out.weights.data()[k], upper);
+  if (batch_normalize) {
+    float weights_mean = 0;
+    if (per_token) {
+      double truncated_sum = 0;
+      for (Index i = 0; i < rows; ++i) {
+        const float* m = view_row(response_mask, i);
+        const float* w = out.weights.data() + i * cols;
+        for (Index j = 0; j < cols; ++j)
+          if (m[j] != 0.0f) truncated_sum += static_cast<double>(w[j] * m[j]);
+      }
+      weights_mean = masked_mean_f(truncated_sum, valid);
+    } else {
+      double sequence_sum = 0;
+      for (Index i = 0; i < rows; ++i) {
+        if (counts.row_lengths[i] == 0) continue;
+        const float* m = view_row(response_mask, i);
+        const float* w = out.weights.data() + i * cols;
+        double row_sum = 0;
+        for (Index j = 0; j < cols; ++j)
+          if (m[j] != 0.0f) row_sum += static_cast<double>(w[j] * m[j]);
+        sequence_sum += masked_mean_f(row_sum, static_cast<double>(counts.row_lengths[i]));
+      }
+      weights_mean = static_cast<float>(sequence_sum) /
+                     std::max(static_cast<float>(counts.nonempty_rows), 1e-8f);
+    }
+    if (weights_mean > 1e-8f) {
+      for (Index k = 0; k < out.weights.size(); ++k) out.weights.data()[k] /= weights_mean;
+      metrics["rollout_is_batch_norm_factor"] = weights_mean;
+    } else {
+      metrics["rollout_is_batch_norm_factor"] = 1.0;
+    }
+  }
+  return out;
+}
+
+// ---- rejection sampling ----------------------------------------------------------------------------
+
+struct RejectionResult {
+  MatrixF response_mask;  ///< the input mask with rejected tokens set to 0
+  Metrics metrics;        ///< rollout_rs_*
+};
+
+/// verl's compute_rollout_rejection_mask: every criterion must pass for a token to stay. Token
+/// options reject tokens; sequence options reject every token of a sequence whose statistic
+/// (sum, mean or max over its valid tokens; 0 for a fully masked row) is out of bounds.
+inline RejectionResult compute_rollout_rejection_mask(const ConstMatrixRefF& log_ratio,
+                                                      const ConstMatrixRefF& response_mask,
+                                                      std::span<const RejectionCriterion> criteria) {
+  using namespace detail;
+  VERL_CHECK_ARG(!criteria.empty(), "rollout_rs: expected at least one rejection option, got none");
+  verl::detail::require_same_shape("response_mask", shape_of(response_mask), "log_ratio", shape_of(log_ratio));
+  const Index rows = log_ratio.rows(), cols = log_ratio.cols();
+  RejectionResult out{MatrixF(response_mask), {}};
+  if (rows == 0) return out;
+  const MaskCounts counts = count_mask("response_mask", response_mask);
+  require_valid_token(counts);
+  const double valid = static_cast<double>(counts.tokens);
+
+  MatrixF combined = MatrixF::Ones(rows, cols);
+  std::vector<float> row_values(static_cast<std::size_t>(rows));
+  std::vector<unsigned char> row_keep(static_cast<std::size_t>(rows));
+  MatrixF token_stat(rows, cols);
+  for (const RejectionCriterion& c : criteria) {
+    const std::string prefix = "rollout_rs_" + c.name();
+    const bool two_sided = c.two_sided();
+    // k1 bounds the ratio: compare -x with log(bounds) (in double, rounded to float32 by torch).
+    const double upper = two_sided ? std::log(c.upper) : c.upper;
+    const double lower = two_sided ? std::log(c.lower) : 0.0;
+    const float upper_f = static_cast<float>(upper), lower_f = static_cast<float>(lower);
+    const auto keeps = [&](float v) { return two_sided ? (v >= lower_f && v <= upper_f) : v <= upper_f; };
+
+    for (Index i = 0; i < rows; ++i) {
+      const float* x = view_row(log_ratio, i);
+      float* s = token_stat.data() + i * cols;
+      for (Index j = 0; j < cols; ++j) s[j] = divergence(c.estimator, x[j]);
+    }
+    const ConstMatrixRefF stat(token_stat);
+    // One value per row: the sequence statistic, or (token options) the row's masked mean.
+    for (Index i = 0; i < rows; ++i) {
+      const float* m = view_row(response_mask, i);
+      const float* s = view_row(stat, i);
+      float value = 0;
+      if (c.level == RejectionLevel::seq_max) {
+        value = -std::numeric_limits<float>::infinity();
+        for (Index j = 0; j < cols; ++j)
+          if (m[j] != 0.0f) value = std::max(value, s[j]);
+        if (value == -std::numeric_limits<float>::infinity()) value = 0.0f;
+      } else {
+        double sum = 0;
+        for (Index j = 0; j < cols; ++j)
+          if (m[j] != 0.0f) sum += static_cast<double>(s[j] * m[j]);
+        value = c.level == RejectionLevel::seq_sum
+                    ? static_cast<float>(sum)
+                    : masked_mean_f(sum, static_cast<double>(counts.row_lengths[i]));
+      }
+      row_values[static_cast<std::size_t>(i)] = value;
+      row_keep[static_cast<std::size_t>(i)] = keeps(value) ? 1 : 0;
+    }
+
+    const bool per_token = c.per_token();
+    const auto judged = [&](Index i, Index j) {
+      return per_token ? stat(i, j) : row_values[static_cast<std::size_t>(i)];
+    };
+    rejection_option_metrics(out.metrics, prefix, per_token, response_mask, counts, judged, row_values, upper,
+                             lower, two_sided);
+
+    double rejected_tokens = 0;
+    std::int64_t rejected_rows = 0;
+    for (Index i = 0; i < rows; ++i) {
+      const float* m = view_row(response_mask, i);
+      float* keep_all = combined.data() + i * cols;
+      bool row_rejected = false;
+      for (Index j = 0; j < cols; ++j) {
+        const bool keep = per_token ? keeps(stat(i, j)) : row_keep[static_cast<std::size_t>(i)] != 0;
+        keep_all[j] *= keep ? 1.0f : 0.0f;
+        if (m[j] != 0.0f && !keep) {
+          rejected_tokens += m[j];
+          row_rejected = true;
+        }
+      }
+      rejected_rows += (row_rejected && counts.row_lengths[i] > 0) ? 1 : 0;
+    }
+    out.metrics[prefix + "_masked_fraction"] = masked_mean_f(rejected_tokens, valid);
+    out.metrics[prefix + "_seq_masked_fraction"] =
+        counts.nonempty_rows > 0 ? fraction(rejected_rows, counts.nonempty_rows) : 0.0f;
+  }
+
+  double rejected_tokens = 0;
+  std::int64_t rows_with_rejection = 0;
+  for (Index i = 0; i < rows; ++i) {
+    const float* m = view_row(response_mask, i);
+    const float* keep = combined.data() + i * cols;
+    float* out_mask = out.response_mask.data() + i * cols;
+    bool any = false;
+    for (Index j = 0; j < cols; ++j) {
+      if (m[j] != 0.0f) {
+        rejected_tokens += static_cast<double>((1.0f - keep[j]) * m[j]);
+        any |= !(keep[j] > 0.5f);
+      }
+      out_mask[j] = m[j] * keep[j];
+    }
+    rows_with_rejection += any ? 1 : 0;
+  }
+  out.metrics["rollout_rs_masked_fraction"] = masked_mean_f(rejected_tokens, valid);
+  out.metrics["rollout_rs_seq_masked_fraction"] = fraction(rows_with_rejection, rows);
+  return out;
+}
+
+// ---- off-policy diagnostics ---------------------------------------------------------------------------
+
+/// verl's compute_offpolicy_metrics between the training policy (`log_prob`) and the rollout
+/// policy: perplexities, KL (direct and k3), log-PPL differences, PPL ratio and chi-squared
+/// divergences (token and sequence). Per-sequence means run over every row.
+inline Metrics compute_offpolicy_metrics(const ConstMatrixRefF& log_prob, const ConstMatrixRefF& rollout_log_prob,
+                                         const ConstMatrixRefF& response_mask) {
+  using namespace detail;
+  verl::detail::require_same_shape("rollout_log_prob", shape_of(rollout_log_prob), "log_prob", shape_of(log_prob));
+  verl::detail::require_same_shape("response_mask", shape_of(response_mask), "log_prob", shape_of(log_prob));
+  const MaskCounts counts = count_mask("response_mask", response_mask);
+  require_valid_token(counts);
+  const Index rows = log_prob.rows(), cols = log_prob.cols();
+  const double valid = static_cast<double>(counts.tokens);
+
+  double kl = 0, k3 = 0, rho_squared = 0;
+  double training_ppl = 0, training_log_ppl = 0, rollout_ppl = 0, rollout_log_ppl = 0;
+  double diff_sum = 0, abs_diff_sum = 0, ppl_ratio = 0, chi2_seq = 0;
+  float diff_max = -std::numeric_limits<float>::infinity(), diff_min = std::numeric_limits<float>::infinity();
+  for (Index i = 0; i < rows; ++i) {
+    const float* lp = view_row(log_prob, i);
+    const float* ro = view_row(rollout_log_prob, i);
+    const float* m = view_row(response_mask, i);
+    double training_sum = 0, rollout_sum = 0, log_ratio_sum = 0;
+    for (Index j = 0; j < cols; ++j) {
+      if (m[j] == 0.0f) continue;
+      const float log_ratio = lp[j] - ro[j];
+      training_sum += static_cast<double>(lp[j] * m[j]);
+      rollout_sum += static_cast<double>(ro[j] * m[j]);
+      log_ratio_sum += static_cast<double>(log_ratio * m[j]);
+      kl += static_cast<double>((ro[j] - lp[j]) * m[j]);
+      k3 += static_cast<double>(((std::exp(log_ratio) - log_ratio) - 1.0f) * m[j]);
+      const float rho = std::exp(std::min(std::max(log_ratio, -kRolloutSafetyBound), kRolloutSafetyBound));
+      rho_squared += static_cast<double>((rho * rho) * m[j]);
+    }
+    const double length = static_cast<double>(counts.row_lengths[i]);
+    const float training_mean = masked_mean_f(training_sum, length);
+    const float rollout_mean = masked_mean_f(rollout_sum, length);
+    training_ppl += std::exp(-training_mean);
+    training_log_ppl += -training_mean;
+    rollout_ppl += std::exp(-rollout_mean);
+    rollout_log_ppl += -rollout_mean;
+    const float diff = rollout_mean - training_mean;
+    diff_sum += diff;
+    abs_diff_sum += std::abs(diff);
+    diff_max = std::max(diff_max, diff);
+    diff_min = std::min(diff_min, diff);
+    ppl_ratio += std::exp(diff);
+    const float sequence_log_ratio =
+        std::min(std::max(static_cast<float>(log_ratio_sum), -kRolloutSafetyBound), kRolloutSafetyBound);
+    chi2_seq += std::exp(2.0f * sequence_log_ratio);
+  }
+  const double n = static_cast<double>(rows);
+  Metrics metrics;
+  metrics["training_ppl"] = mean_of(training_ppl, n);
+  metrics["training_log_ppl"] = mean_of(training_log_ppl, n);
+  metrics["kl"] = masked_mean_f(kl, valid);
+  metrics["k3_kl"] = masked_mean_f(k3, valid);
+  metrics["rollout_ppl"] = mean_of(rollout_ppl, n);
+  metrics["rollout_log_ppl"] = mean_of(rollout_log_ppl, n);
+  metrics["log_ppl_diff"] = mean_of(diff_sum, n);
+  metrics["log_ppl_abs_diff"] = mean_of(abs_diff_sum, n);
+  metrics["log_ppl_diff_max"] = diff_max;
+  metrics["log_ppl_diff_min"] = diff_min;
+  metrics["ppl_ratio"] = mean_of(ppl_ratio, n);
+  metrics["chi2_token"] = masked_mean_f(rho_squared, valid) - 1.0f;
+  metrics["chi2_seq"] = mean_of(chi2_seq, n) - 1.0f;
+  return metrics;
+}
+
+// ---- the pipeline -------------------------------------------------------------------------------------
+
+struct RolloutCorrectionResult {
+  std::optional<MatrixF> rollout_is_weights;  ///< present when IS is enabled
+  MatrixF response_mask;                      ///< the mask with rejection applied
+  Metrics metrics;                            ///< every metric, under "rollout_corr/" keys
+};
+
+/// verl's compute_rollout_correction_and_rejection_mask: IS weights (if enabled), the rejection
+/// mask (if enabled) and the off-policy metrics, between `log_prob` (the training policy) and
+/// `rollout_log_prob`. An all-zero mask is an error, as in verl.
+inline RolloutCorrectionResult compute_rollout_correction_and_rejection_mask(const ConstMatrixRefF& log_prob,
+                                                                             const ConstMatrixRefF& rollout_log_prob,
+                                                                             const ConstMatrixRefF& response_mask,
+                                                                             const RolloutCorrection& settings) {
+  verl::detail::require_same_shape("rollout_log_prob", shape_of(rollout_log_prob), "log_prob", shape_of(log_prob));
+  verl::detail::require_same_shape("response_mask", shape_of(response_mask), "log_prob", shape_of(log_prob));
+  detail::require_valid_token(detail::count_mask("response_mask", response_mask));
+  const MatrixF log_ratio = log_prob - rollout_log_prob;
+
+  RolloutCorrectionResult out;
+  Metrics metrics;
+  if (settings.rollout_is) {
+    auto is = compute_rollout_correction_weights(log_ratio, response_mask, *settings.rollout_is,
+                                                 settings.rollout_is_threshold, settings.rollout_is_batch_normalize);
+    out.rollout_is_weights = std::move(is.weights);
+    metrics.merge(is.metrics);
+  }
+  if (!settings.rollout_rs.empty()) {
+    auto rs = compute_rollout_rejection_mask(log_ratio, response_mask, settings.rollout_rs);
+    out.response_mask = std::move(rs.response_mask);
+    metrics.merge(rs.metrics);
+  } else {
+    out.response_mask = response_mask;
+  }
+  metrics.merge(compute_offpolicy_metrics(log_prob, rollout_log_prob, response_mask));
+  for (auto& [key, value] : metrics) out.metrics["rollout_corr/" + key] = value;
+  return out;
+}
+
+}  // namespace verl::algo
