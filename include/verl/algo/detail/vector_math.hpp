@@ -1,0 +1,266 @@
+// SIMD building blocks for the logits kernels: fixed-width float packs (GCC/Clang vector
+// extensions), a fast vectorised exp, and run-time selection of the widest instruction set the
+// CPU has. A kernel is written once as an always-inline template over the pack width and
+// instantiated inside functions compiled for AVX-512, AVX2 or the build's baseline, so one binary
+// runs fast everywhere without -march=native. Without vector extensions (MSVC, nvcc's front end)
+// the width-1 instantiation is plain scalar code with the same numerics.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <string_view>
+
+#include "verl/config.hpp"
+#include "verl/core/error.hpp"
+
+#if (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDACC__)
+#define VERL_HAS_VECTOR_EXTENSIONS 1
+#else
+#define VERL_HAS_VECTOR_EXTENSIONS 0
+#endif
+
+#if VERL_HAS_VECTOR_EXTENSIONS && (defined(__x86_64__) || defined(__i386__))
+#define VERL_HAS_X86_DISPATCH 1
+#define VERL_TARGET_AVX2 __attribute__((target("avx2,fma")))
+#define VERL_TARGET_AVX512 __attribute__((target("avx512f,avx2,fma")))
+#else
+#define VERL_HAS_X86_DISPATCH 0
+#endif
+
+// 32- and 64-byte packs passed between always-inline helpers trigger GCC's "ABI changed" note
+// although no pack ever crosses a real call boundary. GCC reports it where the instantiations are
+// emitted (the end of the including file), so the note stays off past this header.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wpsabi"
+#endif
+
+namespace verl::algo {
+
+/// Which instruction set the logits kernels use. `automatic` picks the widest the CPU supports;
+/// the others exist to compare paths (benchmarks, tests) and must be supported by the CPU.
+enum class SimdLevel { automatic, scalar, baseline, avx2, avx512 };
+
+constexpr std::string_view to_string(SimdLevel level) {
+  switch (level) {
+    case SimdLevel::automatic: return "automatic";
+    case SimdLevel::scalar: return "scalar";
+    case SimdLevel::baseline: return "baseline";
+    case SimdLevel::avx2: return "avx2";
+    case SimdLevel::avx512: return "avx512";
+  }
+  return "?";
+}
+
+namespace detail::simd {
+
+#if VERL_HAS_VECTOR_EXTENSIONS
+// vector_size on an alias template with a dependent size is ignored by GCC, hence the
+// explicit specialisations.
+template <int Width>
+struct Pack;
+template <>
+struct Pack<1> {
+  using Float = float;
+  using Int = std::int32_t;
+};
+template <>
+struct Pack<4> {
+  typedef float Float __attribute__((vector_size(16)));
+  typedef std::int32_t Int __attribute__((vector_size(16)));
+};
+template <>
+struct Pack<8> {
+  typedef float Float __attribute__((vector_size(32)));
+  typedef std::int32_t Int __attribute__((vector_size(32)));
+};
+template <>
+struct Pack<16> {
+  typedef float Float __attribute__((vector_size(64)));
+  typedef std::int32_t Int __attribute__((vector_size(64)));
+};
+/// Width of the build-baseline pack (two SSE2 / NEON registers: enough independent work to hide
+/// latencies on cores without FMA).
+inline constexpr int baseline_width = 4;
+#else
+template <int Width>
+struct Pack {
+  static_assert(Width == 1, "only scalar packs without vector extensions");
+  using Float = float;
+  using Int = std::int32_t;
+};
+inline constexpr int baseline_width = 1;
+#endif
+
+template <int W>
+using FloatPack = typename Pack<W>::Float;
+template <int W>
+using IntPack = typename Pack<W>::Int;
+
+template <class To, class From>
+VERL_FORCE_INLINE To bit_cast(const From& from) {
+  static_assert(sizeof(To) == sizeof(From));
+  To to;
+  std::memcpy(&to, &from, sizeof(To));
+  return to;
+}
+
+template <int W>
+VERL_FORCE_INLINE FloatPack<W> broadcast(float value) {
+  if constexpr (W == 1) {
+    return value;
+  } else {
+    return FloatPack<W>{} + value;
+  }
+}
+
+template <int W>
+VERL_FORCE_INLINE FloatPack<W> load(const float* source) {
+  FloatPack<W> v;
+  std::memcpy(&v, source, sizeof(v));
+  return v;
+}
+
+template <int W>
+VERL_FORCE_INLINE void store(float* destination, FloatPack<W> v) {
+  std::memcpy(destination, &v, sizeof(v));
+}
+
+template <int W>
+VERL_FORCE_INLINE float lane(FloatPack<W> v, int i) {
+  if constexpr (W == 1) {
+    (void)i;
+    return v;
+  } else {
+    return v[i];
+  }
+}
+
+/// Hint to bring the cache line at `address` into L1 (a no-op where unsupported; never faults).
+VERL_FORCE_INLINE void prefetch(const void* address) {
+#if defined(__GNUC__) || defined(__clang__)
+  __builtin_prefetch(address);
+#else
+  (void)address;
+#endif
+}
+
+/// a < b ? x : y, lane-wise (NaN compares false, so a NaN `a` selects y).
+template <int W>
+VERL_FORCE_INLINE FloatPack<W> select_less(FloatPack<W> a, FloatPack<W> b, FloatPack<W> x, FloatPack<W> y) {
+  return a < b ? x : y;
+}
+
+/// Lane-wise maximum; NaN candidates are skipped (they poison the sums of exp later instead).
+template <int W>
+VERL_FORCE_INLINE FloatPack<W> max(FloatPack<W> current, FloatPack<W> candidate) {
+  return candidate > current ? candidate : current;
+}
+
+template <int W>
+VERL_FORCE_INLINE float reduce_max(FloatPack<W> v) {
+  float m = lane<W>(v, 0);
+  for (int i = 1; i < W; ++i) {
+    const float x = lane<W>(v, i);
+    if (x > m) m = x;
+  }
+  return m;
+}
+
+/// Sum of the lanes in double, so that chunk partial sums lose nothing when they are combined.
+template <int W>
+VERL_FORCE_INLINE double reduce_sum(FloatPack<W> v) {
+  double s = 0;
+  for (int i = 0; i < W; ++i) s += static_cast<double>(lane<W>(v, i));
+  return s;
+}
+
+/// exp(x) for a float pack, within ~2 ulp of the correctly rounded result for normal outputs.
+/// Results below FLT_MIN flush to 0 and above FLT_MAX become +inf; NaN stays NaN.
+/// Cephes' range reduction x = n*ln2 + r, |r| <= ln2/2, and its degree-6 polynomial for e^r.
+/// Rounding to n uses truncation (not the add-a-magic-constant trick) so it survives -ffast-math.
+template <int W>
+VERL_FORCE_INLINE FloatPack<W> exp(FloatPack<W> x) {
+  if constexpr (W == 1) {
+    return std::exp(x);
+  } else {
+    using F = FloatPack<W>;
+    using I = IntPack<W>;
+    constexpr float min_arg = -87.33654475f;  // ln(FLT_MIN): below it the result is subnormal
+    constexpr float max_arg = 88.72283935f;   // ln(FLT_MAX)
+    const F clamped = x < min_arg ? F{} + min_arg : (x > max_arg ? F{} + max_arg : x);
+    // n = floor(x*log2(e) + 1/2), via truncation corrected for negative values.
+    const F shifted = clamped * 1.44269504088896341f + 0.5f;
+    I n = __builtin_convertvector(shifted, I);
+    F nf = __builtin_convertvector(n, F);
+    const I too_big = nf > shifted;  // lanes where truncation rounded up (negative arguments)
+    n += too_big;                    // true lanes are -1
+    nf = __builtin_convertvector(n, F);
+    // r = x - n*ln2 in two steps (Cody-Waite) for a reduction exact to float precision.
+    F r = clamped - nf * 0.693359375f;
+    r = r - nf * -2.12194440e-4f;
+    F p = F{} + 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * (r * r) + r + 1.0f;
+    // 2^n built in the exponent field; n is in [-126, 128], and n = 128 is handled by
+    // splitting the scale in two factors of 2^(n/2).
+    const I half = n >> 1;
+    const F scale_a = bit_cast<F>((half + 127) << 23);
+    const F scale_b = bit_cast<F>((n - half + 127) << 23);
+    F y = p * scale_a * scale_b;
+    y = x < min_arg ? F{} : y;
+    y = x > max_arg ? F{} + std::numeric_limits<float>::infinity() : y;
+    return y;
+  }
+}
+
+// ---- instruction-set detection -----------------------------------------------------------------
+
+inline bool cpu_supports(SimdLevel level) {
+  switch (level) {
+    case SimdLevel::automatic:
+    case SimdLevel::scalar:
+    case SimdLevel::baseline:
+      return true;
+#if VERL_HAS_X86_DISPATCH
+    case SimdLevel::avx2:
+      __builtin_cpu_init();
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    case SimdLevel::avx512:
+      __builtin_cpu_init();
+      return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
+    case SimdLevel::avx2:
+    case SimdLevel::avx512:
+      return false;
+#endif
+  }
+  return false;
+}
+
+/// The widest level this CPU runs, detected once.
+inline SimdLevel best_level() {
+  static const SimdLevel best = [] {
+    if (cpu_supports(SimdLevel::avx512)) return SimdLevel::avx512;
+    if (cpu_supports(SimdLevel::avx2)) return SimdLevel::avx2;
+    return SimdLevel::baseline;
+  }();
+  return best;
+}
+
+/// Resolves `automatic`; a level the CPU cannot run is a caller error, never silently replaced.
+inline SimdLevel resolve_level(SimdLevel requested) {
+  if (requested == SimdLevel::automatic) return best_level();
+  VERL_CHECK_ARG(cpu_supports(requested), "simd: expected a level this CPU supports (up to {}), got {}",
+                 to_string(best_level()), to_string(requested));
+  return requested;
+}
+
+}  // namespace detail::simd
+}  // namespace verl::algo
+

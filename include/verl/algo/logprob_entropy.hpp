@@ -1,0 +1,521 @@
+// The logits hot path: one fused pass over each row of (N, V) logits yields the log-probability
+// of the row's label, the entropy and the sum of squared probabilities (online softmax: running
+// max, running sum of exp, of exp*x and of exp^2), reading the logits once; one more pass gives
+// d(logits) from the cotangents of all three. verl computes the same quantities with separate
+// PyTorch ops (log_softmax / logsumexp, gather, softmax*x); this is what its actor needs per
+// micro-batch, and the layout CUDA kernels mirror (one row per block, same saved statistics).
+//
+// Logits may be float or Eigen::bfloat16 (computed in float). Rows are split over threads, each
+// row is computed by exactly one thread with a fixed order of operations, so results do not
+// depend on the thread count.
+#pragma once
+
+#include <Eigen/Core>
+
+#include <algorithm>
+#include <cmath>
+#include <concepts>
+#include <cstdint>
+#include <limits>
+#include <span>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+#include "verl/algo/detail/vector_math.hpp"
+#include "verl/config.hpp"
+#include "verl/core/error.hpp"
+#include "verl/core/tensor.hpp"
+
+namespace verl::algo {
+
+/// Element types the logits kernels read (and write gradients in).
+template <class T>
+concept LogitScalar = std::same_as<T, float> || std::same_as<T, Eigen::bfloat16>;
+
+/// Run-time knobs of the logits kernels.
+struct LogitsKernelOptions {
+  /// The kernels see x = logits / temperature (rounded to float, as verl's actor divides the
+  /// float32 logits in place), and gradients are with respect to the raw logits.
+  float temperature = 1.0f;
+  /// 0 means std::thread::hardware_concurrency(). Small inputs use fewer threads.
+  unsigned num_threads = 0;
+  SimdLevel simd = SimdLevel::automatic;
+};
+
+/// Per-row results of the fused forward pass, each of length N. `row_max` and `log_normalizer`
+/// are what the backward pass needs: log p_j = (x_j - row_max) - log_normalizer.
+struct LogprobEntropy {
+  VectorF log_probs;       ///< log softmax(x)[label]; empty when no labels were given
+  VectorF entropy;         ///< -sum_j p_j log p_j
+  VectorF sum_pi_squared;  ///< sum_j p_j^2
+  VectorF row_max;         ///< max_j x_j
+  VectorF log_normalizer;  ///< log sum_j exp(x_j - row_max)
+
+  /// logsumexp(x) per row.
+  VectorF logsumexp() const { return row_max + log_normalizer; }
+};
+
+/// Cotangents of the three per-row outputs (each empty = zero, or of length N).
+struct LogprobEntropyCotangents {
+  std::span<const float> log_probs = {};
+  std::span<const float> entropy = {};
+  std::span<const float> sum_pi_squared = {};
+};
+
+namespace detail {
+
+/// Elements per chunk of a row: the chunk is read from memory once and then re-read from L1.
+inline constexpr Index logits_chunk = 2048;
+/// Below this many elements per thread, extra threads cost more than they save.
+inline constexpr Index logits_min_elements_per_thread = Index{1} << 16;
+/// exp() of anything below this is 0 in float; clamping x - max here keeps 0 * (x - max)
+/// finite for -inf logits (a vocabulary masked with -inf has exactly zero probability there).
+inline constexpr float logits_shift_floor = -104.0f;
+
+template <class Scalar>
+VERL_FORCE_INLINE float to_float(Scalar v) {
+  if constexpr (std::same_as<Scalar, float>) {
+    return v;
+  } else {
+    return static_cast<float>(v);
+  }
+}
+
+template <class Scalar>
+VERL_FORCE_INLINE Scalar from_float(float v) {
+  if constexpr (std::same_as<Scalar, float>) {
+    return v;
+  } else {
+    return Scalar(v);
+  }
+}
+
+/// x = logit / temperature, exactly as the forward pass computes it.
+template <bool Scaled, class Scalar>
+VERL_FORCE_INLINE float scaled_logit(Scalar v, float temperature) {
+  if constexpr (Scaled) {
+    return to_float(v) / temperature;
+  } else {
+    (void)temperature;
+    return to_float(v);
+  }
+}
+
+template <class Scalar>
+struct ForwardJob {
+  const Scalar* logits;
+  Index stride;  ///< elements between rows
+  Index vocab;
+  const std::int64_t* labels;  ///< null: no log-probs
+  float temperature;
+  float* log_probs;
+  float* entropy;
+  float* sum_pi_squared;
+  float* row_max;
+  float* log_normalizer;
+};
+
+template <class Scalar, class OutScalar>
+struct BackwardJob {
+  const Scalar* logits;
+  Index stride;
+  Index vocab;
+  const std::int64_t* labels;
+  float temperature;
+  const float* row_max;
+  const float* log_normalizer;
+  const float* entropy;
+  const float* sum_pi_squared;
+  const float* grad_log_probs;  ///< each may be null (zero cotangent)
+  const float* grad_entropy;
+  const float* grad_sum_pi_squared;
+  OutScalar* grad;
+  Index grad_stride;
+};
+
+/// Forward over rows [begin, end) with packs of W lanes.
+template <int W, bool Scaled, class Scalar>
+VERL_FORCE_INLINE void forward_rows(const ForwardJob<Scalar>& job, Index begin, Index end) {
+  using F = simd::FloatPack<W>;
+  constexpr Index step = 2 * W;  // two independent accumulator sets per iteration
+  static_assert(logits_chunk % step == 0);
+  constexpr float neg_inf = -std::numeric_limits<float>::infinity();
+  // The chunk as float, padded with -inf to a whole number of steps (padding adds exactly 0).
+  alignas(64) float buffer[logits_chunk + step];
+
+  for (Index row = begin; row < end; ++row) {
+    const Scalar* source = job.logits + row * job.stride;
+    float max = neg_inf;
+    double sum_exp = 0, sum_exp_shift = 0, sum_exp_sq = 0;  // sum e, sum e*(x-max), sum e^2
+    for (Index start = 0; start < job.vocab; start += logits_chunk) {
+      const Index count = std::min(logits_chunk, job.vocab - start);
+      // Pass 1: convert into the buffer and find the chunk's max.
+      F chunk_max = simd::broadcast<W>(neg_inf);
+      Index j = 0;
+      if constexpr (std::same_as<Scalar, float> && !Scaled) {
+        for (; j + W <= count; j += W) {
+          const F x = simd::load<W>(source + start + j);
+          simd::store<W>(buffer + j, x);
+          chunk_max = simd::max<W>(chunk_max, x);
+        }
+      }
+      for (; j < count; ++j) buffer[j] = scaled_logit<Scaled>(source[start + j], job.temperature);
+      const Index padded = (count + step - 1) / step * step;
+      for (Index k = count; k < padded; ++k) buffer[k] = neg_inf;
+      if constexpr (!(std::same_as<Scalar, float> && !Scaled)) {
+        for (Index k = 0; k < padded; k += W) chunk_max = simd::max<W>(chunk_max, simd::load<W>(buffer + k));
+      } else {
+        for (Index k = count / W * W; k < padded; k += W)
+          chunk_max = simd::max<W>(chunk_max, simd::load<W>(buffer + k));
+      }
+      const float chunk_top = simd::reduce_max<W>(chunk_max);
+      if (chunk_top > max) {
+        if (sum_exp > 0) {
+          // Re-base the running sums on the new max: e' = e*s, (x - m') = (x - m) + (m - m').
+          const double shift = static_cast<double>(max) - static_cast<double>(chunk_top);
+          const double s = std::exp(shift);
+          sum_exp_shift = s * (sum_exp_shift + shift * sum_exp);
+          sum_exp *= s;
+          sum_exp_sq *= s * s;
+        }
+        max = chunk_top;
+      }
+      if (max == neg_inf) {
+        // Everything so far is -inf (adds exactly 0) or NaN (must poison the row).
+        for (Index k = 0; k < count; ++k)
+          if (buffer[k] != buffer[k]) sum_exp = std::numeric_limits<double>::quiet_NaN();
+        continue;
+      }
+      // Pass 2: e = exp(x - max) and the three sums, from L1.
+      const F vmax = simd::broadcast<W>(max);
+      const F floor = simd::broadcast<W>(logits_shift_floor);
+      F s0 = simd::broadcast<W>(0), s1 = s0, t0 = s0, t1 = s0, q0 = s0, q1 = s0;
+      // While the exps run, pull the next chunk in so that pass 1 does not stall on memory.
+      const char* next_chunk = reinterpret_cast<const char*>(source + start + count);
+      for (Index k = 0; k < padded; k += step) {
+        simd::prefetch(next_chunk + k * static_cast<Index>(sizeof(Scalar)));
+        simd::prefetch(next_chunk + k * static_cast<Index>(sizeof(Scalar)) + 64);
+        F d0 = simd::load<W>(buffer + k) - vmax;
+        F d1 = simd::load<W>(buffer + k + W) - vmax;
+        d0 = simd::select_less<W>(d0, floor, floor, d0);
+        d1 = simd::select_less<W>(d1, floor, floor, d1);
+        const F e0 = simd::exp<W>(d0);
+        const F e1 = simd::exp<W>(d1);
+        s0 += e0;
+        s1 += e1;
+        t0 += e0 * d0;
+        t1 += e1 * d1;
+        q0 += e0 * e0;
+        q1 += e1 * e1;
+      }
+      sum_exp += simd::reduce_sum<W>(s0 + s1);
+      sum_exp_shift += simd::reduce_sum<W>(t0 + t1);
+      sum_exp_sq += simd::reduce_sum<W>(q0 + q1);
+    }
+    const double log_sum = std::log(sum_exp);
+    job.row_max[row] = max;
+    job.log_normalizer[row] = static_cast<float>(log_sum);
+    job.entropy[row] = static_cast<float>(log_sum - sum_exp_shift / sum_exp);
+    job.sum_pi_squared[row] = static_cast<float>(sum_exp_sq / (sum_exp * sum_exp));
+    if (job.labels != nullptr) {
+      const float x_label = scaled_logit<Scaled>(source[job.labels[row]], job.temperature);
+      job.log_probs[row] = static_cast<float>(static_cast<double>(x_label - max) - log_sum);
+    }
+  }
+}
+
+/// Per-row constants of the backward pass, as packs.
+template <int W>
+struct BackwardRow {
+  simd::FloatPack<W> max, log_normalizer, floor, k0, grad_entropy, twice_grad_sum_pi_squared, temperature;
+};
+
+/// d(loss)/dx for one pack of x (before the label's + g_lp and the division by the temperature):
+/// p (k0 - g_H log p + 2 g_Q p) with log p = (x - max) - log_normalizer.
+template <int W, bool Scaled>
+VERL_FORCE_INLINE simd::FloatPack<W> backward_pack(simd::FloatPack<W> x, const BackwardRow<W>& c) {
+  using F = simd::FloatPack<W>;
+  F d = x - c.max;
+  d = simd::select_less<W>(d, c.floor, c.floor, d);
+  const F log_p = d - c.log_normalizer;
+  const F p = simd::exp<W>(log_p);
+  F g = p * (c.k0 - c.grad_entropy * log_p + c.twice_grad_sum_pi_squared * p);
+  if constexpr (Scaled) g = g / c.temperature;
+  return g;
+}
+
+/// Backward over rows [begin, end): with log p_j = (x_j - max) - log_normalizer and
+///   d logp_label / dx_j = [j = label] - p_j
+///   d H / dx_j          = -p_j (log p_j + H)
+///   d sum p^2 / dx_j    = 2 p_j (p_j - sum p^2)
+/// the gradient is g_j = p_j (k0 - g_H log p_j + 2 g_Q p_j) (+ g_lp at the label), divided by
+/// the temperature, with k0 = -g_lp - g_H H - 2 g_Q sum p^2. Each element is read before it is
+/// written, so `grad` may alias the logits.
+template <int W, bool Scaled, class Scalar, class OutScalar>
+VERL_FORCE_INLINE void backward_rows(const BackwardJob<Scalar, OutScalar>& job, Index begin, Index end) {
+  using F = simd::FloatPack<W>;
+  constexpr bool direct = std::same_as<Scalar, float> && std::same_as<OutScalar, float>;
+  alignas(64) float in[W];
+  alignas(64) float out[W];
+  for (Index row = begin; row < end; ++row) {
+    const Scalar* source = job.logits + row * job.stride;
+    OutScalar* target = job.grad + row * job.grad_stride;
+    const float g_lp = job.grad_log_probs != nullptr ? job.grad_log_probs[row] : 0.0f;
+    const float g_h = job.grad_entropy != nullptr ? job.grad_entropy[row] : 0.0f;
+    const float g_q = job.grad_sum_pi_squared != nullptr ? job.grad_sum_pi_squared[row] : 0.0f;
+    if (g_lp == 0.0f && g_h == 0.0f && g_q == 0.0f) {
+      std::fill(target, target + job.vocab, from_float<OutScalar>(0.0f));
+      continue;
+    }
+    const Index label = job.labels != nullptr ? job.labels[row] : -1;
+    const float x_label = label >= 0 ? scaled_logit<Scaled>(source[label], job.temperature) : 0.0f;
+    const float max = job.row_max[row];
+    const BackwardRow<W> c{simd::broadcast<W>(max),
+                           simd::broadcast<W>(job.log_normalizer[row]),
+                           simd::broadcast<W>(logits_shift_floor),
+                           simd::broadcast<W>(-g_lp - g_h * job.entropy[row] - 2.0f * g_q * job.sum_pi_squared[row]),
+                           simd::broadcast<W>(g_h),
+                           simd::broadcast<W>(2.0f * g_q),
+                           simd::broadcast<W>(job.temperature)};
+    Index j = 0;
+    if constexpr (direct) {
+      for (; j + W <= job.vocab; j += W) {
+        F x = simd::load<W>(source + j);
+        if constexpr (Scaled) x = x / c.temperature;
+        simd::store<W>(target + j, backward_pack<W, Scaled>(x, c));
+      }
+    } else {
+      for (; j + W <= job.vocab; j += W) {
+        for (int k = 0; k < W; ++k) in[k] = scaled_logit<Scaled>(source[j + k], job.temperature);
+        simd::store<W>(out, backward_pack<W, Scaled>(simd::load<W>(in), c));
+        for (int k = 0; k < W; ++k) target[j + k] = from_float<OutScalar>(out[k]);
+      }
+    }
+    if (j < job.vocab) {  // tail through the same pack code, padded
+      const Index rest = job.vocab - j;
+      for (Index k = 0; k < W; ++k) in[k] = k < rest ? scaled_logit<Scaled>(source[j + k], job.temperature) : max;
+      simd::store<W>(out, backward_pack<W, Scaled>(simd::load<W>(in), c));
+      for (Index k = 0; k < rest; ++k) target[j + k] = from_float<OutScalar>(out[k]);
+    }
+    if (label >= 0) {
+      // The label's element gets + g_lp; recomputed from the saved x_label (grad may alias).
+      F plus = simd::broadcast<W>(g_lp);
+      if constexpr (Scaled) plus = plus / c.temperature;
+      simd::store<W>(out, backward_pack<W, Scaled>(simd::broadcast<W>(x_label), c) + plus);
+      target[label] = from_float<OutScalar>(out[0]);
+    }
+  }
+}
+
+// One entry point per instruction set; the always-inline kernels above are compiled inside each.
+template <bool Scaled, class Scalar>
+void forward_rows_baseline(const ForwardJob<Scalar>& job, Index begin, Index end) {
+  forward_rows<simd::baseline_width, Scaled>(job, begin, end);
+}
+template <bool Scaled, class Scalar>
+void forward_rows_scalar(const ForwardJob<Scalar>& job, Index begin, Index end) {
+  forward_rows<1, Scaled>(job, begin, end);
+}
+template <bool Scaled, class Scalar, class OutScalar>
+void backward_rows_baseline(const BackwardJob<Scalar, OutScalar>& job, Index begin, Index end) {
+  backward_rows<simd::baseline_width, Scaled>(job, begin, end);
+}
+template <bool Scaled, class Scalar, class OutScalar>
+void backward_rows_scalar(const BackwardJob<Scalar, OutScalar>& job, Index begin, Index end) {
+  backward_rows<1, Scaled>(job, begin, end);
+}
+#if VERL_HAS_X86_DISPATCH
+template <bool Scaled, class Scalar>
+VERL_TARGET_AVX2 void forward_rows_avx2(const ForwardJob<Scalar>& job, Index begin, Index end) {
+  forward_rows<8, Scaled>(job, begin, end);
+}
+template <bool Scaled, class Scalar>
+VERL_TARGET_AVX512 void forward_rows_avx512(const ForwardJob<Scalar>& job, Index begin, Index end) {
+  forward_rows<16, Scaled>(job, begin, end);
+}
+template <bool Scaled, class Scalar, class OutScalar>
+VERL_TARGET_AVX2 void backward_rows_avx2(const BackwardJob<Scalar, OutScalar>& job, Index begin, Index end) {
+  backward_rows<8, Scaled>(job, begin, end);
+}
+template <bool Scaled, class Scalar, class OutScalar>
+VERL_TARGET_AVX512 void backward_rows_avx512(const BackwardJob<Scalar, OutScalar>& job, Index begin, Index end) {
+  backward_rows<16, Scaled>(job, begin, end);
+}
+#endif
+
+/// Threads to use for `rows` rows of `cols` elements.
+inline unsigned logits_thread_count(unsigned requested, Index rows, Index cols) {
+  Index threads = requested != 0 ? requested : std::max(1u, std::thread::hardware_concurrency());
+  const Index by_work = std::max<Index>(1, rows * cols / logits_min_elements_per_thread);
+  threads = std::min({threads, by_work, std::max<Index>(rows, 1)});
+  return static_cast<unsigned>(threads);
+}
+
+/// Runs fn(begin, end) on contiguous row blocks, one block per thread (the caller's thread
+/// takes the first). `fn` must not throw: inputs are validated before.
+template <class Fn>
+void for_each_row_block(Index rows, unsigned threads, const Fn& fn) {
+  if (threads <= 1 || rows <= 1) {
+    fn(Index{0}, rows);
+    return;
+  }
+  std::vector<std::thread> workers;
+  workers.reserve(threads - 1);
+  const auto bound = [&](unsigned t) { return rows * static_cast<Index>(t) / static_cast<Index>(threads); };
+  for (unsigned t = 1; t < threads; ++t) workers.emplace_back([&fn, b = bound(t), e = bound(t + 1)] { fn(b, e); });
+  fn(Index{0}, bound(1));
+  for (auto& w : workers) w.join();
+}
+
+inline void require_labels(std::span<const std::int64_t> labels, Index rows, Index vocab) {
+  VERL_CHECK_ARG(static_cast<Index>(labels.size()) == rows, "labels: expected length {} (rows of logits), got {}",
+                 rows, labels.size());
+  for (std::size_t i = 0; i < labels.size(); ++i) {
+    VERL_CHECK_ARG(labels[i] >= 0 && labels[i] < vocab, "labels: expected values in [0, {}) (vocab size V), got {} at {}",
+                   vocab, labels[i], i);
+  }
+}
+
+inline void require_kernel_options(const LogitsKernelOptions& options) {
+  VERL_CHECK_ARG(std::isfinite(options.temperature) && options.temperature > 0,
+                 "temperature: expected a finite value > 0, got {}", options.temperature);
+}
+
+inline void require_cotangent(std::string_view argument, std::span<const float> cotangent, Index rows) {
+  VERL_CHECK_ARG(cotangent.empty() || static_cast<Index>(cotangent.size()) == rows,
+                 "{}: expected length {} (rows of logits) or empty, got {}", argument, rows, cotangent.size());
+}
+
+template <class Scalar>
+void run_forward(const ForwardJob<Scalar>& job, Index rows, const LogitsKernelOptions& options) {
+  const SimdLevel level = simd::resolve_level(options.simd);
+  const bool scaled = options.temperature != 1.0f;
+  const unsigned threads = logits_thread_count(options.num_threads, rows, job.vocab);
+  using Kernel = void (*)(const ForwardJob<Scalar>&, Index, Index);
+  Kernel kernel = scaled ? &forward_rows_baseline<true, Scalar> : &forward_rows_baseline<false, Scalar>;
+  if (level == SimdLevel::scalar) kernel = scaled ? &forward_rows_scalar<true, Scalar> : &forward_rows_scalar<false, Scalar>;
+#if VERL_HAS_X86_DISPATCH
+  if (level == SimdLevel::avx2) kernel = scaled ? &forward_rows_avx2<true, Scalar> : &forward_rows_avx2<false, Scalar>;
+  if (level == SimdLevel::avx512)
+    kernel = scaled ? &forward_rows_avx512<true, Scalar> : &forward_rows_avx512<false, Scalar>;
+#endif
+  for_each_row_block(rows, threads, [&](Index b, Index e) { kernel(job, b, e); });
+}
+
+template <class Scalar, class OutScalar>
+void run_backward(const BackwardJob<Scalar, OutScalar>& job, Index rows, const LogitsKernelOptions& options) {
+  const SimdLevel level = simd::resolve_level(options.simd);
+  const bool scaled = options.temperature != 1.0f;
+  const unsigned threads = logits_thread_count(options.num_threads, rows, job.vocab);
+  using Kernel = void (*)(const BackwardJob<Scalar, OutScalar>&, Index, Index);
+  Kernel kernel = scaled ? &backward_rows_baseline<true, Scalar, OutScalar> : &backward_rows_baseline<false, Scalar, OutScalar>;
+  if (level == SimdLevel::scalar)
+    kernel = scaled ? &backward_rows_scalar<true, Scalar, OutScalar> : &backward_rows_scalar<false, Scalar, OutScalar>;
+#if VERL_HAS_X86_DISPATCH
+  if (level == SimdLevel::avx2)
+    kernel = scaled ? &backward_rows_avx2<true, Scalar, OutScalar> : &backward_rows_avx2<false, Scalar, OutScalar>;
+  if (level == SimdLevel::avx512)
+    kernel = scaled ? &backward_rows_avx512<true, Scalar, OutScalar> : &backward_rows_avx512<false, Scalar, OutScalar>;
+#endif
+  for_each_row_block(rows, threads, [&](Index b, Index e) { kernel(job, b, e); });
+}
+
+}  // namespace detail
+
+/// Fused forward: per row of `logits` (N, V), the log-probability of `labels[i]` (pass an empty
+/// span to skip it), the entropy and the sum of squared probabilities of softmax(logits / T).
+/// Reads each logit once. Labels must lie in [0, V).
+template <class Derived>
+  requires LogitScalar<typename Derived::Scalar>
+LogprobEntropy fused_logprob_entropy(const Eigen::MatrixBase<Derived>& logits, std::span<const std::int64_t> labels,
+                                     const LogitsKernelOptions& options = {}) {
+  using Scalar = typename Derived::Scalar;
+  const ConstMatrixRef<Scalar> x(logits.derived());  // no copy for row-major contiguous rows
+  const Index rows = x.rows(), vocab = x.cols();
+  VERL_CHECK_ARG(vocab > 0, "logits: expected at least one column (vocab size V), got shape ({}, {})", rows, vocab);
+  detail::require_kernel_options(options);
+  const bool with_labels = !labels.empty();
+  if (with_labels) detail::require_labels(labels, rows, vocab);
+  LogprobEntropy result;
+  result.log_probs.resize(with_labels ? rows : 0);
+  result.entropy.resize(rows);
+  result.sum_pi_squared.resize(rows);
+  result.row_max.resize(rows);
+  result.log_normalizer.resize(rows);
+  const detail::ForwardJob<Scalar> job{x.data(),
+                                       x.outerStride(),
+                                       vocab,
+                                       with_labels ? labels.data() : nullptr,
+                                       options.temperature,
+                                       result.log_probs.data(),
+                                       result.entropy.data(),
+                                       result.sum_pi_squared.data(),
+                                       result.row_max.data(),
+                                       result.log_normalizer.data()};
+  detail::run_forward(job, rows, options);
+  return result;
+}
+
+/// Fused backward into `grad_logits` (N, V), which may be the logits themselves (in-place, as
+/// flash-attn's cross-entropy does). `forward` is the result of fused_logprob_entropy on the same
+/// logits and options; `labels` must be those of the forward pass when a log-prob cotangent is
+/// given.
+template <class Derived, class OutScalar>
+  requires LogitScalar<typename Derived::Scalar> && LogitScalar<OutScalar>
+void fused_logprob_entropy_backward_into(const Eigen::MatrixBase<Derived>& logits, std::span<const std::int64_t> labels,
+                                         const LogprobEntropy& forward, const LogprobEntropyCotangents& cotangents,
+                                         Eigen::Ref<RowMatrix<OutScalar>> grad_logits,
+                                         const LogitsKernelOptions& options = {}) {
+  using Scalar = typename Derived::Scalar;
+  const ConstMatrixRef<Scalar> x(logits.derived());
+  const Index rows = x.rows(), vocab = x.cols();
+  VERL_CHECK_ARG(vocab > 0, "logits: expected at least one column (vocab size V), got shape ({}, {})", rows, vocab);
+  detail::require_kernel_options(options);
+  verl::detail::require_same_shape("grad_logits", shape_of(grad_logits), "logits", {rows, vocab});
+  detail::require_cotangent("cotangents.log_probs", cotangents.log_probs, rows);
+  detail::require_cotangent("cotangents.entropy", cotangents.entropy, rows);
+  detail::require_cotangent("cotangents.sum_pi_squared", cotangents.sum_pi_squared, rows);
+  verl::detail::require_length("forward.row_max", forward.row_max.size(), rows);
+  verl::detail::require_length("forward.log_normalizer", forward.log_normalizer.size(), rows);
+  verl::detail::require_length("forward.entropy", forward.entropy.size(), rows);
+  verl::detail::require_length("forward.sum_pi_squared", forward.sum_pi_squared.size(), rows);
+  const bool with_labels = !cotangents.log_probs.empty();
+  if (with_labels) detail::require_labels(labels, rows, vocab);
+  const detail::BackwardJob<Scalar, OutScalar> job{x.data(),
+                                                   x.outerStride(),
+                                                   vocab,
+                                                   with_labels ? labels.data() : nullptr,
+                                                   options.temperature,
+                                                   forward.row_max.data(),
+                                                   forward.log_normalizer.data(),
+                                                   forward.entropy.data(),
+                                                   forward.sum_pi_squared.data(),
+                                                   with_labels ? cotangents.log_probs.data() : nullptr,
+                                                   cotangents.entropy.empty() ? nullptr : cotangents.entropy.data(),
+                                                   cotangents.sum_pi_squared.empty() ? nullptr
+                                                                                     : cotangents.sum_pi_squared.data(),
+                                                   grad_logits.data(),
+                                                   grad_logits.outerStride()};
+  detail::run_backward(job, rows, options);
+}
+
+/// Fused backward returning d(loss)/d(logits), in the logits' element type.
+template <class Derived>
+  requires LogitScalar<typename Derived::Scalar>
+RowMatrix<typename Derived::Scalar> fused_logprob_entropy_backward(const Eigen::MatrixBase<Derived>& logits,
+                                                                   std::span<const std::int64_t> labels,
+                                                                   const LogprobEntropy& forward,
+                                                                   const LogprobEntropyCotangents& cotangents,
+                                                                   const LogitsKernelOptions& options = {}) {
+  RowMatrix<typename Derived::Scalar> grad(logits.rows(), logits.cols());
+  fused_logprob_entropy_backward_into<Derived, typename Derived::Scalar>(logits, labels, forward, cotangents, grad,
+                                                                         options);
+  return grad;
+}
+
+/// An Eigen vector as a cotangent span.
+inline std::span<const float> as_span(const VectorF& v) { return {v.data(), static_cast<std::size_t>(v.size())}; }
+
+}  // namespace verl::algo
+
