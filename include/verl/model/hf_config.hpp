@@ -1,0 +1,336 @@
+// A Hugging Face `config.json` for the Llama / Qwen2 decoder family, parsed into a struct.
+//
+// The shape-defining keys (hidden_size, intermediate_size, num_hidden_layers,
+// num_attention_heads, vocab_size) are required; every other key falls back to the default of the
+// architecture's transformers config class (LlamaConfig / Qwen2Config), so a config that loads
+// in transformers loads here with the same values. A missing or ill-typed key is a
+// verl::InvalidArgument naming the file and the key.
+#pragma once
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "verl/core/error.hpp"
+#include "verl/model/detail/file_io.hpp"
+
+namespace verl::model {
+
+/// The decoder families the reference model implements.
+enum class ModelFamily { llama, qwen2 };
+
+constexpr std::string_view to_string(ModelFamily family) {
+  return family == ModelFamily::llama ? "llama" : "qwen2";
+}
+
+/// `rope_scaling` (Llama-3.1 "llama3", "linear", "dynamic", "yarn", ...); which fields matter
+/// depends on the type, absent ones keep transformers' defaults.
+struct RopeScaling {
+  std::string rope_type;  ///< "rope_type" (or the legacy "type")
+  double factor = 1.0;
+  double low_freq_factor = 1.0;
+  double high_freq_factor = 4.0;
+  std::optional<std::int64_t> original_max_position_embeddings;
+  friend bool operator==(const RopeScaling&, const RopeScaling&) = default;
+};
+
+struct HfModelConfig {
+  ModelFamily family = ModelFamily::llama;
+  std::string model_type;                  ///< "llama" or "qwen2"
+  std::vector<std::string> architectures;  ///< e.g. {"Qwen2ForCausalLM"}
+  std::int64_t hidden_size = 0;
+  std::int64_t intermediate_size = 0;
+  std::int64_t num_hidden_layers = 0;
+  std::int64_t num_attention_heads = 0;
+  std::int64_t num_key_value_heads = 0;  ///< defaults to num_attention_heads (no GQA)
+  std::int64_t head_dim = 0;             ///< defaults to hidden_size / num_attention_heads
+  std::int64_t vocab_size = 0;
+  std::int64_t max_position_embeddings = 0;
+  double rms_norm_eps = 1e-6;
+  double rope_theta = 10000.0;
+  std::optional<RopeScaling> rope_scaling;
+  std::string hidden_act = "silu";
+  bool tie_word_embeddings = false;
+  bool qkv_bias = false;    ///< q/k/v projections have biases (always for Qwen2; attention_bias for Llama)
+  bool o_proj_bias = false; ///< o_proj has a bias (Llama's attention_bias; never for Qwen2)
+  bool mlp_bias = false;    ///< Llama's mlp_bias
+  bool use_sliding_window = false;  ///< Qwen2 only
+  std::vector<std::int64_t> bos_token_ids;  ///< bos_token_id: int, list or null
+  std::vector<std::int64_t> eos_token_ids;  ///< eos_token_id: int, list or null
+  std::optional<std::int64_t> pad_token_id;
+  std::optional<std::string> torch_dtype;  ///< "torch_dtype" (or "dtype" in newer files)
+
+  [[nodiscard]] std::optional<std::int64_t> bos_token_id() const {
+    return bos_token_ids.empty() ? std::nullopt : std::optional(bos_token_ids.front());
+  }
+  [[nodiscard]] std::int64_t num_key_value_groups() const { return num_attention_heads / num_key_value_heads; }
+
+  /// Parses a config object; `source` names it in error messages.
+  static HfModelConfig from_json(const nlohmann::json& json, std::string_view source = "config.json");
+  /// Reads `path` (a config.json, or a model folder containing one).
+  static HfModelConfig from_file(const std::filesystem::path& path);
+  /// The config as transformers writes it (round-trips through from_json).
+  [[nodiscard]] nlohmann::json to_json() const;
+
+  friend bool operator==(const HfModelConfig&, const HfModelConfig&) = default;
+};
+
+namespace detail {
+
+/// Typed access to config keys with messages that name the file and the key.
+class ConfigReader {
+ public:
+  ConfigReader(const nlohmann::json& json, std::string_view source) : json_(json), source_(source) {}
+
+  /// Present and not null.
+  [[nodiscard]] bool has(std::string_view key) const {
+    const auto found = json_.find(key);
+    return found != json_.end() && !found->is_null();
+  }
+  /// Present, possibly null (an explicit null overrides a default).
+  [[nodiscard]] bool present(std::string_view key) const { return json_.find(key) != json_.end(); }
+
+  [[nodiscard]] std::int64_t required_int(std::string_view key) const {
+    VERL_CHECK_ARG(has(key), "{}: missing required key '{}'", source_, key);
+    return as_int(key, json_.at(std::string(key)));
+  }
+  [[nodiscard]] std::int64_t int_or(std::string_view key, std::int64_t fallback) const {
+    return has(key) ? as_int(key, json_.at(std::string(key))) : fallback;
+  }
+  [[nodiscard]] double number_or(std::string_view key, double fallback) const {
+    if (!has(key)) return fallback;
+    const auto& value = json_.at(std::string(key));
+    VERL_CHECK_ARG(value.is_number(), "{}: key '{}': expected a number, got {} ({})", source_, key, value.type_name(),
+                   value.dump());
+    return value.get<double>();
+  }
+  [[nodiscard]] bool bool_or(std::string_view key, bool fallback) const {
+    if (!has(key)) return fallback;
+    const auto& value = json_.at(std::string(key));
+    VERL_CHECK_ARG(value.is_boolean(), "{}: key '{}': expected true or false, got {} ({})", source_, key,
+                   value.type_name(), value.dump());
+    return value.get<bool>();
+  }
+  [[nodiscard]] std::optional<std::string> optional_string(std::string_view key) const {
+    if (!has(key)) return std::nullopt;
+    const auto& value = json_.at(std::string(key));
+    VERL_CHECK_ARG(value.is_string(), "{}: key '{}': expected a string, got {} ({})", source_, key, value.type_name(),
+                   value.dump());
+    return value.get<std::string>();
+  }
+  /// An int, a list of ints, or null/absent (empty).
+  [[nodiscard]] std::vector<std::int64_t> int_or_list(std::string_view key) const {
+    if (!has(key)) return {};
+    const auto& value = json_.at(std::string(key));
+    if (value.is_array()) {
+      std::vector<std::int64_t> out;
+      for (const auto& item : value) out.push_back(as_int(key, item));
+      return out;
+    }
+    return {as_int(key, value)};
+  }
+  [[nodiscard]] std::vector<std::string> string_list(std::string_view key) const {
+    if (!has(key)) return {};
+    const auto& value = json_.at(std::string(key));
+    VERL_CHECK_ARG(value.is_array(), "{}: key '{}': expected a list of strings, got {}", source_, key, value.dump());
+    std::vector<std::string> out;
+    for (const auto& item : value) {
+      VERL_CHECK_ARG(item.is_string(), "{}: key '{}': expected a list of strings, got {}", source_, key, value.dump());
+      out.push_back(item.get<std::string>());
+    }
+    return out;
+  }
+  [[nodiscard]] const nlohmann::json* object_or_null(std::string_view key) const {
+    if (!has(key)) return nullptr;
+    const auto& value = json_.at(std::string(key));
+    VERL_CHECK_ARG(value.is_object(), "{}: key '{}': expected an object or null, got {}", source_, key, value.dump());
+    return &value;
+  }
+
+ private:
+  [[nodiscard]] std::int64_t as_int(std::string_view key, const nlohmann::json& value) const {
+    VERL_CHECK_ARG(value.is_number_integer(), "{}: key '{}': expected an integer, got {} ({})", source_, key,
+                   value.type_name(), value.dump());
+    return value.get<std::int64_t>();
+  }
+
+  const nlohmann::json& json_;
+  std::string_view source_;
+};
+
+inline ModelFamily family_of(const ConfigReader& reader, std::string_view source,
+                             const std::vector<std::string>& architectures) {
+  if (const auto model_type = reader.optional_string("model_type")) {
+    if (*model_type == "llama") return ModelFamily::llama;
+    if (*model_type == "qwen2") return ModelFamily::qwen2;
+    ::verl::detail::throw_invalid_argument("{}: model_type: expected one of llama, qwen2, got '{}'", source,
+                                           *model_type);
+  }
+  // Older files without model_type: the architecture class name tells the family.
+  for (const auto& name : architectures) {
+    if (name.starts_with("Llama")) return ModelFamily::llama;
+    if (name.starts_with("Qwen2")) return ModelFamily::qwen2;
+  }
+  ::verl::detail::throw_invalid_argument(
+      "{}: expected model_type llama or qwen2 (or a Llama*/Qwen2* architecture), got neither (architectures: [{}])",
+      source, fmt::join(architectures, ", "));
+}
+
+}  // namespace detail
+
+inline HfModelConfig HfModelConfig::from_json(const nlohmann::json& json, std::string_view source) {
+  VERL_CHECK_ARG(json.is_object(), "{}: expected a JSON object, got {}", source, json.type_name());
+  const detail::ConfigReader reader(json, source);
+  HfModelConfig config;
+  config.architectures = reader.string_list("architectures");
+  config.family = detail::family_of(reader, source, config.architectures);
+  config.model_type = std::string(to_string(config.family));
+  const bool llama = config.family == ModelFamily::llama;
+
+  config.hidden_size = reader.required_int("hidden_size");
+  config.intermediate_size = reader.required_int("intermediate_size");
+  config.num_hidden_layers = reader.required_int("num_hidden_layers");
+  config.num_attention_heads = reader.required_int("num_attention_heads");
+  config.vocab_size = reader.required_int("vocab_size");
+  for (const auto& [key, value] :
+       {std::pair{"hidden_size", config.hidden_size}, std::pair{"intermediate_size", config.intermediate_size},
+        std::pair{"num_hidden_layers", config.num_hidden_layers},
+        std::pair{"num_attention_heads", config.num_attention_heads}, std::pair{"vocab_size", config.vocab_size}}) {
+    VERL_CHECK_ARG(value > 0, "{}: key '{}': expected a positive integer, got {}", source, key, value);
+  }
+  config.num_key_value_heads = reader.int_or("num_key_value_heads", config.num_attention_heads);
+  VERL_CHECK_ARG(config.num_key_value_heads > 0 && config.num_attention_heads % config.num_key_value_heads == 0,
+                 "{}: key 'num_key_value_heads': expected a positive divisor of num_attention_heads ({}), got {}",
+                 source, config.num_attention_heads, config.num_key_value_heads);
+  if (reader.has("head_dim")) {
+    config.head_dim = reader.int_or("head_dim", 0);
+    VERL_CHECK_ARG(config.head_dim > 0, "{}: key 'head_dim': expected a positive integer, got {}", source,
+                   config.head_dim);
+  } else {
+    VERL_CHECK_ARG(config.hidden_size % config.num_attention_heads == 0,
+                   "{}: key 'hidden_size': expected a multiple of num_attention_heads ({}) when head_dim is absent, "
+                   "got {}",
+                   source, config.num_attention_heads, config.hidden_size);
+    config.head_dim = config.hidden_size / config.num_attention_heads;
+  }
+  config.max_position_embeddings = reader.int_or("max_position_embeddings", llama ? 2048 : 32768);
+  VERL_CHECK_ARG(config.max_position_embeddings > 0,
+                 "{}: key 'max_position_embeddings': expected a positive integer, got {}", source,
+                 config.max_position_embeddings);
+  config.rms_norm_eps = reader.number_or("rms_norm_eps", 1e-6);
+  VERL_CHECK_ARG(config.rms_norm_eps > 0, "{}: key 'rms_norm_eps': expected > 0, got {}", source, config.rms_norm_eps);
+
+  // Newer transformers nest the rope settings in "rope_parameters".
+  const nlohmann::json* rope_parameters = reader.object_or_null("rope_parameters");
+  const nlohmann::json* rope_scaling = reader.object_or_null("rope_scaling");
+  config.rope_theta = reader.number_or("rope_theta", 10000.0);
+  if (rope_parameters != nullptr) {
+    const detail::ConfigReader rope(*rope_parameters, source);
+    config.rope_theta = rope.number_or("rope_theta", config.rope_theta);
+    if (!rope_scaling && rope.optional_string("rope_type").value_or("default") != "default") {
+      rope_scaling = rope_parameters;
+    }
+  }
+  VERL_CHECK_ARG(config.rope_theta > 0, "{}: key 'rope_theta': expected > 0, got {}", source, config.rope_theta);
+  if (rope_scaling != nullptr) {
+    const detail::ConfigReader rope(*rope_scaling, source);
+    RopeScaling scaling;
+    scaling.rope_type = rope.optional_string("rope_type").value_or(rope.optional_string("type").value_or(""));
+    VERL_CHECK_ARG(!scaling.rope_type.empty(), "{}: key 'rope_scaling': expected a 'rope_type' (or 'type'), got {}",
+                   source, rope_scaling->dump());
+    scaling.factor = rope.number_or("factor", 1.0);
+    scaling.low_freq_factor = rope.number_or("low_freq_factor", 1.0);
+    scaling.high_freq_factor = rope.number_or("high_freq_factor", 4.0);
+    if (rope.has("original_max_position_embeddings")) {
+      scaling.original_max_position_embeddings = rope.int_or("original_max_position_embeddings", 0);
+    }
+    if (scaling.rope_type != "default") config.rope_scaling = scaling;
+  }
+
+  config.hidden_act = reader.optional_string("hidden_act").value_or("silu");
+  config.tie_word_embeddings = reader.bool_or("tie_word_embeddings", false);
+  if (llama) {
+    config.qkv_bias = config.o_proj_bias = reader.bool_or("attention_bias", false);
+    config.mlp_bias = reader.bool_or("mlp_bias", false);
+  } else {
+    // Qwen2's attention always has q/k/v biases and a bias-free o_proj.
+    config.qkv_bias = true;
+    config.o_proj_bias = false;
+    config.use_sliding_window = reader.bool_or("use_sliding_window", false);
+  }
+  config.bos_token_ids = reader.present("bos_token_id") ? reader.int_or_list("bos_token_id")
+                                                    : (llama ? std::vector<std::int64_t>{1} : std::vector<std::int64_t>{});
+  config.eos_token_ids = reader.present("eos_token_id") ? reader.int_or_list("eos_token_id")
+                                                    : (llama ? std::vector<std::int64_t>{2} : std::vector<std::int64_t>{});
+  if (reader.has("pad_token_id")) config.pad_token_id = reader.int_or("pad_token_id", 0);
+  config.torch_dtype = reader.optional_string("torch_dtype");
+  if (!config.torch_dtype) config.torch_dtype = reader.optional_string("dtype");
+  return config;
+}
+
+inline HfModelConfig HfModelConfig::from_file(const std::filesystem::path& path) {
+  const auto file = std::filesystem::is_directory(path) ? path / "config.json" : path;
+  const std::string text = detail::read_text_file(file);
+  nlohmann::json json;
+  try {
+    json = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& error) {
+    ::verl::detail::throw_invalid_argument("{}: not valid JSON ({})", file.string(), error.what());
+  }
+  return from_json(json, file.string());
+}
+
+inline nlohmann::json HfModelConfig::to_json() const {
+  nlohmann::json json = {
+      {"architectures", architectures},
+      {"model_type", model_type},
+      {"hidden_size", hidden_size},
+      {"intermediate_size", intermediate_size},
+      {"num_hidden_layers", num_hidden_layers},
+      {"num_attention_heads", num_attention_heads},
+      {"num_key_value_heads", num_key_value_heads},
+      {"head_dim", head_dim},
+      {"vocab_size", vocab_size},
+      {"max_position_embeddings", max_position_embeddings},
+      {"rms_norm_eps", rms_norm_eps},
+      {"rope_theta", rope_theta},
+      {"hidden_act", hidden_act},
+      {"tie_word_embeddings", tie_word_embeddings},
+  };
+  if (family == ModelFamily::llama) {
+    json["attention_bias"] = qkv_bias;
+    json["mlp_bias"] = mlp_bias;
+  } else {
+    json["use_sliding_window"] = use_sliding_window;
+  }
+  auto ids = [](const std::vector<std::int64_t>& values) -> nlohmann::json {
+    if (values.empty()) return nullptr;
+    if (values.size() == 1) return values.front();
+    return values;
+  };
+  json["bos_token_id"] = ids(bos_token_ids);
+  json["eos_token_id"] = ids(eos_token_ids);
+  json["pad_token_id"] = pad_token_id ? nlohmann::json(*pad_token_id) : nlohmann::json(nullptr);
+  if (rope_scaling) {
+    nlohmann::json scaling = {{"rope_type", rope_scaling->rope_type},
+                              {"factor", rope_scaling->factor},
+                              {"low_freq_factor", rope_scaling->low_freq_factor},
+                              {"high_freq_factor", rope_scaling->high_freq_factor}};
+    if (rope_scaling->original_max_position_embeddings) {
+      scaling["original_max_position_embeddings"] = *rope_scaling->original_max_position_embeddings;
+    }
+    json["rope_scaling"] = scaling;
+  } else {
+    json["rope_scaling"] = nullptr;
+  }
+  if (torch_dtype) json["torch_dtype"] = *torch_dtype;
+  return json;
+}
+
+}  // namespace verl::model

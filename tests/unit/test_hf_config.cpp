@@ -1,0 +1,199 @@
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+
+#include "verl/model/hf_config.hpp"
+
+using namespace verl;
+using namespace verl::model;
+
+namespace {
+
+// The shapes of real published configs (Qwen2.5-0.5B-Instruct, Llama-3.2-1B-Instruct).
+const char* qwen2_config = R"({
+  "architectures": ["Qwen2ForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 151643,
+  "eos_token_id": 151645, "hidden_act": "silu", "hidden_size": 896, "initializer_range": 0.02,
+  "intermediate_size": 4864, "max_position_embeddings": 32768, "max_window_layers": 21,
+  "model_type": "qwen2", "num_attention_heads": 14, "num_hidden_layers": 24, "num_key_value_heads": 2,
+  "rms_norm_eps": 1e-06, "rope_theta": 1000000.0, "sliding_window": 32768, "tie_word_embeddings": true,
+  "torch_dtype": "bfloat16", "transformers_version": "4.43.1", "use_cache": true,
+  "use_sliding_window": false, "vocab_size": 151936})";
+
+const char* llama_config = R"({
+  "architectures": ["LlamaForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+  "bos_token_id": 128000, "eos_token_id": [128001, 128008, 128009], "head_dim": 64, "hidden_act": "silu",
+  "hidden_size": 2048, "initializer_range": 0.02, "intermediate_size": 8192, "max_position_embeddings": 131072,
+  "mlp_bias": false, "model_type": "llama", "num_attention_heads": 32, "num_hidden_layers": 16,
+  "num_key_value_heads": 8, "pretraining_tp": 1, "rms_norm_eps": 1e-05,
+  "rope_scaling": {"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                   "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+  "rope_theta": 500000.0, "tie_word_embeddings": true, "torch_dtype": "bfloat16", "use_cache": true,
+  "vocab_size": 128256})";
+
+std::string error_of(const nlohmann::json& json) {
+  try {
+    (void)HfModelConfig::from_json(json, "tiny/config.json");
+  } catch (const InvalidArgument& error) {
+    return error.what();
+  }
+  ADD_FAILURE() << "expected verl::InvalidArgument for " << json.dump();
+  return {};
+}
+
+bool contains(const std::string& text, std::string_view part) { return text.find(part) != std::string::npos; }
+
+}  // namespace
+
+TEST(HfConfig, ParsesAQwen2Config) {
+  const auto config = HfModelConfig::from_json(nlohmann::json::parse(qwen2_config));
+  EXPECT_EQ(config.family, ModelFamily::qwen2);
+  EXPECT_EQ(config.architectures, std::vector<std::string>{"Qwen2ForCausalLM"});
+  EXPECT_EQ(config.hidden_size, 896);
+  EXPECT_EQ(config.intermediate_size, 4864);
+  EXPECT_EQ(config.num_hidden_layers, 24);
+  EXPECT_EQ(config.num_attention_heads, 14);
+  EXPECT_EQ(config.num_key_value_heads, 2);
+  EXPECT_EQ(config.num_key_value_groups(), 7);
+  EXPECT_EQ(config.head_dim, 64);
+  EXPECT_EQ(config.vocab_size, 151936);
+  EXPECT_EQ(config.max_position_embeddings, 32768);
+  EXPECT_DOUBLE_EQ(config.rms_norm_eps, 1e-6);
+  EXPECT_DOUBLE_EQ(config.rope_theta, 1e6);
+  EXPECT_FALSE(config.rope_scaling.has_value());
+  EXPECT_TRUE(config.tie_word_embeddings);
+  EXPECT_TRUE(config.qkv_bias);
+  EXPECT_FALSE(config.o_proj_bias);
+  EXPECT_EQ(config.bos_token_id(), 151643);
+  EXPECT_EQ(config.eos_token_ids, std::vector<std::int64_t>{151645});
+  EXPECT_FALSE(config.pad_token_id.has_value());
+  EXPECT_EQ(config.torch_dtype, "bfloat16");
+}
+
+TEST(HfConfig, ParsesALlama3Config) {
+  const auto config = HfModelConfig::from_json(nlohmann::json::parse(llama_config));
+  EXPECT_EQ(config.family, ModelFamily::llama);
+  EXPECT_EQ(config.head_dim, 64);
+  EXPECT_EQ(config.num_key_value_heads, 8);
+  EXPECT_DOUBLE_EQ(config.rms_norm_eps, 1e-5);
+  EXPECT_DOUBLE_EQ(config.rope_theta, 500000.0);
+  ASSERT_TRUE(config.rope_scaling.has_value());
+  EXPECT_EQ(config.rope_scaling->rope_type, "llama3");
+  EXPECT_DOUBLE_EQ(config.rope_scaling->factor, 32.0);
+  EXPECT_EQ(config.rope_scaling->original_max_position_embeddings, 8192);
+  EXPECT_FALSE(config.qkv_bias);
+  EXPECT_FALSE(config.o_proj_bias);
+  EXPECT_EQ(config.eos_token_ids, (std::vector<std::int64_t>{128001, 128008, 128009}));
+}
+
+TEST(HfConfig, DefaultsFollowTheTransformersConfigClasses) {
+  const nlohmann::json minimal = {{"model_type", "llama"},       {"hidden_size", 64},       {"intermediate_size", 128},
+                                  {"num_hidden_layers", 2},      {"num_attention_heads", 4}, {"vocab_size", 100}};
+  const auto llama = HfModelConfig::from_json(minimal);
+  EXPECT_EQ(llama.num_key_value_heads, 4);
+  EXPECT_EQ(llama.head_dim, 16);
+  EXPECT_EQ(llama.max_position_embeddings, 2048);
+  EXPECT_DOUBLE_EQ(llama.rope_theta, 10000.0);
+  EXPECT_FALSE(llama.tie_word_embeddings);
+  EXPECT_EQ(llama.bos_token_ids, std::vector<std::int64_t>{1});
+  EXPECT_EQ(llama.eos_token_ids, std::vector<std::int64_t>{2});
+  auto no_bos = minimal;
+  no_bos["bos_token_id"] = nullptr;  // an explicit null is not the default
+  EXPECT_TRUE(HfModelConfig::from_json(no_bos).bos_token_ids.empty());
+  EXPECT_EQ(HfModelConfig::from_json(HfModelConfig::from_json(no_bos).to_json()), HfModelConfig::from_json(no_bos));
+
+  auto qwen_json = minimal;
+  qwen_json["model_type"] = "qwen2";
+  qwen_json["bos_token_id"] = nullptr;
+  const auto qwen = HfModelConfig::from_json(qwen_json);
+  EXPECT_EQ(qwen.max_position_embeddings, 32768);
+  EXPECT_TRUE(qwen.bos_token_ids.empty());
+  EXPECT_TRUE(qwen.qkv_bias);
+
+  // Llama with attention_bias has biases on q, k, v and o.
+  auto biased = minimal;
+  biased["attention_bias"] = true;
+  const auto with_bias = HfModelConfig::from_json(biased);
+  EXPECT_TRUE(with_bias.qkv_bias);
+  EXPECT_TRUE(with_bias.o_proj_bias);
+
+  // No model_type: the architecture name decides.
+  auto legacy = minimal;
+  legacy.erase("model_type");
+  legacy["architectures"] = {"Qwen2ForTokenClassification"};
+  EXPECT_EQ(HfModelConfig::from_json(legacy).family, ModelFamily::qwen2);
+
+  // transformers v5 nests the rope settings.
+  auto nested = minimal;
+  nested["rope_parameters"] = {{"rope_theta", 250000.0}, {"rope_type", "default"}};
+  EXPECT_DOUBLE_EQ(HfModelConfig::from_json(nested).rope_theta, 250000.0);
+  EXPECT_FALSE(HfModelConfig::from_json(nested).rope_scaling.has_value());
+}
+
+TEST(HfConfig, ErrorsNameTheFileAndTheKey) {
+  auto json = nlohmann::json::parse(qwen2_config);
+  json.erase("hidden_size");
+  auto message = error_of(json);
+  EXPECT_TRUE(contains(message, "tiny/config.json")) << message;
+  EXPECT_TRUE(contains(message, "missing required key 'hidden_size'")) << message;
+
+  json = nlohmann::json::parse(qwen2_config);
+  json["num_hidden_layers"] = "24";
+  message = error_of(json);
+  EXPECT_TRUE(contains(message, "key 'num_hidden_layers': expected an integer, got string")) << message;
+
+  json = nlohmann::json::parse(qwen2_config);
+  json["vocab_size"] = 151936.5;
+  EXPECT_TRUE(contains(error_of(json), "'vocab_size': expected an integer"));
+
+  json = nlohmann::json::parse(qwen2_config);
+  json["num_key_value_heads"] = 3;
+  EXPECT_TRUE(contains(error_of(json), "num_key_value_heads"));
+
+  json = nlohmann::json::parse(qwen2_config);
+  json["tie_word_embeddings"] = 1;
+  EXPECT_TRUE(contains(error_of(json), "'tie_word_embeddings': expected true or false"));
+
+  json = nlohmann::json::parse(qwen2_config);
+  json["eos_token_id"] = {1, "two"};
+  EXPECT_TRUE(contains(error_of(json), "'eos_token_id'"));
+
+  json = nlohmann::json::parse(qwen2_config);
+  json["model_type"] = "mistral";
+  message = error_of(json);
+  EXPECT_TRUE(contains(message, "expected one of llama, qwen2, got 'mistral'")) << message;
+
+  json = nlohmann::json::parse(qwen2_config);
+  json["hidden_size"] = 0;
+  EXPECT_TRUE(contains(error_of(json), "'hidden_size': expected a positive integer, got 0"));
+
+  json = nlohmann::json::parse(llama_config);
+  json.erase("head_dim");
+  json["hidden_size"] = 2050;
+  EXPECT_TRUE(contains(error_of(json), "multiple of num_attention_heads"));
+
+  json = nlohmann::json::parse(llama_config);
+  json["rope_scaling"] = {{"factor", 2.0}};
+  EXPECT_TRUE(contains(error_of(json), "rope_type"));
+
+  EXPECT_TRUE(contains(error_of(nlohmann::json::array()), "expected a JSON object"));
+}
+
+TEST(HfConfig, RoundTripsThroughJsonAndFiles) {
+  for (const char* text : {qwen2_config, llama_config}) {
+    const auto config = HfModelConfig::from_json(nlohmann::json::parse(text));
+    EXPECT_EQ(HfModelConfig::from_json(config.to_json()), config);
+  }
+  const auto folder = std::filesystem::temp_directory_path() / ("verl_hf_config_" + std::to_string(std::random_device{}()));
+  std::filesystem::create_directories(folder);
+  std::ofstream(folder / "config.json") << llama_config;
+  EXPECT_EQ(HfModelConfig::from_file(folder).hidden_size, 2048);
+  EXPECT_EQ(HfModelConfig::from_file(folder / "config.json").num_hidden_layers, 16);
+  std::ofstream(folder / "config.json") << "{ not json";
+  EXPECT_THROW((void)HfModelConfig::from_file(folder), InvalidArgument);
+  std::filesystem::remove_all(folder);
+  EXPECT_THROW((void)HfModelConfig::from_file(folder), InvalidArgument);
+}
