@@ -104,8 +104,8 @@ struct ReshardGeometry {
     return c.tp * tp_stride + c.pp * pp_stride + c.dp * dp_stride;
   }
 
-  /// Validates a pair of sizes; `train` and `gen` are laid out in Megatron's tp-dp-pp order
-  /// when no strides are given.
+  /// Validates a pair of sizes; the training ranks are laid out in Megatron's tp-dp-pp order.
+  /// A generation dp that is not given is inferred from the world size.
   static constexpr ReshardGeometry from_sizes(const AxisSizes& train, const AxisSizes& gen) {
     for (AxisKind kind : {AxisKind::cp, AxisKind::ep}) {
       VERL_CHECK_ARG(train[kind] == 1, "train: axis {}: expected size 1 (resharding maps tp, pp and dp), got {}",
@@ -119,7 +119,11 @@ struct ReshardGeometry {
     g.train_dp = train[AxisKind::dp];
     g.gen_tp = gen[AxisKind::tp];
     g.gen_pp = gen[AxisKind::pp];
-    g.gen_dp = gen[AxisKind::dp];
+    // Generation dp, when not given, takes the ranks left over (like Megatron's dp).
+    const std::int64_t gen_model_parallel = g.gen_tp * g.gen_pp;
+    g.gen_dp = gen.has(AxisKind::dp) || gen_model_parallel <= 0 || (train.world_size() % gen_model_parallel) != 0
+                   ? gen[AxisKind::dp]
+                   : train.world_size() / gen_model_parallel;
     g.tp_stride = 1;
     g.dp_stride = g.train_tp;
     g.pp_stride = g.train_tp * g.train_dp;
