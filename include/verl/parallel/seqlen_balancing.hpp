@@ -190,10 +190,21 @@ struct KKSubset {
   std::int32_t tail = -1;
 };
 
+/// A state of k subsets in verl's descending order, storing only the non-empty ones. The empty
+/// subsets are all alike and sort between the subsets with sum >= 0 and those with sum < 0, so
+/// the full order is: subsets[0, nonnegative), k - subsets.size() empty ones, the rest. Early
+/// states hold one item, so this keeps memory and merge cost O(items) rather than O(k).
+struct KKState {
+  std::vector<KKSubset> subsets;
+  std::size_t nonnegative = 0;
+  std::int64_t spread = 0;  ///< largest minus smallest subset sum, cached for the heap
+};
+
 /// Largest differencing method with verl's exact orderings:
 /// * subset order: by sum, then size, then the (index, value) item lists lexicographically;
 /// * state order for the heapq: larger spread first, then larger first subset first;
-/// * a state's subsets are kept in descending order, ties in their previous order.
+/// * a merge pairs the i-th largest subset of one state with the i-th smallest of the other,
+///   appending the latter's items, and re-sorts descending.
 class KarmarkarKarpSolver {
  public:
   KarmarkarKarpSolver(std::span<const std::int64_t> seqlens, int k_partitions, bool equal_size)
@@ -205,43 +216,70 @@ class KarmarkarKarpSolver {
     for (std::size_t i = 0; i < n; ++i) sorted[i] = {seqlens_[i], static_cast<int>(i)};
     std::sort(sorted.begin(), sorted.end());  // Python's sorted((seqlen, i))
 
-    // Each initial state holds one item (k items with equal_size) in otherwise empty subsets.
+    // Each initial state holds one item (k items with equal_size), in order of the sorted list.
     const std::size_t items_per_state = equal_size_ ? k_ : 1;
     const std::size_t num_states = n / items_per_state;
-    subsets_.assign(num_states * k_, KKSubset{});
+    states_.assign(num_states, KKState{});
     next_.assign(n, -1);
-    std::vector<std::size_t> heap;
+    std::vector<HeapEntry> heap;
     heap.reserve(num_states);
-    const auto state_less = [this](std::size_t a, std::size_t b) { return state_precedes(a, b); };
+    const auto state_less = [this](const HeapEntry& a, const HeapEntry& b) { return state_precedes(a, b); };
     for (std::size_t s = 0; s < num_states; ++s) {
-      KKSubset* subsets = subsets_of(s);
+      auto& subsets = states_[s].subsets;
+      subsets.reserve(items_per_state);
       for (std::size_t j = 0; j < items_per_state; ++j) {
         const auto [value, index] = sorted[s * items_per_state + j];
-        subsets[j] = KKSubset{value, 1, index, index};
+        subsets.push_back(KKSubset{value, 1, index, index});
       }
-      sort_descending(s);
-      verl::detail::heapq::push(heap, s, state_less);
+      sort_descending(subsets.begin(), subsets.end());
+      update_order_statistics(states_[s]);
+      verl::detail::heapq::push(heap, HeapEntry{states_[s].spread, s}, state_less);
     }
 
     while (heap.size() > 1) {
-      const std::size_t largest = verl::detail::heapq::pop(heap, state_less);
-      const std::size_t second = verl::detail::heapq::pop(heap, state_less);
+      const std::size_t largest = verl::detail::heapq::pop(heap, state_less).state;
+      const std::size_t second = verl::detail::heapq::pop(heap, state_less).state;
       merge_into(largest, second);
-      verl::detail::heapq::push(heap, largest, state_less);
+      verl::detail::heapq::push(heap, HeapEntry{states_[largest].spread, largest}, state_less);
     }
 
+    const KKState& final_state = states_[heap.front().state];
     Partitions partitions(k_);
-    const KKSubset* final_subsets = subsets_of(heap.front());
     for (std::size_t p = 0; p < k_; ++p) {
-      partitions[p].reserve(static_cast<std::size_t>(final_subsets[p].size));
-      for (int i = final_subsets[p].head; i >= 0; i = next_[static_cast<std::size_t>(i)]) partitions[p].push_back(i);
+      const KKSubset* subset = at(final_state, p);
+      if (subset == nullptr) continue;
+      partitions[p].reserve(static_cast<std::size_t>(subset->size));
+      for (int i = subset->head; i >= 0; i = next_[static_cast<std::size_t>(i)]) partitions[p].push_back(i);
     }
     return partitions;
   }
 
  private:
-  KKSubset* subsets_of(std::size_t state) { return subsets_.data() + state * k_; }
-  const KKSubset* subsets_of(std::size_t state) const { return subsets_.data() + state * k_; }
+  static constexpr std::size_t none = static_cast<std::size_t>(-1);
+
+  /// The spread is copied into the heap so that most comparisons need not touch the state.
+  struct HeapEntry {
+    std::int64_t spread;
+    std::size_t state;
+  };
+
+  std::size_t empty_count(const KKState& s) const { return k_ - s.subsets.size(); }
+
+  /// Index into s.subsets of the subset at `position` in the full order, or `none` if empty.
+  std::size_t stored_index(const KKState& s, std::size_t position) const {
+    if (position < s.nonnegative) return position;
+    const std::size_t empties = empty_count(s);
+    if (position < s.nonnegative + empties) return none;
+    return position - empties;
+  }
+  /// Position in the full order of s.subsets[index].
+  std::size_t position_of(const KKState& s, std::size_t index) const {
+    return index < s.nonnegative ? index : index + empty_count(s);
+  }
+  const KKSubset* at(const KKState& s, std::size_t position) const {
+    const std::size_t i = stored_index(s, position);
+    return i == none ? nullptr : &s.subsets[i];
+  }
 
   bool subset_less(const KKSubset& a, const KKSubset& b) const {
     if (a.sum != b.sum) return a.sum < b.sum;
@@ -253,51 +291,76 @@ class KarmarkarKarpSolver {
     }
   }
 
-  std::int64_t spread(std::size_t state) const {
-    const KKSubset* s = subsets_of(state);
-    return s[0].sum - s[k_ - 1].sum;
+  /// Non-empty subsets hold distinct items, so no two compare equal and an unstable sort gives
+  /// Python's sorted(reverse=True) order.
+  template <class It>
+  void sort_descending(It first, It last) const {
+    std::sort(first, last, [this](const KKSubset& a, const KKSubset& b) { return subset_less(b, a); });
+  }
+
+  /// Recomputes `nonnegative` and `spread` after s.subsets was re-sorted.
+  void update_order_statistics(KKState& s) const {
+    const auto it = std::partition_point(s.subsets.begin(), s.subsets.end(),
+                                         [](const KKSubset& x) { return x.sum >= 0; });
+    s.nonnegative = static_cast<std::size_t>(it - s.subsets.begin());
+    const KKSubset* top = at(s, 0);
+    const KKSubset* bottom = at(s, k_ - 1);
+    s.spread = (top ? top->sum : 0) - (bottom ? bottom->sum : 0);
   }
 
   /// verl's State.__lt__: the heapq pops the largest spread first, then the largest top subset.
-  bool state_precedes(std::size_t a, std::size_t b) const {
-    const std::int64_t spread_a = spread(a), spread_b = spread(b);
-    if (spread_a != spread_b) return spread_a > spread_b;
-    return subset_less(subsets_of(b)[0], subsets_of(a)[0]);
+  bool state_precedes(const HeapEntry& a, const HeapEntry& b) const {
+    if (a.spread != b.spread) return a.spread > b.spread;
+    const KKState& sa = states_[a.state];
+    const KKState& sb = states_[b.state];
+    static const KKSubset empty{};
+    const KKSubset* top_a = at(sa, 0);
+    const KKSubset* top_b = at(sb, 0);
+    return subset_less(top_b ? *top_b : empty, top_a ? *top_a : empty);
   }
 
-  /// Python's sorted(reverse=True). Only empty subsets compare equal, and those are
-  /// interchangeable, so an unstable sort gives the same result.
-  void sort_descending(std::size_t state) {
-    KKSubset* s = subsets_of(state);
-    std::sort(s, s + k_, [this](const KKSubset& a, const KKSubset& b) { return subset_less(b, a); });
-  }
-
-  /// Pairs the i-th largest subset of `into` with the i-th smallest of `from` (items appended in
-  /// order), then re-sorts.
+  /// Pairs the subset at position i of `into` with the one at position k-1-i of `from`. Only
+  /// `from`'s non-empty subsets change anything; the untouched subsets of `into` stay sorted, so
+  /// the new order is a merge of them with the few changed ones.
   void merge_into(std::size_t into, std::size_t from) {
-    KKSubset* dst = subsets_of(into);
-    KKSubset* src = subsets_of(from);
-    for (std::size_t i = 0; i < k_; ++i) {
-      KKSubset& a = dst[i];
-      const KKSubset& b = src[k_ - 1 - i];
-      if (b.size == 0) continue;
-      if (a.size == 0) {
-        a.head = b.head;
-      } else {
-        next_[static_cast<std::size_t>(a.tail)] = b.head;
+    KKState& dst = states_[into];
+    KKState& src = states_[from];
+    changed_.assign(dst.subsets.size(), 0);
+    touched_.clear();
+    for (std::size_t j = 0; j < src.subsets.size(); ++j) {
+      const KKSubset& b = src.subsets[j];
+      const std::size_t i = stored_index(dst, k_ - 1 - position_of(src, j));
+      if (i == none) {
+        touched_.push_back(b);  // lands in an empty subset
+        continue;
       }
+      KKSubset& a = dst.subsets[i];
+      next_[static_cast<std::size_t>(a.tail)] = b.head;
       a.tail = b.tail;
       a.size += b.size;
       a.sum += b.sum;
+      changed_[i] = 1;
     }
-    sort_descending(into);
+    untouched_.clear();
+    for (std::size_t i = 0; i < dst.subsets.size(); ++i)
+      (changed_[i] ? touched_ : untouched_).push_back(dst.subsets[i]);
+    sort_descending(touched_.begin(), touched_.end());
+    dst.subsets.resize(untouched_.size() + touched_.size());
+    std::merge(untouched_.begin(), untouched_.end(), touched_.begin(), touched_.end(), dst.subsets.begin(),
+               [this](const KKSubset& a, const KKSubset& b) { return subset_less(b, a); });
+    update_order_statistics(dst);
+    std::vector<KKSubset>().swap(src.subsets);  // `from` is gone, as in verl
   }
 
   std::span<const std::int64_t> seqlens_;
   std::size_t k_;
   bool equal_size_;
-  std::vector<KKSubset> subsets_;
+  std::vector<KKState> states_;
   std::vector<int> next_;
+  // Scratch buffers reused by every merge.
+  std::vector<char> changed_;
+  std::vector<KKSubset> touched_;
+  std::vector<KKSubset> untouched_;
 };
 
 }  // namespace detail
