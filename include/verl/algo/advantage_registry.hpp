@@ -31,10 +31,10 @@ struct AdvantageConfig {
   double gamma = 1.0;                     ///< algorithm.gamma (gae, reinforce_plus_plus)
   double lam = 1.0;                       ///< algorithm.lam (gae)
   bool norm_adv_by_std_in_grpo = true;    ///< algorithm.norm_adv_by_std_in_grpo (grpo*, false = Dr.GRPO)
-  std::optional<double> epsilon;          ///< 1e-6 for the group estimators, 1e-8 for the OTB ones
+  std::optional<double> epsilon{};        ///< 1e-6 for the group estimators, 1e-8 for the OTB ones
   double f_norm = 1.0;                    ///< gpg
   double alpha = 1.0;                     ///< gpg (ignored by verl: recomputed from the batch)
-  std::optional<bool> handle_zero_tail;   ///< OTB: false for optimal_token_baseline, true for tir_*
+  std::optional<bool> handle_zero_tail{}; ///< OTB: false for optimal_token_baseline, true for tir_*
 };
 
 /// Every estimator type, in verl's AdvantageEstimator enum order (DrGRPO, the "grpo" variant, last).

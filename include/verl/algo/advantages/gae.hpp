@@ -28,13 +28,13 @@ struct GAE {
     detail::validate_advantage_batch<GAE>(batch);
     const Index rows = batch.batch_size(), cols = batch.response_length();
     AdvantageResult out{MatrixF(rows, cols), MatrixF(rows, cols)};
-    detail::MaskedMoments moments;
+    detail::MaskedBatchSum batch_sum(rows, cols);
     // Each row is a serial recursion; running several rows side by side hides its latency.
     constexpr Index block = 8;
     Index i = 0;
-    for (; i + block <= rows; i += block) backward_rows<block>(batch, i, out, moments);
-    for (; i < rows; ++i) backward_rows<1>(batch, i, out, moments);
-    detail::masked_whiten(out.advantages, batch.response_mask, moments, detail::MaskedPositions::whitened,
+    for (; i + block <= rows; i += block) backward_rows<block>(batch, i, out, batch_sum);
+    for (; i < rows; ++i) backward_rows<1>(batch, i, out, batch_sum);
+    detail::masked_whiten(out.advantages, batch.response_mask, batch_sum, detail::MaskedPositions::whitened,
                           out.advantages);
     return out;
   }
@@ -42,7 +42,7 @@ struct GAE {
  private:
   template <Index Rows>
   void backward_rows(const AdvantageBatch& batch, Index first, AdvantageResult& out,
-                     detail::MaskedMoments& moments) const {
+                     detail::MaskedBatchSum& batch_sum) const {
     const Index cols = batch.response_length();
     // Python floats meet float32 tensors: gamma, and gamma*lam (multiplied in double first).
     const float discount = static_cast<float>(gamma);
@@ -76,7 +76,7 @@ struct GAE {
         returns[k][t] = last_advantage[k] + v;
       }
     }
-    for (Index k = 0; k < Rows; ++k) moments.add_row(advantage[k], mask[k], cols);
+    for (Index k = 0; k < Rows; ++k) batch_sum.add_row(advantage[k], mask[k]);
   }
 };
 

@@ -8,6 +8,7 @@
 #include "verl/algo/advantage_estimator.hpp"
 #include "verl/algo/advantages/detail/prompt_groups.hpp"
 #include "verl/algo/advantages/detail/row_ops.hpp"
+#include "verl/algo/advantages/detail/torch_sum.hpp"
 
 namespace verl::algo {
 
@@ -29,22 +30,24 @@ struct OPO {
     const VectorF scores = detail::response_scores(batch.token_level_rewards);
     const detail::PromptGroups groups(batch.index);
     const auto num_groups = static_cast<std::size_t>(groups.num_groups());
-    std::vector<double> weighted(num_groups, 0.0);
-    std::vector<Index> total_length(num_groups, 0);
-    for (Index i = 0; i < scores.size(); ++i) {
-      const auto g = static_cast<std::size_t>(groups.group_of(i));
-      const Index length = detail::row_count(detail::row_of(mask, i), mask.cols());
-      weighted[g] += static_cast<double>(static_cast<float>(length) * scores[i]);  // float32 product, as torch
-      total_length[g] += length;
+    std::vector<float> baseline(num_groups, 0.0f);
+    std::vector<float> weighted;
+    for (Index g = 0; g < groups.num_groups(); ++g) {
+      const auto rows = groups.rows_of(g);
+      if (rows.size() == 1) continue;  // a group of one has baseline 0
+      // (len * score).sum() / len.sum(): float32 products summed in torch's order, over an integer total.
+      weighted.clear();
+      Index total_length = 0;
+      for (const Index row : rows) {
+        const Index length = detail::row_count(detail::row_of(mask, row), mask.cols());
+        weighted.push_back(static_cast<float>(length) * scores[row]);
+        total_length += length;
+      }
+      baseline[static_cast<std::size_t>(g)] =
+          detail::torch_sum(weighted.data(), static_cast<Index>(weighted.size())) / static_cast<float>(total_length);
     }
     VectorF scalars(scores.size());
-    for (Index i = 0; i < scores.size(); ++i) {
-      const Index g = groups.group_of(i);
-      const auto gi = static_cast<std::size_t>(g);
-      const float baseline =
-          groups.size_of(g) > 1 ? static_cast<float>(weighted[gi]) / static_cast<float>(total_length[gi]) : 0.0f;
-      scalars[i] = scores[i] - baseline;
-    }
+    for (Index i = 0; i < scores.size(); ++i) scalars[i] = scores[i] - baseline[static_cast<std::size_t>(groups.group_of(i))];
     return detail::broadcast_over_mask(scalars, mask);
   }
 };

@@ -27,20 +27,20 @@ struct ReinforcePlusPlus {
     detail::validate_advantage_batch<ReinforcePlusPlus>(batch);
     const Index rows = batch.batch_size(), cols = batch.response_length();
     AdvantageResult out{MatrixF(rows, cols), MatrixF(rows, cols)};
-    detail::MaskedMoments moments;
+    detail::MaskedBatchSum batch_sum(rows, cols);
     // Each row is a serial recursion; running several rows side by side hides its latency.
     constexpr Index block = 8;
     Index i = 0;
-    for (; i + block <= rows; i += block) discounted_returns<block>(batch, i, out.returns, moments);
-    for (; i < rows; ++i) discounted_returns<1>(batch, i, out.returns, moments);
-    detail::masked_whiten(out.returns, batch.response_mask, moments, detail::MaskedPositions::zeroed, out.advantages);
+    for (; i + block <= rows; i += block) discounted_returns<block>(batch, i, out.returns, batch_sum);
+    for (; i < rows; ++i) discounted_returns<1>(batch, i, out.returns, batch_sum);
+    detail::masked_whiten(out.returns, batch.response_mask, batch_sum, detail::MaskedPositions::zeroed, out.advantages);
     return out;
   }
 
  private:
   template <Index Rows>
   void discounted_returns(const AdvantageBatch& batch, Index first, MatrixF& returns,
-                          detail::MaskedMoments& moments) const {
+                          detail::MaskedBatchSum& batch_sum) const {
     const Index cols = batch.response_length();
     const float discount = static_cast<float>(gamma);
     const float* reward[Rows];
@@ -61,7 +61,7 @@ struct ReinforcePlusPlus {
         running[k] = g * mask[k][t];  // reset after EOS
       }
     }
-    for (Index k = 0; k < Rows; ++k) moments.add_row(out[k], mask[k], cols);
+    for (Index k = 0; k < Rows; ++k) batch_sum.add_row(out[k], mask[k]);
   }
 };
 
@@ -86,9 +86,8 @@ struct ReinforcePlusPlusBaseline {
     for (Index i = 0; i < scores.size(); ++i)
       centered[i] = scores[i] - moments.mean[static_cast<std::size_t>(groups.group_of(i))];
     AdvantageResult out = detail::broadcast_over_mask(centered, mask, /*returns_equal_advantages=*/false);
-    detail::MaskedMoments whitening;
-    for (Index i = 0; i < out.advantages.rows(); ++i)
-      whitening.add_row(detail::row_of(out.advantages, i), detail::row_of(mask, i), mask.cols());
+    detail::MaskedBatchSum whitening(mask.rows(), mask.cols());
+    for (Index i = 0; i < mask.rows(); ++i) whitening.add_row(detail::row_of(out.advantages, i), detail::row_of(mask, i));
     detail::masked_whiten(out.advantages, mask, whitening, detail::MaskedPositions::zeroed, out.advantages);
     out.returns = out.advantages;
     return out;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "verl/algo/advantages/detail/prompt_groups.hpp"
+#include "verl/algo/advantages/detail/torch_sum.hpp"
 #include "verl/core/tensor.hpp"
 
 namespace verl::algo::detail {
@@ -18,18 +19,19 @@ struct GroupMoments {
   std::vector<float> std;   ///< per group (unbiased)
 };
 
-/// torch.mean(x) of float32 x: a float32 sum divided in float32 by n. The sum is accumulated in
-/// double and rounded (within an ulp of torch's cascade sum).
+/// torch.mean(x) of float32 x: torch's float32 sum divided in float32 by n.
 /// torch.std(x) on CPU: two passes in double around that float32 mean, sqrt in double, then
 /// rounded to float32. A group of one gets mean 0 and std 1, as verl's loops assign.
 inline GroupMoments torch_group_moments(const VectorF& scores, const PromptGroups& groups) {
   const auto num_groups = static_cast<std::size_t>(groups.num_groups());
-  std::vector<double> sum(num_groups, 0.0);
-  for (Index i = 0; i < scores.size(); ++i) sum[static_cast<std::size_t>(groups.group_of(i))] += scores[i];
   GroupMoments out{std::vector<float>(num_groups), std::vector<float>(num_groups)};
-  for (std::size_t g = 0; g < num_groups; ++g) {
-    const Index n = groups.size_of(static_cast<Index>(g));
-    out.mean[g] = n > 1 ? static_cast<float>(sum[g]) / static_cast<float>(n) : 0.0f;
+  std::vector<float> members;
+  for (Index g = 0; g < groups.num_groups(); ++g) {
+    const auto rows = groups.rows_of(g);
+    members.clear();
+    for (const Index row : rows) members.push_back(scores[row]);
+    const auto n = static_cast<Index>(rows.size());
+    out.mean[static_cast<std::size_t>(g)] = n > 1 ? torch_sum(members.data(), n) / static_cast<float>(n) : 0.0f;
   }
   std::vector<double> squares(num_groups, 0.0);
   for (Index i = 0; i < scores.size(); ++i) {

@@ -1,85 +1,84 @@
-// verl's masked_whiten (verl/utils/torch_functional.py) over a whole (B, T) batch, in place, with
-// torch's float32 rounding at every step. GAE and REINFORCE++ accumulate the masked sum while they
-// produce the values, so whitening costs two more passes instead of three. (verl::algo::
-// masked_whiten in masked_stats.hpp computes the same numbers to within float32 rounding; this one
-// is fused and never copies the batch.)
+// verl's masked_whiten (verl/utils/torch_functional.py) over a whole (B, T) batch with torch's
+// float32 rounding at every step, including the order of its sums. GAE and REINFORCE++ feed the
+// masked sum while they produce the values, so whitening costs two more passes, never a copy.
+// (verl::algo::masked_whiten in masked_stats.hpp agrees to float32 rounding; this one is fused
+// and reproduces torch's sums exactly, which matters when the batch's spread is tiny.)
 #pragma once
 
 #include <cmath>
 #include <cstdint>
+#include <vector>
 
 #include "verl/algo/advantages/detail/row_ops.hpp"
+#include "verl/algo/advantages/detail/torch_sum.hpp"
 #include "verl/core/error.hpp"
 #include "verl/core/tensor.hpp"
 
 namespace verl::algo::detail {
 
-/// Masked sum and count of the values to whiten, accumulated row by row by their producer.
-struct MaskedMoments {
-  double sum = 0;
-  std::int64_t count = 0;
+/// verl's masked_sum(values, mask) over the whole batch, `(where(mask, v, 0) * mask).sum()`, and
+/// the number of valid tokens, accumulated row by row in batch order.
+class MaskedBatchSum {
+ public:
+  MaskedBatchSum(Index rows, Index cols) : sum_(rows * cols), masked_row_(static_cast<std::size_t>(cols)) {}
 
-  /// Adds one row: sum += where(m, v, 0) (values under a 0 never count, as in verl).
-  void add_row(const float* values, const float* mask, Index n) {
-    double lane[4] = {0, 0, 0, 0};
+  void add_row(const float* values, const float* mask) {
+    const auto cols = static_cast<Index>(masked_row_.size());
     Index valid = 0;
-    Index j = 0;
-    for (; j + 4 <= n; j += 4)
-      for (int k = 0; k < 4; ++k) {
-        const bool on = mask[j + k] != 0.0f;
-        lane[k] += on ? static_cast<double>(values[j + k]) : 0.0;
-        valid += on ? 1 : 0;
-      }
-    for (; j < n; ++j) {
+    for (Index j = 0; j < cols; ++j) {
       const bool on = mask[j] != 0.0f;
-      lane[0] += on ? static_cast<double>(values[j]) : 0.0;
+      masked_row_[static_cast<std::size_t>(j)] = on ? values[j] : 0.0f;
       valid += on ? 1 : 0;
     }
-    sum += (lane[0] + lane[1]) + (lane[2] + lane[3]);
-    count += valid;
+    sum_.add(masked_row_.data(), cols);
+    count_ += valid;
   }
+
+  float sum() const { return sum_.result(); }
+  std::int64_t count() const { return count_; }
+
+ private:
+  TorchFloatSum sum_;
+  std::vector<float> masked_row_;
+  std::int64_t count_ = 0;
 };
 
 /// What to do with masked positions after whitening.
 enum class MaskedPositions {
   whitened,  ///< keep (v - mean) * rsqrt(var + 1e-8) there too (GAE)
-  zeroed,    ///< multiply by the mask afterwards (REINFORCE++, verl's `masked_whiten(...) * mask`)
+  zeroed,    ///< multiply by the mask afterwards (REINFORCE++: verl's `masked_whiten(...) * mask`)
 };
 
-/// out <- (values - mean) * rsqrt(var_unbiased + 1e-8) over the valid tokens of the whole batch
-/// (`out` may be `values` itself). verl's masked_var raises for fewer than two valid tokens; so do we.
-inline void masked_whiten(const MatrixF& values, const ConstMatrixRefF& mask, const MaskedMoments& moments,
+/// out <- (values - mean) * rsqrt(var_unbiased + 1e-8) with the mean and variance of the valid
+/// tokens of the whole batch (`out` may be `values`). `batch_sum` holds masked_sum(values, mask).
+/// verl's masked_var raises for fewer than two valid tokens; so do we.
+inline void masked_whiten(const MatrixF& values, const ConstMatrixRefF& mask, const MaskedBatchSum& batch_sum,
                           MaskedPositions masked_positions, MatrixF& out) {
-  VERL_CHECK_ARG(moments.count >= 2,
+  const std::int64_t valid = batch_sum.count();
+  VERL_CHECK_ARG(valid >= 2,
                  "response_mask: whitening needs at least 2 valid tokens in the batch (verl's masked_var raises), "
                  "got {}",
-                 moments.count);
+                 valid);
   const Index rows = values.rows(), cols = values.cols();
-  // masked_mean: float32 sum / (float32 count + 1e-8).
-  const float count = static_cast<float>(moments.count);
-  const float mean = static_cast<float>(moments.sum) / (count + 1e-8f);
+  // masked_mean: masked_sum / (mask.sum() + 1e-8), in float32.
+  const float count = static_cast<float>(valid);
+  const float mean = batch_sum.sum() / (count + 1e-8f);
 
-  // masked_var: the mean of the float32 squares (v - mean)^2, times the float32 Bessel factor.
-  double squares = 0;
+  // masked_var: masked_mean((v - mean)^2) times the Bessel factor count / (count - 1), in float32.
+  TorchFloatSum squares(rows * cols);
+  std::vector<float> masked_row(static_cast<std::size_t>(cols));
   for (Index i = 0; i < rows; ++i) {
     const float* v = values.data() + i * cols;
     const float* m = row_of(mask, i);
-    double lane[4] = {0, 0, 0, 0};
-    Index j = 0;
-    for (; j + 4 <= cols; j += 4)
-      for (int k = 0; k < 4; ++k) {
-        const float centered = v[j + k] - mean;
-        lane[k] += m[j + k] != 0.0f ? static_cast<double>(centered * centered) : 0.0;
-      }
-    for (; j < cols; ++j) {
+    for (Index j = 0; j < cols; ++j) {
       const float centered = v[j] - mean;
-      lane[0] += m[j] != 0.0f ? static_cast<double>(centered * centered) : 0.0;
+      masked_row[static_cast<std::size_t>(j)] = m[j] != 0.0f ? centered * centered : 0.0f;
     }
-    squares += (lane[0] + lane[1]) + (lane[2] + lane[3]);
+    squares.add(masked_row.data(), cols);
   }
-  const float bessel = count / static_cast<float>(moments.count - 1);
-  const float variance = (static_cast<float>(squares) / (count + 1e-8f)) * bessel;
-  const float inv_std = 1.0f / std::sqrt(variance + 1e-8f);  // torch.rsqrt on CPU is 1/sqrt in float32
+  const float bessel = count / static_cast<float>(valid - 1);
+  const float variance = (squares.result() / (count + 1e-8f)) * bessel;
+  const float inv_std = 1.0f / std::sqrt(variance + 1e-8f);  // torch.rsqrt on CPU: 1/sqrt in float32
 
   out.resize(rows, cols);
   for (Index i = 0; i < rows; ++i) {

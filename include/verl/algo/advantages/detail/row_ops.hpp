@@ -1,6 +1,6 @@
 // Row-wise building blocks shared by the advantage estimators: raw row pointers into (B, T)
-// views, the fused 0/1 mask check, torch's float32 row sums and the `scalar_i * mask` broadcast
-// that every outcome-reward estimator ends with.
+// views, the fused 0/1 mask check, the response scores (torch's float32 row sums) and the
+// `scalar_i * mask` broadcast that every outcome-reward estimator ends with.
 #pragma once
 
 #include <cmath>
@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "verl/algo/advantage_estimator.hpp"
+#include "verl/algo/advantages/detail/torch_sum.hpp"
 #include "verl/core/error.hpp"
 #include "verl/core/tensor.hpp"
 
@@ -34,19 +35,6 @@ inline void require_binary_mask_row(std::string_view argument, const float* row,
     throw_non_binary_mask(argument, row, n, i);
 }
 
-/// Sum of a row accumulated in double over eight independent lanes (no serial dependency chain;
-/// the lanes vectorise). Rounded once to float32 this is within an ulp of torch's float32
-/// cascade sum.
-inline double row_sum_double(const float* x, Index n) {
-  double lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  Index j = 0;
-  for (; j + 8 <= n; j += 8)
-    for (int k = 0; k < 8; ++k) lane[k] += static_cast<double>(x[j + k]);
-  double tail = 0;
-  for (; j < n; ++j) tail += static_cast<double>(x[j]);
-  return ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7])) + tail;
-}
-
 /// Number of valid tokens in a mask row (verl's response_mask.sum(-1)).
 inline Index row_count(const float* mask, Index n) {
   Index count = 0;
@@ -54,11 +42,11 @@ inline Index row_count(const float* mask, Index n) {
   return count;
 }
 
-/// verl's `scores = token_level_rewards.sum(dim=-1)`: every position counts, padding included.
+/// verl's `scores = token_level_rewards.sum(dim=-1)`: every position counts, padding included,
+/// summed in torch's float32 order.
 inline VectorF response_scores(const ConstMatrixRefF& rewards) {
   VectorF scores(rewards.rows());
-  for (Index i = 0; i < rewards.rows(); ++i)
-    scores[i] = static_cast<float>(row_sum_double(row_of(rewards, i), rewards.cols()));
+  for (Index i = 0; i < rewards.rows(); ++i) scores[i] = torch_sum(row_of(rewards, i), rewards.cols());
   return scores;
 }
 
