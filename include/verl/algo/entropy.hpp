@@ -13,7 +13,6 @@ namespace verl::algo {
 
 /// H_i = logsumexp(x_i) - sum_j softmax(x_i)_j x_ij for each row of (N, V) logits (x = logits / T).
 template <class Derived>
-  requires LogitScalar<typename Derived::Scalar>
 VectorF entropy_from_logits(const Eigen::MatrixBase<Derived>& logits, const LogitsKernelOptions& options = {}) {
   return fused_logprob_entropy(logits, {}, options).entropy;
 }
@@ -21,7 +20,6 @@ VectorF entropy_from_logits(const Eigen::MatrixBase<Derived>& logits, const Logi
 /// verl's variant that bounds peak memory by processing `chunk_size` rows at a time (in float32);
 /// the fused kernel streams rows anyway, so the numbers are those of entropy_from_logits.
 template <class Derived>
-  requires LogitScalar<typename Derived::Scalar>
 VectorF entropy_from_logits_with_chunking(const Eigen::MatrixBase<Derived>& logits, Index chunk_size = 2048,
                                           const LogitsKernelOptions& options = {}) {
   VERL_CHECK_ARG(chunk_size > 0, "chunk_size: expected > 0, got {}", chunk_size);
@@ -31,7 +29,6 @@ VectorF entropy_from_logits_with_chunking(const Eigen::MatrixBase<Derived>& logi
 /// d(sum_i cotangent_i * H_i) / d logits = -cotangent_i * p_ij * (log p_ij + H_i) (divided by the
 /// temperature).
 template <class Derived>
-  requires LogitScalar<typename Derived::Scalar>
 RowMatrix<typename Derived::Scalar> entropy_from_logits_backward(const Eigen::MatrixBase<Derived>& logits,
                                                                  const ConstVectorRefF& cotangent,
                                                                  const LogitsKernelOptions& options = {}) {
@@ -44,7 +41,6 @@ RowMatrix<typename Derived::Scalar> entropy_from_logits_backward(const Eigen::Ma
 /// sum_j softmax(x_i)_j^2 = exp(logsumexp(2x) - 2 logsumexp(x)) per row (used by the optimal
 /// token baseline).
 template <class Derived>
-  requires LogitScalar<typename Derived::Scalar>
 VectorF calculate_sum_pi_squared_from_logits(const Eigen::MatrixBase<Derived>& logits,
                                              const LogitsKernelOptions& options = {}) {
   return fused_logprob_entropy(logits, {}, options).sum_pi_squared;
@@ -52,7 +48,6 @@ VectorF calculate_sum_pi_squared_from_logits(const Eigen::MatrixBase<Derived>& l
 
 /// d(sum_i cotangent_i * sum_j p_ij^2) / d logits = 2 cotangent_i p_ij (p_ij - sum_k p_ik^2).
 template <class Derived>
-  requires LogitScalar<typename Derived::Scalar>
 RowMatrix<typename Derived::Scalar> calculate_sum_pi_squared_from_logits_backward(
     const Eigen::MatrixBase<Derived>& logits, const ConstVectorRefF& cotangent, const LogitsKernelOptions& options = {}) {
   verl::detail::require_length("cotangent", cotangent.size(), logits.rows());

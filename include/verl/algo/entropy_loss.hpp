@@ -35,7 +35,6 @@ void require_entropy_loss_shapes(const Eigen::MatrixBase<LogitsDerived>& logits,
 /// agg_loss(entropy_from_logits(logits), response_mask, mode) without the gradient. `logits` are
 /// (B*T, V): verl's (B, T, V) with the first two dimensions folded, row b*T + t.
 template <class LogitsDerived, class MaskDerived>
-  requires LogitScalar<typename LogitsDerived::Scalar>
 float compute_entropy_loss_value(const Eigen::MatrixBase<LogitsDerived>& logits,
                                  const Eigen::MatrixBase<MaskDerived>& response_mask,
                                  LossAggMode mode = LossAggMode::token_mean, const GlobalBatchInfo& info = {},
@@ -49,7 +48,6 @@ float compute_entropy_loss_value(const Eigen::MatrixBase<LogitsDerived>& logits,
 /// The entropy loss and its gradient: the cotangent of each token's entropy is agg_loss's weight
 /// W (0 on masked tokens, whose logits get an exact zero gradient without any exp).
 template <class LogitsDerived, class MaskDerived>
-  requires LogitScalar<typename LogitsDerived::Scalar>
 EntropyLoss compute_entropy_loss(const Eigen::MatrixBase<LogitsDerived>& logits,
                                  const Eigen::MatrixBase<MaskDerived>& response_mask,
                                  LossAggMode mode = LossAggMode::token_mean, const GlobalBatchInfo& info = {},
@@ -69,7 +67,6 @@ EntropyLoss compute_entropy_loss(const Eigen::MatrixBase<LogitsDerived>& logits,
 
 /// Compile-time aggregation mode: compute_entropy_loss<TokenMean>(logits, mask).
 template <LossAggregation Mode, class LogitsDerived, class MaskDerived>
-  requires LogitScalar<typename LogitsDerived::Scalar>
 EntropyLoss compute_entropy_loss(const Eigen::MatrixBase<LogitsDerived>& logits,
                                  const Eigen::MatrixBase<MaskDerived>& response_mask, const GlobalBatchInfo& info = {},
                                  const LogitsKernelOptions& options = {}) {

@@ -15,7 +15,6 @@ namespace verl::algo {
 /// log_softmax(logits / T)[labels[i]] for each row of (N, V) logits; labels in [0, V).
 /// Fold (B, T, V) logits to (B*T, V) and (B, T) labels to B*T values in row-major order.
 template <class Derived>
-  requires LogitScalar<typename Derived::Scalar>
 VectorF logprobs_from_logits(const Eigen::MatrixBase<Derived>& logits, std::span<const std::int64_t> labels,
                              const LogitsKernelOptions& options = {}) {
   VERL_CHECK_ARG(!labels.empty() || logits.rows() == 0, "labels: expected length {} (rows of logits), got 0",
@@ -25,7 +24,6 @@ VectorF logprobs_from_logits(const Eigen::MatrixBase<Derived>& logits, std::span
 
 /// verl's memory-saving variant (logsumexp one row at a time): the same numbers.
 template <class Derived>
-  requires LogitScalar<typename Derived::Scalar>
 VectorF logprobs_from_logits_v2(const Eigen::MatrixBase<Derived>& logits, std::span<const std::int64_t> labels,
                                 const LogitsKernelOptions& options = {}) {
   return logprobs_from_logits(logits, labels, options);
@@ -33,7 +31,6 @@ VectorF logprobs_from_logits_v2(const Eigen::MatrixBase<Derived>& logits, std::s
 
 /// verl's log_softmax + gather variant: the same numbers.
 template <class Derived>
-  requires LogitScalar<typename Derived::Scalar>
 VectorF logprobs_from_logits_naive(const Eigen::MatrixBase<Derived>& logits, std::span<const std::int64_t> labels,
                                    const LogitsKernelOptions& options = {}) {
   return logprobs_from_logits(logits, labels, options);
@@ -43,7 +40,6 @@ VectorF logprobs_from_logits_naive(const Eigen::MatrixBase<Derived>& logits, std
 /// (divided by the temperature). Runs the forward statistics and the backward pass; use
 /// fused_logprob_entropy_backward directly to reuse a forward result.
 template <class Derived>
-  requires LogitScalar<typename Derived::Scalar>
 RowMatrix<typename Derived::Scalar> logprobs_from_logits_backward(const Eigen::MatrixBase<Derived>& logits,
                                                                   std::span<const std::int64_t> labels,
                                                                   const ConstVectorRefF& cotangent,

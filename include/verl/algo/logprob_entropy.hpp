@@ -69,9 +69,13 @@ namespace detail {
 inline constexpr Index logits_chunk = 2048;
 /// Below this many elements per thread, extra threads cost more than they save.
 inline constexpr Index logits_min_elements_per_thread = Index{1} << 16;
-/// exp() of anything below this is 0 in float; clamping x - max here keeps 0 * (x - max)
-/// finite for -inf logits (a vocabulary masked with -inf has exactly zero probability there).
-inline constexpr float logits_shift_floor = -104.0f;
+/// Shifted logits (x - max, log p) are clamped here before the exp: exp() stays a normal float,
+/// and 0 * (x - max) stays finite for -inf logits (a vocabulary masked with -inf gets exactly zero
+/// probability). Below it the probability is flushed to exactly 0 (it is < 2e-38).
+inline constexpr float logits_shift_floor = simd::exp_min_normal_arg;
+/// Below this shift e^2 is subnormal: those terms of sum e^2 are dropped (each < FLT_MIN next to
+/// the max's term 1) instead of paying for subnormal arithmetic.
+inline constexpr float logits_square_floor = -43.6f;
 
 template <class Scalar>
 VERL_FORCE_INLINE float to_float(Scalar v) {
@@ -134,11 +138,31 @@ struct BackwardJob {
   Index grad_stride;
 };
 
+/// Independent exp chains in flight per iteration of the hot loops.
+inline constexpr int logits_unroll = 2;
+
+/// Total of per-unroll accumulators (packs, or doubles on the scalar path).
+template <int W, class Accumulator>
+VERL_FORCE_INLINE double sum_accumulators(const Accumulator (&partial)[logits_unroll]) {
+  if constexpr (W == 1) {
+    double total = 0;
+    for (const double p : partial) total += p;
+    return total;
+  } else {
+    Accumulator folded = partial[0];
+    for (int u = 1; u < logits_unroll; ++u) folded += partial[u];
+    return simd::reduce_sum<W>(folded);
+  }
+}
+
 /// Forward over rows [begin, end) with packs of W lanes.
 template <int W, bool Scaled, class Scalar>
 VERL_FORCE_INLINE void forward_rows(const ForwardJob<Scalar>& job, Index begin, Index end) {
   using F = simd::FloatPack<W>;
-  constexpr Index step = 2 * W;  // two independent accumulator sets per iteration
+  // Lanes spread each sum over many accumulators; the scalar path has none, so it sums in double.
+  using Accumulator = std::conditional_t<W == 1, double, F>;
+  constexpr int unroll = logits_unroll;
+  constexpr Index step = unroll * W;
   static_assert(logits_chunk % step == 0);
   constexpr float neg_inf = -std::numeric_limits<float>::infinity();
   // The chunk as float, padded with -inf to a whole number of steps (padding adds exactly 0).
@@ -190,28 +214,26 @@ VERL_FORCE_INLINE void forward_rows(const ForwardJob<Scalar>& job, Index begin, 
       // Pass 2: e = exp(x - max) and the three sums, from L1.
       const F vmax = simd::broadcast<W>(max);
       const F floor = simd::broadcast<W>(logits_shift_floor);
-      F s0 = simd::broadcast<W>(0), s1 = s0, t0 = s0, t1 = s0, q0 = s0, q1 = s0;
+      const F square_floor = simd::broadcast<W>(logits_square_floor);
+      const F zero = simd::broadcast<W>(0.0f);
+      Accumulator sums[unroll] = {}, shifted[unroll] = {}, squares[unroll] = {};
       // While the exps run, pull the next chunk in so that pass 1 does not stall on memory.
       const char* next_chunk = reinterpret_cast<const char*>(source + start + count);
       for (Index k = 0; k < padded; k += step) {
-        simd::prefetch(next_chunk + k * static_cast<Index>(sizeof(Scalar)));
-        simd::prefetch(next_chunk + k * static_cast<Index>(sizeof(Scalar)) + 64);
-        F d0 = simd::load<W>(buffer + k) - vmax;
-        F d1 = simd::load<W>(buffer + k + W) - vmax;
-        d0 = simd::select_less<W>(d0, floor, floor, d0);
-        d1 = simd::select_less<W>(d1, floor, floor, d1);
-        const F e0 = simd::exp<W>(d0);
-        const F e1 = simd::exp<W>(d1);
-        s0 += e0;
-        s1 += e1;
-        t0 += e0 * d0;
-        t1 += e1 * d1;
-        q0 += e0 * e0;
-        q1 += e1 * e1;
+        for (int u = 0; u < unroll; ++u) simd::prefetch(next_chunk + (k + u * W) * static_cast<Index>(sizeof(Scalar)));
+        for (int u = 0; u < unroll; ++u) {
+          const F d = simd::load<W>(buffer + k + u * W) - vmax;
+          const F clamped = simd::max_keep_nan<W>(floor, d);
+          const F e = simd::select_less<W>(d, floor, zero, simd::exp_nonpositive<W>(clamped));
+          const F e_for_square = simd::select_less<W>(d, square_floor, zero, e);
+          sums[u] += e;
+          shifted[u] += e * clamped;
+          squares[u] += e_for_square * e_for_square;
+        }
       }
-      sum_exp += simd::reduce_sum<W>(s0 + s1);
-      sum_exp_shift += simd::reduce_sum<W>(t0 + t1);
-      sum_exp_sq += simd::reduce_sum<W>(q0 + q1);
+      sum_exp += detail::sum_accumulators<W>(sums);
+      sum_exp_shift += detail::sum_accumulators<W>(shifted);
+      sum_exp_sq += detail::sum_accumulators<W>(squares);
     }
     const double log_sum = std::log(sum_exp);
     job.row_max[row] = max;
@@ -236,11 +258,10 @@ struct BackwardRow {
 template <int W, bool Scaled>
 VERL_FORCE_INLINE simd::FloatPack<W> backward_pack(simd::FloatPack<W> x, const BackwardRow<W>& c) {
   using F = simd::FloatPack<W>;
-  F d = x - c.max;
-  d = simd::select_less<W>(d, c.floor, c.floor, d);
-  const F log_p = d - c.log_normalizer;
-  const F p = simd::exp<W>(log_p);
-  F g = p * (c.k0 - c.grad_entropy * log_p + c.twice_grad_sum_pi_squared * p);
+  const F log_p = (x - c.max) - c.log_normalizer;
+  const F clamped = simd::max_keep_nan<W>(c.floor, log_p);
+  const F p = simd::select_less<W>(log_p, c.floor, simd::broadcast<W>(0.0f), simd::exp_nonpositive<W>(clamped));
+  F g = p * (c.k0 - c.grad_entropy * clamped + c.twice_grad_sum_pi_squared * p);
   if constexpr (Scaled) g = g / c.temperature;
   return g;
 }
@@ -271,10 +292,16 @@ VERL_FORCE_INLINE void backward_rows(const BackwardJob<Scalar, OutScalar>& job, 
     const Index label = job.labels != nullptr ? job.labels[row] : -1;
     const float x_label = label >= 0 ? scaled_logit<Scaled>(source[label], job.temperature) : 0.0f;
     const float max = job.row_max[row];
+    const float k0 = -g_lp - g_h * job.entropy[row] - 2.0f * g_q * job.sum_pi_squared[row];
+    // Where p times the largest possible factor is below FLT_MIN the gradient is flushed to 0
+    // rather than computed as a subnormal (which costs a microcode assist per element on x86).
+    const float factor_bound = std::abs(k0) - logits_shift_floor * std::abs(g_h) + 2.0f * std::abs(g_q);
+    const float floor = std::clamp(std::log(std::numeric_limits<float>::min() / factor_bound) + 1.0f,
+                                   logits_shift_floor, 0.0f);
     const BackwardRow<W> c{simd::broadcast<W>(max),
                            simd::broadcast<W>(job.log_normalizer[row]),
-                           simd::broadcast<W>(logits_shift_floor),
-                           simd::broadcast<W>(-g_lp - g_h * job.entropy[row] - 2.0f * g_q * job.sum_pi_squared[row]),
+                           simd::broadcast<W>(floor),
+                           simd::broadcast<W>(k0),
                            simd::broadcast<W>(g_h),
                            simd::broadcast<W>(2.0f * g_q),
                            simd::broadcast<W>(job.temperature)};
@@ -427,10 +454,10 @@ void run_backward(const BackwardJob<Scalar, OutScalar>& job, Index rows, const L
 /// span to skip it), the entropy and the sum of squared probabilities of softmax(logits / T).
 /// Reads each logit once. Labels must lie in [0, V).
 template <class Derived>
-  requires LogitScalar<typename Derived::Scalar>
 LogprobEntropy fused_logprob_entropy(const Eigen::MatrixBase<Derived>& logits, std::span<const std::int64_t> labels,
                                      const LogitsKernelOptions& options = {}) {
   using Scalar = typename Derived::Scalar;
+  VERL_STATIC_ASSERT(LogitScalar<Scalar>, LOGITS_MUST_BE_FLOAT_OR_BFLOAT16);
   const ConstMatrixRef<Scalar> x(logits.derived());  // no copy for row-major contiguous rows
   const Index rows = x.rows(), vocab = x.cols();
   VERL_CHECK_ARG(vocab > 0, "logits: expected at least one column (vocab size V), got shape ({}, {})", rows, vocab);
@@ -462,12 +489,13 @@ LogprobEntropy fused_logprob_entropy(const Eigen::MatrixBase<Derived>& logits, s
 /// logits and options; `labels` must be those of the forward pass when a log-prob cotangent is
 /// given.
 template <class Derived, class OutScalar>
-  requires LogitScalar<typename Derived::Scalar> && LogitScalar<OutScalar>
 void fused_logprob_entropy_backward_into(const Eigen::MatrixBase<Derived>& logits, std::span<const std::int64_t> labels,
                                          const LogprobEntropy& forward, const LogprobEntropyCotangents& cotangents,
                                          Eigen::Ref<RowMatrix<OutScalar>> grad_logits,
                                          const LogitsKernelOptions& options = {}) {
   using Scalar = typename Derived::Scalar;
+  VERL_STATIC_ASSERT(LogitScalar<Scalar>, LOGITS_MUST_BE_FLOAT_OR_BFLOAT16);
+  VERL_STATIC_ASSERT(LogitScalar<OutScalar>, GRADIENT_MUST_BE_FLOAT_OR_BFLOAT16);
   const ConstMatrixRef<Scalar> x(logits.derived());
   const Index rows = x.rows(), vocab = x.cols();
   VERL_CHECK_ARG(vocab > 0, "logits: expected at least one column (vocab size V), got shape ({}, {})", rows, vocab);
@@ -502,7 +530,6 @@ void fused_logprob_entropy_backward_into(const Eigen::MatrixBase<Derived>& logit
 
 /// Fused backward returning d(loss)/d(logits), in the logits' element type.
 template <class Derived>
-  requires LogitScalar<typename Derived::Scalar>
 RowMatrix<typename Derived::Scalar> fused_logprob_entropy_backward(const Eigen::MatrixBase<Derived>& logits,
                                                                    std::span<const std::int64_t> labels,
                                                                    const LogprobEntropy& forward,

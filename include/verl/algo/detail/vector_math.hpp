@@ -152,28 +152,54 @@ VERL_FORCE_INLINE FloatPack<W> select_less(FloatPack<W> a, FloatPack<W> b, Float
   return a < b ? x : y;
 }
 
+/// bound > x ? bound : x, lane-wise: clamps x from below and keeps a NaN x (one vmaxps on x86).
+template <int W>
+VERL_FORCE_INLINE FloatPack<W> max_keep_nan(FloatPack<W> bound, FloatPack<W> x) {
+  return bound > x ? bound : x;
+}
+
 /// Lane-wise maximum; NaN candidates are skipped (they poison the sums of exp later instead).
 template <int W>
 VERL_FORCE_INLINE FloatPack<W> max(FloatPack<W> current, FloatPack<W> candidate) {
   return candidate > current ? candidate : current;
 }
 
+/// The two halves of a pack (vextract on x86 instead of a lane-by-lane loop).
 template <int W>
-VERL_FORCE_INLINE float reduce_max(FloatPack<W> v) {
-  float m = lane<W>(v, 0);
-  for (int i = 1; i < W; ++i) {
-    const float x = lane<W>(v, i);
-    if (x > m) m = x;
-  }
-  return m;
+VERL_FORCE_INLINE void split_halves(FloatPack<W> v, FloatPack<W / 2>& low, FloatPack<W / 2>& high) {
+  std::memcpy(&low, &v, sizeof(low));
+  std::memcpy(&high, reinterpret_cast<const char*>(&v) + sizeof(low), sizeof(high));
 }
 
-/// Sum of the lanes in double, so that chunk partial sums lose nothing when they are combined.
+template <int W>
+VERL_FORCE_INLINE float reduce_max(FloatPack<W> v) {
+  if constexpr (W > 4) {
+    FloatPack<W / 2> low, high;
+    split_halves<W>(v, low, high);
+    return reduce_max<W / 2>(max<W / 2>(low, high));
+  } else {
+    float m = lane<W>(v, 0);
+    for (int i = 1; i < W; ++i) {
+      const float x = lane<W>(v, i);
+      if (x > m) m = x;
+    }
+    return m;
+  }
+}
+
+/// Sum of the lanes: halves are folded in float down to 4 lanes (each lane already holds a
+/// partial sum of a few dozen terms), the last 4 in double.
 template <int W>
 VERL_FORCE_INLINE double reduce_sum(FloatPack<W> v) {
-  double s = 0;
-  for (int i = 0; i < W; ++i) s += static_cast<double>(lane<W>(v, i));
-  return s;
+  if constexpr (W > 4) {
+    FloatPack<W / 2> low, high;
+    split_halves<W>(v, low, high);
+    return reduce_sum<W / 2>(low + high);
+  } else {
+    double s = 0;
+    for (int i = 0; i < W; ++i) s += static_cast<double>(lane<W>(v, i));
+    return s;
+  }
 }
 
 /// exp(x) for a float pack, within ~2 ulp of the correctly rounded result for normal outputs.
@@ -216,6 +242,36 @@ VERL_FORCE_INLINE FloatPack<W> exp(FloatPack<W> x) {
     y = x < min_arg ? F{} : y;
     y = x > max_arg ? F{} + std::numeric_limits<float>::infinity() : y;
     return y;
+  }
+}
+
+/// Just above ln(FLT_MIN) = -87.337: exp() of anything at or above is a normal float even after
+/// rounding.
+inline constexpr float exp_min_normal_arg = -87.0f;
+
+/// exp(x) for x in [exp_min_normal_arg, 0] only: the kernels clamp to that range themselves (they
+/// need the clamped value anyway), so the range handling of exp() is left out of the hot loop. The
+/// result is always a normal float (subnormal results cost microcode assists on x86).
+/// n = ceil(x*log2(e) - 1/2) by truncation (x <= 0), |r| <= ln2/2, then Cephes' polynomial.
+template <int W>
+VERL_FORCE_INLINE FloatPack<W> exp_nonpositive(FloatPack<W> x) {
+  if constexpr (W == 1) {
+    return std::exp(x);
+  } else {
+    using F = FloatPack<W>;
+    using I = IntPack<W>;
+    const I n = __builtin_convertvector(x * 1.44269504088896341f - 0.5f, I);
+    const F nf = __builtin_convertvector(n, F);
+    F r = x - nf * 0.693359375f;
+    r = r - nf * -2.12194440e-4f;
+    F p = F{} + 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * (r * r) + r + 1.0f;
+    return p * bit_cast<F>((n + 127) << 23);  // n in [-126, 0]: 2^n is a normal float
   }
 }
 
