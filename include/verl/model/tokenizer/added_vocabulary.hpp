@@ -1,0 +1,227 @@
+// Added tokens of a tokenizer.json ("added_tokens"): special tokens such as <|im_start|> and
+// user-added tokens, which are cut out of the text before pre-tokenization.
+//
+// Matching follows tokenizers' AddedVocabulary: the leftmost-longest occurrence wins; tokens
+// with normalized=false are matched on the raw text first, the others on the normalized
+// remainder; single_word, lstrip and rstrip refine a match exactly as there.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "verl/core/error.hpp"
+#include "verl/model/tokenizer/bpe_model.hpp"
+#include "verl/model/tokenizer/detail/pcre2_regex.hpp"
+#include "verl/model/tokenizer/detail/unicode.hpp"
+
+namespace verl::model {
+
+/// One entry of tokenizer.json's "added_tokens".
+struct AddedToken {
+  std::int32_t id = 0;
+  std::string content;
+  bool single_word = false;  ///< only match when not inside a word
+  bool lstrip = false;       ///< swallow the white space on its left
+  bool rstrip = false;       ///< swallow the white space on its right
+  bool normalized = true;    ///< match against normalized text (false: raw text)
+  bool special = false;      ///< skipped by decode(skip_special_tokens=true)
+};
+
+/// A piece of input after the added tokens are cut out: either text or one added token's id.
+struct TextSegment {
+  std::string_view text;
+  std::int32_t added_token_id = -1;  ///< -1 for plain text
+  [[nodiscard]] bool is_added_token() const { return added_token_id >= 0; }
+};
+
+namespace detail {
+
+/// Rust regex `\w` (Unicode word character), for single_word tokens.
+inline bool is_word_character(char32_t cp) {
+  if (cp < 0x80) return (cp >= '0' && cp <= '9') || (cp >= 'a' && cp <= 'z') || (cp >= 'A' && cp <= 'Z') || cp == '_';
+  static const Pcre2Regex word("^[\\p{L}\\p{M}\\p{Nd}\\p{Nl}\\p{Pc}\\x{200C}\\x{200D}]$");
+  std::string text;
+  append_utf8(text, cp);
+  bool matched = false;
+  word.for_each_match(text, [&](std::size_t, std::size_t) { matched = true; });
+  return matched;
+}
+
+/// Leftmost-longest multi-pattern matching over bytes; patterns are bucketed by first byte.
+class AddedTokenMatcher {
+ public:
+  void add(std::string_view pattern, std::size_t token_index) {
+    if (pattern.empty()) return;
+    auto& bucket = buckets_[static_cast<unsigned char>(pattern[0])];
+    bucket.emplace_back(std::string(pattern), token_index);
+    // Longest first, so the first hit at a position is the longest.
+    std::ranges::stable_sort(bucket, [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
+    empty_ = false;
+  }
+  [[nodiscard]] bool empty() const { return empty_; }
+
+  /// Calls on_match(begin, end, token_index) for successive non-overlapping leftmost-longest matches.
+  template <class OnMatch>
+  void for_each_match(std::string_view text, OnMatch&& on_match) const {
+    std::size_t pos = 0;
+    while (pos < text.size()) {
+      const auto& bucket = buckets_[static_cast<unsigned char>(text[pos])];
+      bool matched = false;
+      for (const auto& [pattern, index] : bucket) {
+        if (text.compare(pos, pattern.size(), pattern) == 0) {
+          on_match(pos, pos + pattern.size(), index);
+          pos += pattern.size();
+          matched = true;
+          break;
+        }
+      }
+      if (!matched) ++pos;
+    }
+  }
+
+ private:
+  std::array<std::vector<std::pair<std::string, std::size_t>>, 256> buckets_;
+  bool empty_ = true;
+};
+
+}  // namespace detail
+
+class AddedVocabulary {
+ public:
+  AddedVocabulary() = default;
+
+  /// Reads "added_tokens" (a list of objects with id, content and the matching flags).
+  /// `normalize` maps a token's content to its normalized spelling (for normalized tokens).
+  template <class Normalize>
+  static AddedVocabulary from_json(const nlohmann::json& list, Normalize&& normalize) {
+    AddedVocabulary vocabulary;
+    if (list.is_null()) return vocabulary;
+    VERL_CHECK_ARG(list.is_array(), "tokenizer.json added_tokens: expected a list, got {}", list.type_name());
+    for (const auto& item : list) {
+      VERL_CHECK_ARG(item.is_object() && item.contains("id") && item["id"].is_number_integer() &&
+                         item.contains("content") && item["content"].is_string(),
+                     "tokenizer.json added_tokens: expected objects with an integer 'id' and a string 'content', "
+                     "got {}",
+                     item.dump());
+      AddedToken token;
+      token.id = item["id"].get<std::int32_t>();
+      VERL_CHECK_ARG(token.id >= 0, "tokenizer.json added_tokens: id of '{}' must be >= 0, got {}",
+                     item["content"].get<std::string>(), token.id);
+      token.content = item["content"].get<std::string>();
+      token.single_word = item.value("single_word", false);
+      token.lstrip = item.value("lstrip", false);
+      token.rstrip = item.value("rstrip", false);
+      token.special = item.value("special", false);
+      token.normalized = item.value("normalized", !token.special);
+      vocabulary.add(std::move(token), normalize);
+    }
+    return vocabulary;
+  }
+
+  [[nodiscard]] bool empty() const { return tokens_.empty(); }
+  [[nodiscard]] const std::vector<AddedToken>& tokens() const { return tokens_; }
+  /// Largest id + 1 (0 when empty).
+  [[nodiscard]] std::size_t id_space() const { return id_space_; }
+
+  [[nodiscard]] const AddedToken* find(std::int64_t id) const {
+    const auto found = by_id_.find(id);
+    return found == by_id_.end() ? nullptr : &tokens_[found->second];
+  }
+  [[nodiscard]] std::optional<std::int32_t> token_to_id(std::string_view content) const {
+    for (const auto& token : tokens_) {
+      if (token.content == content) return token.id;
+    }
+    return std::nullopt;
+  }
+  /// Whether a token string is a special token's content (decode skips it by content, like
+  /// tokenizers does).
+  [[nodiscard]] bool is_special_content(std::string_view content) const {
+    return special_contents_.contains(std::string(content));
+  }
+  /// The spelling a token decodes from: its normalized form for normalized tokens.
+  [[nodiscard]] const std::string& decode_form(const AddedToken& token) const {
+    const auto found = normalized_forms_.find(token.id);
+    return found == normalized_forms_.end() ? token.content : found->second;
+  }
+
+  /// Cuts the added tokens out of `text`: raw-text tokens (normalized=false) when
+  /// `normalized_pass` is false, normalized tokens on already-normalized text otherwise.
+  void split(std::string_view text, bool normalized_pass, std::vector<TextSegment>& out) const {
+    const auto& matcher = normalized_pass ? normalized_matcher_ : raw_matcher_;
+    if (text.empty()) return;
+    if (matcher.empty()) {
+      out.push_back(TextSegment{text, -1});
+      return;
+    }
+    std::size_t start_offset = 0;
+    matcher.for_each_match(text, [&](std::size_t start, std::size_t stop, std::size_t index) {
+      const AddedToken& token = tokens_[index];
+      if (token.single_word) {
+        std::size_t unused = 0;
+        const bool space_before = start == 0 || !detail::is_word_character(detail::previous_code_point(text, start, unused));
+        std::size_t after = stop;
+        const bool space_after = stop == text.size() || !detail::is_word_character(detail::next_code_point(text, after));
+        if (!space_before || !space_after) return;
+      }
+      if (token.lstrip) {
+        std::size_t new_start = start;
+        while (new_start > 0) {
+          std::size_t previous = 0;
+          if (!detail::is_white_space(detail::previous_code_point(text, new_start, previous))) break;
+          new_start = previous;
+        }
+        // White space an earlier match already took stays with it.
+        start = std::max(new_start, start_offset);
+      }
+      if (token.rstrip) {
+        while (stop < text.size()) {
+          std::size_t next = stop;
+          if (!detail::is_white_space(detail::next_code_point(text, next))) break;
+          stop = next;
+        }
+      }
+      if (start_offset < start) out.push_back(TextSegment{text.substr(start_offset, start - start_offset), -1});
+      out.push_back(TextSegment{text.substr(start, stop - start), token.id});
+      start_offset = stop;
+    });
+    if (start_offset < text.size()) out.push_back(TextSegment{text.substr(start_offset), -1});
+  }
+
+ private:
+  template <class Normalize>
+  void add(AddedToken token, Normalize&& normalize) {
+    if (token.content.empty()) return;
+    VERL_CHECK_ARG(!by_id_.contains(token.id), "tokenizer.json added_tokens: id {} appears twice", token.id);
+    const std::size_t index = tokens_.size();
+    if (token.normalized) {
+      std::string normalized = normalize(token.content);
+      normalized_matcher_.add(normalized, index);
+      if (normalized != token.content) normalized_forms_.emplace(token.id, std::move(normalized));
+    } else {
+      raw_matcher_.add(token.content, index);
+    }
+    if (token.special) special_contents_.insert(token.content);
+    by_id_.emplace(token.id, index);
+    id_space_ = std::max(id_space_, static_cast<std::size_t>(token.id) + 1);
+    tokens_.push_back(std::move(token));
+  }
+
+  std::vector<AddedToken> tokens_;
+  std::unordered_map<std::int64_t, std::size_t> by_id_;
+  std::unordered_map<std::int32_t, std::string> normalized_forms_;
+  std::unordered_set<std::string> special_contents_;
+  detail::AddedTokenMatcher raw_matcher_;
+  detail::AddedTokenMatcher normalized_matcher_;
+  std::size_t id_space_ = 0;
+};
+
+}  // namespace verl::model

@@ -1,0 +1,260 @@
+// A Hugging Face `tokenizer.json` (byte-level BPE: GPT-2, Qwen2, Llama-3 and their relatives),
+// encoding and decoding exactly as the `tokenizers` package does.
+//
+//   text -> cut out added tokens (raw, then after normalization) -> normalizer (NFC) ->
+//   pre-tokenizer (Split / ByteLevel) -> BPE per word -> post-processor (e.g. prepend <bos>)
+//   ids  -> token strings (skipping special tokens on request) -> ByteLevel decoder -> text
+//
+// Unsupported components (WordPiece/Unigram models, byte fallback, other normalizers,
+// pre-tokenizers, decoders or post-processors) throw verl::NotImplemented when the file is
+// loaded. Unlike tokenizers, decode() rejects ids outside the vocabulary instead of dropping them.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "verl/core/error.hpp"
+#include "verl/model/detail/file_io.hpp"
+#include "verl/model/tokenizer/added_vocabulary.hpp"
+#include "verl/model/tokenizer/bpe_model.hpp"
+#include "verl/model/tokenizer/concept.hpp"
+#include "verl/model/tokenizer/detail/byte_level.hpp"
+#include "verl/model/tokenizer/detail/unicode.hpp"
+#include "verl/model/tokenizer/normalizer.hpp"
+#include "verl/model/tokenizer/pre_tokenizer.hpp"
+
+namespace verl::model {
+
+namespace detail {
+
+/// The ids a post-processor puts around a single sequence when add_special_tokens is true.
+struct SingleSequenceTemplate {
+  std::vector<std::int32_t> prefix;
+  std::vector<std::int32_t> suffix;
+
+  void append(const nlohmann::json& json) {
+    if (json.is_null()) return;
+    VERL_CHECK_ARG(json.is_object() && json.contains("type") && json["type"].is_string(),
+                   "tokenizer.json post_processor: expected null or an object with a 'type', got {}", json.dump());
+    const auto& type = json["type"].get_ref<const std::string&>();
+    if (type == "ByteLevel") return;  // only adjusts offsets
+    if (type == "Sequence") {
+      VERL_CHECK_ARG(json.contains("processors") && json["processors"].is_array(),
+                     "tokenizer.json post_processor Sequence: expected a 'processors' list");
+      for (const auto& inner : json["processors"]) append(inner);
+      return;
+    }
+    if (type != "TemplateProcessing") {
+      ::verl::detail::throw_not_implemented(
+          "tokenizer.json post_processor: type '{}' is not supported (supported: ByteLevel, TemplateProcessing, "
+          "Sequence)",
+          type);
+    }
+    const auto& single = json.at("single");
+    const auto& special_tokens = json.at("special_tokens");
+    // A later processor wraps what the earlier ones produced.
+    std::vector<std::int32_t> new_prefix;
+    std::vector<std::int32_t> new_suffix;
+    bool seen_sequence = false;
+    for (const auto& item : single) {
+      if (item.contains("Sequence")) {
+        const auto id = item["Sequence"].value("id", std::string("A"));
+        VERL_CHECK_ARG(id == "A", "tokenizer.json TemplateProcessing.single: expected only sequence $A, got ${}", id);
+        seen_sequence = true;
+        continue;
+      }
+      VERL_CHECK_ARG(item.contains("SpecialToken"), "tokenizer.json TemplateProcessing.single: unexpected item {}",
+                     item.dump());
+      const auto name = item["SpecialToken"].at("id").get<std::string>();
+      VERL_CHECK_ARG(special_tokens.contains(name),
+                     "tokenizer.json TemplateProcessing: special token '{}' is missing from special_tokens", name);
+      auto& target = seen_sequence ? new_suffix : new_prefix;
+      for (const auto& id : special_tokens[name].at("ids")) target.push_back(id.get<std::int32_t>());
+    }
+    new_prefix.insert(new_prefix.end(), prefix.begin(), prefix.end());
+    suffix.insert(suffix.end(), new_suffix.begin(), new_suffix.end());
+    prefix = std::move(new_prefix);
+  }
+};
+
+}  // namespace detail
+
+class HfTokenizer {
+ public:
+  static constexpr std::string_view name = "hf_bpe";
+
+  HfTokenizer() = default;
+
+  /// Builds a tokenizer from the parsed tokenizer.json.
+  static HfTokenizer from_json(const nlohmann::json& json) {
+    VERL_CHECK_ARG(json.is_object(), "tokenizer.json: expected a JSON object, got {}", json.type_name());
+    HfTokenizer tokenizer;
+    tokenizer.model_ = BpeModel::from_json(json.at("model"));
+    tokenizer.normalizer_ = Normalizer::from_json(json.value("normalizer", nlohmann::json()));
+    tokenizer.pre_tokenizer_ = PreTokenizer::from_json(json.value("pre_tokenizer", nlohmann::json()));
+    tokenizer.template_.append(json.value("post_processor", nlohmann::json()));
+    tokenizer.parse_decoder(json.value("decoder", nlohmann::json()));
+    const Normalizer& normalizer = tokenizer.normalizer_;
+    tokenizer.added_ = AddedVocabulary::from_json(json.value("added_tokens", nlohmann::json()),
+                                                  [&](std::string_view content) { return normalizer.apply(content); });
+    if (const auto truncation = json.find("truncation"); truncation != json.end() && !truncation->is_null()) {
+      ::verl::detail::throw_not_implemented("tokenizer.json truncation: built-in truncation is not supported");
+    }
+    if (const auto padding = json.find("padding"); padding != json.end() && !padding->is_null()) {
+      ::verl::detail::throw_not_implemented("tokenizer.json padding: built-in padding is not supported");
+    }
+    return tokenizer;
+  }
+
+  static HfTokenizer from_json_string(std::string_view text, std::string_view source = "tokenizer.json") {
+    nlohmann::json json;
+    try {
+      json = nlohmann::json::parse(text);
+    } catch (const nlohmann::json::exception& error) {
+      ::verl::detail::throw_invalid_argument("{}: not valid JSON ({})", source, error.what());
+    }
+    return from_json(json);
+  }
+
+  /// Reads a tokenizer.json file (or the tokenizer.json in a model folder).
+  static HfTokenizer from_file(const std::filesystem::path& path) {
+    const auto file = std::filesystem::is_directory(path) ? path / "tokenizer.json" : path;
+    return from_json_string(detail::read_text_file(file), file.string());
+  }
+
+  /// Token ids of `text` (UTF-8). With add_special_tokens the post-processor's template is
+  /// applied (e.g. Llama-3 prepends <|begin_of_text|>); special tokens written in the text are
+  /// always recognized, as in tokenizers.
+  [[nodiscard]] std::vector<TokenId> encode(std::string_view text, bool add_special_tokens = true) const {
+    if (const auto invalid = detail::find_invalid_utf8(text)) {
+      ::verl::detail::throw_invalid_argument("text: expected valid UTF-8, got an invalid byte 0x{:02X} at offset {}",
+                                             static_cast<unsigned char>(text[*invalid]), *invalid);
+    }
+    std::vector<std::int32_t> ids;
+    ids.reserve(text.size() / 3 + 8);
+    if (add_special_tokens) ids.insert(ids.end(), template_.prefix.begin(), template_.prefix.end());
+    std::vector<TextSegment> raw_segments;
+    std::vector<TextSegment> normalized_segments;
+    std::vector<std::string> words;
+    added_.split(text, /*normalized_pass=*/false, raw_segments);
+    for (const TextSegment& raw : raw_segments) {
+      if (raw.is_added_token()) {
+        ids.push_back(raw.added_token_id);
+        continue;
+      }
+      const std::string normalized = normalizer_.is_identity() ? std::string() : normalizer_.apply(raw.text);
+      const std::string_view piece = normalizer_.is_identity() ? raw.text : std::string_view(normalized);
+      normalized_segments.clear();
+      added_.split(piece, /*normalized_pass=*/true, normalized_segments);
+      for (const TextSegment& segment : normalized_segments) {
+        if (segment.is_added_token()) {
+          ids.push_back(segment.added_token_id);
+          continue;
+        }
+        words.clear();
+        pre_tokenizer_.run(segment.text, words);
+        for (const auto& word : words) model_.tokenize(word, ids);
+      }
+    }
+    if (add_special_tokens) ids.insert(ids.end(), template_.suffix.begin(), template_.suffix.end());
+    return std::vector<TokenId>(ids.begin(), ids.end());
+  }
+
+  /// Text of `ids`. With skip_special_tokens, special added tokens are left out (the default of
+  /// the tokenizers package; transformers' decode defaults to false). Bytes that do not form
+  /// valid UTF-8 (a multi-byte character cut between tokens) become U+FFFD.
+  [[nodiscard]] std::string decode(std::span<const TokenId> ids, bool skip_special_tokens = true) const {
+    const auto& tables = detail::byte_level_tables();
+    std::string bytes;
+    std::string joined;  // decoder-less tokenizers join tokens with spaces
+    bool first = true;
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      const std::string* token = nullptr;
+      if (const AddedToken* added = added_.find(ids[i])) {
+        token = &added_.decode_form(*added);
+      } else {
+        token = model_.id_to_token(ids[i]);
+      }
+      VERL_CHECK_ARG(token != nullptr, "ids[{}]: expected a token id in the vocabulary [0, {}), got {}", i,
+                     vocab_size(), ids[i]);
+      if (skip_special_tokens && added_.is_special_content(*token)) continue;
+      if (byte_level_decoder_) {
+        // Tokens spelled in byte characters give their bytes; others (e.g. added tokens with
+        // characters outside the byte alphabet) their UTF-8 text.
+        if (!tables.decode(*token, bytes)) bytes += *token;
+      } else {
+        if (!first) joined += ' ';
+        joined += *token;
+        first = false;
+      }
+    }
+    return byte_level_decoder_ ? detail::utf8_lossy(bytes) : joined;
+  }
+
+  /// One past the largest id (model vocabulary and added tokens).
+  [[nodiscard]] std::size_t vocab_size() const { return std::max(model_.id_space(), added_.id_space()); }
+
+  [[nodiscard]] SpecialTokenIds special_ids() const { return special_ids_; }
+  /// Sets bos/eos/pad (tokenizer.json does not name them; tokenizer_config.json or the model's
+  /// config does).
+  void set_special_ids(SpecialTokenIds ids) {
+    for (const auto& [label, id] : {std::pair{"bos", ids.bos}, std::pair{"eos", ids.eos}, std::pair{"pad", ids.pad}}) {
+      VERL_CHECK_ARG(!id || (*id >= 0 && static_cast<std::size_t>(*id) < vocab_size()),
+                     "special_ids.{}: expected an id in [0, {}), got {}", label, vocab_size(), id.value_or(-1));
+    }
+    special_ids_ = ids;
+  }
+
+  /// The id of a token string (added tokens first, then the model vocabulary).
+  [[nodiscard]] std::optional<TokenId> token_to_id(std::string_view token) const {
+    if (const auto id = added_.token_to_id(token)) return *id;
+    if (const auto id = model_.token_to_id(token)) return *id;
+    return std::nullopt;
+  }
+  /// The token string of an id (as stored: byte-level characters for BPE tokens).
+  [[nodiscard]] std::optional<std::string> id_to_token(TokenId id) const {
+    if (const AddedToken* added = added_.find(id)) return added->content;
+    if (const std::string* token = model_.id_to_token(id)) return *token;
+    return std::nullopt;
+  }
+
+  [[nodiscard]] const AddedVocabulary& added_vocabulary() const { return added_; }
+  [[nodiscard]] const BpeModel& model() const { return model_; }
+  [[nodiscard]] const PreTokenizer& pre_tokenizer() const { return pre_tokenizer_; }
+
+ private:
+  void parse_decoder(const nlohmann::json& json) {
+    if (json.is_null()) return;
+    VERL_CHECK_ARG(json.is_object() && json.contains("type") && json["type"].is_string(),
+                   "tokenizer.json decoder: expected null or an object with a 'type', got {}", json.dump());
+    const auto& type = json["type"].get_ref<const std::string&>();
+    if (type == "ByteLevel") {
+      byte_level_decoder_ = true;
+    } else if (type == "Sequence" && json.contains("decoders") && json["decoders"].is_array() &&
+               json["decoders"].size() == 1) {
+      parse_decoder(json["decoders"][0]);
+    } else {
+      ::verl::detail::throw_not_implemented(
+          "tokenizer.json decoder: {} is not supported (supported: ByteLevel, or a Sequence of it)", json.dump());
+    }
+  }
+
+  BpeModel model_;
+  Normalizer normalizer_;
+  PreTokenizer pre_tokenizer_;
+  detail::SingleSequenceTemplate template_;
+  AddedVocabulary added_;
+  bool byte_level_decoder_ = false;
+  SpecialTokenIds special_ids_;
+};
+
+static_assert(Tokenizer<HfTokenizer>);
+
+}  // namespace verl::model

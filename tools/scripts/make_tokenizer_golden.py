@@ -1,0 +1,480 @@
+#!/usr/bin/env python3
+"""Golden data for verl-cpp's tokenizers (tests/data/tokenizer/), produced by the real
+Hugging Face `tokenizers` package and jinja2, with nothing downloaded from the hub.
+
+    pip install tokenizers jinja2
+    python3 tools/scripts/make_tokenizer_golden.py [--out tests/data/tokenizer]
+
+It trains four small byte-level BPE tokenizers locally on a generated multilingual corpus, one per
+pre-tokenization style, with the special tokens laid out like the real models (added after the
+trained vocabulary):
+  gpt2         ByteLevel pre-tokenizer with the GPT-2 regex; merges saved in the legacy "a b" form
+  gpt2_prefix  the same with add_prefix_space=true, plus added tokens that use lstrip / rstrip /
+               single_word and a non-special, normalized added token
+  qwen2        NFC normalizer + Split(Qwen2 regex) + ByteLevel(use_regex=false); ChatML specials
+  llama3       Split(Llama-3 regex) + ByteLevel(use_regex=false), ignore_merges, a
+               TemplateProcessing post-processor that prepends <|begin_of_text|>
+and writes, for each, <name>.tokenizer.json and <name>.golden.jsonl with one line per string
+(>= 1,000 strings: Unicode incl. CJK, emoji, combining marks, RTL, whitespace runs, digits and long
+numbers, contractions, special tokens embedded in text, the empty string):
+  {"text", "ids" (add_special_tokens=True), "ids_plain" (False; only when different),
+   "decoded" (skip_special_tokens=False; only when != text), "decoded_skip" (True; only when
+   != decoded)}
+and lines {"decode_ids", "decoded", "decoded_skip"} decoding random id sequences (partial UTF-8
+byte tokens included, so U+FFFD replacement is checked too).
+
+With --nfc-tables it also regenerates include/verl/model/tokenizer/detail/nfc_tables.hpp, the
+Unicode data (from Python's unicodedata) behind our NFC normalizer (Qwen2's tokenizer.json uses one).
+
+chat_templates.jsonl renders message lists with the official Jinja templates of Qwen2-Instruct
+(ChatML with a default system prompt), plain ChatML and Llama-3-Instruct, exactly as transformers'
+apply_chat_template does (sandboxed environment, trim_blocks, lstrip_blocks), for both values of
+add_generation_prompt, with the ids of each rendering under the matching tokenizer.
+"""
+import argparse
+import json
+import os
+import random
+
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
+from tokenizers import trainers
+
+GPT2_PATTERN = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
+QWEN2_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
+                 r"\s*[\r\n]+|\s+(?!\S)|\s+")
+LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
+                  r"\s*[\r\n]+|\s+(?!\S)|\s+")
+
+# The official templates (tokenizer_config.json "chat_template"), as Jinja source.
+QWEN2_CHAT_TEMPLATE = (
+    r"{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+    r"{{ '<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n' }}{% endif %}"
+    r"{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}"
+    r"{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
+CHATML_TEMPLATE = (
+    r"{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>'"
+    r" + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
+LLAMA3_CHAT_TEMPLATE = (
+    r"{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = "
+    r"'<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim + "
+    r"'<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif %}{{ content }}"
+    r"{% endfor %}{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}")
+
+# ---- corpus -------------------------------------------------------------------------------------
+ENGLISH = ("the of and to in is it that was for on are with as his they be at one have this from or had by "
+           "word but what some we can out other were all there when up use your how said an each she which do "
+           "their time if will way about many then them write would like so these her long make thing see him "
+           "two has look more day could go come did number sound no most people my over know water than call "
+           "first who may down side been now find any new work part take get place made live where after back "
+           "little only round man year came show every good me give our under name very through just form "
+           "sentence great think say help low line differ turn cause much mean before move right boy old too "
+           "same tell does set three want air well also play small end put home read hand port large spell add "
+           "even land here must big high such follow act why ask men change went light kind off need house "
+           "picture try us again animal point mother world near build self earth father reinforcement learning "
+           "policy gradient reward advantage token model training rollout critic actor Hello World OpenAI Python "
+           "HybridFlow verl GRPO PPO").split()
+CONTRACTIONS = ["it's", "don't", "I'm", "we're", "they've", "you'll", "he'd", "IT'S", "We'RE", "can't", "won't",
+                "o'clock", "rock'n'roll", "'tis", "y'all", "Ma'am", "it'S", "SHE'LL", "I'D", "they'Ve"]
+CJK = ["你好，世界", "强化学习", "大语言模型的训练", "我们今天去公园散步。", "数学题：三加五等于八", "深度学习框架",
+       "こんにちは世界", "日本語のテキストです", "東京タワー", "カタカナとひらがな", "한국어 텍스트", "안녕하세요 여러분",
+       "서울특별시", "漢字かな混じり文", "中文、日本語、한국어"]
+RTL = ["مرحبا بالعالم", "السلام عليكم ٢٠٢٤", "שלום עולם", "עברית 123 English", "كتاب 42 صفحة", "ئۇيغۇرچە"]
+OTHER_SCRIPTS = ["Привет, мир!", "Съешь же ещё этих мягких французских булок", "Γειά σου Κόσμε", "ΣΊΣΥΦΟΣ σίσυφος",
+                 "नमस्ते दुनिया", "हिन्दी में लिखा गया वाक्य", "สวัสดีชาวโลก", "ภาษาไทย", "Ελληνικά", "Ꭰ Ꭱ Ꭲ",
+                 "İstanbul ıi", "straße STRASSE", "Ǆemal ǅ ǆ", "ǅ", "Tiếng Việt có dấu", "Zürich Ærø Øresund"]
+EMOJI = ["😀", "🚀", "👍🏽", "👨‍👩‍👧‍👦", "🇺🇸", "🇯🇵", "❤️", "🤖", "🎉🎉🎉", "☕", "🧑‍💻", "🏳️‍🌈", "✌🏿", "🫠"]
+COMBINING = ["e\u0301", "cafe\u0301", "A\u030a", "n\u0303o", "o\u0308\u0304", "a\u0328\u0301", "\u1100\u1161\u11a8",
+             "\u212b", "\u2126", "\u00c5", "Ä\u0323", "q\u0307\u0323", "\u0958", "ḱ\u0301", "x\u0301\u0302\u0303",
+             "\u0301start", "ﬁ ligature", "①②③", "㎏", "Ｆｕｌｌｗｉｄｔｈ"]
+SYMBOLS = ["Ω≈ç√∫", "∀x∈ℝ: x²≥0", "½ ¾ ⅞", "€100 £5 ¥300", "→ ← ↑ ↓", "—–-", "“quoted” ‘single’", "…",
+           "𝔘𝔫𝔦𝔠𝔬𝔡𝔢", "𝟘𝟙𝟚", "™©®", "§¶†‡", "«»‹›", "¿¡", "♠♣♥♦", "\u00a0nbsp\u00a0", "\u3000ideographic\u3000",
+           "zero\u200bwidth", "soft\u00adhyphen", "\ufeffbom", "nel\u0085line", "line\u2028sep", "para\u2029sep",
+           "tab\u000bvt", "ff\u000cff", "\x00nul", "del\x7f", "\x1b[31mred\x1b[0m", "\x1cfs\x1dgs\x1ers\x1fus"]
+CODE = ["def f(x):\n    return x ** 2  # square\n", "for (int i = 0; i < n; ++i) {\n\tsum += a[i];\n}",
+        "if __name__ == '__main__':\n    main()", "SELECT * FROM users WHERE id = 42;", "<div class=\"x\">hi</div>",
+        "{\"key\": [1, 2.5, null, true]}", "x+=1;y-=2;z*=3", "https://example.com/path?q=1&r=two#frag",
+        "user@example.org", "C:\\Users\\name\\file.txt", "~/.bashrc && echo $HOME", "#include <vector>",
+        "std::vector<int> v{1,2,3};", "λx.x", "a != b && c >= d || !e", "   indented\n\t\ttabs\n"]
+NUMBERS = ["0", "7", "42", "123", "1234", "12345", "1234567890", "3.14159", "2.718281828459045", "-17", "+5",
+           "1,000,000", "1_000_000", "1e-10", "6.022e23", "0x1F", "0b1011", "99.9%", "$1,234.56", "2024-06-01",
+           "12:34:56", "٣٤٥", "१२३", "²³", "Ⅻ", "12345678901234567890123", "007", "3/4", "10^9", "٠١٢٣٤٥٦٧٨٩"]
+WHITESPACE = [" ", "  ", "   ", "\t", "\t\t", "\n", "\n\n", "\n\n\n", "\r\n", "\r", " \n ", "\n \n", "\t \n",
+              " \t ", "        ", "\u3000", "\u00a0", "\u2003", " \u00a0 "]
+
+
+def random_sentence(rng, specials):
+    pieces = []
+    for _ in range(rng.randint(1, 12)):
+        kind = rng.random()
+        if kind < 0.45:
+            word = rng.choice(ENGLISH)
+            pieces.append(word.capitalize() if rng.random() < 0.15 else word.upper() if rng.random() < 0.03 else word)
+        elif kind < 0.52:
+            pieces.append(rng.choice(CONTRACTIONS))
+        elif kind < 0.62:
+            pieces.append(rng.choice(CJK))
+        elif kind < 0.66:
+            pieces.append(rng.choice(RTL))
+        elif kind < 0.71:
+            pieces.append(rng.choice(OTHER_SCRIPTS))
+        elif kind < 0.75:
+            pieces.append(rng.choice(EMOJI))
+        elif kind < 0.79:
+            pieces.append(rng.choice(COMBINING))
+        elif kind < 0.83:
+            pieces.append(rng.choice(SYMBOLS))
+        elif kind < 0.87:
+            pieces.append(rng.choice(CODE))
+        elif kind < 0.94:
+            pieces.append(rng.choice(NUMBERS))
+        elif kind < 0.97 and specials:
+            pieces.append(rng.choice(specials))
+        else:
+            pieces.append(rng.choice(WHITESPACE))
+    out = ""
+    for piece in pieces:
+        out += piece
+        separator = rng.random()
+        out += " " if separator < 0.7 else "" if separator < 0.8 else rng.choice([", ", ". ", "! ", "? ", "\n", "  "])
+    return out if rng.random() < 0.5 else out.rstrip()
+
+
+def training_corpus(seed):
+    rng = random.Random(seed)
+    lines = [random_sentence(rng, []) for _ in range(4000)]
+    for group in (ENGLISH, CONTRACTIONS, CJK, RTL, OTHER_SCRIPTS, EMOJI, COMBINING, SYMBOLS, CODE, NUMBERS):
+        lines.extend(group * 3)
+    return lines
+
+
+EDGE_CASES = [
+    "", " ", "  ", "a", "A", "ab", "Hello", " Hello", "Hello ", "Hello world", "Hello  world", "Hello\tworld",
+    "Hello\nworld", "Hello\r\nworld", "Hello \n world", "   leading spaces", "trailing spaces   ", "a  b   c    d",
+    "\n\n\nthree newlines", "tabs\t\t\tand spaces   \t ", " \t\n\r ", "it's", "It's", "IT'S", "it'ſ", "we're",
+    "they've", "I'm", "you'll", "he'd", "'s", "'", "''", "'''", "s's's", "' s", "'S", "'ll'd're", "don't stop",
+    "rock'n'roll", "o'clock", "x'", "'x", "1", "12", "123", "1234", "12345", "123456", "1234567", "12345678901234567890",
+    "3.14", "-1", "1,000", "10.000,00", "٣٤٥", "²", "Ⅻ", "1a2b3c", "a1b2c3", "99 bottles", "v1.2.3", "2024-06-01T12:00:00Z",
+    "e\u0301", "\u00e9", "\u212b", "\u1100\u1161\u11a8", "\u0301", "\u0301\u0301", "a\u0301\u0301", "한", "각",
+    "😀", "😀😀", "👨‍👩‍👧‍👦", "🇺🇸🇯🇵", "👍🏽", "\u200d", "\ufe0f", "\u200b", "\u00a0", "\u3000", "\u0085", "\u2028",
+    "\x00", "\x7f", "\x1b", "\ufffd", "\ufeff", "\U0010ffff", "\U0001f600 \U0001f600", "𝔘", "ﬁ", "ǅ",
+    "<", "<|", "<|im_start", "<|im_start|", "<|endoftext|", "|>", "<|>", "<|unknown|>", "<s>", "</s>",
+    "!!!", "???", "...", "—", "--", "==", "->", "=>", "::", "#!", "@@", "$$", "%%", "^^", "&&", "**", "~~",
+    "a" * 100, " " * 50, "ab" * 40, "1" * 60, "\n" * 20, "😀" * 10, "你好" * 20, "-" * 80, "=" * 33,
+]
+
+
+def golden_strings(specials, seed):
+    rng = random.Random(seed)
+    strings = list(EDGE_CASES)
+    for group in (CONTRACTIONS, CJK, RTL, OTHER_SCRIPTS, EMOJI, COMBINING, SYMBOLS, CODE, NUMBERS, WHITESPACE):
+        strings.extend(group)
+    # Special tokens embedded in text, adjacent to each other and to whitespace.
+    for special in specials:
+        strings += [special, special + special, f"x{special}y", f" {special} ", f"{special}\n", f"\n{special}",
+                    f"a {special}b", f"a{special} b", f"{special}hello{special}", f"  {special}  text  "]
+    while len(strings) < 1100:
+        strings.append(random_sentence(rng, specials))
+    # Keep order, drop duplicates.
+    return list(dict.fromkeys(strings))
+
+
+# ---- tokenizers ---------------------------------------------------------------------------------
+def train(name, corpus):
+    bpe = models.BPE(ignore_merges=(name == "llama3"))
+    tokenizer = Tokenizer(bpe)
+    if name in ("gpt2", "gpt2_prefix"):
+        tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=(name == "gpt2_prefix"), use_regex=True)
+    else:
+        if name == "qwen2":
+            tokenizer.normalizer = normalizers.NFC()
+        pattern = QWEN2_PATTERN if name == "qwen2" else LLAMA3_PATTERN
+        tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(pattern), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ])
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=1400 if name != "gpt2_prefix" else 1000, min_frequency=2,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tokenizer.train_from_iterator(corpus, trainer=trainer)
+
+    # Special tokens after the trained vocabulary, as in the released models.
+    if name in ("gpt2", "gpt2_prefix"):
+        tokenizer.add_special_tokens(["<|endoftext|>"])
+        tokenizer.post_processor = processors.ByteLevel(trim_offsets=True)
+    elif name == "qwen2":
+        tokenizer.add_special_tokens(["<|endoftext|>", "<|im_start|>", "<|im_end|>"])
+        tokenizer.add_tokens([AddedToken("<tool_call>", special=False, normalized=False),
+                              AddedToken("</tool_call>", special=False, normalized=False)])
+        tokenizer.post_processor = processors.ByteLevel(trim_offsets=False)
+    else:
+        tokenizer.add_special_tokens(["<|begin_of_text|>", "<|end_of_text|>", "<|reserved_special_token_0|>",
+                                      "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"])
+        bos_id = tokenizer.token_to_id("<|begin_of_text|>")
+        tokenizer.post_processor = processors.Sequence([
+            processors.ByteLevel(trim_offsets=False),
+            processors.TemplateProcessing(single="<|begin_of_text|> $A",
+                                          pair="<|begin_of_text|> $A <|begin_of_text|> $B:1",
+                                          special_tokens=[("<|begin_of_text|>", bos_id)]),
+        ])
+    if name == "gpt2_prefix":
+        # The added-token options the real tokenizers use: lstrip (e.g. <mask>), rstrip, single_word,
+        # and a non-special token matched after normalization.
+        tokenizer.add_special_tokens([AddedToken("<mask>", lstrip=True, rstrip=False, special=True),
+                                      AddedToken("[SEP]", rstrip=True, special=True)])
+        tokenizer.add_tokens([AddedToken("verl", single_word=True, normalized=True, special=False),
+                              AddedToken("ab", single_word=False, normalized=True, special=False)])
+    return tokenizer
+
+
+def special_strings(name):
+    return {
+        "gpt2": ["<|endoftext|>"],
+        "gpt2_prefix": ["<|endoftext|>", "<mask>", "[SEP]", "verl", "ab"],
+        "qwen2": ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>"],
+        "llama3": ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>",
+                   "<|reserved_special_token_0|>"],
+    }[name]
+
+
+def legacy_merges(path):
+    """Rewrites the merges in the legacy "a b" string form (GPT-2 era files); the list form stays
+    in the others, so both forms are tested."""
+    with open(path, encoding="utf-8") as f:
+        data = json.load(f)
+    data["model"]["merges"] = [" ".join(pair) for pair in data["model"]["merges"]]
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(data, f, ensure_ascii=False, indent=1)
+        f.write("\n")
+
+
+def write_jsonl(path, rows):
+    with open(path, "w", encoding="utf-8") as f:
+        for row in rows:
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+
+
+def golden_rows(tokenizer, strings, seed):
+    rows = []
+    for text in strings:
+        encoding = tokenizer.encode(text, add_special_tokens=True)
+        plain = tokenizer.encode(text, add_special_tokens=False)
+        row = {"text": text, "ids": encoding.ids}
+        if plain.ids != encoding.ids:
+            row["ids_plain"] = plain.ids
+        decoded = tokenizer.decode(encoding.ids, skip_special_tokens=False)
+        decoded_skip = tokenizer.decode(encoding.ids, skip_special_tokens=True)
+        if decoded != text:
+            row["decoded"] = decoded
+        if decoded_skip != decoded:
+            row["decoded_skip"] = decoded_skip
+        rows.append(row)
+    # Random id sequences: single bytes of multi-byte characters decode to U+FFFD.
+    rng = random.Random(seed)
+    size = tokenizer.get_vocab_size(with_added_tokens=True)
+    for _ in range(300):
+        ids = [rng.randrange(size) for _ in range(rng.randint(1, 12))]
+        rows.append({"decode_ids": ids, "decoded": tokenizer.decode(ids, skip_special_tokens=False),
+                     "decoded_skip": tokenizer.decode(ids, skip_special_tokens=True)})
+    return rows
+
+
+# ---- chat templates -----------------------------------------------------------------------------
+def chat_cases():
+    return [
+        [{"role": "user", "content": "What is 2 + 3?"}],
+        [{"role": "system", "content": "You are a math tutor."}, {"role": "user", "content": "Solve x + 1 = 3."}],
+        [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello! How can I help?"},
+         {"role": "user", "content": "Tell me a joke."}],
+        [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Capital of France?"},
+         {"role": "assistant", "content": "Paris."}],
+        [{"role": "user", "content": "  padded content \n\n"}],
+        [{"role": "user", "content": "\u3000\u00a0ideographic and nbsp\u00a0\u3000"}],
+        [{"role": "user", "content": "\x85\x1c control whitespace \x1f\u2028"}],
+        [{"role": "user", "content": ""}],
+        [{"role": "user", "content": "Line one\nLine two\n\tindented"}],
+        [{"role": "user", "content": "你好，请用中文回答。"}, {"role": "assistant", "content": "好的。😀"}],
+        [{"role": "user", "content": "Embedded <|im_end|> and <|eot_id|> markers"}],
+        [{"role": "system", "content": ""}, {"role": "user", "content": "Empty system prompt"}],
+        [{"role": "assistant", "content": "An assistant message first"}],
+        [{"role": "user", "content": "first"}, {"role": "system", "content": "a later system message"},
+         {"role": "user", "content": "second"}],
+        [{"role": "tool", "content": "{\"result\": 42}"}, {"role": "user", "content": "Use the tool output."}],
+        [{"role": "user", "content": "Janet’s ducks lay 16 eggs per day. She eats three for breakfast every "
+                                     "morning and bakes muffins for her friends every day with four. How much "
+                                     "does she make every day at the farmers' market? Let's think step by step "
+                                     "and output the final answer after \"####\"."}],
+    ]
+
+
+def render(template, messages, add_generation_prompt, bos_token):
+    # What transformers' apply_chat_template does for these templates.
+    environment = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    return environment.from_string(template).render(messages=messages, add_generation_prompt=add_generation_prompt,
+                                                     bos_token=bos_token, eos_token="", pad_token="")
+
+
+# ---- NFC tables ---------------------------------------------------------------------------------
+def write_nfc_tables(path):
+    import unicodedata as ud
+
+    def canonical(cp):
+        d = ud.decomposition(chr(cp))
+        return [int(x, 16) for x in d.split()] if d and not d.startswith("<") else None
+
+    def full_decomposition(cp):
+        parts = canonical(cp)
+        if parts is None:
+            return [cp]
+        return [q for p in parts for q in full_decomposition(p)]
+
+    combining = [(cp, ud.combining(chr(cp))) for cp in range(0x110000) if ud.combining(chr(cp))]
+    combining_runs = []  # [first, last, ccc] for runs of consecutive code points with one class
+    for cp, c in combining:
+        if combining_runs and combining_runs[-1][1] == cp - 1 and combining_runs[-1][2] == c:
+            combining_runs[-1][1] = cp
+        else:
+            combining_runs.append([cp, cp, c])
+    decompositions, data = [], []
+    compositions = []
+    unstable = set(cp for cp, _ in combining)
+    for cp in range(0x110000):
+        if 0xAC00 <= cp <= 0xD7A3:
+            continue  # Hangul syllables are decomposed and composed arithmetically
+        parts = canonical(cp)
+        if parts is None:
+            continue
+        unstable.add(cp)
+        full = full_decomposition(cp)
+        decompositions.append((cp, len(data), len(full)))
+        data.extend(full)
+        # Primary composites: two-character decompositions that NFC recomposes.
+        if len(parts) == 2 and ud.normalize("NFC", ud.normalize("NFD", chr(cp))) == chr(cp):
+            compositions.append(((parts[0] << 21) | parts[1], cp))
+            unstable.add(parts[1])
+    unstable.update(range(0x1161, 0x1176))  # Hangul V jamo compose with a preceding L
+    unstable.update(range(0x11A8, 0x11C3))  # Hangul T jamo compose with a preceding LV
+    compositions.sort()
+    ranges = []
+    for cp in sorted(unstable):
+        if ranges and ranges[-1][1] == cp - 1:
+            ranges[-1][1] = cp
+        else:
+            ranges.append([cp, cp])
+    # Self-check against Python's NFC on every single code point and on all composition pairs.
+    assert all(len(d) <= 4 for d in [data[o:o + n] for _, o, n in decompositions])
+
+    def rows(items, per_line):
+        items = list(items)
+        return "\n".join("    " + " ".join(items[i:i + per_line]) for i in range(0, len(items), per_line))
+
+    version = ud.unidata_version.split(".")
+    text = f"""// Unicode data for NFC normalization. GENERATED by
+//   python3 tools/scripts/make_tokenizer_golden.py --nfc-tables
+// from Python's unicodedata (Unicode {ud.unidata_version}); do not edit.
+#pragma once
+
+#include <cstdint>
+
+namespace verl::model::detail::nfc_data {{
+
+inline constexpr int unicode_version[3] = {{{", ".join(version)}}};
+
+struct CombiningClassRun {{
+  char32_t first;
+  char32_t last;
+  std::uint8_t ccc;
+}};
+/// Canonical combining classes that are not 0, as sorted runs of code points.
+inline constexpr CombiningClassRun combining_classes[] = {{
+{rows((f"{{0x{a:X}, 0x{b:X}, {c}}}," for a, b, c in combining_runs), 6)}
+}};
+
+struct Decomposition {{
+  char32_t code_point;
+  std::uint16_t offset;  ///< into decomposition_data
+  std::uint8_t length;
+}};
+/// Full (recursive) canonical decompositions except Hangul syllables, sorted by code point.
+inline constexpr Decomposition decompositions[] = {{
+{rows((f"{{0x{cp:X}, {o}, {n}}}," for cp, o, n in decompositions), 6)}
+}};
+inline constexpr char32_t decomposition_data[] = {{
+{rows((f"0x{cp:X}," for cp in data), 12)}
+}};
+
+struct Composition {{
+  std::uint64_t pair;  ///< first << 21 | second
+  char32_t composite;
+}};
+/// Primary composites by their two-character decomposition, sorted by pair.
+inline constexpr Composition compositions[] = {{
+{rows((f"{{0x{pair:X}, 0x{cp:X}}}," for pair, cp in compositions), 5)}
+}};
+
+struct Range {{
+  char32_t first;
+  char32_t last;
+}};
+/// Code points that can change under NFC or change their neighbours (non-zero combining class,
+/// canonical decompositions, second halves of compositions); text without them is already NFC.
+inline constexpr Range unstable_ranges[] = {{
+{rows((f"{{0x{a:X}, 0x{b:X}}}," for a, b in ranges), 6)}
+}};
+
+}}  // namespace verl::model::detail::nfc_data
+"""
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+    print(f"NFC tables: {len(combining_runs)} class runs, {len(decompositions)} decompositions, "
+          f"{len(compositions)} compositions, {len(ranges)} unstable ranges -> {path}")
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "../../tests/data/tokenizer"))
+    parser.add_argument("--nfc-tables", action="store_true",
+                        help="also regenerate include/verl/model/tokenizer/detail/nfc_tables.hpp")
+    arguments = parser.parse_args()
+    out = os.path.abspath(arguments.out)
+    if arguments.nfc_tables:
+        write_nfc_tables(os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                      "../../include/verl/model/tokenizer/detail/nfc_tables.hpp"))
+    os.makedirs(out, exist_ok=True)
+    corpus = training_corpus(seed=1)
+    tokenizers = {}
+    for seed, name in enumerate(["gpt2", "gpt2_prefix", "qwen2", "llama3"], start=100):
+        tokenizer = train(name, corpus)
+        path = os.path.join(out, f"{name}.tokenizer.json")
+        tokenizer.save(path, pretty=True)
+        if name == "gpt2":
+            legacy_merges(path)
+        # Golden data comes from the file as saved, the way users load it.
+        tokenizer = Tokenizer.from_file(path)
+        tokenizers[name] = tokenizer
+        strings = golden_strings(special_strings(name), seed=seed)
+        assert len(strings) >= 1000, len(strings)
+        write_jsonl(os.path.join(out, f"{name}.golden.jsonl"), golden_rows(tokenizer, strings, seed=seed + 1000))
+        print(f"{name}: vocab {tokenizer.get_vocab_size()}, {len(strings)} strings")
+
+    rows = []
+    for messages in chat_cases():
+        for add_generation_prompt in (False, True):
+            for template_name, template, tokenizer_name in (("qwen2", QWEN2_CHAT_TEMPLATE, "qwen2"),
+                                                            ("chatml", CHATML_TEMPLATE, "qwen2"),
+                                                            ("llama3", LLAMA3_CHAT_TEMPLATE, "llama3")):
+                text = render(template, messages, add_generation_prompt, bos_token="<|begin_of_text|>")
+                ids = tokenizers[tokenizer_name].encode(text, add_special_tokens=False).ids
+                rows.append({"template": template_name, "messages": messages,
+                             "add_generation_prompt": add_generation_prompt, "text": text, "ids": ids,
+                             "tokenizer": tokenizer_name})
+    write_jsonl(os.path.join(out, "chat_templates.jsonl"), rows)
+    with open(os.path.join(out, "chat_template_sources.json"), "w", encoding="utf-8") as f:
+        json.dump({"qwen2": QWEN2_CHAT_TEMPLATE, "chatml": CHATML_TEMPLATE, "llama3": LLAMA3_CHAT_TEMPLATE}, f,
+                  indent=1)
+        f.write("\n")
+    print(f"chat templates: {len(rows)} renderings")
+
+
+if __name__ == "__main__":
+    main()
