@@ -13,6 +13,11 @@ namespace {
 using parallel::Partitions;
 
 std::vector<std::int64_t> int_list(const json& list) { return list.get<std::vector<std::int64_t>>(); }
+std::int64_t int_arg(const GoldenCase& c, const char* key) { return c.args().at(key).get<std::int64_t>(); }
+
+parallel::AnyPartitionAlgorithm algorithm_of(const GoldenCase& c, std::string_view name) {
+  return parallel::make_partition_algorithm(name, c.args().at("equal_size").get<bool>());
+}
 
 /// Fails the case for every output key that no comparison covered.
 void require_compared(const GoldenCase& c, CaseCheck& check, std::initializer_list<std::string_view> compared) {
@@ -24,8 +29,7 @@ void require_compared(const GoldenCase& c, CaseCheck& check, std::initializer_li
 }
 
 /// partitions, partition_sums, spread and partition_sizes of a partitioning of `seqlens`.
-void check_partitions(const GoldenCase& c, CaseCheck& check, const std::vector<std::int64_t>& seqlens,
-                      const Partitions& partitions) {
+void check_partitions(CaseCheck& check, const std::vector<std::int64_t>& seqlens, const Partitions& partitions) {
   const auto sums = parallel::partition_sums(seqlens, partitions);
   check.exact("partitions", json(partitions));
   check.exact("partition_sums", json(sums));
@@ -39,20 +43,19 @@ void partition_case(const GoldenCase& c, CaseCheck& check, const parallel::AnyPa
   const int k = c.args().at("k_partitions").get<int>();
   const Partitions partitions = balanced ? parallel::get_seqlen_balanced_partitions(algorithm, seqlens, k)
                                          : parallel::partition(algorithm, seqlens, k);
-  check_partitions(c, check, seqlens, partitions);
+  check_partitions(check, seqlens, partitions);
   require_compared(c, check, {"partitions", "partition_sums", "spread", "partition_sizes"});
 }
 
 void register_seqlen_balancing(HandlerTable& table) {
   table["karmarkar_karp"] = [](const GoldenCase& c, CaseCheck& check) {
-    partition_case(c, check, parallel::make_partition_algorithm("karmarkar_karp", c.args().at("equal_size").get<bool>()), false);
+    partition_case(c, check, algorithm_of(c, "karmarkar_karp"), false);
   };
   table["greedy_partition"] = [](const GoldenCase& c, CaseCheck& check) {
-    partition_case(c, check, parallel::make_partition_algorithm("greedy_partition", c.args().at("equal_size").get<bool>()),
-                   false);
+    partition_case(c, check, algorithm_of(c, "greedy_partition"), false);
   };
   table["get_seqlen_balanced_partitions"] = [](const GoldenCase& c, CaseCheck& check) {
-    partition_case(c, check, parallel::make_partition_algorithm("karmarkar_karp", c.args().at("equal_size").get<bool>()), true);
+    partition_case(c, check, algorithm_of(c, "karmarkar_karp"), true);
   };
 
   table["calculate_workload"] = [](const GoldenCase& c, CaseCheck& check) {
@@ -69,11 +72,11 @@ void register_seqlen_balancing(HandlerTable& table) {
   };
 
   table["ceildiv"] = [](const GoldenCase& c, CaseCheck& check) {
-    check.exact("result", json(parallel::ceildiv(c.args().at("a").get<std::int64_t>(), c.args().at("b").get<std::int64_t>())));
+    check.exact("result", json(parallel::ceildiv(int_arg(c, "a"), int_arg(c, "b"))));
     require_compared(c, check, {"result"});
   };
   table["roundup_divisible"] = [](const GoldenCase& c, CaseCheck& check) {
-    check.exact("result", json(parallel::roundup_divisible(c.args().at("a").get<std::int64_t>(), c.args().at("b").get<std::int64_t>())));
+    check.exact("result", json(parallel::roundup_divisible(int_arg(c, "a"), int_arg(c, "b"))));
     require_compared(c, check, {"result"});
   };
   table["get_reverse_idx"] = [](const GoldenCase& c, CaseCheck& check) {
@@ -86,12 +89,13 @@ void register_seqlen_balancing(HandlerTable& table) {
     const auto uids = c.inputs().at("uid_list").get<std::vector<std::string>>();
     const int k = c.args().at("k_partitions").get<int>();
     const Partitions partitions = parallel::get_group_balanced_partitions(seqlens, uids, k);
-    check_partitions(c, check, seqlens, partitions);
+    check_partitions(check, seqlens, partitions);
     const auto workload_sums = parallel::partition_sums(parallel::calculate_workload(seqlens), partitions);
     check.exact("workload_partition_sums", json(workload_sums));
     check.exact("workload_spread", json(parallel::partition_spread(workload_sums)));
-    require_compared(c, check, {"partitions", "partition_sums", "spread", "partition_sizes",
-                                "workload_partition_sums", "workload_spread"});
+    require_compared(
+        c, check,
+        {"partitions", "partition_sums", "spread", "partition_sizes", "workload_partition_sums", "workload_spread"});
   };
 
   table["log_seqlen_unbalance"] = [](const GoldenCase& c, CaseCheck& check) {
@@ -114,7 +118,7 @@ void register_seqlen_balancing(HandlerTable& table) {
   table["rearrange_micro_batches"] = [](const GoldenCase& c, CaseCheck& check) {
     const auto& args = c.args();
     parallel::MicroBatchOptions options;
-    options.max_token_len = args.at("max_token_len").get<std::int64_t>();
+    options.max_token_len = int_arg(c, "max_token_len");
     if (args.contains("num_batches_divided_by") && !args.at("num_batches_divided_by").is_null())
       options.num_batches_divided_by = args.at("num_batches_divided_by").get<std::int64_t>();
     if (args.contains("min_num_micro_batch") && !args.at("min_num_micro_batch").is_null())

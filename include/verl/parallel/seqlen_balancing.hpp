@@ -40,16 +40,16 @@ namespace detail {
 constexpr std::int64_t checked_add(std::int64_t a, std::int64_t b, std::string_view argument) {
   std::int64_t sum = 0;
   if (__builtin_add_overflow(a, b, &sum))
-    verl::detail::throw_invalid_argument("{}: expected values whose sums fit in int64, {} + {} overflows", argument,
-                                         a, b);
+    verl::detail::throw_invalid_argument("{}: expected values whose sums fit in int64, {} + {} overflows", argument, a,
+                                         b);
   return sum;
 }
 
 constexpr std::int64_t checked_mul(std::int64_t a, std::int64_t b, std::string_view argument) {
   std::int64_t product = 0;
   if (__builtin_mul_overflow(a, b, &product))
-    verl::detail::throw_invalid_argument("{}: expected values whose products fit in int64, {} * {} overflows",
-                                         argument, a, b);
+    verl::detail::throw_invalid_argument("{}: expected values whose products fit in int64, {} * {} overflows", argument,
+                                         a, b);
   return product;
 }
 
@@ -58,8 +58,7 @@ inline void require_positive_k(int k_partitions) {
 }
 
 inline void require_indexable(std::size_t n, std::string_view argument) {
-  VERL_CHECK_ARG(n <= static_cast<std::size_t>(INT_MAX), "{}: expected at most {} items, got {}", argument, INT_MAX,
-                 n);
+  VERL_CHECK_ARG(n <= static_cast<std::size_t>(INT_MAX), "{}: expected at most {} items, got {}", argument, INT_MAX, n);
 }
 
 inline void require_divisible_for_equal_size(std::size_t n, int k_partitions) {
@@ -300,8 +299,8 @@ class KarmarkarKarpSolver {
 
   /// Recomputes `nonnegative` and `spread` after s.subsets was re-sorted.
   void update_order_statistics(KKState& s) const {
-    const auto it = std::partition_point(s.subsets.begin(), s.subsets.end(),
-                                         [](const KKSubset& x) { return x.sum >= 0; });
+    const auto it =
+        std::partition_point(s.subsets.begin(), s.subsets.end(), [](const KKSubset& x) { return x.sum >= 0; });
     s.nonnegative = static_cast<std::size_t>(it - s.subsets.begin());
     const KKSubset* top = at(s, 0);
     const KKSubset* bottom = at(s, k_ - 1);
@@ -582,7 +581,7 @@ inline Metrics log_seqlen_unbalance(std::span<const std::int64_t> seqlen_list, c
 
 /// rearrange_micro_batches' knobs, under verl's names.
 struct MicroBatchOptions {
-  std::int64_t max_token_len = 0;                     ///< token budget per micro-batch (>= the sequence length)
+  std::int64_t max_token_len = 0;                      ///< token budget per micro-batch (>= the sequence length)
   std::optional<std::int64_t> num_batches_divided_by;  ///< round the count up to a multiple (virtual PP size)
   std::optional<std::int64_t> min_num_micro_batch;     ///< at least this many micro-batches (PP)
   bool use_dynamic_bsz_balance = true;                 ///< order micro-batches to shrink pipeline bubbles
@@ -607,10 +606,10 @@ inline MicroBatchPlan plan_micro_batches(std::span<const std::int64_t> seq_len_e
   VERL_CHECK_ARG(options.max_token_len >= 1, "max_token_len: expected a positive token budget, got {}",
                  options.max_token_len);
   VERL_CHECK_ARG(!options.num_batches_divided_by || *options.num_batches_divided_by >= 1,
-                 "num_batches_divided_by: expected a positive count, got {}", options.num_batches_divided_by.value_or(0));
+                 "num_batches_divided_by: expected a positive count, got {}",
+                 options.num_batches_divided_by.value_or(0));
   VERL_CHECK_ARG(options.max_token_len >= max_seq_len,
-                 "max_token_len: expected at least the sequence length {}, got {}", max_seq_len,
-                 options.max_token_len);
+                 "max_token_len: expected at least the sequence length {}, got {}", max_seq_len, options.max_token_len);
   const auto batch_size = static_cast<std::int64_t>(seq_len_effective.size());
   std::int64_t total = 0;
   for (const auto len : seq_len_effective) total = detail::checked_add(total, len, "seq_len_effective");
