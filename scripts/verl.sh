@@ -49,7 +49,7 @@ case "$mode" in
     install_missing
     build=${BUILD_DIR:-build}
     configure_and_build "$build" -DVERL_BUILD_BENCH=OFF
-    "$build/bin/verl_main_job" "$@"
+    "$build/bin/verl_example_grpo" "$@"
     ;;
   test)
     install_missing

@@ -16,6 +16,7 @@
 #include "verl/core/error.hpp"
 #include "verl/core/metrics.hpp"
 #include "verl/core/tensor.hpp"
+#include "verl/algo/detail/rows.hpp"
 
 namespace verl::algo {
 
@@ -111,9 +112,6 @@ PolicyLossResult compute_policy_loss(const Loss& loss, const PolicyLossBatch& ba
 
 namespace detail {
 
-/// Row `row` of a (B, T) view (contiguous within the row).
-inline const float* row_of(const ConstMatrixRefF& m, Index row) { return m.data() + row * m.outerStride(); }
-inline float* row_of(MatrixF& m, Index row) { return m.data() + row * m.cols(); }
 
 /// Checks shapes (every input has log_prob's shape) and the 0/1 mask; returns the mask counts the
 /// aggregation needs (one pass over the mask).

@@ -1,6 +1,6 @@
-// Row-wise building blocks shared by the advantage estimators: raw row pointers into (B, T)
-// views, the fused 0/1 mask check, the response scores (torch's float32 row sums) and the
-// `scalar_i * mask` broadcast that every outcome-reward estimator ends with.
+// Row-wise building blocks shared by the advantage estimators: the fused 0/1 mask check, the
+// response scores (torch's float32 row sums) and the `scalar_i * mask` broadcast that every
+// outcome-reward estimator ends with.
 #pragma once
 
 #include <cmath>
@@ -8,15 +8,13 @@
 #include <string_view>
 
 #include "verl/algo/advantage_estimator.hpp"
+#include "verl/algo/advantages/detail/output_buffers.hpp"
 #include "verl/algo/advantages/detail/torch_sum.hpp"
+#include "verl/algo/detail/rows.hpp"  // row_of, shared with the other algo kernels
 #include "verl/core/error.hpp"
 #include "verl/core/tensor.hpp"
 
 namespace verl::algo::detail {
-
-/// Start of row `i` of a row-major view (rows may be strided, tokens are contiguous).
-inline const float* row_of(const ConstMatrixRefF& m, Index i) { return m.data() + i * m.outerStride(); }
-inline float* row_of(MatrixF& m, Index i) { return m.data() + i * m.cols(); }
 
 [[noreturn]] inline void throw_non_binary_mask(std::string_view argument, const float* row, Index n, Index i) {
   for (Index j = 0; j < n; ++j)
@@ -50,24 +48,36 @@ inline VectorF response_scores(const ConstMatrixRefF& rewards) {
   return scores;
 }
 
-/// verl's `scalars.unsqueeze(-1) * response_mask`, written to advantages and, when the estimator
-/// returns the advantages as returns too, to returns in the same pass. Checks the mask on the way.
-inline AdvantageResult broadcast_over_mask(const VectorF& per_row, const ConstMatrixRefF& mask,
-                                           bool returns_equal_advantages = true) {
+/// verl's `scalars.unsqueeze(-1) * response_mask` into `out.advantages` and, for the estimators
+/// that return their advantages as returns too, into `out.returns` in the same pass. Checks on the
+/// way that the mask is 0/1 (the check rides on loads the broadcast makes anyway).
+inline void broadcast_over_mask(const VectorF& per_row, const ConstMatrixRefF& mask, AdvantageResult& out,
+                                bool returns_equal_advantages = true) {
   const Index rows = mask.rows(), cols = mask.cols();
-  AdvantageResult out{MatrixF(rows, cols), returns_equal_advantages ? MatrixF(rows, cols) : MatrixF()};
+  prepare_output(out.advantages, rows, cols);
+  if (returns_equal_advantages) prepare_output(out.returns, rows, cols);
   for (Index i = 0; i < rows; ++i) {
     const float* m = row_of(mask, i);
-    require_binary_mask_row("response_mask", m, cols, i);
     const float a = per_row[i];
     float* adv = row_of(out.advantages, i);
-    for (Index j = 0; j < cols; ++j) adv[j] = a * m[j];
+    unsigned bad = 0;
     if (returns_equal_advantages) {
       float* ret = row_of(out.returns, i);
-      for (Index j = 0; j < cols; ++j) ret[j] = a * m[j];
+      for (Index j = 0; j < cols; ++j) {
+        bad |= static_cast<unsigned>(m[j] != 0.0f) & static_cast<unsigned>(m[j] != 1.0f);
+        const float v = a * m[j];
+        adv[j] = v;
+        ret[j] = v;
+      }
+    } else {
+      for (Index j = 0; j < cols; ++j) {
+        bad |= static_cast<unsigned>(m[j] != 0.0f) & static_cast<unsigned>(m[j] != 1.0f);
+        adv[j] = a * m[j];
+      }
     }
+    if (bad != 0) [[unlikely]]
+      throw_non_binary_mask("response_mask", m, cols, i);
   }
-  return out;
 }
 
 /// out[t] = sum_{s >= t} r[s] * m[s] (verl's `(r * m).flip(-1).cumsum(-1).flip(-1)`): torch's CPU
