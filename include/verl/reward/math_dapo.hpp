@@ -99,8 +99,10 @@ constexpr std::optional<std::string_view> last_answer(std::string_view s) {
   using reward::detail::skip_python_space;
   std::optional<std::string_view> last;
   std::size_t from = 0;
-  for (std::size_t hit = s.find_first_of("aA", from); hit != npos; hit = s.find_first_of("aA", from)) {
+  while (from < s.size()) {
+    const std::size_t hit = from;
     from = hit + 1;  // where to look next if no match starts here
+    if ((static_cast<unsigned char>(s[hit]) | 0x20) != 'a') continue;
     const std::size_t word_end = match_answer_word(s, hit);
     if (word_end == npos) continue;
     const std::size_t colon = skip_python_space(s, word_end);
@@ -238,7 +240,7 @@ constexpr std::optional<std::string_view> unbox(std::string_view s) {
 /// verl's last_boxed_only_string: the last "\boxed{...}" with balanced braces, or nullopt (None)
 /// when there is none or its braces never close.
 inline std::optional<std::string> last_boxed_only_string(std::string_view string) {
-  const std::size_t start = string.rfind("\\boxed{");
+  const std::size_t start = reward::detail::find_last(string, "\\boxed{");
   if (start == std::string_view::npos) return std::nullopt;
   long open_braces = 0;
   for (std::size_t i = start; i < string.size(); ++i) {

@@ -195,14 +195,14 @@ inline Failure strip_string(std::string_view input, std::string& out) {
 /// nullopt (verl's None) when nothing is found or the braces never close.
 inline std::optional<std::string> last_boxed_only_string(std::string_view string) {
   constexpr std::string_view boxed_space = "\\boxed ";
-  if (const std::size_t hit = string.rfind(boxed_space); hit != std::string_view::npos) {
+  if (const std::size_t hit = reward::detail::find_last(string, boxed_space); hit != std::string_view::npos) {
     const std::string_view after = string.substr(hit + boxed_space.size());
     std::string out(boxed_space);
     out += after.substr(0, after.find('$'));
     return out;
   }
-  std::size_t start = string.rfind("\\boxed");
-  if (start == std::string_view::npos) start = string.rfind("\\fbox");
+  std::size_t start = reward::detail::find_last(string, "\\boxed");
+  if (start == std::string_view::npos) start = reward::detail::find_last(string, "\\fbox");
   if (start == std::string_view::npos) return std::nullopt;
   long open_braces = 0;  // verl's counter: a '}' before any '{' drives it negative
   for (std::size_t i = start; i < string.size(); ++i) {

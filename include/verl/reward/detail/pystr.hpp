@@ -137,6 +137,15 @@ constexpr std::size_t count(std::string_view s, std::string_view needle) {
   return n;
 }
 
+/// Last occurrence of `needle` (non-empty) in `s`, or npos. Scans forward with find(), which
+/// skips through memchr, instead of std::string_view::rfind's compare at every position: scorers
+/// look for the last \boxed of responses that are thousands of bytes long.
+constexpr std::size_t find_last(std::string_view s, std::string_view needle) {
+  std::size_t last = std::string_view::npos;
+  for (std::size_t hit = s.find(needle); hit != std::string_view::npos; hit = s.find(needle, hit + 1)) last = hit;
+  return last;
+}
+
 /// Python's s.split(sep) for a non-empty separator (views into `s`).
 inline std::vector<std::string_view> split(std::string_view s, std::string_view sep) {
   std::vector<std::string_view> parts;

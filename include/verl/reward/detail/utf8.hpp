@@ -86,15 +86,23 @@ constexpr bool length_at_most(std::string_view s, std::size_t n) {
   return advance(s, 0, n) == s.size();
 }
 
-/// Byte offset where the last `n` code points of `s` begin (Python's s[-n:]), reading only
-/// the tail. Any byte that is not a continuation byte starts a code point whatever precedes it,
-/// so decoding can start at such a byte just before the last 4n bytes.
+/// Start of the code point that ends at byte `end` (> 0, a code point boundary). Its lead byte
+/// can only be the nearest non-continuation byte at most 3 bytes back, and only if the sequence
+/// it starts ends exactly at `end`; otherwise the last byte is a stray byte of its own.
+constexpr std::size_t previous_boundary(std::string_view s, std::size_t end) {
+  if (!is_continuation(static_cast<unsigned char>(s[end - 1]))) return end - 1;
+  std::size_t lead = end - 1;
+  while (lead > 0 && end - lead < 4 && is_continuation(static_cast<unsigned char>(s[lead]))) --lead;
+  if (!is_continuation(static_cast<unsigned char>(s[lead])) && decode(s, lead).length == end - lead) return lead;
+  return end - 1;
+}
+
+/// Byte offset where the last `n` code points of `s` begin (Python's s[-n:]); reads only them.
 constexpr std::size_t tail_offset(std::string_view s, std::size_t n) {
-  if (s.size() <= n) return 0;
-  std::size_t start = s.size() - n > 3 * n ? s.size() - 4 * n : 0;
-  while (start > 0 && is_continuation(static_cast<unsigned char>(s[start]))) --start;
-  const std::size_t count = length(s.substr(start));  // >= n when start + 4n <= size, or start == 0
-  return count <= n ? start : advance(s, start, count - n);
+  if (s.size() <= n) return 0;  // a code point takes at least one byte
+  std::size_t pos = s.size();
+  for (; n > 0 && pos > 0; --n) pos = previous_boundary(s, pos);
+  return pos;
 }
 
 /// Appends the UTF-8 encoding of `code_point`; an escaped byte (U+DC80..U+DCFF) is written back
