@@ -48,6 +48,7 @@ float compute_entropy_loss_value(const Eigen::MatrixBase<LogitsDerived>& logits,
 /// The entropy loss and its gradient: the cotangent of each token's entropy is agg_loss's weight
 /// W (0 on masked tokens, whose logits get an exact zero gradient without any exp).
 template <class LogitsDerived, class MaskDerived>
+  requires(!LossAggregation<LogitsDerived>)  // leaves compute_entropy_loss<TokenMean>(...) to the overload below
 EntropyLoss compute_entropy_loss(const Eigen::MatrixBase<LogitsDerived>& logits,
                                  const Eigen::MatrixBase<MaskDerived>& response_mask,
                                  LossAggMode mode = LossAggMode::token_mean, const GlobalBatchInfo& info = {},

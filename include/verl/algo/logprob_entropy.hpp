@@ -65,8 +65,9 @@ struct LogprobEntropyCotangents {
 
 namespace detail {
 
-/// Elements per chunk of a row: the chunk is read from memory once and then re-read from L1.
-inline constexpr Index logits_chunk = 2048;
+/// Float partial sums per accumulator lane before they are added into the row's double totals:
+/// few enough that float rounding stays ~1e-7 relative.
+inline constexpr Index logits_terms_per_lane = 64;
 /// Below this many elements per thread, extra threads cost more than they save.
 inline constexpr Index logits_min_elements_per_thread = Index{1} << 16;
 /// Shifted logits (x - max, log p) are clamped here before the exp: exp() stays a normal float,
@@ -163,17 +164,18 @@ VERL_FORCE_INLINE void forward_rows(const ForwardJob<Scalar>& job, Index begin, 
   using Accumulator = std::conditional_t<W == 1, double, F>;
   constexpr int unroll = logits_unroll;
   constexpr Index step = unroll * W;
-  static_assert(logits_chunk % step == 0);
+  // A chunk is read from memory once and then re-read from L1 (at most 8 KiB of floats).
+  constexpr Index chunk = W == 1 ? 2048 : logits_terms_per_lane * step;
   constexpr float neg_inf = -std::numeric_limits<float>::infinity();
   // The chunk as float, padded with -inf to a whole number of steps (padding adds exactly 0).
-  alignas(64) float buffer[logits_chunk + step];
+  alignas(64) float buffer[chunk + step];
 
   for (Index row = begin; row < end; ++row) {
     const Scalar* source = job.logits + row * job.stride;
     float max = neg_inf;
     double sum_exp = 0, sum_exp_shift = 0, sum_exp_sq = 0;  // sum e, sum e*(x-max), sum e^2
-    for (Index start = 0; start < job.vocab; start += logits_chunk) {
-      const Index count = std::min(logits_chunk, job.vocab - start);
+    for (Index start = 0; start < job.vocab; start += chunk) {
+      const Index count = std::min(chunk, job.vocab - start);
       // Pass 1: convert into the buffer and find the chunk's max.
       F chunk_max = simd::broadcast<W>(neg_inf);
       Index j = 0;

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <string_view>
 
+#include "verl/config.hpp"
 #include "verl/core/error.hpp"
 #include "verl/core/tensor.hpp"
 
