@@ -52,6 +52,26 @@ TEST(RewardUtf8, TailOffsetCountsCodePointsFromTheEnd) {
   EXPECT_EQ(last_code_points(mixed, 3), "\x80\u00e9\u00e9");
 }
 
+TEST(RewardUtf8, TailOffsetAgreesWithForwardDecodingOnAnyBytes) {
+  // Lead, continuation, ASCII and never-valid bytes mixed at random: reading the tail backwards
+  // must find the same code point boundaries as decoding from the start.
+  constexpr unsigned char alphabet[] = {0x41, 0x80, 0x82, 0x9F, 0xA0, 0xAC, 0xBF, 0xC3, 0xE2, 0xED, 0xF0, 0xF4, 0xFF};
+  std::uint32_t state = 12345;
+  for (int trial = 0; trial < 2000; ++trial) {
+    std::string s;
+    const int size = trial % 40;
+    for (int i = 0; i < size; ++i) {
+      state = state * 1664525u + 1013904223u;
+      s.push_back(static_cast<char>(alphabet[(state >> 24) % sizeof(alphabet)]));
+    }
+    const std::size_t total = utf8::length(s);
+    for (std::size_t n = 1; n <= total + 1; ++n) {
+      const std::size_t expected = n >= total ? 0 : utf8::advance(s, 0, total - n);
+      ASSERT_EQ(utf8::tail_offset(s, n), expected) << "trial " << trial << " n " << n;
+    }
+  }
+}
+
 TEST(RewardUtf8, SliceFromFollowsPythonSliceRules) {
   const std::string s = "\u00e9a\u00e9b";  // 4 code points
   EXPECT_EQ(slice_from(s, 0), s);

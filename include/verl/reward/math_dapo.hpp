@@ -8,6 +8,7 @@
 // U+017F, `.` stops at '\n', lazy and greedy groups, re.sub/findall resuming after a match).
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>

@@ -4,7 +4,9 @@
 // Ill-formed input follows Python's `surrogateescape` model: a byte that does not begin a
 // well-formed sequence is one code point on its own (U+DC80 + byte). Every byte string thus has a
 // defined length and slicing never splits a well-formed character; on valid UTF-8 the result is
-// exactly Python's.
+// exactly Python's. (One difference remains on ill-formed input: an edit that removes the text
+// between two stray bytes can join them into a well-formed sequence, where Python keeps two
+// escaped characters.)
 #pragma once
 
 #include <cstddef>
