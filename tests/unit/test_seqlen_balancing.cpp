@@ -5,6 +5,7 @@
 #include <random>
 #include <set>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "verl/parallel/detail/heapq.hpp"
@@ -214,6 +215,9 @@ TEST(SeqlenBalancing, IntegerHelpersUsePythonFloorDivision) {
 
 TEST(SeqlenBalancing, WorkloadIsVerlsAttentionEstimate) {
   EXPECT_EQ(calculate_workload(std::int64_t{8193}), 268476417);
+  // Narrow integer lengths give an int64 workload instead of wrapping in their own type.
+  static_assert(std::is_same_v<decltype(calculate_workload(100000)), std::int64_t>);
+  EXPECT_EQ(calculate_workload(100000), 24576LL * 100000 + 100000LL * 100000);
   EXPECT_EQ(calculate_workload(I64s{0, 1, 1024}), (I64s{0, 24577, 24576 * 1024 + 1024 * 1024}));
   // float32 rounds each operation like torch: 24576*s and s*s in float, then their sum.
   const float s = 2791.7f;

@@ -106,15 +106,19 @@ constexpr std::int64_t roundup_divisible(std::int64_t a, std::int64_t b) {
 // ---- workload --------------------------------------------------------------------------------
 
 /// verl's calculate_workload: attention FLOPs of one sequence, up to a constant, for a 7B-sized
-/// model (hidden 4096): 24576 * s + s^2. Integers are checked for overflow; floating types round
-/// each operation as torch does (two products, then the sum).
+/// model (hidden 4096): 24576 * s + s^2. Integer lengths give an int64 workload (as torch's int64
+/// tensors), checked for overflow; floating types round each operation as torch does (two
+/// products, then the sum) and keep their type.
 template <class T>
-  requires std::is_arithmetic_v<T>
-constexpr T calculate_workload(T seqlen) {
+  requires(std::is_arithmetic_v<T> && !std::is_same_v<T, bool>)
+constexpr auto calculate_workload(T seqlen) {
   if constexpr (std::is_integral_v<T>) {
-    const std::int64_t s = static_cast<std::int64_t>(seqlen);
-    return static_cast<T>(detail::checked_add(detail::checked_mul(24576, s, "seqlen_list"),
-                                              detail::checked_mul(s, s, "seqlen_list"), "seqlen_list"));
+    if constexpr (std::is_unsigned_v<T> && sizeof(T) >= sizeof(std::int64_t))
+      VERL_CHECK_ARG(seqlen <= static_cast<T>(INT64_MAX), "seqlen_list: expected lengths that fit in int64, got {}",
+                     seqlen);
+    const auto s = static_cast<std::int64_t>(seqlen);
+    return detail::checked_add(detail::checked_mul(24576, s, "seqlen_list"), detail::checked_mul(s, s, "seqlen_list"),
+                               "seqlen_list");
   } else {
     const T linear = T(24576) * seqlen;
     const T square = seqlen * seqlen;
