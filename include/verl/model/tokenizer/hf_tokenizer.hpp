@@ -142,7 +142,6 @@ class HfTokenizer {
     if (add_special_tokens) ids.insert(ids.end(), template_.prefix.begin(), template_.prefix.end());
     std::vector<TextSegment> raw_segments;
     std::vector<TextSegment> normalized_segments;
-    std::vector<std::string> words;
     added_.split(text, /*normalized_pass=*/false, raw_segments);
     for (const TextSegment& raw : raw_segments) {
       if (raw.is_added_token()) {
@@ -158,9 +157,7 @@ class HfTokenizer {
           ids.push_back(segment.added_token_id);
           continue;
         }
-        words.clear();
-        pre_tokenizer_.run(segment.text, words);
-        for (const auto& word : words) model_.tokenize(word, ids);
+        pre_tokenizer_.run(segment.text, [&](std::string_view word) { model_.tokenize(word, ids); });
       }
     }
     if (add_special_tokens) ids.insert(ids.end(), template_.suffix.begin(), template_.suffix.end());

@@ -8,8 +8,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <deque>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -53,8 +56,15 @@ struct Span {
 };
 
 /// tokenizers' NormalizedString::split: turn match/non-match spans into the pieces to keep.
-inline void apply_split_behavior(std::string_view piece, const std::vector<Span>& spans, SplitBehavior behavior,
-                                 std::vector<std::string>& out) {
+template <class Emit>
+void apply_split_behavior(std::string_view piece, const std::vector<Span>& spans, SplitBehavior behavior,
+                          Emit&& emit) {
+  if (behavior == SplitBehavior::isolated) {  // the common case, without a copy of the spans
+    for (const auto& span : spans) {
+      if (span.end > span.begin) emit(piece.substr(span.begin, span.end - span.begin));
+    }
+    return;
+  }
   std::vector<std::pair<std::size_t, std::size_t>> kept;
   kept.reserve(spans.size());
   switch (behavior) {
@@ -105,7 +115,7 @@ inline void apply_split_behavior(std::string_view piece, const std::vector<Span>
     }
   }
   for (const auto& [begin, end] : kept) {
-    if (end > begin) out.emplace_back(piece.substr(begin, end - begin));
+    if (end > begin) emit(piece.substr(begin, end - begin));
   }
 }
 
@@ -118,8 +128,11 @@ struct SplitStep {
   SplitBehavior behavior = SplitBehavior::isolated;
   bool invert = false;
 
-  void run(std::string_view piece, std::vector<std::string>& out) const {
-    std::vector<detail::Span> spans;
+  /// Calls emit(word) for each resulting piece (a view into `piece`).
+  template <class Emit>
+  void run(std::string_view piece, Emit&& emit) const {
+    thread_local std::vector<detail::Span> spans;
+    spans.clear();
     std::size_t previous = 0;
     auto on_match = [&](std::size_t begin, std::size_t end) {
       if (previous != begin) spans.push_back({previous, begin, false});
@@ -137,7 +150,7 @@ struct SplitStep {
     if (invert) {
       for (auto& span : spans) span.is_match = !span.is_match;
     }
-    detail::apply_split_behavior(piece, spans, behavior, out);
+    detail::apply_split_behavior(piece, spans, behavior, emit);
   }
 };
 
@@ -147,7 +160,10 @@ struct ByteLevelStep {
   bool use_regex = true;
   detail::Pcre2Regex gpt2_regex;  ///< compiled when use_regex
 
-  void run(std::string_view piece, std::vector<std::string>& out) const {
+  /// Calls emit(word) for each resulting word, spelled in byte characters (the view is valid
+  /// during the call only).
+  template <class Emit>
+  void run(std::string_view piece, Emit&& emit) const {
     const auto& tables = detail::byte_level_tables();
     std::string prefixed;
     if (add_prefix_space && !piece.starts_with(' ')) {
@@ -156,24 +172,24 @@ struct ByteLevelStep {
       prefixed.append(piece);
       piece = prefixed;
     }
-    auto emit = [&](std::string_view word) {
+    std::string mapped;
+    auto emit_mapped = [&](std::string_view word) {
       if (word.empty()) return;
-      std::string mapped;
-      mapped.reserve(word.size() * 2);
+      mapped.clear();
       tables.encode(word, mapped);
-      out.push_back(std::move(mapped));
+      emit(std::string_view(mapped));
     };
     if (!use_regex) {
-      emit(piece);
+      emit_mapped(piece);
       return;
     }
     std::size_t previous = 0;
     gpt2_regex.for_each_match(piece, [&](std::size_t begin, std::size_t end) {
-      if (previous != begin) emit(piece.substr(previous, begin - previous));
-      emit(piece.substr(begin, end - begin));
+      if (previous != begin) emit_mapped(piece.substr(previous, begin - previous));
+      emit_mapped(piece.substr(begin, end - begin));
       previous = end;
     });
-    if (previous != piece.size()) emit(piece.substr(previous));
+    if (previous != piece.size()) emit_mapped(piece.substr(previous));
   }
 };
 
@@ -195,30 +211,45 @@ class PreTokenizer {
     return !steps_.empty() && std::holds_alternative<ByteLevelStep>(steps_.back());
   }
 
-  /// Appends the words of `text` (valid UTF-8) to `words`.
-  void run(std::string_view text, std::vector<std::string>& words) const {
+  /// Calls on_word(word) for every word of `text` (valid UTF-8), in order. A word view is valid
+  /// during the call only.
+  template <class OnWord>
+  void run(std::string_view text, OnWord&& on_word) const {
     if (text.empty()) return;
     if (steps_.empty()) {
-      words.emplace_back(text);
+      on_word(text);
       return;
     }
-    std::vector<std::string> current;
-    std::vector<std::string> next;
+    // Pieces between steps are views: into `text` or into strings a step produced, kept in a
+    // deque (stable addresses) until the last step has run.
+    std::vector<std::string_view> current{text};
+    std::vector<std::string_view> next;
+    std::deque<std::string> produced;
     for (std::size_t k = 0; k < steps_.size(); ++k) {
-      auto& target = k + 1 == steps_.size() ? words : next;
-      auto run_step = [&](std::string_view piece) {
-        std::visit([&](const auto& step) { step.run(piece, target); }, steps_[k]);
-      };
-      if (k == 0) {
-        run_step(text);
-      } else {
-        for (const auto& piece : current) run_step(piece);
+      const bool last = k + 1 == steps_.size();
+      for (const std::string_view piece : current) {
+        std::visit(
+            [&](const auto& step) {
+              if (last) {
+                step.run(piece, on_word);
+              } else if constexpr (std::is_same_v<std::decay_t<decltype(step)>, SplitStep>) {
+                step.run(piece, [&](std::string_view word) { next.push_back(word); });
+              } else {
+                step.run(piece, [&](std::string_view word) { next.push_back(produced.emplace_back(word)); });
+              }
+            },
+            steps_[k]);
       }
-      if (k + 1 < steps_.size()) {
-        std::swap(current, next);
-        next.clear();
-      }
+      std::swap(current, next);
+      next.clear();
     }
+  }
+
+  /// The words of `text` as strings (tests, debugging).
+  [[nodiscard]] std::vector<std::string> words(std::string_view text) const {
+    std::vector<std::string> out;
+    run(text, [&](std::string_view word) { out.emplace_back(word); });
+    return out;
   }
 
  private:

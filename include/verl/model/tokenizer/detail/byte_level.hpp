@@ -13,7 +13,8 @@ namespace verl::model::detail {
 
 struct ByteLevelTables {
   std::array<char32_t, 256> byte_to_char{};
-  std::array<std::string, 256> byte_to_utf8;  ///< the character's UTF-8 spelling (1 or 2 bytes)
+  std::array<std::array<char, 2>, 256> byte_to_utf8{};  ///< the character's UTF-8 spelling
+  std::array<std::uint8_t, 256> byte_to_utf8_length{};  ///< 1 or 2
   static constexpr char32_t max_char = 0x143;  ///< every mapped character is below U+0144
   std::array<std::int16_t, max_char + 1> char_to_byte{};  ///< -1 where a character is no byte
 
@@ -25,7 +26,10 @@ struct ByteLevelTables {
       const char32_t cp = printable(b) ? static_cast<char32_t>(b) : next_extra++;
       byte_to_char[static_cast<std::size_t>(b)] = cp;
       char_to_byte[cp] = static_cast<std::int16_t>(b);
-      append_utf8(byte_to_utf8[static_cast<std::size_t>(b)], cp);
+      std::string spelled;
+      append_utf8(spelled, cp);
+      byte_to_utf8_length[static_cast<std::size_t>(b)] = static_cast<std::uint8_t>(spelled.size());
+      for (std::size_t k = 0; k < spelled.size(); ++k) byte_to_utf8[static_cast<std::size_t>(b)][k] = spelled[k];
     }
   }
 
@@ -34,7 +38,15 @@ struct ByteLevelTables {
 
   /// Appends the byte-level spelling of raw `bytes`.
   void encode(std::string_view bytes, std::string& out) const {
-    for (const char c : bytes) out += byte_to_utf8[static_cast<unsigned char>(c)];
+    std::size_t at = out.size();
+    out.resize(at + 2 * bytes.size());
+    for (const char c : bytes) {
+      const auto b = static_cast<unsigned char>(c);
+      out[at] = byte_to_utf8[b][0];
+      out[at + 1] = byte_to_utf8[b][1];
+      at += byte_to_utf8_length[b];
+    }
+    out.resize(at);
   }
 
   /// Appends the bytes a token spells when every character is a byte character; returns false

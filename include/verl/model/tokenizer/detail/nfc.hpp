@@ -1,8 +1,8 @@
 // Unicode Normalization Form C (canonical decomposition, canonical ordering, canonical
 // composition; UAX #15), for tokenizer.json's {"type": "NFC"} normalizer (Qwen2).
 //
-// Text without code points that NFC can touch (see nfc_data::unstable_ranges) is returned as is
-// after one scan, which is the common case; otherwise the whole text is normalized.
+// Only the spans around code points that NFC can touch (see nfc_data::unstable_ranges) are
+// normalized; the rest of the text is copied, so NFC costs one scan for most text.
 #pragma once
 
 #include <algorithm>
@@ -80,20 +80,9 @@ inline char32_t compose_pair(char32_t first, char32_t second) {
   return found != std::end(table) && found->pair == key ? found->composite : 0;
 }
 
-/// NFC of valid UTF-8.
-inline std::string nfc(std::string_view text) {
-  bool needed = false;
-  for (std::size_t pos = 0; pos < text.size() && !needed;) {
-    if (static_cast<unsigned char>(text[pos]) < 0xCC) {  // below U+0300 (lead bytes < 0xCC)
-      pos += utf8_length(static_cast<unsigned char>(text[pos]));
-      continue;
-    }
-    needed = nfc_may_change(next_code_point(text, pos));
-  }
-  if (!needed) return std::string(text);
-
-  std::vector<char32_t> buffer;
-  buffer.reserve(text.size());
+/// NFC of a short span that contains code points NFC may change (appends to `out`).
+inline void nfc_span(std::string_view text, std::vector<char32_t>& buffer, std::string& out) {
+  buffer.clear();
   for (std::size_t pos = 0; pos < text.size();) append_canonical_decomposition(next_code_point(text, pos), buffer);
 
   // Canonical ordering: a stable sort of every run of non-starters by combining class.
@@ -109,16 +98,16 @@ inline std::string nfc(std::string_view text) {
     i = end;
   }
 
-  // Canonical composition: each character composes with the last starter unless blocked.
+  // Canonical composition: each character composes with the last starter unless a character in
+  // between has a class of 0 or >= its own (blocked).
   std::size_t written = 0;
   std::size_t starter = 0;
   bool have_starter = false;
-  int last_class = -1;
+  int last_class = -1;  // -1: nothing kept since the starter
   for (std::size_t i = 0; i < buffer.size(); ++i) {
     const char32_t cp = buffer[i];
     const int cp_class = combining_class(cp);
-    if (have_starter && (last_class < cp_class || last_class == 0 || last_class == -1)) {
-      // last_class == -1: nothing between the starter and cp.
+    if (have_starter && last_class < cp_class) {
       if (const char32_t composite = compose_pair(buffer[starter], cp); composite != 0) {
         buffer[starter] = composite;
         continue;
@@ -133,11 +122,55 @@ inline std::string nfc(std::string_view text) {
     }
     buffer[written++] = cp;
   }
-  buffer.resize(written);
+  for (std::size_t i = 0; i < written; ++i) append_utf8(out, buffer[i]);
+}
 
+/// NFC of valid UTF-8.
+///
+/// A code point outside nfc_data::unstable_ranges is a starter that nothing before it can
+/// compose with, so the text splits into independent spans at such code points: only a run of
+/// unstable code points, together with the stable code point just before it (which they may
+/// compose with), is normalized; everything else is copied.
+inline std::string nfc(std::string_view text) {
   std::string out;
-  out.reserve(text.size());
-  for (const char32_t cp : buffer) append_utf8(out, cp);
+  std::vector<char32_t> buffer;
+  std::size_t copied = 0;           // text[0, copied) is in out
+  std::size_t last_stable = 0;      // start of the last stable code point
+  bool have_stable = false;
+  std::size_t pos = 0;
+  while (pos < text.size()) {
+    const auto lead = static_cast<unsigned char>(text[pos]);
+    const std::size_t start = pos;
+    if (lead < 0xCC) {  // below U+0300: always stable
+      pos += utf8_length(lead);
+      last_stable = start;
+      have_stable = true;
+      continue;
+    }
+    if (!nfc_may_change(next_code_point(text, pos))) {
+      last_stable = start;
+      have_stable = true;
+      continue;
+    }
+    // An unstable run: extend it to the next stable code point.
+    std::size_t run_end = pos;
+    while (run_end < text.size()) {
+      std::size_t next = run_end;
+      const auto next_lead = static_cast<unsigned char>(text[next]);
+      if (next_lead < 0xCC) break;
+      if (!nfc_may_change(next_code_point(text, next))) break;
+      run_end = next;
+    }
+    const std::size_t span_begin = have_stable ? last_stable : start;
+    if (out.empty() && copied == 0) out.reserve(text.size() + 16);
+    out.append(text.substr(copied, span_begin - copied));
+    nfc_span(text.substr(span_begin, run_end - span_begin), buffer, out);
+    copied = run_end;
+    pos = run_end;
+    have_stable = false;
+  }
+  if (copied == 0) return std::string(text);
+  out.append(text.substr(copied));
   return out;
 }
 
