@@ -18,7 +18,7 @@ jobs=${JOBS:-$(nproc)}
 # Debian packages the build and tests need. CUDA and NCCL are optional and come from NVIDIA's
 # toolkit where present; they are never installed here.
 packages=(build-essential cmake pkg-config libeigen3-dev libfmt-dev nlohmann-json3-dev
-  libgtest-dev libgmock-dev libbenchmark-dev libopenmpi-dev openmpi-bin libpcre2-dev python3)
+  libgtest-dev libgmock-dev libbenchmark-dev libopenmpi-dev openmpi-bin libpcre2-dev libyaml-cpp-dev python3)
 
 install_missing() {
   [ "${VERL_SKIP_INSTALL:-0}" = 1 ] && return 0
