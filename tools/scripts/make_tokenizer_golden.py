@@ -18,13 +18,17 @@ and writes, for each, <name>.tokenizer.json and <name>.golden.jsonl with one lin
 (>= 1,000 strings: Unicode incl. CJK, emoji, combining marks, RTL, whitespace runs, digits and long
 numbers, contractions, special tokens embedded in text, the empty string):
   {"text", "ids" (add_special_tokens=True), "ids_plain" (False; only when different),
-   "decoded" (skip_special_tokens=False; only when != text), "decoded_skip" (True; only when
-   != decoded)}
+   "decoded" (decode(ids_plain) with skip_special_tokens=False; only when != text),
+   "decoded_skip" (the same with True; only when != decoded)}
 and lines {"decode_ids", "decoded", "decoded_skip"} decoding random id sequences (partial UTF-8
 byte tokens included, so U+FFFD replacement is checked too).
 
 With --nfc-tables it also regenerates include/verl/model/tokenizer/detail/nfc_tables.hpp, the
 Unicode data (from Python's unicodedata) behind our NFC normalizer (Qwen2's tokenizer.json uses one).
+
+nfc.golden.jsonl holds the NFC normalizer's output (the package's Rust implementation) for every code
+point NFC changes and for random combining sequences; split.golden.jsonl the pieces of Split
+pre-tokenizers for every delimiter behaviour, with and without invert.
 
 chat_templates.jsonl renders message lists with the official Jinja templates of Qwen2-Instruct
 (ChatML with a default system prompt), plain ChatML and Llama-3-Instruct, exactly as transformers'
@@ -262,8 +266,8 @@ def golden_rows(tokenizer, strings, seed):
         row = {"text": text, "ids": encoding.ids}
         if plain.ids != encoding.ids:
             row["ids_plain"] = plain.ids
-        decoded = tokenizer.decode(encoding.ids, skip_special_tokens=False)
-        decoded_skip = tokenizer.decode(encoding.ids, skip_special_tokens=True)
+        decoded = tokenizer.decode(plain.ids, skip_special_tokens=False)
+        decoded_skip = tokenizer.decode(plain.ids, skip_special_tokens=True)
         if decoded != text:
             row["decoded"] = decoded
         if decoded_skip != decoded:
@@ -305,6 +309,48 @@ def chat_cases():
                                      "does she make every day at the farmers' market? Let's think step by step "
                                      "and output the final answer after \"####\"."}],
     ]
+
+
+# ---- components -----------------------------------------------------------------------------------
+def nfc_rows(seed):
+    """NFC by the tokenizers package's normalizer (the Rust implementation, not Python's) on every
+    code point NFC changes, canonical-ordering and Hangul cases, and random mark sequences."""
+    import unicodedata as ud
+    nfc = normalizers.NFC()
+    texts = [chr(cp) for cp in range(0x80, 0x30000)
+             if not 0xD800 <= cp <= 0xDFFF and ud.normalize("NFC", chr(cp)) != chr(cp)]
+    marks = [chr(cp) for cp in range(0x300, 0x370)] + ["\u0323", "\u0328", "\u0345", "\u05b0", "\u0e38", "\u3099",
+                                                        "\u302a", "\U0001d165", "\U0001d16d"]
+    bases = ["a", "e", "o", "u", "A", "O", "\u1100", "\uac00", "\u304b", "\u03b1", "\u0391", "\u0985", "x", "1", " "]
+    rng = random.Random(seed)
+    for _ in range(1500):
+        text = ""
+        for _ in range(rng.randint(1, 4)):
+            text += rng.choice(bases) + "".join(rng.choice(marks) for _ in range(rng.randint(0, 4)))
+        texts.append(text)
+    texts += ["\u1100\u1161\u11a8", "\u1100\u1161", "\uac00\u11a8", "\u1100\u1100\u1161", "\u0301abc", "e\u0301\u0301",
+              "\u0958\u093c", "\u212b\u0301", "\u0344", "\u0f73", "\U0001d15e", "\u00c5\u0301", "A\u0301\u0308"]
+    return [{"text": text, "nfc": nfc.normalize_str(text)} for text in texts]
+
+
+SPLIT_TEXTS = ["How are you doing?", "  leading and trailing  ", "a,b,,c,", ",start", "end,", "no delimiters",
+               "x--y---z", "--", "", "1,234 and 5,678", "tabs\tand\nnewlines", "混合,text,文字", "a", ",", "aaa"]
+
+
+def split_rows():
+    rows = []
+    patterns = [("Regex", r"\s+"), ("Regex", ","), ("Regex", r"-+"), ("Regex", r"\p{L}+"), ("String", ","),
+                ("String", "--"), ("Regex", r"\d"), ("Regex", r"(?=,)"), ("Regex", r"a*")]
+    for kind, pattern in patterns:
+        for behavior in ("removed", "isolated", "merged_with_previous", "merged_with_next", "contiguous"):
+            for invert in (False, True):
+                split = pre_tokenizers.Split(Regex(pattern) if kind == "Regex" else pattern, behavior=behavior,
+                                             invert=invert)
+                for text in SPLIT_TEXTS:
+                    pieces = [piece for piece, _ in split.pre_tokenize_str(text)]
+                    rows.append({"pattern": {kind: pattern}, "behavior": behavior, "invert": invert, "text": text,
+                                 "pieces": pieces})
+    return rows
 
 
 def render(template, messages, add_generation_prompt, bos_token):
@@ -469,6 +515,8 @@ def main():
                              "add_generation_prompt": add_generation_prompt, "text": text, "ids": ids,
                              "tokenizer": tokenizer_name})
     write_jsonl(os.path.join(out, "chat_templates.jsonl"), rows)
+    write_jsonl(os.path.join(out, "nfc.golden.jsonl"), nfc_rows(seed=7))
+    write_jsonl(os.path.join(out, "split.golden.jsonl"), split_rows())
     with open(os.path.join(out, "chat_template_sources.json"), "w", encoding="utf-8") as f:
         json.dump({"qwen2": QWEN2_CHAT_TEMPLATE, "chatml": CHATML_TEMPLATE, "llama3": LLAMA3_CHAT_TEMPLATE}, f,
                   indent=1)

@@ -1,0 +1,106 @@
+// A Hugging Face model folder's tokenizer: tokenizer.json plus, when present,
+// tokenizer_config.json (bos/eos/pad tokens and the chat template).
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "verl/core/error.hpp"
+#include "verl/model/detail/file_io.hpp"
+#include "verl/model/tokenizer/chat_template.hpp"
+#include "verl/model/tokenizer/hf_tokenizer.hpp"
+
+namespace verl::model {
+
+struct PretrainedTokenizer {
+  HfTokenizer tokenizer;
+  std::optional<AnyChatTemplate> chat_template;  ///< nullopt when absent or not recognized
+  std::optional<std::string> chat_template_source;  ///< the Jinja source, when given
+
+  /// The prompt text for `messages` (what apply_chat_template(..., tokenize=False) returns).
+  [[nodiscard]] std::string apply_chat_template(std::span<const ChatMessage> messages,
+                                                bool add_generation_prompt = true) const {
+    VERL_CHECK_ARG(chat_template.has_value(),
+                   "chat_template: this tokenizer has no chat template we recognize (supported: ChatML, Llama-3); "
+                   "pass one explicitly with make_chat_template()");
+    return chat_template->render(messages, add_generation_prompt);
+  }
+  /// The prompt ids, tokenized as verl's RLHFDataset does (no extra special tokens: the template
+  /// already wrote them).
+  [[nodiscard]] std::vector<TokenId> encode_chat(std::span<const ChatMessage> messages,
+                                                 bool add_generation_prompt = true) const {
+    return tokenizer.encode(apply_chat_template(messages, add_generation_prompt), false);
+  }
+};
+
+namespace detail {
+
+/// tokenizer_config.json spells a special token as a string or as {"content": ...}.
+inline std::optional<std::string> special_token_content(const nlohmann::json& config, std::string_view key,
+                                                        std::string_view source) {
+  const auto found = config.find(key);
+  if (found == config.end() || found->is_null()) return std::nullopt;
+  if (found->is_string()) return found->get<std::string>();
+  VERL_CHECK_ARG(found->is_object() && found->contains("content") && (*found)["content"].is_string(),
+                 "{}: key '{}': expected a string or an object with 'content', got {}", source, key, found->dump());
+  return (*found)["content"].get<std::string>();
+}
+
+}  // namespace detail
+
+/// Loads `folder`/tokenizer.json and, when present, `folder`/tokenizer_config.json.
+inline PretrainedTokenizer load_pretrained_tokenizer(const std::filesystem::path& folder) {
+  PretrainedTokenizer loaded{HfTokenizer::from_file(folder / "tokenizer.json"), std::nullopt, std::nullopt};
+  const auto config_path = folder / "tokenizer_config.json";
+  if (!std::filesystem::exists(config_path)) return loaded;
+  const std::string source = config_path.string();
+  nlohmann::json config;
+  try {
+    config = nlohmann::json::parse(detail::read_text_file(config_path));
+  } catch (const nlohmann::json::exception& error) {
+    ::verl::detail::throw_invalid_argument("{}: not valid JSON ({})", source, error.what());
+  }
+  VERL_CHECK_ARG(config.is_object(), "{}: expected a JSON object", source);
+
+  SpecialTokenIds ids;
+  auto resolve = [&](std::string_view key) -> std::optional<TokenId> {
+    const auto content = detail::special_token_content(config, key, source);
+    if (!content) return std::nullopt;
+    const auto id = loaded.tokenizer.token_to_id(*content);
+    VERL_CHECK_ARG(id.has_value(), "{}: key '{}': token '{}' is not in the tokenizer's vocabulary", source, key,
+                   *content);
+    return id;
+  };
+  ids.bos = resolve("bos_token");
+  ids.eos = resolve("eos_token");
+  ids.pad = resolve("pad_token");
+  loaded.tokenizer.set_special_ids(ids);
+
+  if (const auto found = config.find("chat_template"); found != config.end() && !found->is_null()) {
+    std::string jinja;
+    if (found->is_string()) {
+      jinja = found->get<std::string>();
+    } else {
+      // A list of named templates: the "default" one renders plain conversations.
+      VERL_CHECK_ARG(found->is_array(), "{}: key 'chat_template': expected a string or a list, got {}", source,
+                     found->type_name());
+      for (const auto& entry : *found) {
+        if (entry.value("name", std::string()) == "default") jinja = entry.value("template", std::string());
+      }
+    }
+    if (!jinja.empty()) {
+      const std::string bos = detail::special_token_content(config, "bos_token", source).value_or("<|begin_of_text|>");
+      loaded.chat_template = detect_chat_template(jinja, bos);
+      loaded.chat_template_source = std::move(jinja);
+    }
+  }
+  return loaded;
+}
+
+}  // namespace verl::model
