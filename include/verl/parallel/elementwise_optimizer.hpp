@@ -1,0 +1,111 @@
+// Optimizers whose update of an element depends only on that element's parameter, gradient and
+// state (SGD, AdamW): the property that lets ZeRO update each rank's shard independently.
+// The updates follow torch.optim's order of operations in float32.
+#pragma once
+
+#include <cmath>
+#include <concepts>
+#include <cstdint>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "verl/core/error.hpp"
+
+namespace verl::parallel {
+
+/// Updates `params` from `grads` in place; the optimizer's state covers exactly the elements
+/// it is given (the first call fixes their number).
+template <class O>
+concept ElementwiseOptimizer = requires(O& o, std::span<float> params, std::span<const float> grads) {
+  { O::name } -> std::convertible_to<std::string_view>;
+  o.step(params, grads);
+};
+
+namespace detail {
+
+inline void check_optimizer_step(std::string_view name, std::span<float> params, std::span<const float> grads,
+                                 std::size_t state_size) {
+  VERL_CHECK_ARG(grads.size() == params.size(), "{}: grads: expected the length of params {}, got {}", name,
+                 params.size(), grads.size());
+  VERL_CHECK_ARG(state_size == 0 || state_size == params.size(),
+                 "{}: params: expected the {} elements of the optimizer state, got {}", name, state_size, params.size());
+}
+
+}  // namespace detail
+
+/// torch.optim.SGD (momentum, dampening 0, no Nesterov, decoupled from nothing: L2 weight decay).
+struct Sgd {
+  static constexpr std::string_view name = "sgd";
+  double lr = 1e-3;
+  double momentum = 0.0;
+  double weight_decay = 0.0;
+  /// Optimizer state (public, so that it can be checkpointed).
+  struct State {
+    std::vector<float> momentum_buffer;
+  } state{};
+
+  void step(std::span<float> params, std::span<const float> grads) {
+    std::vector<float>& momentum_buffer = state.momentum_buffer;
+    detail::check_optimizer_step(name, params, grads, momentum_buffer.size());
+    const bool first = momentum_buffer.empty();
+    if (momentum != 0.0 && first) momentum_buffer.resize(params.size());
+    const float lr_f = static_cast<float>(lr), wd = static_cast<float>(weight_decay), mu = static_cast<float>(momentum);
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      float d = grads[i];
+      if (wd != 0.0f) d += wd * params[i];
+      if (mu != 0.0f) {
+        float& buf = momentum_buffer[i];
+        buf = first ? d : mu * buf + d;
+        d = buf;
+      }
+      params[i] -= lr_f * d;
+    }
+  }
+};
+
+/// torch.optim.AdamW (decoupled weight decay, bias-corrected moments).
+struct AdamW {
+  static constexpr std::string_view name = "adamw";
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 1e-2;
+  /// Optimizer state (public, so that it can be checkpointed).
+  struct State {
+    std::int64_t steps = 0;
+    std::vector<float> exp_avg, exp_avg_sq;
+  } state{};
+
+  void step(std::span<float> params, std::span<const float> grads) {
+    std::vector<float>& exp_avg = state.exp_avg;
+    std::vector<float>& exp_avg_sq = state.exp_avg_sq;
+    std::int64_t& steps = state.steps;
+    detail::check_optimizer_step(name, params, grads, exp_avg.size());
+    if (exp_avg.empty()) {
+      exp_avg.assign(params.size(), 0.0f);
+      exp_avg_sq.assign(params.size(), 0.0f);
+    }
+    ++steps;
+    const float decay = static_cast<float>(1.0 - lr * weight_decay);
+    const float one_minus_beta1 = static_cast<float>(1.0 - beta1);
+    const float b2 = static_cast<float>(beta2), one_minus_beta2 = static_cast<float>(1.0 - beta2);
+    const double bias_correction1 = 1.0 - std::pow(beta1, static_cast<double>(steps));
+    const double bias_correction2 = 1.0 - std::pow(beta2, static_cast<double>(steps));
+    const float step_size = static_cast<float>(lr / bias_correction1);
+    const float bias_correction2_sqrt = static_cast<float>(std::sqrt(bias_correction2));
+    const float eps_f = static_cast<float>(eps);
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      params[i] *= decay;
+      exp_avg[i] += one_minus_beta1 * (grads[i] - exp_avg[i]);  // torch's lerp for weights < 0.5
+      exp_avg_sq[i] = exp_avg_sq[i] * b2 + one_minus_beta2 * grads[i] * grads[i];
+      const float denom = std::sqrt(exp_avg_sq[i]) / bias_correction2_sqrt + eps_f;
+      params[i] -= step_size * (exp_avg[i] / denom);
+    }
+  }
+};
+
+static_assert(ElementwiseOptimizer<Sgd> && ElementwiseOptimizer<AdamW>);
+
+}  // namespace verl::parallel
