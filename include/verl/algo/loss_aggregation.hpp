@@ -7,6 +7,7 @@
 // needs the counts before it can write W, so agg_loss_weights reads the mask twice.
 #pragma once
 
+#include <bit>
 #include <concepts>
 #include <cstdint>
 #include <optional>
@@ -91,8 +92,8 @@ RowMajorView<typename Derived::Scalar> row_major_view(const Eigen::MatrixBase<De
 }
 
 /// Lanes for long sums: independent accumulators break the add-latency chain (the compiler may
-/// not reassociate one floating-point sum), and a fixed combination order keeps results
-/// deterministic.
+/// not reassociate one floating-point sum) and let it vectorize; a fixed combination order keeps
+/// results deterministic.
 inline constexpr Index kSumLanes = 8;
 
 template <class T, std::size_t N>
@@ -100,6 +101,31 @@ T combine_lanes(const T (&lanes)[N]) {
   T total = 0;
   for (std::size_t k = 0; k < N; ++k) total += lanes[k];
   return total;
+}
+
+/// sum_j term(j) for j < n, accumulated in double over kSumLanes lanes.
+template <class Term>
+double lane_sum(Index n, const Term& term) {
+  double lanes[kSumLanes] = {};
+  Index j = 0;
+  for (; j + kSumLanes <= n; j += kSumLanes)
+    for (Index k = 0; k < kSumLanes; ++k) lanes[k] += static_cast<double>(term(j + k));
+  double tail = 0;
+  for (; j < n; ++j) tail += static_cast<double>(term(j));
+  return combine_lanes(lanes) + tail;
+}
+
+/// `value` where `keep`, else +0, without a branch: masks are data-dependent, and a select the
+/// compiler turns into a jump mispredicts and blocks vectorization.
+template <std::floating_point T>
+VERL_FORCE_INLINE T keep_if(bool keep, T value) {
+  if constexpr (sizeof(T) == sizeof(std::uint32_t)) {
+    return std::bit_cast<T>(std::bit_cast<std::uint32_t>(value) & (0u - static_cast<std::uint32_t>(keep)));
+  } else if constexpr (sizeof(T) == sizeof(std::uint64_t)) {
+    return std::bit_cast<T>(std::bit_cast<std::uint64_t>(value) & (std::uint64_t{0} - static_cast<std::uint64_t>(keep)));
+  } else {
+    return keep ? value : T(0);
+  }
 }
 
 /// Throws for the first element of a mask row that is neither 0 nor 1 (the slow path, taken only
@@ -114,18 +140,32 @@ template <class M>
   verl::detail::throw_invalid_argument("{}: expected a 0/1 mask (row {})", argument, row);
 }
 
-/// Number of ones in a mask row; throws unless every element is 0 or 1.
+/// A mask row's number of ones, and whether anything else than 0 and 1 appeared.
+struct MaskRowCount {
+  Index ones;
+  bool non_binary;
+};
+
+/// The counting loop, kept free of the throw: a call that may throw inside the function stops
+/// the compiler from vectorizing (the loop runs about 3x slower).
 template <class M>
-Index count_mask_row(std::string_view argument, const M* mask_row, Index cols, Index row) {
+MaskRowCount count_mask_row_unchecked(const M* mask_row, Index cols) {
   Index ones = 0;
-  bool non_binary = false;
+  int non_binary = 0;  // an int, not a bool: |= on bool blocks vectorization
   for (Index j = 0; j < cols; ++j) {
     const M v = mask_row[j];
     ones += v != M(0);
     non_binary |= !(v == M(0) || v == M(1));
   }
-  if (non_binary) throw_non_binary_mask(argument, mask_row, cols, row);
-  return ones;
+  return {ones, non_binary != 0};
+}
+
+/// Number of ones in a mask row; throws unless every element is 0 or 1.
+template <class M>
+Index count_mask_row(std::string_view argument, const M* mask_row, Index cols, Index row) {
+  const auto count = count_mask_row_unchecked(mask_row, cols);
+  if (count.non_binary) throw_non_binary_mask(argument, mask_row, cols, row);
+  return count.ones;
 }
 
 /// What agg_loss needs from the mask: valid-token counts per row, in total, and the number of
@@ -209,27 +249,26 @@ Aggregation<Scalar> make_aggregation(LossAggMode mode, const MaskCounts& counts,
   return a;
 }
 
-/// One pass over a row: its valid-token count (mask validated) and its masked loss sum, in double.
-template <class L, class M>
-std::pair<Index, double> masked_row_sum(const L* loss_row, const M* mask_row, Index cols, Index row,
-                                        bool select_valid) {
-  double lanes[kSumLanes] = {};
-  Index ones = 0;
-  bool non_binary = false;
-  const auto term = [&](Index j) {
+/// A row's valid-token count and masked loss sum.
+struct MaskedRowSum {
+  Index length;
+  double sum;
+  bool non_binary_mask;  ///< the caller throws (a throw in the loop's function blocks vectorization)
+};
+
+/// A row's mask count and its masked loss sum in double, as where(mask, L, 0) (kSelectValid,
+/// token-mean) or as L * mask (seq-mean modes). Counting and summing are two loops over the row
+/// (still in L1 for the second): fused into one, the mixed int/double reductions do not vectorize
+/// and the row takes about 3x longer.
+template <bool kSelectValid, class L, class M>
+MaskedRowSum masked_row_sum(const L* loss_row, const M* mask_row, Index cols) {
+  const auto count = count_mask_row_unchecked(mask_row, cols);
+  const double sum = lane_sum(cols, [&](Index j) {
     const M m = mask_row[j];
-    ones += m != M(0);
-    non_binary |= !(m == M(0) || m == M(1));
-    const double product = static_cast<double>(loss_row[j]) * static_cast<double>(m);
-    return select_valid ? (m != M(0) ? product : 0.0) : product;
-  };
-  Index j = 0;
-  for (; j + kSumLanes <= cols; j += kSumLanes)
-    for (Index k = 0; k < kSumLanes; ++k) lanes[k] += term(j + k);
-  double tail = 0;
-  for (; j < cols; ++j) tail += term(j);
-  if (non_binary) throw_non_binary_mask("loss_mask", mask_row, cols, row);
-  return {ones, combine_lanes(lanes) + tail};
+    const L kept = kSelectValid ? keep_if(m != M(0), loss_row[j]) : loss_row[j];
+    return static_cast<double>(kept) * static_cast<double>(m);
+  });
+  return {count.ones, sum, count.non_binary};
 }
 
 template <class Derived>
@@ -252,17 +291,18 @@ typename LossDerived::Scalar agg_loss(const Eigen::MatrixBase<LossDerived>& loss
   verl::detail::require_same_shape("loss_mask", shape_of(loss_mask), "loss_mat", shape_of(loss_mat));
   const auto loss = detail::row_major_view(loss_mat);
   const auto mask = detail::row_major_view(loss_mask);
-  const bool select_valid = detail::selects_valid_tokens(mode);
-
   detail::MaskCounts counts;
   counts.cols = loss.cols();
   counts.row_lengths.resize(loss.rows());
   VectorD row_sums(loss.rows());
   for (Index i = 0; i < loss.rows(); ++i) {
-    const auto [ones, sum] = detail::masked_row_sum(loss.data() + i * loss.outerStride(),
-                                                    mask.data() + i * mask.outerStride(), loss.cols(), i, select_valid);
-    counts.row_lengths[i] = ones;
-    row_sums[i] = sum;
+    const auto* loss_row = loss.data() + i * loss.outerStride();
+    const auto* mask_row = mask.data() + i * mask.outerStride();
+    const auto row = detail::selects_valid_tokens(mode) ? detail::masked_row_sum<true>(loss_row, mask_row, loss.cols())
+                                                        : detail::masked_row_sum<false>(loss_row, mask_row, loss.cols());
+    if (row.non_binary_mask) detail::throw_non_binary_mask("loss_mask", mask_row, loss.cols(), i);
+    counts.row_lengths[i] = row.length;
+    row_sums[i] = row.sum;
   }
   counts.finish();
 
@@ -290,7 +330,7 @@ RowMatrix<Scalar> agg_loss_weights(const Eigen::MatrixBase<MaskDerived>& loss_ma
     const Scalar weight = aggregation.gradient_weight(counts.row_lengths[i]);
     const M* m = mask.data() + i * mask.outerStride();
     Scalar* out = w.data() + i * w.cols();
-    for (Index j = 0; j < mask.cols(); ++j) out[j] = m[j] != M(0) ? weight : Scalar(0);
+    for (Index j = 0; j < mask.cols(); ++j) out[j] = detail::keep_if(m[j] != M(0), weight);
   }
   return w;
 }

@@ -7,6 +7,7 @@
 
 #include <string_view>
 #include <type_traits>
+#include <vector>
 
 #include "verl/algo/loss_aggregation.hpp"
 #include "verl/config.hpp"
@@ -27,37 +28,60 @@ struct ValueLoss {
 
 namespace detail {
 
-/// torch's gradient split at a tie of maximum/minimum: each argument gets half.
+/// torch's gradient share for one argument of maximum(mine, other): 1 if it wins, half at a
+/// tie, 0 if it loses. Arithmetic rather than a branch, so the token loop vectorizes.
 template <class T>
-constexpr T winner_share(T mine, T other) {
-  return mine > other ? T(1) : (mine == other ? T(0.5) : T(0));
+VERL_FORCE_INLINE T winner_share(T mine, T other) {
+  return static_cast<T>(mine > other) + T(0.5) * static_cast<T>(mine == other);
 }
 
-/// One token of the value loss: the loss term, whether the clipped term won strictly, and
-/// d(loss term)/d vpred, following torch's autograd through min, max and the final max
-/// (so vpreds == values +- c gives 0.75 of the unclipped gradient, as in verl).
+/// One token of the value loss: both squared errors and d max(unclipped, clipped) / d vpred,
+/// following torch's autograd through min, max and the final max (so vpreds == values +- c
+/// gives 0.75 of the unclipped gradient, as in verl).
 template <class T>
 struct ValueLossToken {
-  T loss;
-  bool clipped;
+  T unclipped;  ///< (vpred - R)^2
+  T clipped;    ///< (vclip - R)^2
   T derivative;
+
+  T loss() const { return unclipped > clipped ? unclipped : clipped; }  // torch.max
+  bool clip_wins() const { return clipped > unclipped; }                // torch.gt, for vf_clipfrac
 };
 
 template <class T>
-ValueLossToken<T> value_loss_token(T vpred, T ret, T value, T clip_range) {
+VERL_FORCE_INLINE ValueLossToken<T> value_loss_token(T vpred, T ret, T value, T clip_range) {
   const T upper = value + clip_range;
   const T lower = value - clip_range;
-  const T below_upper = vpred < upper ? vpred : upper;      // torch.min(vpreds, values + c)
+  const T below_upper = vpred < upper ? vpred : upper;        // torch.min(vpreds, values + c)
   const T vclip = below_upper > lower ? below_upper : lower;  // torch.max(., values - c)
   const T unclipped_error = vpred - ret;
   const T clipped_error = vclip - ret;
   const T unclipped = unclipped_error * unclipped_error;
   const T clipped = clipped_error * clipped_error;
-  // d vclip / d vpred through both halves of clip_by_value.
+  // d vclip / d vpred through both halves of clip_by_value (min's share goes to vpred when it
+  // is the smaller argument).
   const T d_vclip = winner_share(upper, vpred) * winner_share(below_upper, lower);
   const T derivative = winner_share(unclipped, clipped) * (T(2) * unclipped_error) +
                        winner_share(clipped, unclipped) * (T(2) * clipped_error) * d_vclip;
-  return {unclipped > clipped ? unclipped : clipped, clipped > unclipped, derivative};
+  return {unclipped, clipped, derivative};
+}
+
+/// The element-wise part of one row: loss terms (where(mask, L, 0) under token-mean, L * mask
+/// under the seq-mean modes, so inf * 0 = NaN as in verl), the gradient (`token_weight` = 0.5 W
+/// at valid tokens, exactly 0 elsewhere) and the number of valid tokens where the clipped term
+/// won. No reductions in floating point, so the loop vectorizes.
+template <bool kSelectValid, class T, class M>
+Index value_loss_row(const T* vpred, const T* ret, const T* value, const M* mask, Index cols, T clip_range,
+                     T token_weight, T* terms, T* grad) {
+  Index clipped = 0;
+  for (Index j = 0; j < cols; ++j) {
+    const auto token = value_loss_token(vpred[j], ret[j], value[j], clip_range);
+    const bool valid = mask[j] != M(0);
+    terms[j] = kSelectValid ? keep_if(valid, token.loss()) : token.loss() * static_cast<T>(mask[j]);
+    clipped += valid & token.clip_wins();
+    grad[j] = keep_if(valid, token_weight * token.derivative);
+  }
+  return clipped;
 }
 
 }  // namespace detail
@@ -94,6 +118,8 @@ ValueLoss<typename VD::Scalar> compute_value_loss(const Eigen::MatrixBase<VD>& v
 
   ValueLoss<Scalar> out;
   out.grad_vpreds.resize(shape.rows, shape.cols);
+  // Per-row loss terms: filled by the element-wise loop (which vectorizes), then summed in double.
+  std::vector<Scalar> row_terms(static_cast<std::size_t>(shape.cols));
   double weighted_total = 0;  // sum_i row_weight_i * (masked row sum i)
   double vpred_total = 0;
   Index clipped_tokens = 0;
@@ -103,19 +129,15 @@ ValueLoss<typename VD::Scalar> compute_value_loss(const Eigen::MatrixBase<VD>& v
     const Scalar* o = old.data() + i * old.outerStride();
     const M* m = mask.data() + i * mask.outerStride();
     Scalar* g = out.grad_vpreds.data() + i * shape.cols;
+    Scalar* terms = row_terms.data();
     const Index length = counts.row_lengths[i];
     // 0.5 * W: the gradient reaching a valid token's loss term.
     const Scalar token_weight = half * aggregation.gradient_weight(length);
-    double row_sum = 0;
-    for (Index j = 0; j < shape.cols; ++j) {
-      const auto token = detail::value_loss_token(v[j], r[j], o[j], clip_range);
-      const bool valid = m[j] != M(0);
-      const double term = static_cast<double>(token.loss) * static_cast<double>(m[j]);
-      row_sum += select_valid ? (valid ? term : 0.0) : term;
-      clipped_tokens += valid && token.clipped;
-      vpred_total += valid ? static_cast<double>(v[j]) : 0.0;
-      g[j] = valid ? token_weight * token.derivative : Scalar(0);
-    }
+    clipped_tokens += select_valid
+                          ? detail::value_loss_row<true>(v, r, o, m, shape.cols, clip_range, token_weight, terms, g)
+                          : detail::value_loss_row<false>(v, r, o, m, shape.cols, clip_range, token_weight, terms, g);
+    const double row_sum = detail::lane_sum(shape.cols, [&](Index j) { return terms[j]; });
+    vpred_total += detail::lane_sum(shape.cols, [&](Index j) { return detail::keep_if(m[j] != M(0), v[j]); });
     if (!aggregation.drops(length)) weighted_total += row_sum * static_cast<double>(aggregation.row_weight(length));
   }
   out.vf_loss = static_cast<Scalar>(0.5 * weighted_total * static_cast<double>(aggregation.scale));
