@@ -148,6 +148,8 @@ class FusedAggregation {
     if (!aggregation_.drops(length)) total_ += row_sum * static_cast<double>(aggregation_.row_weight(length));
   }
   float loss() const { return static_cast<float>(total_ * static_cast<double>(aggregation_.scale)); }
+  /// Whether the mode sums where(mask, L, 0) (token-mean) rather than L * m.
+  bool selects_valid() const { return select_valid_; }
 
  private:
   const MaskCounts* counts_;

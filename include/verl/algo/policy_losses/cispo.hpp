@@ -3,12 +3,39 @@
 #pragma once
 
 #include <cmath>
+#include <cstdint>
 #include <string_view>
 
 #include "verl/algo/policy_loss.hpp"
 #include "verl/algo/policy_losses/common.hpp"
 
 namespace verl::algo {
+
+namespace detail {
+
+/// One row of CISPO from the ratios: loss terms, ppo_kl terms, gradient; returns the pg_clipfrac
+/// count (ratio != clipped ratio).
+inline std::int64_t cispo_row(const float* __restrict log_prob, const float* __restrict old_log_prob,
+                              const float* __restrict advantages, const float* __restrict mask,
+                              const float* __restrict weights, const float* __restrict ratio,
+                              float* __restrict loss_terms, float* __restrict kl_terms, float* __restrict grad,
+                              Index cols, RatioClipRange range, float row_weight, bool select_valid) {
+  std::int32_t clipped = 0;
+  for (Index j = 0; j < cols; ++j) {
+    const float m = mask[j], r = ratio[j];
+    const bool valid = m != 0.0f;
+    const float clipped_ratio = clamp_value(r, range.low, range.high);
+    const float coefficient = -clipped_ratio * advantages[j];  // the detached factor of log_prob
+    loss_terms[j] = row_sum_term((coefficient * log_prob[j]) * weights[j], m, select_valid);
+    kl_terms[j] =
+        select(valid, -clamp_value(log_prob[j] - old_log_prob[j], -kLogRatioBound, kLogRatioBound) * m, 0.0f);
+    clipped += valid & (r != clipped_ratio);
+    grad[j] = select(valid, row_weight, 0.0f) * weights[j] * coefficient;
+  }
+  return clipped;
+}
+
+}  // namespace detail
 
 /// loss = -sg(clamp(r, 1 - clip_ratio_low, 1 + clip_ratio_high)) * A * log_prob with
 /// r = exp(clamp(log_prob - old, ±20)). The clipped ratio is detached, so the gradient
@@ -29,34 +56,25 @@ struct CISPO {
     const Index rows = batch.log_prob.rows(), cols = batch.log_prob.cols();
 
     PolicyLossResult result{0.0f, MatrixF(rows, cols), {}};
-    MaskedMean kl, clipfrac;
+    RowScratch scratch(cols);
+    double kl_sum = 0;
+    std::int64_t clipped = 0;
     for (Index i = 0; i < rows; ++i) {
-      const float* old = row_of(batch.old_log_prob, i);
       const float* lp = row_of(batch.log_prob, i);
-      const float* adv = row_of(batch.advantages, i);
-      const float* mask = row_of(batch.response_mask, i);
-      const float* is_weight = batch.rollout_is_weights ? row_of(*batch.rollout_is_weights, i) : nullptr;
-      float* grad = row_of(result.grad_log_prob, i);
-      const float row_weight = aggregation.gradient_weight(i);
-      double row_sum = 0;
-      for (Index j = 0; j < cols; ++j) {
-        const float m = mask[j];
-        const float clamped_log_ratio = clamp_value(lp[j] - old[j], -kLogRatioBound, kLogRatioBound);
-        const float ratio = std::exp(clamped_log_ratio);
-        const float clipped_ratio = clamp_value(ratio, range.low, range.high);
-        const float coefficient = -clipped_ratio * adv[j];  // the detached factor of log_prob
-        const float weight = is_weight ? is_weight[j] : 1.0f;
-        row_sum += aggregation.row_term((coefficient * lp[j]) * weight, m);
-        kl.add(-clamped_log_ratio, m);
-        clipfrac.add(ratio != clipped_ratio ? 1.0f : 0.0f, m);
-        grad[j] = (m != 0.0f ? row_weight : 0.0f) * weight * coefficient;
-      }
-      aggregation.add_row(i, row_sum);
+      const float* old = row_of(batch.old_log_prob, i);
+      const float* weights = batch.rollout_is_weights ? row_of(*batch.rollout_is_weights, i) : scratch.ones.data();
+      row_ratio(lp, old, scratch.ratio.data(), cols, kLogRatioBound);
+      clipped += cispo_row(lp, old, row_of(batch.advantages, i), row_of(batch.response_mask, i), weights,
+                           scratch.ratio.data(), scratch.loss_terms.data(), scratch.metric_terms.data(),
+                           row_of(result.grad_log_prob, i), cols, range, aggregation.gradient_weight(i),
+                           aggregation.selects_valid());
+      aggregation.add_row(i, lane_sum(scratch.loss_terms.data(), cols));
+      kl_sum += lane_sum(scratch.metric_terms.data(), cols);
     }
     const double valid = static_cast<double>(counts.tokens);
     result.pg_loss = aggregation.loss();
-    result.metrics["actor/pg_clipfrac"] = clipfrac.mean(valid);
-    result.metrics["actor/ppo_kl"] = kl.mean(valid);
+    result.metrics["actor/pg_clipfrac"] = masked_mean_of(static_cast<double>(clipped), valid);
+    result.metrics["actor/ppo_kl"] = masked_mean_of(kl_sum, valid);
     result.metrics["actor/pg_clipfrac_lower"] = 0.0;
     return result;
   }

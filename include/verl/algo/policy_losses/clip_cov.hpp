@@ -40,6 +40,27 @@ void choose_front(std::vector<T>& items, std::size_t count, std::uint64_t seed) 
   }
 }
 
+/// One row of Clip-Cov as if no token were zeroed: loss terms, -log-ratio terms (ppo_kl), gradient,
+/// and a 0/1 flag for the tokens that may be zeroed (valid, unclipped, lb < cov < ub).
+inline void clip_cov_row(const float* __restrict log_prob, const float* __restrict old_log_prob,
+                         const float* __restrict advantages, const float* __restrict mask,
+                         const float* __restrict weights, const float* __restrict ratio,
+                         float* __restrict loss_terms, float* __restrict kl_terms, float* __restrict candidate,
+                         float* __restrict grad, Index cols, RatioClipRange range, float advantage_mean,
+                         float log_prob_mean, float cov_lower, float cov_upper, float row_weight, bool select_valid) {
+  for (Index j = 0; j < cols; ++j) {
+    const float m = mask[j], r = ratio[j], neg_advantage = -advantages[j];
+    const bool valid = m != 0.0f;
+    const ClippedSurrogate surrogate = clipped_surrogate(neg_advantage, r, range);
+    loss_terms[j] = row_sum_term(surrogate.loss * weights[j], m, select_valid);
+    kl_terms[j] = select(valid, -(log_prob[j] - old_log_prob[j]) * m, 0.0f);
+    const float cov = (advantages[j] - advantage_mean) * (log_prob[j] - log_prob_mean);
+    candidate[j] = indicator((m > 0.0f) & !surrogate.clip_active() & (cov < cov_upper) & (cov > cov_lower));
+    const float upstream = select(valid, row_weight, 0.0f) * weights[j];
+    grad[j] = upstream * surrogate.ratio_share * neg_advantage * r;
+  }
+}
+
 }  // namespace detail
 
 /// PPO's max(-A r, -A clamp(r)) with r = exp(log_prob - old) (no ±20 clamp, no dual clip). Among
@@ -71,49 +92,35 @@ struct ClipCov {
     const double valid = static_cast<double>(counts.tokens);
 
     // Pass 1: the masked means that centre the covariance (detached in verl).
-    MaskedMean advantage_sum, log_prob_sum;
+    RowScratch scratch(cols);
+    double advantage_sum = 0, log_prob_sum = 0;
     for (Index i = 0; i < rows; ++i) {
-      const float* lp = row_of(batch.log_prob, i);
-      const float* adv = row_of(batch.advantages, i);
-      const float* mask = row_of(batch.response_mask, i);
-      for (Index j = 0; j < cols; ++j) {
-        advantage_sum.add(adv[j], mask[j]);
-        log_prob_sum.add(lp[j], mask[j]);
-      }
+      valid_values(row_of(batch.advantages, i), row_of(batch.log_prob, i), row_of(batch.response_mask, i),
+                   scratch.loss_terms.data(), scratch.metric_terms.data(), cols);
+      advantage_sum += lane_sum(scratch.loss_terms.data(), cols);
+      log_prob_sum += lane_sum(scratch.metric_terms.data(), cols);
     }
-    const float advantage_mean = advantage_sum.mean(valid), log_prob_mean = log_prob_sum.mean(valid);
+    const float advantage_mean = masked_mean_of(advantage_sum, valid);
+    const float log_prob_mean = masked_mean_of(log_prob_sum, valid);
 
     // Pass 2: the loss as if no token were zeroed, and the candidates for zeroing.
     PolicyLossResult result{0.0f, MatrixF(rows, cols), {}};
     std::vector<double> row_sums(static_cast<std::size_t>(rows), 0.0);
     std::vector<Index> candidates;
-    MaskedMean kl;
+    double kl_sum = 0;
     for (Index i = 0; i < rows; ++i) {
-      const float* old = row_of(batch.old_log_prob, i);
       const float* lp = row_of(batch.log_prob, i);
-      const float* adv = row_of(batch.advantages, i);
-      const float* mask = row_of(batch.response_mask, i);
-      const float* is_weight = batch.rollout_is_weights ? row_of(*batch.rollout_is_weights, i) : nullptr;
-      float* grad = row_of(result.grad_log_prob, i);
-      const float row_weight = aggregation.gradient_weight(i);
-      double row_sum = 0;
-      for (Index j = 0; j < cols; ++j) {
-        const float m = mask[j];
-        const float log_ratio = lp[j] - old[j];
-        const float ratio = std::exp(log_ratio);
-        const float neg_advantage = -adv[j];
-        const ClippedSurrogate surrogate = clipped_surrogate(neg_advantage, ratio, range);
-        const float weight = is_weight ? is_weight[j] : 1.0f;
-        row_sum += aggregation.row_term(surrogate.loss * weight, m);
-        kl.add(-log_ratio, m);
-        const float upstream = (m != 0.0f ? row_weight : 0.0f) * weight;
-        grad[j] = upstream * surrogate.ratio_share * neg_advantage * ratio;
-        if (m > 0.0f && !surrogate.clip_active()) {
-          const float cov = (adv[j] - advantage_mean) * (lp[j] - log_prob_mean);
-          if (cov < upper && cov > lower) candidates.push_back(i * cols + j);
-        }
-      }
-      row_sums[static_cast<std::size_t>(i)] = row_sum;
+      const float* old = row_of(batch.old_log_prob, i);
+      const float* weights = batch.rollout_is_weights ? row_of(*batch.rollout_is_weights, i) : scratch.ones.data();
+      row_ratio(lp, old, scratch.ratio.data(), cols, std::numeric_limits<float>::infinity());
+      clip_cov_row(lp, old, row_of(batch.advantages, i), row_of(batch.response_mask, i), weights,
+                   scratch.ratio.data(), scratch.loss_terms.data(), scratch.metric_terms.data(), scratch.second.data(),
+                   row_of(result.grad_log_prob, i), cols, range, advantage_mean, log_prob_mean, lower, upper,
+                   aggregation.gradient_weight(i), aggregation.selects_valid());
+      row_sums[static_cast<std::size_t>(i)] = lane_sum(scratch.loss_terms.data(), cols);
+      kl_sum += lane_sum(scratch.metric_terms.data(), cols);
+      for (Index j = 0; j < cols; ++j)
+        if (scratch.second[static_cast<std::size_t>(j)] != 0.0f) candidates.push_back(i * cols + j);
     }
 
     // Zero the chosen tokens: corr = 0 multiplies their loss and their gradient.
@@ -133,7 +140,7 @@ struct ClipCov {
 
     result.pg_loss = aggregation.loss();
     result.metrics["actor/pg_clipfrac"] = masked_mean_of(static_cast<double>(chosen), valid);
-    result.metrics["actor/ppo_kl"] = kl.mean(valid);
+    result.metrics["actor/ppo_kl"] = masked_mean_of(kl_sum, valid);
     return result;
   }
 };

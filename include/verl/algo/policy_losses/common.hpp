@@ -1,10 +1,20 @@
-// Internals shared by the policy losses: float32 element-wise operations with torch's values
-// and autograd conventions at ties, verl's masked mean finished in float32, the PPO clipped
-// surrogate, and the clip-ratio bounds.
+// Internals shared by the policy losses: float32 element-wise operations with torch's values and
+// autograd conventions at ties, verl's masked mean finished in float32, the PPO clipped surrogate,
+// the clip-ratio bounds, and the row machinery of the fused kernels.
+//
+// Kernel structure. Each loss walks the batch row by row: a scalar pass computes the row's exp()
+// values into scratch (std::exp, so ratios are correctly rounded as far as libm is), then a
+// branch-free token kernel computes the loss terms, metric terms and the gradient, and fixed
+// double lanes sum the terms. Token kernels take __restrict row pointers and use bit-mask selects
+// (never a ?: on floats): a ?: may be lowered to a branch, and under the default -ftrapping-math
+// the compiler then refuses to if-convert it, which blocks vectorisation.
 #pragma once
 
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <limits>
+#include <vector>
 
 #include "verl/algo/policy_loss.hpp"
 
@@ -12,34 +22,99 @@ namespace verl::algo::detail {
 
 inline constexpr float kLogRatioBound = 20.0f;  ///< verl's ±20 clamp of log-ratios before exp
 
+// ---- branch-free float operations ----------------------------------------------------------------
+
+/// condition ? if_true : if_false, with both operands computed unconditionally.
+VERL_FORCE_INLINE float select(bool condition, float if_true, float if_false) {
+  const std::uint32_t keep = 0u - static_cast<std::uint32_t>(condition);
+  return std::bit_cast<float>((std::bit_cast<std::uint32_t>(if_true) & keep) |
+                              (std::bit_cast<std::uint32_t>(if_false) & ~keep));
+}
+VERL_FORCE_INLINE float indicator(bool condition) { return select(condition, 1.0f, 0.0f); }
+VERL_FORCE_INLINE bool is_nan(float x) { return x != x; }
+
 /// torch.clamp(x, lo, hi): NaN stays NaN.
-inline float clamp_value(float x, float lo, float hi) { return std::min(std::max(x, lo), hi); }
+VERL_FORCE_INLINE float clamp_value(float x, float lo, float hi) {
+  const float above = select(x < lo, lo, x);
+  return select(above > hi, hi, above);
+}
 /// torch.clamp's backward passes the gradient where lo <= x <= hi, bounds included.
-inline float clamp_passes(float x, float lo, float hi) { return (x >= lo && x <= hi) ? 1.0f : 0.0f; }
+VERL_FORCE_INLINE float clamp_passes(float x, float lo, float hi) { return indicator((x >= lo) & (x <= hi)); }
 
 /// torch.maximum / torch.minimum: NaN wins.
-inline float maximum_value(float a, float b) {
-  if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<float>::quiet_NaN();
-  return a < b ? b : a;
-}
-inline float minimum_value(float a, float b) {
-  if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<float>::quiet_NaN();
-  return b < a ? b : a;
-}
+VERL_FORCE_INLINE float maximum_value(float a, float b) { return select((a < b) | is_nan(b), b, a); }
+VERL_FORCE_INLINE float minimum_value(float a, float b) { return select((b < a) | is_nan(b), b, a); }
 /// Share of the incoming gradient torch.maximum(a, b) sends to `a` (to `b`: swap the arguments):
 /// all of it, none of it, or half at a tie.
-inline float maximum_share(float a, float b) { return a < b ? 0.0f : (a == b ? 0.5f : 1.0f); }
+VERL_FORCE_INLINE float maximum_share(float a, float b) { return select(a < b, 0.0f, select(a == b, 0.5f, 1.0f)); }
 /// Share torch.minimum(a, b) sends to `a` (half at a tie).
-inline float minimum_share(float a, float b) { return a > b ? 0.0f : (a == b ? 0.5f : 1.0f); }
+VERL_FORCE_INLINE float minimum_share(float a, float b) { return select(a > b, 0.0f, select(a == b, 0.5f, 1.0f)); }
 
 /// torch.sign as float.
-inline float sign_of(float x) { return x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : 0.0f); }
+VERL_FORCE_INLINE float sign_of(float x) { return select(x > 0.0f, 1.0f, select(x < 0.0f, -1.0f, 0.0f)); }
+
+// ---- reductions ------------------------------------------------------------------------------------
 
 /// verl_F.masked_mean finished the way torch does it: a float32 sum divided by
 /// float32(count) + 1e-8 (0 for an empty mask).
 inline float masked_mean_of(double masked_sum, double count) {
   return static_cast<float>(masked_sum) / (static_cast<float>(count) + 1e-8f);
 }
+
+/// Sum of a row of terms in double, over fixed lanes (independent accumulators the compiler can
+/// keep in vector registers; the fixed combination order keeps results deterministic).
+inline double lane_sum(const float* terms, Index n) {
+  double lanes[kSumLanes] = {};
+  Index j = 0;
+  for (; j + kSumLanes <= n; j += kSumLanes)
+    for (Index k = 0; k < kSumLanes; ++k) lanes[k] += static_cast<double>(terms[j + k]);
+  double tail = 0;
+  for (; j < n; ++j) tail += static_cast<double>(terms[j]);
+  return combine_lanes(lanes) + tail;
+}
+
+/// `term` as agg_loss adds it to its row sum: where(mask, L, 0) under token-mean (select_valid),
+/// L * m otherwise (a non-finite L on padding then gives NaN, as in verl).
+VERL_FORCE_INLINE float row_sum_term(float loss, float mask, bool select_valid) {
+  return select((mask != 0.0f) | !select_valid, loss * mask, 0.0f);
+}
+
+/// Scratch rows reused for every row of one call (no per-element allocation).
+struct RowScratch {
+  std::vector<float> ratio, second, loss_terms, metric_terms, ones;
+  explicit RowScratch(Index cols)
+      : ratio(static_cast<std::size_t>(cols)),
+        second(static_cast<std::size_t>(cols)),
+        loss_terms(static_cast<std::size_t>(cols)),
+        metric_terms(static_cast<std::size_t>(cols)),
+        ones(static_cast<std::size_t>(cols), 1.0f) {}
+};
+
+/// exp(clamp(log_prob - old, -bound, bound)) for one row (bound = +inf: no clamp).
+inline void row_ratio(const float* __restrict log_prob, const float* __restrict old_log_prob, float* __restrict ratio,
+                      Index cols, float bound) {
+  for (Index j = 0; j < cols; ++j) ratio[j] = std::exp(clamp_value(log_prob[j] - old_log_prob[j], -bound, bound));
+}
+
+/// -(log_prob - old) on valid tokens, 0 elsewhere, for one row: the terms of verl's ppo_kl
+/// (masked_mean(-negative_approx_kl) without the ±20 clamp).
+inline void negative_log_ratio_terms(const float* __restrict log_prob, const float* __restrict old_log_prob,
+                                     const float* __restrict mask, float* __restrict terms, Index cols) {
+  for (Index j = 0; j < cols; ++j) terms[j] = select(mask[j] != 0.0f, -(log_prob[j] - old_log_prob[j]) * mask[j], 0.0f);
+}
+
+/// select(valid, value, 0) rows of advantages and log-probs, for the means over valid tokens.
+inline void valid_values(const float* __restrict advantages, const float* __restrict log_prob,
+                         const float* __restrict mask, float* __restrict valid_advantages,
+                         float* __restrict valid_log_prob, Index cols) {
+  for (Index j = 0; j < cols; ++j) {
+    const bool valid = mask[j] > 0.0f;
+    valid_advantages[j] = select(valid, advantages[j], 0.0f);
+    valid_log_prob[j] = select(valid, log_prob[j], 0.0f);
+  }
+}
+
+// ---- PPO pieces --------------------------------------------------------------------------------------
 
 /// PPO's clip range on the ratio. verl computes 1 - clip_ratio_low in Python (double) and
 /// torch rounds the bound to float32; branch decisions depend on that rounding.
@@ -54,15 +129,15 @@ struct RatioClipRange {
 /// max(-A * r, -A * clamp(r, low, high)) and its derivative with respect to r, with torch's
 /// conventions: clamp passes the gradient at its bounds, maximum splits it at a tie.
 struct ClippedSurrogate {
-  float unclipped;  ///< pg_losses1 = -A * r
-  float clipped;    ///< pg_losses2 = -A * clamp(r, low, high)
-  float loss;       ///< max of the two
+  float unclipped;    ///< pg_losses1 = -A * r
+  float clipped;      ///< pg_losses2 = -A * clamp(r, low, high)
+  float loss;         ///< max of the two
   float ratio_share;  ///< d loss / d r = -A * ratio_share
 
   bool clip_active() const { return clipped > unclipped; }  ///< verl's pg_clipfrac indicator
 };
 
-inline ClippedSurrogate clipped_surrogate(float neg_advantage, float ratio, RatioClipRange range) {
+VERL_FORCE_INLINE ClippedSurrogate clipped_surrogate(float neg_advantage, float ratio, RatioClipRange range) {
   ClippedSurrogate s;
   s.unclipped = neg_advantage * ratio;
   s.clipped = neg_advantage * clamp_value(ratio, range.low, range.high);
@@ -72,7 +147,7 @@ inline ClippedSurrogate clipped_surrogate(float neg_advantage, float ratio, Rati
   return s;
 }
 
-/// Running masked sums for one metric (numerator in double, as a float32 mean at the end).
+/// Running masked sums for one metric outside the token kernels (numerator in double).
 struct MaskedMean {
   double sum = 0;
   void add(float value, float mask) {

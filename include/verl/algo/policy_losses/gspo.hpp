@@ -4,12 +4,44 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <string_view>
 
 #include "verl/algo/policy_loss.hpp"
 #include "verl/algo/policy_losses/common.hpp"
 
 namespace verl::algo {
+
+namespace detail {
+
+/// One row of GSPO from its sequence ratio: loss terms, -log-ratio terms (ppo_kl) and gradient;
+/// returns the pg_clipfrac count.
+inline std::int64_t gspo_row(const float* __restrict log_prob, const float* __restrict old_log_prob,
+                             const float* __restrict advantages, const float* __restrict mask,
+                             const float* __restrict weights, float* __restrict loss_terms,
+                             float* __restrict kl_terms, float* __restrict grad, Index cols, float seq_ratio,
+                             float cap_passes, RatioClipRange range, float row_weight, bool select_valid) {
+  std::int32_t clipped = 0;
+  for (Index j = 0; j < cols; ++j) {
+    const float m = mask[j], neg_advantage = -advantages[j];
+    const bool valid = m != 0.0f;
+    const ClippedSurrogate surrogate = clipped_surrogate(neg_advantage, seq_ratio, range);
+    loss_terms[j] = row_sum_term(surrogate.loss * weights[j], m, select_valid);
+    kl_terms[j] = select(valid, -(log_prob[j] - old_log_prob[j]) * m, 0.0f);
+    clipped += valid & surrogate.clip_active();
+    const float upstream = select(valid, row_weight, 0.0f) * weights[j];
+    grad[j] = upstream * surrogate.ratio_share * neg_advantage * seq_ratio * cap_passes;
+  }
+  return clipped;
+}
+
+/// (log_prob - old) * m for one row: the terms of the sequence log-ratio.
+inline void masked_log_ratio_terms(const float* __restrict log_prob, const float* __restrict old_log_prob,
+                                   const float* __restrict mask, float* __restrict terms, Index cols) {
+  for (Index j = 0; j < cols; ++j) terms[j] = (log_prob[j] - old_log_prob[j]) * mask[j];
+}
+
+}  // namespace detail
 
 /// s_i = exp(min(mean_t(log_prob - old_log_prob), 10)) over the valid tokens of row i (no ±20
 /// clamp), clipped to [1 - clip_ratio_low, 1 + clip_ratio_high] as in PPO. verl writes the
@@ -33,42 +65,30 @@ struct GSPO {
     const Index rows = batch.log_prob.rows(), cols = batch.log_prob.cols();
 
     PolicyLossResult result{0.0f, MatrixF(rows, cols), {}};
-    MaskedMean kl, clipfrac;
+    RowScratch scratch(cols);
+    double kl_sum = 0;
+    std::int64_t clipped = 0;
     for (Index i = 0; i < rows; ++i) {
-      const float* old = row_of(batch.old_log_prob, i);
       const float* lp = row_of(batch.log_prob, i);
-      const float* adv = row_of(batch.advantages, i);
+      const float* old = row_of(batch.old_log_prob, i);
       const float* mask = row_of(batch.response_mask, i);
-      const float* is_weight = batch.rollout_is_weights ? row_of(*batch.rollout_is_weights, i) : nullptr;
-      float* grad = row_of(result.grad_log_prob, i);
-
-      // Sequence log-ratio: sum(nk * m) / max(len, 1), a float32 sum over float32 products.
-      double log_ratio_sum = 0;
-      for (Index j = 0; j < cols; ++j) log_ratio_sum += static_cast<double>((lp[j] - old[j]) * mask[j]);
+      const float* weights = batch.rollout_is_weights ? row_of(*batch.rollout_is_weights, i) : scratch.ones.data();
+      // Sequence log-ratio: sum(nk * m) / max(len, 1) in float32.
+      masked_log_ratio_terms(lp, old, mask, scratch.metric_terms.data(), cols);
       const auto length = static_cast<float>(std::max<Index>(counts.row_lengths[i], 1));
-      const float seq_log_ratio = static_cast<float>(log_ratio_sum) / length;
+      const float seq_log_ratio = static_cast<float>(lane_sum(scratch.metric_terms.data(), cols)) / length;
       const float seq_ratio = std::exp(std::min(seq_log_ratio, kMaxLogRatio));
-      const float cap_passes = seq_log_ratio <= kMaxLogRatio ? 1.0f : 0.0f;  // clamp(max=10) passes at 10
-
-      const float row_weight = aggregation.gradient_weight(i);
-      double row_sum = 0;
-      for (Index j = 0; j < cols; ++j) {
-        const float m = mask[j];
-        const float neg_advantage = -adv[j];
-        const ClippedSurrogate surrogate = clipped_surrogate(neg_advantage, seq_ratio, range);
-        const float weight = is_weight ? is_weight[j] : 1.0f;
-        row_sum += aggregation.row_term(surrogate.loss * weight, m);
-        kl.add(-(lp[j] - old[j]), m);
-        clipfrac.add(surrogate.clip_active() ? 1.0f : 0.0f, m);
-        const float upstream = (m != 0.0f ? row_weight : 0.0f) * weight;
-        grad[j] = upstream * surrogate.ratio_share * neg_advantage * seq_ratio * cap_passes;
-      }
-      aggregation.add_row(i, row_sum);
+      const float cap_passes = indicator(seq_log_ratio <= kMaxLogRatio);  // clamp(max=10) passes at 10
+      clipped += gspo_row(lp, old, row_of(batch.advantages, i), mask, weights, scratch.loss_terms.data(),
+                          scratch.metric_terms.data(), row_of(result.grad_log_prob, i), cols, seq_ratio, cap_passes,
+                          range, aggregation.gradient_weight(i), aggregation.selects_valid());
+      aggregation.add_row(i, lane_sum(scratch.loss_terms.data(), cols));
+      kl_sum += lane_sum(scratch.metric_terms.data(), cols);
     }
     const double valid = static_cast<double>(counts.tokens);
     result.pg_loss = aggregation.loss();
-    result.metrics["actor/pg_clipfrac"] = clipfrac.mean(valid);
-    result.metrics["actor/ppo_kl"] = kl.mean(valid);
+    result.metrics["actor/pg_clipfrac"] = masked_mean_of(static_cast<double>(clipped), valid);
+    result.metrics["actor/ppo_kl"] = masked_mean_of(kl_sum, valid);
     result.metrics["actor/pg_clipfrac_lower"] = 0.0;
     return result;
   }

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <queue>
 #include <string_view>
 #include <vector>
 
@@ -18,25 +19,65 @@ namespace verl::algo {
 
 namespace detail {
 
+/// The covariance key torch.topk ranks by; NaN ranks above everything, as in torch.topk.
+VERL_FORCE_INLINE float covariance_key(float advantage, float log_prob, float advantage_mean, float log_prob_mean) {
+  const float cov = (advantage - advantage_mean) * (log_prob - log_prob_mean);
+  return select(is_nan(cov), std::numeric_limits<float>::infinity(), cov);
+}
+
 /// Which of the valid tokens torch.topk(cov, k) picks, as a threshold: every token with
-/// cov > value, then the first `ties_taken` tokens (in row-major order) with cov == value.
-/// NaN ranks above everything, as in torch.topk.
+/// key > value, then the first `ties_taken` tokens (row-major) with key == value.
 struct TopKThreshold {
   float value = std::numeric_limits<float>::infinity();
   std::int64_t ties_taken = 0;
 };
 
-inline float topk_key(float x) { return std::isnan(x) ? std::numeric_limits<float>::infinity() : x; }
-
-inline TopKThreshold topk_threshold(std::vector<float> keys, std::size_t k) {
+/// The k-th largest key: a streaming min-heap of the k largest for small k (one compare per key
+/// for almost every key), nth_element otherwise.
+inline TopKThreshold topk_threshold(std::vector<float>& keys, std::size_t k) {
   TopKThreshold t;
   if (k == 0 || keys.empty()) return t;
-  const auto kth = keys.begin() + static_cast<std::ptrdiff_t>(k - 1);
-  std::nth_element(keys.begin(), kth, keys.end(), std::greater<float>());
-  t.value = *kth;
-  const auto above = std::count_if(keys.begin(), keys.end(), [&](float x) { return x > t.value; });
+  if (k * 16 < keys.size()) {
+    std::priority_queue<float, std::vector<float>, std::greater<float>> largest;
+    for (float key : keys) {
+      if (largest.size() < k) {
+        largest.push(key);
+      } else if (key > largest.top()) {
+        largest.pop();
+        largest.push(key);
+      }
+    }
+    t.value = largest.top();
+  } else {
+    const auto kth = keys.begin() + static_cast<std::ptrdiff_t>(k - 1);
+    std::nth_element(keys.begin(), kth, keys.end(), std::greater<float>());
+    t.value = *kth;
+  }
+  std::int64_t above = 0;
+  for (float key : keys) above += key > t.value;
   t.ties_taken = static_cast<std::int64_t>(k) - above;
   return t;
+}
+
+/// One row of KL-Cov: loss terms, |log-ratio| terms (ppo_kl) and gradient, from the ratios and
+/// the 0/1 selection of penalised tokens.
+inline void kl_cov_row(const float* __restrict log_prob, const float* __restrict old_log_prob,
+                       const float* __restrict advantages, const float* __restrict mask,
+                       const float* __restrict weights, const float* __restrict ratio,
+                       const float* __restrict selected, float* __restrict loss_terms, float* __restrict kl_terms,
+                       float* __restrict grad, Index cols, float coef, float row_weight, bool select_valid) {
+  for (Index j = 0; j < cols; ++j) {
+    const float m = mask[j], log_ratio = log_prob[j] - old_log_prob[j];
+    const bool valid = m != 0.0f, penalised = selected[j] != 0.0f;
+    const float surrogate = -advantages[j] * ratio[j];
+    const float abs_log_ratio = std::abs(log_ratio);
+    const float loss = select(penalised, surrogate + coef * abs_log_ratio, surrogate);
+    loss_terms[j] = row_sum_term(loss * weights[j], m, select_valid);
+    kl_terms[j] = select(valid, abs_log_ratio * m, 0.0f);
+    const float upstream = select(valid, row_weight, 0.0f) * weights[j];
+    // d|x|/dx = sign(x), 0 at 0; the surrogate's gradient goes through exp's r.
+    grad[j] = upstream * -advantages[j] * ratio[j] + upstream * select(penalised, coef * sign_of(log_ratio), 0.0f);
+  }
 }
 
 }  // namespace detail
@@ -62,6 +103,7 @@ struct KLCov {
     const float coef = static_cast<float>(ppo_kl_coef);
     const Index rows = batch.log_prob.rows(), cols = batch.log_prob.cols();
     const std::int64_t valid = counts.tokens;
+    RowScratch scratch(cols);
 
     // The top-k selection over the valid tokens (skipped without any, as verl's k == 0 check).
     std::size_t k = 0;
@@ -75,14 +117,10 @@ struct KLCov {
                      kl_cov_ratio);
       double advantage_sum = 0, log_prob_sum = 0;
       for (Index i = 0; i < rows; ++i) {
-        const float* lp = row_of(batch.log_prob, i);
-        const float* adv = row_of(batch.advantages, i);
-        const float* mask = row_of(batch.response_mask, i);
-        for (Index j = 0; j < cols; ++j)
-          if (mask[j] > 0.0f) {
-            advantage_sum += adv[j];
-            log_prob_sum += lp[j];
-          }
+        valid_values(row_of(batch.advantages, i), row_of(batch.log_prob, i), row_of(batch.response_mask, i),
+                     scratch.loss_terms.data(), scratch.metric_terms.data(), cols);
+        advantage_sum += lane_sum(scratch.loss_terms.data(), cols);
+        log_prob_sum += lane_sum(scratch.metric_terms.data(), cols);
       }
       // torch's mean of a float32 vector: float32 sum / n.
       advantage_mean = static_cast<float>(advantage_sum) / static_cast<float>(valid);
@@ -94,47 +132,39 @@ struct KLCov {
         const float* adv = row_of(batch.advantages, i);
         const float* mask = row_of(batch.response_mask, i);
         for (Index j = 0; j < cols; ++j)
-          if (mask[j] > 0.0f) keys.push_back(topk_key((adv[j] - advantage_mean) * (lp[j] - log_prob_mean)));
+          if (mask[j] > 0.0f) keys.push_back(covariance_key(adv[j], lp[j], advantage_mean, log_prob_mean));
       }
-      threshold = topk_threshold(std::move(keys), k);
+      threshold = topk_threshold(keys, k);
     }
 
     PolicyLossResult result{0.0f, MatrixF(rows, cols), {}};
-    MaskedMean abs_kl;
+    double kl_sum = 0;
     std::int64_t ties_left = threshold.ties_taken;
+    float* selected = scratch.second.data();
     for (Index i = 0; i < rows; ++i) {
-      const float* old = row_of(batch.old_log_prob, i);
       const float* lp = row_of(batch.log_prob, i);
+      const float* old = row_of(batch.old_log_prob, i);
       const float* adv = row_of(batch.advantages, i);
       const float* mask = row_of(batch.response_mask, i);
-      const float* is_weight = batch.rollout_is_weights ? row_of(*batch.rollout_is_weights, i) : nullptr;
-      float* grad = row_of(result.grad_log_prob, i);
-      const float row_weight = aggregation.gradient_weight(i);
-      double row_sum = 0;
+      const float* weights = batch.rollout_is_weights ? row_of(*batch.rollout_is_weights, i) : scratch.ones.data();
       for (Index j = 0; j < cols; ++j) {
-        const float m = mask[j];
-        const float log_ratio = lp[j] - old[j];
-        const float ratio = std::exp(log_ratio);
-        const float neg_advantage = -adv[j];
-        bool selected = false;
-        if (k > 0 && m > 0.0f) {
-          const float key = topk_key((adv[j] - advantage_mean) * (lp[j] - log_prob_mean));
-          selected = key > threshold.value || (key == threshold.value && ties_left > 0);
-          if (key == threshold.value && selected) --ties_left;
+        bool chosen = false;
+        if (k > 0 && mask[j] > 0.0f) {
+          const float key = covariance_key(adv[j], lp[j], advantage_mean, log_prob_mean);
+          chosen = key > threshold.value || (key == threshold.value && ties_left > 0);
+          if (chosen && key == threshold.value) --ties_left;
         }
-        const float surrogate = neg_advantage * ratio;
-        const float loss = selected ? surrogate + coef * std::abs(log_ratio) : surrogate;
-        const float weight = is_weight ? is_weight[j] : 1.0f;
-        row_sum += aggregation.row_term(loss * weight, m);
-        abs_kl.add(std::abs(log_ratio), m);
-        const float upstream = (m != 0.0f ? row_weight : 0.0f) * weight;
-        const float penalty_slope = selected ? coef * sign_of(log_ratio) : 0.0f;  // d|x|/dx = sign(x), 0 at 0
-        grad[j] = upstream * neg_advantage * ratio + upstream * penalty_slope;
+        selected[j] = chosen ? 1.0f : 0.0f;
       }
-      aggregation.add_row(i, row_sum);
+      row_ratio(lp, old, scratch.ratio.data(), cols, std::numeric_limits<float>::infinity());
+      kl_cov_row(lp, old, adv, mask, weights, scratch.ratio.data(), selected, scratch.loss_terms.data(),
+                 scratch.metric_terms.data(), row_of(result.grad_log_prob, i), cols, coef,
+                 aggregation.gradient_weight(i), aggregation.selects_valid());
+      aggregation.add_row(i, lane_sum(scratch.loss_terms.data(), cols));
+      kl_sum += lane_sum(scratch.metric_terms.data(), cols);
     }
     result.pg_loss = aggregation.loss();
-    result.metrics["actor/ppo_kl"] = abs_kl.mean(static_cast<double>(valid));
+    result.metrics["actor/ppo_kl"] = masked_mean_of(kl_sum, static_cast<double>(valid));
     return result;
   }
 };

@@ -6,6 +6,7 @@
 
 #include "verl/algo/policy_loss.hpp"
 #include "verl/algo/policy_losses/common.hpp"
+#include "verl/algo/policy_losses/gpg.hpp"
 
 namespace verl::algo {
 
@@ -22,27 +23,21 @@ struct ReinforceLoss {
     FusedAggregation aggregation(counts, context.loss_agg_mode, context.global_batch_info);
     const Index rows = batch.log_prob.rows(), cols = batch.log_prob.cols();
     PolicyLossResult result{0.0f, MatrixF(rows, cols), {}};
-    MaskedMean kl;
+    RowScratch scratch(cols);
+    double kl_sum = 0;
     for (Index i = 0; i < rows; ++i) {
-      const float* rollout = row_of(batch.old_log_prob, i);
       const float* lp = row_of(batch.log_prob, i);
-      const float* adv = row_of(batch.advantages, i);
       const float* mask = row_of(batch.response_mask, i);
-      const float* is_weight = batch.rollout_is_weights ? row_of(*batch.rollout_is_weights, i) : nullptr;
-      float* grad = row_of(result.grad_log_prob, i);
-      const float row_weight = aggregation.gradient_weight(i);
-      double row_sum = 0;
-      for (Index j = 0; j < cols; ++j) {
-        const float m = mask[j];
-        const float weight = is_weight ? is_weight[j] : 1.0f;
-        row_sum += aggregation.row_term((-adv[j] * lp[j]) * weight, m);
-        kl.add(-(lp[j] - rollout[j]), m);
-        grad[j] = (m != 0.0f ? row_weight : 0.0f) * weight * -adv[j];
-      }
-      aggregation.add_row(i, row_sum);
+      const float* weights = batch.rollout_is_weights ? row_of(*batch.rollout_is_weights, i) : scratch.ones.data();
+      policy_gradient_row(lp, row_of(batch.advantages, i), mask, weights, scratch.loss_terms.data(),
+                          row_of(result.grad_log_prob, i), cols, aggregation.gradient_weight(i),
+                          aggregation.selects_valid());
+      aggregation.add_row(i, lane_sum(scratch.loss_terms.data(), cols));
+      negative_log_ratio_terms(lp, row_of(batch.old_log_prob, i), mask, scratch.metric_terms.data(), cols);
+      kl_sum += lane_sum(scratch.metric_terms.data(), cols);
     }
     result.pg_loss = aggregation.loss();
-    result.metrics["actor/ppo_kl"] = kl.mean(static_cast<double>(counts.tokens));
+    result.metrics["actor/ppo_kl"] = masked_mean_of(kl_sum, static_cast<double>(counts.tokens));
     return result;
   }
 };

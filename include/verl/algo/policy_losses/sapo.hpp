@@ -11,6 +11,44 @@
 
 namespace verl::algo {
 
+namespace detail {
+
+/// exp(-(tau * (r - 1))) for one row: the exponential inside the sigmoid gate.
+inline void sapo_gate_exponent(const float* __restrict advantages, const float* __restrict ratio,
+                               float* __restrict out, Index cols, float tau_positive, float tau_negative) {
+  for (Index j = 0; j < cols; ++j) {
+    const float tau = select(advantages[j] > 0.0f, tau_positive, tau_negative);
+    out[j] = std::exp(-(tau * (ratio[j] - 1.0f)));
+  }
+}
+
+/// One row of SAPO from the ratios and the gate exponentials: loss terms, ppo_kl terms, gradient.
+inline void sapo_row(const float* __restrict log_prob, const float* __restrict old_log_prob,
+                     const float* __restrict advantages, const float* __restrict mask,
+                     const float* __restrict weights, const float* __restrict ratio,
+                     const float* __restrict gate_exponent, float* __restrict loss_terms,
+                     float* __restrict kl_terms, float* __restrict grad, Index cols, float tau_positive,
+                     float tau_negative, float row_weight, bool select_valid) {
+  const float scale_positive = 4.0f / tau_positive, scale_negative = 4.0f / tau_negative;
+  for (Index j = 0; j < cols; ++j) {
+    const float m = mask[j], advantage = advantages[j], r = ratio[j];
+    const float log_ratio = log_prob[j] - old_log_prob[j];
+    const bool valid = m != 0.0f, positive = advantage > 0.0f;
+    const float tau = select(positive, tau_positive, tau_negative);
+    const float gate_scale = select(positive, scale_positive, scale_negative);  // 4 / tau, in float32
+    const float sigmoid = 1.0f / (1.0f + gate_exponent[j]);
+    const float loss = -(sigmoid * gate_scale) * advantage;
+    loss_terms[j] = row_sum_term(loss * weights[j], m, select_valid);
+    kl_terms[j] = select(valid, -clamp_value(log_ratio, -kLogRatioBound, kLogRatioBound) * m, 0.0f);
+    // d loss / d r = -A * (4 / tau) * g (1 - g) * tau; then exp's r and the clamp's mask.
+    const float upstream = select(valid, row_weight, 0.0f) * weights[j];
+    grad[j] = upstream * -advantage * gate_scale * (sigmoid * (1.0f - sigmoid)) * tau * r *
+              clamp_passes(log_ratio, -kLogRatioBound, kLogRatioBound);
+  }
+}
+
+}  // namespace detail
+
 /// loss = -A * sigmoid(tau * (r - 1)) * 4 / tau with r = exp(clamp(log_prob - old, ±20)) and
 /// tau = tau_pos where A > 0, tau_neg elsewhere. Both clipfracs are reported as 0.
 struct SAPO {
@@ -27,44 +65,27 @@ struct SAPO {
                                  context.global_batch_info);
     // verl makes float32 tensors of the temperatures, so the gate runs in float32.
     const auto tau_positive = static_cast<float>(tau_pos), tau_negative = static_cast<float>(tau_neg);
-    const float scale_positive = 4.0f / tau_positive, scale_negative = 4.0f / tau_negative;
     const Index rows = batch.log_prob.rows(), cols = batch.log_prob.cols();
 
     PolicyLossResult result{0.0f, MatrixF(rows, cols), {}};
-    MaskedMean kl;
+    RowScratch scratch(cols);
+    double kl_sum = 0;
     for (Index i = 0; i < rows; ++i) {
-      const float* old = row_of(batch.old_log_prob, i);
       const float* lp = row_of(batch.log_prob, i);
+      const float* old = row_of(batch.old_log_prob, i);
       const float* adv = row_of(batch.advantages, i);
-      const float* mask = row_of(batch.response_mask, i);
-      const float* is_weight = batch.rollout_is_weights ? row_of(*batch.rollout_is_weights, i) : nullptr;
-      float* grad = row_of(result.grad_log_prob, i);
-      const float row_weight = aggregation.gradient_weight(i);
-      double row_sum = 0;
-      for (Index j = 0; j < cols; ++j) {
-        const float m = mask[j];
-        const float log_ratio = lp[j] - old[j];
-        const float clamped_log_ratio = clamp_value(log_ratio, -kLogRatioBound, kLogRatioBound);
-        const float ratio = std::exp(clamped_log_ratio);
-        const float advantage = adv[j];
-        const bool positive = advantage > 0.0f;
-        const float tau = positive ? tau_positive : tau_negative;
-        const float gate_scale = positive ? scale_positive : scale_negative;
-        const float sigmoid = 1.0f / (1.0f + std::exp(-(tau * (ratio - 1.0f))));
-        const float loss = -(sigmoid * gate_scale) * advantage;
-        const float weight = is_weight ? is_weight[j] : 1.0f;
-        row_sum += aggregation.row_term(loss * weight, m);
-        kl.add(-clamped_log_ratio, m);
-        // d loss / d r = -A * (4 / tau) * g (1 - g) * tau; then exp's r and the clamp's mask.
-        const float upstream = (m != 0.0f ? row_weight : 0.0f) * weight;
-        grad[j] = upstream * -advantage * gate_scale * (sigmoid * (1.0f - sigmoid)) * tau * ratio *
-                  clamp_passes(log_ratio, -kLogRatioBound, kLogRatioBound);
-      }
-      aggregation.add_row(i, row_sum);
+      const float* weights = batch.rollout_is_weights ? row_of(*batch.rollout_is_weights, i) : scratch.ones.data();
+      row_ratio(lp, old, scratch.ratio.data(), cols, kLogRatioBound);
+      sapo_gate_exponent(adv, scratch.ratio.data(), scratch.second.data(), cols, tau_positive, tau_negative);
+      sapo_row(lp, old, adv, row_of(batch.response_mask, i), weights, scratch.ratio.data(), scratch.second.data(),
+               scratch.loss_terms.data(), scratch.metric_terms.data(), row_of(result.grad_log_prob, i), cols,
+               tau_positive, tau_negative, aggregation.gradient_weight(i), aggregation.selects_valid());
+      aggregation.add_row(i, lane_sum(scratch.loss_terms.data(), cols));
+      kl_sum += lane_sum(scratch.metric_terms.data(), cols);
     }
     result.pg_loss = aggregation.loss();
     result.metrics["actor/pg_clipfrac"] = 0.0;
-    result.metrics["actor/ppo_kl"] = kl.mean(static_cast<double>(counts.tokens));
+    result.metrics["actor/ppo_kl"] = masked_mean_of(kl_sum, static_cast<double>(counts.tokens));
     result.metrics["actor/pg_clipfrac_lower"] = 0.0;
     return result;
   }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cmath>
+#include <cstdint>
 #include <string_view>
 
 #include "verl/algo/policy_loss.hpp"
@@ -22,6 +23,42 @@ struct DualClipPPOOutput {
   float pg_clipfrac_lower = 0;
 };
 
+struct DualClipCounts {
+  std::int64_t clipped = 0;        ///< pg_losses2 > pg_losses1
+  std::int64_t clipped_lower = 0;  ///< the dual clip is active (A < 0)
+};
+
+/// One row of the dual-clip PPO loss: loss terms (for the row sum), -log-ratio terms (ppo_kl) and
+/// the gradient, from the row's ratios; returns the clip-indicator counts.
+inline DualClipCounts dual_clip_ppo_row(const float* __restrict log_prob, const float* __restrict old_log_prob,
+                                        const float* __restrict advantages, const float* __restrict mask,
+                                        const float* __restrict weights, const float* __restrict ratio,
+                                        float* __restrict loss_terms, float* __restrict kl_terms,
+                                        float* __restrict grad, Index cols, RatioClipRange range, float dual_clip,
+                                        float row_weight, bool select_valid) {
+  std::int32_t clipped = 0, clipped_lower = 0;
+  for (Index j = 0; j < cols; ++j) {
+    const float m = mask[j], r = ratio[j], advantage = advantages[j], neg_advantage = -advantage;
+    const float log_ratio = log_prob[j] - old_log_prob[j];
+    const bool valid = m != 0.0f, negative = advantage < 0.0f;
+    const ClippedSurrogate surrogate = clipped_surrogate(neg_advantage, r, range);
+    const float dual = neg_advantage * dual_clip;  // pg_losses3
+    // where(A < 0, min(pg3, clip_pg_losses1), clip_pg_losses1)
+    const float loss = select(negative, minimum_value(dual, surrogate.loss), surrogate.loss);
+    const float dual_share = select(negative, minimum_share(surrogate.loss, dual), 1.0f);
+    loss_terms[j] = row_sum_term(loss * weights[j], m, select_valid);
+    kl_terms[j] = select(valid, -clamp_value(log_ratio, -kLogRatioBound, kLogRatioBound) * m, 0.0f);
+    clipped += valid & surrogate.clip_active();
+    clipped_lower += valid & negative & (surrogate.loss > dual);
+    // Autograd's chain, in its order: W * w, the where/min/max shares, * (-A), * r (exp), and the
+    // ±20 clamp's mask.
+    const float upstream = select(valid, row_weight, 0.0f) * weights[j];
+    grad[j] = upstream * (surrogate.ratio_share * dual_share) * neg_advantage * r *
+              clamp_passes(log_ratio, -kLogRatioBound, kLogRatioBound);
+  }
+  return {clipped, clipped_lower};
+}
+
 inline DualClipPPOOutput dual_clip_ppo(const PolicyLossBatch& batch, const AggregationContext& context,
                                        double clip_ratio_low, double clip_ratio_high, double clip_ratio_c) {
   VERL_CHECK_ARG(clip_ratio_c > 1.0,
@@ -35,51 +72,28 @@ inline DualClipPPOOutput dual_clip_ppo(const PolicyLossBatch& batch, const Aggre
 
   DualClipPPOOutput out;
   out.grad_log_prob.resize(rows, cols);
-  MaskedMean kl, clipfrac, clipfrac_lower;
+  RowScratch scratch(cols);
+  double kl_sum = 0;
+  DualClipCounts total;
   for (Index i = 0; i < rows; ++i) {
-    const float* old = row_of(batch.old_log_prob, i);
     const float* lp = row_of(batch.log_prob, i);
-    const float* adv = row_of(batch.advantages, i);
-    const float* mask = row_of(batch.response_mask, i);
-    const float* is_weight = batch.rollout_is_weights ? row_of(*batch.rollout_is_weights, i) : nullptr;
-    float* grad = row_of(out.grad_log_prob, i);
-    const float row_weight = aggregation.gradient_weight(i);
-    double row_sum = 0;
-    for (Index j = 0; j < cols; ++j) {
-      const float m = mask[j];
-      const float log_ratio = lp[j] - old[j];
-      const float clamped_log_ratio = clamp_value(log_ratio, -kLogRatioBound, kLogRatioBound);
-      const float ratio = std::exp(clamped_log_ratio);
-      const float advantage = adv[j];
-      const float neg_advantage = -advantage;
-      const ClippedSurrogate surrogate = clipped_surrogate(neg_advantage, ratio, range);
-      const float dual = neg_advantage * dual_clip;  // pg_losses3
-      float loss = surrogate.loss;
-      float ratio_share = surrogate.ratio_share;
-      if (advantage < 0.0f) {  // where(A < 0, min(pg3, clip_pg_losses1), clip_pg_losses1)
-        loss = minimum_value(dual, surrogate.loss);
-        ratio_share *= minimum_share(surrogate.loss, dual);
-      }
-      const float weight = is_weight ? is_weight[j] : 1.0f;
-      row_sum += aggregation.row_term(loss * weight, m);
-
-      kl.add(-clamped_log_ratio, m);
-      clipfrac.add(surrogate.clip_active() ? 1.0f : 0.0f, m);
-      clipfrac_lower.add((surrogate.loss > dual && advantage < 0.0f) ? 1.0f : 0.0f, m);
-
-      // Autograd's chain, in its order: W * w, the where/min/max shares, * (-A), * r (exp), and
-      // the ±20 clamp's mask.
-      const float upstream = (m != 0.0f ? row_weight : 0.0f) * weight;
-      grad[j] = upstream * ratio_share * neg_advantage * ratio *
-                clamp_passes(log_ratio, -kLogRatioBound, kLogRatioBound);
-    }
-    aggregation.add_row(i, row_sum);
+    const float* old = row_of(batch.old_log_prob, i);
+    const float* weights = batch.rollout_is_weights ? row_of(*batch.rollout_is_weights, i) : scratch.ones.data();
+    row_ratio(lp, old, scratch.ratio.data(), cols, kLogRatioBound);
+    const DualClipCounts row = dual_clip_ppo_row(
+        lp, old, row_of(batch.advantages, i), row_of(batch.response_mask, i), weights, scratch.ratio.data(),
+        scratch.loss_terms.data(), scratch.metric_terms.data(), row_of(out.grad_log_prob, i), cols, range, dual_clip,
+        aggregation.gradient_weight(i), aggregation.selects_valid());
+    aggregation.add_row(i, lane_sum(scratch.loss_terms.data(), cols));
+    kl_sum += lane_sum(scratch.metric_terms.data(), cols);
+    total.clipped += row.clipped;
+    total.clipped_lower += row.clipped_lower;
   }
   const double valid = static_cast<double>(counts.tokens);
   out.pg_loss = aggregation.loss();
-  out.pg_clipfrac = clipfrac.mean(valid);
-  out.ppo_kl = kl.mean(valid);
-  out.pg_clipfrac_lower = clipfrac_lower.mean(valid);
+  out.pg_clipfrac = masked_mean_of(static_cast<double>(total.clipped), valid);
+  out.ppo_kl = masked_mean_of(kl_sum, valid);
+  out.pg_clipfrac_lower = masked_mean_of(static_cast<double>(total.clipped_lower), valid);
   return out;
 }
 
