@@ -153,7 +153,7 @@ std::string to_string(const Layout<R>& layout) {
     shape += fmt::format("{}{}", i ? "," : "", layout.shape[i]);
     stride += fmt::format("{}{}", i ? "," : "", layout.stride[i]);
   }
-  return fmt::format("({}):({})", shape, stride);
+  return "(" + shape + "):(" + stride + ")";
 }
 
 }  // namespace verl
