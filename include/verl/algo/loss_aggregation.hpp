@@ -2,9 +2,10 @@
 // gradient W = d loss / d loss_mat.
 //
 // Every mode is linear in the masked loss: loss = scale * sum_i row_weight_i * sum_t m_it L_it.
-// The row weights and the scale depend only on the mask and GlobalBatchInfo. agg_loss reads
-// loss_mat and the mask once (one pass that also counts and validates the mask). The gradient
-// needs the counts before it can write W, so agg_loss_weights reads the mask twice.
+// The row weights and the scale depend only on the mask and GlobalBatchInfo. agg_loss makes one
+// pass over the batch: each row's mask is counted and checked to be 0/1, then the row is summed
+// while it is still in cache. W needs every count before it can be written, so agg_loss_weights
+// reads the mask twice.
 #pragma once
 
 #include <bit>
@@ -151,7 +152,7 @@ struct MaskRowCount {
 template <class M>
 MaskRowCount count_mask_row_unchecked(const M* mask_row, Index cols) {
   Index ones = 0;
-  int non_binary = 0;  // an int, not a bool: |= on bool blocks vectorization
+  int non_binary = 0;  // a plain integer reduction, which the vectorizer handles
   for (Index j = 0; j < cols; ++j) {
     const M v = mask_row[j];
     ones += v != M(0);
