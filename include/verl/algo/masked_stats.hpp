@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <string_view>
+#include <type_traits>
 
 #include "verl/config.hpp"
 #include "verl/core/error.hpp"
@@ -24,13 +25,37 @@ inline double masked_count_denominator(double count) {
   return static_cast<double>(static_cast<float>(count) + 1e-8f);
 }
 
-/// Reads one mask element as 0/1, rejecting anything else (verl slices masks from
-/// attention_mask; another value would silently reweight the statistic).
-template <class MaskScalar>
-VERL_FORCE_INLINE bool mask_bit(MaskScalar m, Index i, Index j) {
-  if (m == MaskScalar(0)) return false;
-  if (m == MaskScalar(1)) return true;
-  verl::detail::throw_invalid_argument("mask: expected a 0/1 mask, got {} at ({}, {})", static_cast<double>(m), i, j);
+// Masks are 0/1 (verl slices them from attention_mask; another value would silently reweight a
+// statistic). Row sums use Eigen's vectorised reductions of v*m, which equal verl's
+// where(mask, v, 0)*mask whenever the values are finite; a row whose result is not finite is
+// recomputed with the exact select, so NaN/inf garbage at masked positions never leaks.
+
+/// Accumulation type: the values' own precision (float32 like verl's tensors), double for double.
+template <class Scalar>
+using MaskedAccumulator = std::conditional_t<std::is_same_v<Scalar, double>, double, float>;
+
+template <class MD>
+[[noreturn]] void throw_non_binary_row(const Eigen::MatrixBase<MD>& mask, Index row) {
+  for (Index j = 0; j < mask.cols(); ++j) {
+    const auto m = mask(row, j);
+    if (!(m == 0 || m == 1))
+      verl::detail::throw_invalid_argument("mask: expected a 0/1 mask, got {} at ({}, {})", static_cast<double>(m), row,
+                                           j);
+  }
+  verl::detail::throw_invalid_argument("mask: expected a 0/1 mask in row {}", row);
+}
+
+/// m*(m-1) is 0 exactly for 0 and 1 (NaN fails too).
+template <class MaskRow>
+bool row_is_binary(const MaskRow& m) {
+  using Acc = typename MaskRow::Scalar;
+  return !((m * (m - Acc(1))) != Acc(0)).any();
+}
+
+template <class MD>
+void require_binary(const Eigen::MatrixBase<MD>& mask) {
+  for (Index i = 0; i < mask.rows(); ++i)
+    if (!row_is_binary(mask.row(i).template cast<float>().array())) throw_non_binary_row(mask, i);
 }
 
 struct MaskedTotals {
@@ -38,29 +63,39 @@ struct MaskedTotals {
   double count = 0;  ///< number of valid positions
 };
 
-/// Sum and count of one row; four independent accumulators keep the additions pipelined (a
-/// single chain would be bound by the add latency).
+/// The exact where(mask, v - shift, 0) sums of one row (the slow path for non-finite values).
+template <class VD, class MD>
+void masked_row_exact(const Eigen::MatrixBase<VD>& values, const Eigen::MatrixBase<MD>& mask, Index row, float shift,
+                      double& sum, double& square_sum) {
+  sum = 0;
+  square_sum = 0;
+  for (Index j = 0; j < values.cols(); ++j)
+    if (mask(row, j) != 0) {
+      const double d = static_cast<double>(static_cast<float>(values(row, j)) - shift);
+      sum += d;
+      square_sum += d * d;
+    }
+}
+
+/// Sum and count of one row (and the 0/1 check of its mask).
 template <class VD, class MD>
 MaskedTotals masked_row_totals(const Eigen::MatrixBase<VD>& values, const Eigen::MatrixBase<MD>& mask, Index row) {
-  double s[4] = {0, 0, 0, 0};
-  Index n = 0;
-  const Index cols = values.cols();
-  Index j = 0;
-  for (; j + 4 <= cols; j += 4) {
-    for (int k = 0; k < 4; ++k) {
-      if (mask_bit(mask(row, j + k), row, j + k)) {
-        s[k] += static_cast<double>(values(row, j + k));
-        ++n;
-      }
+  using Acc = MaskedAccumulator<typename VD::Scalar>;
+  const auto v = values.row(row).template cast<Acc>().array();
+  const auto m = mask.row(row).template cast<Acc>().array();
+  if (!row_is_binary(m)) throw_non_binary_row(mask, row);
+  MaskedTotals totals{static_cast<double>((v * m).sum()), static_cast<double>(m.sum())};
+  if (!std::isfinite(totals.sum)) {
+    double unused = 0;
+    if constexpr (std::is_same_v<Acc, double>) {
+      totals.sum = 0;
+      for (Index j = 0; j < values.cols(); ++j)
+        if (mask(row, j) != 0) totals.sum += static_cast<double>(values(row, j));
+    } else {
+      masked_row_exact(values, mask, row, 0.0f, totals.sum, unused);
     }
   }
-  for (; j < cols; ++j) {
-    if (mask_bit(mask(row, j), row, j)) {
-      s[0] += static_cast<double>(values(row, j));
-      ++n;
-    }
-  }
-  return {(s[0] + s[1]) + (s[2] + s[3]), static_cast<double>(n)};
+  return totals;
 }
 
 template <class VD, class MD>
@@ -96,14 +131,21 @@ void masked_axis_totals(const Eigen::MatrixBase<VD>& values, const Eigen::Matrix
       counts[i] = row.count;
     }
   } else {
+    using Acc = MaskedAccumulator<typename VD::Scalar>;
     sums.setZero(values.cols());
     counts.setZero(values.cols());
-    for (Index i = 0; i < values.rows(); ++i)
-      for (Index j = 0; j < values.cols(); ++j)
-        if (mask_bit(mask(i, j), i, j)) {
-          sums[j] += static_cast<double>(values(i, j));
-          counts[j] += 1;
-        }
+    for (Index i = 0; i < values.rows(); ++i) {
+      const auto m = mask.row(i).template cast<Acc>().array();
+      if (!row_is_binary(m)) throw_non_binary_row(mask, i);
+      sums += (values.row(i).template cast<Acc>().array() * m).template cast<double>().matrix().transpose();
+      counts += m.template cast<double>().matrix().transpose();
+    }
+    for (Index j = 0; j < values.cols(); ++j) {
+      if (std::isfinite(sums[j])) continue;
+      sums[j] = 0;  // a non-finite value somewhere in the column: recompute it with the exact select
+      for (Index i = 0; i < values.rows(); ++i)
+        if (mask(i, j) != 0) sums[j] += static_cast<double>(values(i, j));
+    }
   }
 }
 
@@ -132,16 +174,15 @@ MaskedMoments masked_moments(const Eigen::MatrixBase<VD>& values, const Eigen::M
   m.count = totals.count;
   const double denominator = masked_count_denominator(totals.count);
   m.mean = static_cast<float>(totals.sum / denominator);
-  double c[4] = {0, 0, 0, 0}, s[4] = {0, 0, 0, 0};
-  for (Index i = 0; i < values.rows(); ++i)
-    for (Index j = 0; j < values.cols(); ++j)
-      if (mask(i, j) != 0) {
-        const double d = static_cast<double>(static_cast<float>(values(i, j)) - m.mean);
-        c[j & 3] += d;
-        s[j & 3] += d * d;
-      }
-  m.centered_sum = (c[0] + c[1]) + (c[2] + c[3]);
-  m.square_sum = (s[0] + s[1]) + (s[2] + s[3]);
+  // (v - mean) in float32 as verl computes it, zeroed at masked positions (mask validated above).
+  for (Index i = 0; i < values.rows(); ++i) {
+    const auto d = (values.row(i).template cast<float>().array() - m.mean) * mask.row(i).template cast<float>().array();
+    double row_sum = static_cast<double>(d.sum()), row_squares = static_cast<double>(d.square().sum());
+    if (!std::isfinite(row_sum) || !std::isfinite(row_squares))
+      masked_row_exact(values, mask, i, m.mean, row_sum, row_squares);
+    m.centered_sum += row_sum;
+    m.square_sum += row_squares;
+  }
   double var = m.square_sum / denominator;
   if (unbiased) {
     require_unbiased_count(totals.count);
@@ -206,13 +247,10 @@ template <class VD, class MD>
 MatrixF masked_whiten(const Eigen::MatrixBase<VD>& values, const Eigen::MatrixBase<MD>& mask, bool shift_mean = true) {
   const detail::MaskedMoments m = detail::masked_moments(values, mask, true);
   const float inv_std = 1.0f / std::sqrt(m.var + 1e-8f);
+  const float offset = shift_mean ? 0.0f : m.mean;
   MatrixF out(values.rows(), values.cols());
   for (Index i = 0; i < values.rows(); ++i)
-    for (Index j = 0; j < values.cols(); ++j) {
-      float w = (static_cast<float>(values(i, j)) - m.mean) * inv_std;
-      if (!shift_mean) w += m.mean;
-      out(i, j) = w;
-    }
+    out.row(i).array() = (values.row(i).template cast<float>().array() - m.mean) * inv_std + offset;
   return out;
 }
 
@@ -223,11 +261,8 @@ MatrixF masked_whiten(const Eigen::MatrixBase<VD>& values, const Eigen::MatrixBa
 /// d(cotangent * masked_sum(v, m)) / dv = cotangent * m.
 template <class MD>
 MatrixF masked_sum_backward(const Eigen::MatrixBase<MD>& mask, double cotangent = 1.0) {
-  MatrixF grad(mask.rows(), mask.cols());
-  for (Index i = 0; i < mask.rows(); ++i)
-    for (Index j = 0; j < mask.cols(); ++j)
-      grad(i, j) = detail::mask_bit(mask(i, j), i, j) ? static_cast<float>(cotangent) : 0.0f;
-  return grad;
+  detail::require_binary(mask);
+  return mask.template cast<float>() * static_cast<float>(cotangent);
 }
 
 /// VJP of masked_sum along `axis`: the cotangent (one value per reduced row/column) broadcast
@@ -236,24 +271,21 @@ template <class MD>
 MatrixF masked_sum_backward(const Eigen::MatrixBase<MD>& mask, const ConstVectorRefF& cotangent, int axis) {
   const bool rows = detail::reduces_rows(axis);
   detail::require_cotangent_length("cotangent", cotangent.size(), rows ? mask.rows() : mask.cols());
-  MatrixF grad(mask.rows(), mask.cols());
-  for (Index i = 0; i < mask.rows(); ++i)
-    for (Index j = 0; j < mask.cols(); ++j)
-      grad(i, j) = detail::mask_bit(mask(i, j), i, j) ? cotangent[rows ? i : j] : 0.0f;
+  detail::require_binary(mask);
+  MatrixF grad = mask.template cast<float>();
+  if (rows)
+    grad.array().colwise() *= cotangent.array();
+  else
+    grad.array().rowwise() *= cotangent.transpose().array();
   return grad;
 }
 
 /// d(cotangent * masked_mean(v, m)) / dv = cotangent * m / (sum m + 1e-8).
 template <class MD>
 MatrixF masked_mean_backward(const Eigen::MatrixBase<MD>& mask, double cotangent = 1.0) {
-  double count = 0;
-  for (Index i = 0; i < mask.rows(); ++i)
-    for (Index j = 0; j < mask.cols(); ++j) count += detail::mask_bit(mask(i, j), i, j) ? 1 : 0;
-  const float g = static_cast<float>(cotangent / detail::masked_count_denominator(count));
-  MatrixF grad(mask.rows(), mask.cols());
-  for (Index i = 0; i < mask.rows(); ++i)
-    for (Index j = 0; j < mask.cols(); ++j) grad(i, j) = mask(i, j) != 0 ? g : 0.0f;
-  return grad;
+  detail::require_binary(mask);
+  const double count = mask.template cast<double>().sum();
+  return mask.template cast<float>() * static_cast<float>(cotangent / detail::masked_count_denominator(count));
 }
 
 /// VJP of masked_mean along `axis`: cotangent_k * m / (count_k + 1e-8) for the row/column k.
@@ -262,18 +294,30 @@ MatrixF masked_mean_backward(const Eigen::MatrixBase<MD>& mask, const ConstVecto
   const bool rows = detail::reduces_rows(axis);
   const Index reduced = rows ? mask.rows() : mask.cols();
   detail::require_cotangent_length("cotangent", cotangent.size(), reduced);
-  VectorD counts = VectorD::Zero(reduced);
-  for (Index i = 0; i < mask.rows(); ++i)
-    for (Index j = 0; j < mask.cols(); ++j)
-      if (detail::mask_bit(mask(i, j), i, j)) counts[rows ? i : j] += 1;
-  VectorD scale(reduced);
+  detail::require_binary(mask);
+  const VectorD counts = rows ? VectorD(mask.template cast<double>().rowwise().sum())
+                              : VectorD(mask.template cast<double>().colwise().sum().transpose());
+  VectorF scale(reduced);
   for (Index k = 0; k < reduced; ++k)
-    scale[k] = static_cast<double>(cotangent[k]) / detail::masked_count_denominator(counts[k]);
-  MatrixF grad(mask.rows(), mask.cols());
-  for (Index i = 0; i < mask.rows(); ++i)
-    for (Index j = 0; j < mask.cols(); ++j) grad(i, j) = mask(i, j) != 0 ? static_cast<float>(scale[rows ? i : j]) : 0.0f;
+    scale[k] = static_cast<float>(static_cast<double>(cotangent[k]) / detail::masked_count_denominator(counts[k]));
+  MatrixF grad = mask.template cast<float>();
+  if (rows)
+    grad.array().colwise() *= scale.array();
+  else
+    grad.array().rowwise() *= scale.transpose().array();
   return grad;
 }
+
+namespace detail {
+/// grad(i, j) = mask ? term(z) : 0 where a row computed as term(z) * mask came out non-finite
+/// (non-finite values at masked positions must give 0, as verl's where() does).
+template <class VD, class MD, class Term>
+void zero_masked_non_finite(MatrixF& grad, const Eigen::MatrixBase<VD>& values, const Eigen::MatrixBase<MD>& mask,
+                            Index row, const Term& term) {
+  if (grad.row(row).allFinite()) return;
+  for (Index j = 0; j < grad.cols(); ++j) grad(row, j) = mask(row, j) != 0 ? term(row, j) : 0.0f;
+}
+}  // namespace detail
 
 /// d(cotangent * masked_var(v, m, unbiased)) / dv. With z = v - mean, D = n + 1e-8 and k the
 /// Bessel factor: k * 2 m z / D directly, plus the path through the mean,
@@ -283,18 +327,15 @@ MatrixF masked_var_backward(const Eigen::MatrixBase<VD>& values, const Eigen::Ma
                             double cotangent = 1.0) {
   const detail::MaskedMoments m = detail::masked_moments(values, mask, unbiased);
   const double denominator = detail::masked_count_denominator(m.count);
-  const double direct = cotangent * m.bessel * 2.0 / denominator;
-  const double through_mean = cotangent * m.bessel * (-2.0 * m.centered_sum / denominator) / denominator;
+  const float direct = static_cast<float>(cotangent * m.bessel * 2.0 / denominator);
+  const float through_mean = static_cast<float>(cotangent * m.bessel * (-2.0 * m.centered_sum / denominator) / denominator);
   MatrixF grad(values.rows(), values.cols());
-  for (Index i = 0; i < values.rows(); ++i)
-    for (Index j = 0; j < values.cols(); ++j) {
-      if (mask(i, j) != 0) {
-        const double z = static_cast<double>(static_cast<float>(values(i, j)) - m.mean);
-        grad(i, j) = static_cast<float>(direct * z + through_mean);
-      } else {
-        grad(i, j) = 0.0f;
-      }
-    }
+  const auto term = [&](Index i, Index j) { return direct * (static_cast<float>(values(i, j)) - m.mean) + through_mean; };
+  for (Index i = 0; i < values.rows(); ++i) {
+    grad.row(i).array() = ((values.row(i).template cast<float>().array() - m.mean) * direct + through_mean) *
+                          mask.row(i).template cast<float>().array();
+    detail::zero_masked_non_finite(grad, values, mask, i, term);
+  }
   return grad;
 }
 
@@ -308,30 +349,27 @@ MatrixF masked_whiten_backward(const Eigen::MatrixBase<VD>& values, const Eigen:
   const detail::MaskedMoments m = detail::masked_moments(values, mask, true);
   const double denominator = detail::masked_count_denominator(m.count);
   const double r = 1.0 / std::sqrt(static_cast<double>(m.var) + 1e-8);
-  // Reductions of the cotangent: sum c and sum c z over every element.
+  // sum c and sum c z over every element (the output is not masked).
   double sum_c = 0, sum_cz = 0;
-  for (Index i = 0; i < values.rows(); ++i)
-    for (Index j = 0; j < values.cols(); ++j) {
-      const double c = static_cast<double>(cotangent(i, j));
-      sum_c += c;
-      sum_cz += c * static_cast<double>(static_cast<float>(values(i, j)) - m.mean);
-    }
+  for (Index i = 0; i < values.rows(); ++i) {
+    const auto c = cotangent.row(i).template cast<float>().array();
+    sum_c += static_cast<double>(c.sum());
+    sum_cz += static_cast<double>((c * (values.row(i).template cast<float>().array() - m.mean)).sum());
+  }
   const double grad_var = sum_cz * (-0.5 * r * r * r);
   // var = k * sum(m z^2) / D: dvar/dv_j = 2 k m_j z_j / D directly, and dvar/dmean = -2 k sum(m z) / D.
-  const double var_direct = grad_var * m.bessel * 2.0 / denominator;
+  const float var_direct = static_cast<float>(grad_var * m.bessel * 2.0 / denominator);
   double grad_mean = -r * sum_c + grad_var * m.bessel * (-2.0 * m.centered_sum) / denominator;
   if (!shift_mean) grad_mean += sum_c;
-  const double mean_share = grad_mean / denominator;  // dmean/dv_j = m_j / D
+  const float mean_share = static_cast<float>(grad_mean / denominator);  // dmean/dv_j = m_j / D
+  const float rf = static_cast<float>(r);
   MatrixF grad(values.rows(), values.cols());
-  for (Index i = 0; i < values.rows(); ++i)
-    for (Index j = 0; j < values.cols(); ++j) {
-      double g = static_cast<double>(cotangent(i, j)) * r;
-      if (mask(i, j) != 0) {
-        const double z = static_cast<double>(static_cast<float>(values(i, j)) - m.mean);
-        g += var_direct * z + mean_share;
-      }
-      grad(i, j) = static_cast<float>(g);
-    }
+  for (Index i = 0; i < values.rows(); ++i) {
+    const auto z = values.row(i).template cast<float>().array() - m.mean;
+    const auto c = cotangent.row(i).template cast<float>().array();
+    // Not masked: a non-finite value anywhere is in the output and poisons sum(c z), as in verl.
+    grad.row(i).array() = c * rf + (z * var_direct + mean_share) * mask.row(i).template cast<float>().array();
+  }
   return grad;
 }
 
