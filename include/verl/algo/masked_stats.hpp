@@ -2,8 +2,9 @@
 // and masked_whiten over a (B, T) batch and a 0/1 mask, their axis variants, and the gradient
 // (vector-Jacobian product) of each with respect to `values`, as verl's autograd computes it.
 //
-// verl works in float32; here long sums accumulate in double and the quantities verl rounds to
-// float32 before reusing them (the mean, the variance) are rounded the same way.
+// verl works in float32: each row is reduced in float32 (vectorised), rows are combined in
+// double, and the quantities verl rounds to float32 before reusing them (the mean, the variance)
+// are rounded the same way. Values at masked positions never matter (verl's where(mask, v, 0)).
 #pragma once
 
 #include <cmath>
