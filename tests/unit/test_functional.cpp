@@ -53,6 +53,13 @@ TEST(Functional, GatherFromLabels) {
             "labels: expected values in [0, 5) (size of the last dim), got 5 at 1");
   const std::vector<std::int64_t> short_labels = {1};
   EXPECT_EQ(message_of([&] { gather_from_labels(data, short_labels); }), "labels: expected length 3, got 1");
+  VectorF cot(3);
+  cot << 0.5f, -2.0f, 1.0f;
+  const MatrixF g = gather_from_labels_backward(5, labels, cot);
+  EXPECT_EQ(g.sum(), cot.sum());
+  for (Index i = 0; i < 3; ++i) EXPECT_EQ(g(i, labels[static_cast<std::size_t>(i)]), cot[i]);
+  EXPECT_EQ(message_of([&] { gather_from_labels_backward(5, bad, cot); }),
+            "labels: expected values in [0, 5) (size of the last dim), got 5 at 1");
 }
 
 TEST(Functional, ClipByValue) {

@@ -34,6 +34,21 @@ Vector<typename Derived::Scalar> gather_from_labels(const Eigen::MatrixBase<Deri
   return out;
 }
 
+/// VJP of gather_from_labels: d(sum_i cotangent_i * data[i, labels[i]]) / d data, an (N, V)
+/// matrix holding cotangent_i at (i, labels[i]) and 0 elsewhere.
+inline MatrixF gather_from_labels_backward(Index vocab, std::span<const std::int64_t> labels,
+                                           const ConstVectorRefF& cotangent) {
+  verl::detail::require_length("cotangent", cotangent.size(), static_cast<Index>(labels.size()));
+  MatrixF grad = MatrixF::Zero(static_cast<Index>(labels.size()), vocab);
+  for (Index i = 0; i < grad.rows(); ++i) {
+    const std::int64_t label = labels[static_cast<std::size_t>(i)];
+    VERL_CHECK_ARG(label >= 0 && label < vocab, "labels: expected values in [0, {}) (size of the last dim), got {} at {}",
+                   vocab, label, i);
+    grad(i, label) = cotangent[i];
+  }
+  return grad;
+}
+
 namespace detail {
 /// torch.minimum / torch.maximum propagate NaN from either side.
 template <class T>
