@@ -675,8 +675,11 @@ inline Metrics compute_offpolicy_metrics(const ConstMatrixRefF& log_prob, const 
       rollout_sum += static_cast<double>(ro[j] * m[j]);
       log_ratio_sum += static_cast<double>(log_ratio * m[j]);
       kl += static_cast<double>((ro[j] - lp[j]) * m[j]);
-      k3 += static_cast<double>(((std::exp(log_ratio) - log_ratio) - 1.0f) * m[j]);
-      const float rho = std::exp(std::min(std::max(log_ratio, -kRolloutSafetyBound), kRolloutSafetyBound));
+      // k3 uses the unclamped ratio, chi2 the ±20-clamped one: one exp unless the clamp is active.
+      const float clamped = std::min(std::max(log_ratio, -kRolloutSafetyBound), kRolloutSafetyBound);
+      const float rho = std::exp(clamped);
+      const float ratio = clamped == log_ratio ? rho : std::exp(log_ratio);
+      k3 += static_cast<double>(((ratio - log_ratio) - 1.0f) * m[j]);
       rho_squared += static_cast<double>((rho * rho) * m[j]);
     }
     const double length = static_cast<double>(counts.row_lengths[i]);

@@ -51,7 +51,7 @@ struct CISPO {
   PolicyLossResult compute(const PolicyLossBatch& batch, const AggregationContext& context) const {
     using namespace detail;
     const MaskCounts counts = validate_policy_loss_batch(batch);
-    FusedAggregation aggregation(counts, context.loss_agg_mode, context.global_batch_info);
+    FusedAggregation reduction(counts, context.loss_agg_mode, context.global_batch_info);
     const auto range = RatioClipRange::from_clip_ratios(clip_ratio_low, clip_ratio_high);
     const Index rows = batch.log_prob.rows(), cols = batch.log_prob.cols();
 
@@ -66,13 +66,13 @@ struct CISPO {
       row_ratio(lp, old, scratch.ratio.data(), cols, kLogRatioBound);
       clipped += cispo_row(lp, old, row_of(batch.advantages, i), row_of(batch.response_mask, i), weights,
                            scratch.ratio.data(), scratch.loss_terms.data(), scratch.metric_terms.data(),
-                           row_of(result.grad_log_prob, i), cols, range, aggregation.gradient_weight(i),
-                           aggregation.selects_valid());
-      aggregation.add_row(i, lane_sum(scratch.loss_terms.data(), cols));
+                           row_of(result.grad_log_prob, i), cols, range, reduction.gradient_weight(i),
+                           reduction.selects_valid());
+      reduction.add_row(i, lane_sum(scratch.loss_terms.data(), cols));
       kl_sum += lane_sum(scratch.metric_terms.data(), cols);
     }
     const double valid = static_cast<double>(counts.tokens);
-    result.pg_loss = aggregation.loss();
+    result.pg_loss = reduction.loss();
     result.metrics["actor/pg_clipfrac"] = masked_mean_of(static_cast<double>(clipped), valid);
     result.metrics["actor/ppo_kl"] = masked_mean_of(kl_sum, valid);
     result.metrics["actor/pg_clipfrac_lower"] = 0.0;

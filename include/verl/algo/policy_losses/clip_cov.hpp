@@ -85,7 +85,7 @@ struct ClipCov {
     using namespace detail;
     VERL_CHECK_ARG(clip_cov_ratio > 0, "clip_cov_ratio: expected a value > 0, got {}", clip_cov_ratio);
     const MaskCounts counts = validate_policy_loss_batch(batch);
-    FusedAggregation aggregation(counts, context.loss_agg_mode, context.global_batch_info);
+    FusedAggregation reduction(counts, context.loss_agg_mode, context.global_batch_info);
     const auto range = RatioClipRange::from_clip_ratios(clip_ratio_low, clip_ratio_high);
     const auto lower = static_cast<float>(clip_cov_lb), upper = static_cast<float>(clip_cov_ub);
     const Index rows = batch.log_prob.rows(), cols = batch.log_prob.cols();
@@ -116,7 +116,7 @@ struct ClipCov {
       clip_cov_row(lp, old, row_of(batch.advantages, i), row_of(batch.response_mask, i), weights,
                    scratch.ratio.data(), scratch.loss_terms.data(), scratch.metric_terms.data(), scratch.second.data(),
                    row_of(result.grad_log_prob, i), cols, range, advantage_mean, log_prob_mean, lower, upper,
-                   aggregation.gradient_weight(i), aggregation.selects_valid());
+                   reduction.gradient_weight(i), reduction.selects_valid());
       row_sums[static_cast<std::size_t>(i)] = lane_sum(scratch.loss_terms.data(), cols);
       kl_sum += lane_sum(scratch.metric_terms.data(), cols);
       for (Index j = 0; j < cols; ++j)
@@ -133,12 +133,12 @@ struct ClipCov {
       const float ratio = std::exp(batch.log_prob(i, j) - batch.old_log_prob(i, j));
       const float weight = batch.rollout_is_weights ? (*batch.rollout_is_weights)(i, j) : 1.0f;
       const float loss = clipped_surrogate(neg_advantage, ratio, range).loss * weight;
-      row_sums[static_cast<std::size_t>(i)] -= aggregation.row_term(loss, batch.response_mask(i, j));
+      row_sums[static_cast<std::size_t>(i)] -= reduction.row_term(loss, batch.response_mask(i, j));
       result.grad_log_prob(i, j) = 0.0f;
     }
-    for (Index i = 0; i < rows; ++i) aggregation.add_row(i, row_sums[static_cast<std::size_t>(i)]);
+    for (Index i = 0; i < rows; ++i) reduction.add_row(i, row_sums[static_cast<std::size_t>(i)]);
 
-    result.pg_loss = aggregation.loss();
+    result.pg_loss = reduction.loss();
     result.metrics["actor/pg_clipfrac"] = masked_mean_of(static_cast<double>(chosen), valid);
     result.metrics["actor/ppo_kl"] = masked_mean_of(kl_sum, valid);
     return result;

@@ -34,7 +34,7 @@ struct GPGLoss {
   PolicyLossResult compute(const PolicyLossBatch& batch, const AggregationContext& context) const {
     using namespace detail;
     const MaskCounts counts = validate_policy_loss_batch(batch);
-    FusedAggregation aggregation(counts, context.loss_agg_mode, context.global_batch_info);
+    FusedAggregation reduction(counts, context.loss_agg_mode, context.global_batch_info);
     const Index rows = batch.log_prob.rows(), cols = batch.log_prob.cols();
     PolicyLossResult result{0.0f, MatrixF(rows, cols), {}};
     RowScratch scratch(cols);
@@ -43,10 +43,10 @@ struct GPGLoss {
       // verl writes -log_prob * A; the product is the same float as -A * log_prob.
       policy_gradient_row(row_of(batch.log_prob, i), row_of(batch.advantages, i), row_of(batch.response_mask, i),
                           weights, scratch.loss_terms.data(), row_of(result.grad_log_prob, i), cols,
-                          aggregation.gradient_weight(i), aggregation.selects_valid());
-      aggregation.add_row(i, lane_sum(scratch.loss_terms.data(), cols));
+                          reduction.gradient_weight(i), reduction.selects_valid());
+      reduction.add_row(i, lane_sum(scratch.loss_terms.data(), cols));
     }
-    result.pg_loss = aggregation.loss();
+    result.pg_loss = reduction.loss();
     return result;
   }
 };

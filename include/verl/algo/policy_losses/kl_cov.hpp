@@ -99,7 +99,7 @@ struct KLCov {
     using namespace detail;
     VERL_CHECK_ARG(kl_cov_ratio > 0, "kl_cov_ratio: expected a value > 0, got {}", kl_cov_ratio);
     const MaskCounts counts = validate_policy_loss_batch(batch);
-    FusedAggregation aggregation(counts, context.loss_agg_mode, context.global_batch_info);
+    FusedAggregation reduction(counts, context.loss_agg_mode, context.global_batch_info);
     const float coef = static_cast<float>(ppo_kl_coef);
     const Index rows = batch.log_prob.rows(), cols = batch.log_prob.cols();
     const std::int64_t valid = counts.tokens;
@@ -159,11 +159,11 @@ struct KLCov {
       row_ratio(lp, old, scratch.ratio.data(), cols, std::numeric_limits<float>::infinity());
       kl_cov_row(lp, old, adv, mask, weights, scratch.ratio.data(), selected, scratch.loss_terms.data(),
                  scratch.metric_terms.data(), row_of(result.grad_log_prob, i), cols, coef,
-                 aggregation.gradient_weight(i), aggregation.selects_valid());
-      aggregation.add_row(i, lane_sum(scratch.loss_terms.data(), cols));
+                 reduction.gradient_weight(i), reduction.selects_valid());
+      reduction.add_row(i, lane_sum(scratch.loss_terms.data(), cols));
       kl_sum += lane_sum(scratch.metric_terms.data(), cols);
     }
-    result.pg_loss = aggregation.loss();
+    result.pg_loss = reduction.loss();
     result.metrics["actor/ppo_kl"] = masked_mean_of(kl_sum, static_cast<double>(valid));
     return result;
   }

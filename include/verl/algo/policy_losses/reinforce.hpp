@@ -20,7 +20,7 @@ struct ReinforceLoss {
   PolicyLossResult compute(const PolicyLossBatch& batch, const AggregationContext& context) const {
     using namespace detail;
     const MaskCounts counts = validate_policy_loss_batch(batch);
-    FusedAggregation aggregation(counts, context.loss_agg_mode, context.global_batch_info);
+    FusedAggregation reduction(counts, context.loss_agg_mode, context.global_batch_info);
     const Index rows = batch.log_prob.rows(), cols = batch.log_prob.cols();
     PolicyLossResult result{0.0f, MatrixF(rows, cols), {}};
     RowScratch scratch(cols);
@@ -30,13 +30,13 @@ struct ReinforceLoss {
       const float* mask = row_of(batch.response_mask, i);
       const float* weights = batch.rollout_is_weights ? row_of(*batch.rollout_is_weights, i) : scratch.ones.data();
       policy_gradient_row(lp, row_of(batch.advantages, i), mask, weights, scratch.loss_terms.data(),
-                          row_of(result.grad_log_prob, i), cols, aggregation.gradient_weight(i),
-                          aggregation.selects_valid());
-      aggregation.add_row(i, lane_sum(scratch.loss_terms.data(), cols));
+                          row_of(result.grad_log_prob, i), cols, reduction.gradient_weight(i),
+                          reduction.selects_valid());
+      reduction.add_row(i, lane_sum(scratch.loss_terms.data(), cols));
       negative_log_ratio_terms(lp, row_of(batch.old_log_prob, i), mask, scratch.metric_terms.data(), cols);
       kl_sum += lane_sum(scratch.metric_terms.data(), cols);
     }
-    result.pg_loss = aggregation.loss();
+    result.pg_loss = reduction.loss();
     result.metrics["actor/ppo_kl"] = masked_mean_of(kl_sum, static_cast<double>(counts.tokens));
     return result;
   }

@@ -61,7 +61,7 @@ struct SAPO {
   PolicyLossResult compute(const PolicyLossBatch& batch, const AggregationContext& context) const {
     using namespace detail;
     const MaskCounts counts = validate_policy_loss_batch(batch);
-    FusedAggregation aggregation(counts, *SAPO::aggregation.effective_mode(context.loss_agg_mode),
+    FusedAggregation reduction(counts, *SAPO::aggregation.effective_mode(context.loss_agg_mode),
                                  context.global_batch_info);
     // verl makes float32 tensors of the temperatures, so the gate runs in float32.
     const auto tau_positive = static_cast<float>(tau_pos), tau_negative = static_cast<float>(tau_neg);
@@ -79,11 +79,11 @@ struct SAPO {
       sapo_gate_exponent(adv, scratch.ratio.data(), scratch.second.data(), cols, tau_positive, tau_negative);
       sapo_row(lp, old, adv, row_of(batch.response_mask, i), weights, scratch.ratio.data(), scratch.second.data(),
                scratch.loss_terms.data(), scratch.metric_terms.data(), row_of(result.grad_log_prob, i), cols,
-               tau_positive, tau_negative, aggregation.gradient_weight(i), aggregation.selects_valid());
-      aggregation.add_row(i, lane_sum(scratch.loss_terms.data(), cols));
+               tau_positive, tau_negative, reduction.gradient_weight(i), reduction.selects_valid());
+      reduction.add_row(i, lane_sum(scratch.loss_terms.data(), cols));
       kl_sum += lane_sum(scratch.metric_terms.data(), cols);
     }
-    result.pg_loss = aggregation.loss();
+    result.pg_loss = reduction.loss();
     result.metrics["actor/pg_clipfrac"] = 0.0;
     result.metrics["actor/ppo_kl"] = masked_mean_of(kl_sum, static_cast<double>(counts.tokens));
     result.metrics["actor/pg_clipfrac_lower"] = 0.0;

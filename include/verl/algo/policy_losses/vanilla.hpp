@@ -65,7 +65,7 @@ inline DualClipPPOOutput dual_clip_ppo(const PolicyLossBatch& batch, const Aggre
                  "clip_ratio_c: expected a value > 1.0 (the dual-clip lower bound of the ratio), got {}",
                  clip_ratio_c);
   const MaskCounts counts = validate_policy_loss_batch(batch);
-  FusedAggregation aggregation(counts, context.loss_agg_mode, context.global_batch_info);
+  FusedAggregation reduction(counts, context.loss_agg_mode, context.global_batch_info);
   const auto range = RatioClipRange::from_clip_ratios(clip_ratio_low, clip_ratio_high);
   const float dual_clip = static_cast<float>(clip_ratio_c);
   const Index rows = batch.log_prob.rows(), cols = batch.log_prob.cols();
@@ -83,14 +83,14 @@ inline DualClipPPOOutput dual_clip_ppo(const PolicyLossBatch& batch, const Aggre
     const DualClipCounts row = dual_clip_ppo_row(
         lp, old, row_of(batch.advantages, i), row_of(batch.response_mask, i), weights, scratch.ratio.data(),
         scratch.loss_terms.data(), scratch.metric_terms.data(), row_of(out.grad_log_prob, i), cols, range, dual_clip,
-        aggregation.gradient_weight(i), aggregation.selects_valid());
-    aggregation.add_row(i, lane_sum(scratch.loss_terms.data(), cols));
+        reduction.gradient_weight(i), reduction.selects_valid());
+    reduction.add_row(i, lane_sum(scratch.loss_terms.data(), cols));
     kl_sum += lane_sum(scratch.metric_terms.data(), cols);
     total.clipped += row.clipped;
     total.clipped_lower += row.clipped_lower;
   }
   const double valid = static_cast<double>(counts.tokens);
-  out.pg_loss = aggregation.loss();
+  out.pg_loss = reduction.loss();
   out.pg_clipfrac = masked_mean_of(static_cast<double>(total.clipped), valid);
   out.ppo_kl = masked_mean_of(kl_sum, valid);
   out.pg_clipfrac_lower = masked_mean_of(static_cast<double>(total.clipped_lower), valid);
