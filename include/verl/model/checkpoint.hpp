@@ -1,0 +1,166 @@
+// Hugging Face checkpoints of the reference transformer: a folder with config.json and
+// model.safetensors (or shards with model.safetensors.index.json), loaded into a Transformer or
+// TransformerCritic and saved back in the same layout.
+//
+// Loading is strict: every parameter the config implies must be present with its shape and a
+// floating dtype (F32, BF16, F16, F64; converted to the model's scalar), and a tensor the model
+// has no place for is an error, so that a checkpoint that does not match its config fails
+// loudly, naming the tensor and the file. Tolerated extras: rotary `inv_freq` buffers of old
+// checkpoints, `lm_head.weight` of a model with tied embeddings (transformers ties it to the
+// embedding) and, for a critic made from a policy checkpoint, the policy's `lm_head.weight`.
+#pragma once
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <filesystem>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "verl/core/error.hpp"
+#include "verl/model/hf_config.hpp"
+#include "verl/model/safetensors.hpp"
+#include "verl/model/transformer/critic.hpp"
+#include "verl/model/transformer/transformer.hpp"
+
+namespace verl::model {
+
+namespace detail {
+
+inline bool is_ignorable_buffer(std::string_view name) { return name.ends_with(".rotary_emb.inv_freq"); }
+
+/// Copies every parameter of `model` from `checkpoint`; `tolerated` names extras to skip.
+template <class Model>
+void load_parameters(Model& model, const SafetensorsCheckpoint& checkpoint, const std::set<std::string>& tolerated,
+                     const std::filesystem::path& origin) {
+  std::set<std::string, std::less<>> loaded;
+  model.for_each_parameter([&](const auto& p) {
+    VERL_CHECK_ARG(checkpoint.contains(p.name), "checkpoint '{}': missing tensor '{}' (expected shape {})",
+                   origin.string(), p.name, shape_string(p.shape));
+    const TensorView tensor = checkpoint.tensor(p.name);
+    VERL_CHECK_ARG(is_floating(tensor.dtype),
+                   "tensor '{}' in '{}': expected a floating dtype (F32, BF16, F16, F64), got {}", p.name,
+                   checkpoint.file_of(p.name).string(), dtype_name(tensor.dtype));
+    tensor.require_shape(p.shape);
+    using Scalar = std::remove_cvref_t<decltype(p.value[0])>;
+    if constexpr (std::same_as<Scalar, float>) {
+      tensor.copy_to_f32(p.value);
+    } else {
+      std::vector<float> values(p.value.size());
+      tensor.copy_to_f32(values);
+      std::ranges::transform(values, p.value.begin(), [](float v) { return static_cast<Scalar>(v); });
+    }
+    loaded.emplace(p.name);
+  });
+  for (const auto& name : checkpoint.names()) {
+    if (loaded.contains(name) || tolerated.contains(name) || is_ignorable_buffer(name)) continue;
+    const TensorView tensor = checkpoint.tensor(name);
+    ::verl::detail::throw_invalid_argument(
+        "checkpoint '{}': unexpected tensor '{}' (shape {}, in '{}'): the config ({}, {} layers) has no such "
+        "parameter",
+        origin.string(), name, shape_string(tensor.shape), checkpoint.file_of(name).string(),
+        model.config().model_type, model.config().num_hidden_layers);
+  }
+}
+
+/// A critic seen without its value head (to load a policy checkpoint's body into it).
+template <class Critic>
+struct CriticBodyView {
+  Critic& critic;
+  [[nodiscard]] const HfModelConfig& config() const { return critic.config(); }
+  template <class Fn>
+  void for_each_parameter(Fn&& fn) {
+    critic.for_each_parameter([&](const auto& p) {
+      if (!p.name.starts_with("score.")) fn(p);
+    });
+  }
+};
+
+/// Reads `folder`/config.json with messages naming the folder.
+inline HfModelConfig read_model_config(const std::filesystem::path& folder) {
+  VERL_CHECK_ARG(std::filesystem::is_directory(folder), "model: expected a Hugging Face model folder, got '{}' ({})",
+                 folder.string(), std::filesystem::exists(folder) ? "not a folder" : "does not exist");
+  return HfModelConfig::from_file(folder / "config.json");
+}
+
+template <class Model>
+void save_model(const Model& model, const std::filesystem::path& folder, DType dtype, std::uint64_t max_shard_bytes) {
+  VERL_CHECK_ARG(is_floating(dtype), "dtype: expected F32, BF16, F16 or F64, got {}", dtype_name(dtype));
+  SafetensorsWriter writer;
+  writer.set_metadata("format", "pt");
+  model.for_each_parameter([&](const auto& p) {
+    std::vector<float> values(p.value.begin(), p.value.end());
+    writer.add_f32(std::string(p.name), std::vector<std::int64_t>(p.shape.begin(), p.shape.end()), values, dtype);
+  });
+  std::filesystem::create_directories(folder);
+  // Remove stale weights of another layout (single file vs shards) so the folder is unambiguous.
+  for (const auto& entry : std::filesystem::directory_iterator(folder)) {
+    const auto name = entry.path().filename().string();
+    if (name == "model.safetensors.index.json" || (name.starts_with("model") && name.ends_with(".safetensors"))) {
+      std::filesystem::remove(entry.path());
+    }
+  }
+  writer.write_sharded(folder, max_shard_bytes);
+  HfModelConfig config = model.config();
+  config.torch_dtype = dtype == DType::BF16 ? "bfloat16" : dtype == DType::F16 ? "float16"
+                                           : dtype == DType::F64 ? "float64"
+                                                                 : "float32";
+  write_file_atomically(folder / "config.json", config.to_json().dump(2) + "\n");
+}
+
+}  // namespace detail
+
+/// How save_transformer writes weights.
+struct SaveOptions {
+  DType dtype = DType::F32;
+  /// Shard when the weights exceed this (transformers' default max_shard_size is 5 GB).
+  std::uint64_t max_shard_bytes = 5'000'000'000ull;
+};
+
+/// A policy model from a Hugging Face folder (config.json + model.safetensors or shards).
+template <class Scalar = float>
+BasicTransformer<Scalar> load_transformer(const std::filesystem::path& folder, const TransformerOptions& options = {}) {
+  BasicTransformer<Scalar> model(detail::read_model_config(folder), options);
+  const SafetensorsCheckpoint checkpoint(folder);
+  std::set<std::string> tolerated;
+  if (model.config().tie_word_embeddings) tolerated.insert("lm_head.weight");
+  detail::load_parameters(model, checkpoint, tolerated, folder);
+  return model;
+}
+
+/// A critic from a Hugging Face folder: a critic checkpoint (with score.weight / score.bias), or
+/// a policy checkpoint whose body it takes, drawing the value head from `head_init` (verl
+/// initializes its critic from the actor's weights this way).
+template <class Scalar = float>
+BasicTransformerCritic<Scalar> load_critic(const std::filesystem::path& folder, const WeightInit& head_init = {},
+                                           const TransformerOptions& options = {}) {
+  BasicTransformerCritic<Scalar> model(detail::read_model_config(folder), options);
+  const SafetensorsCheckpoint checkpoint(folder);
+  const bool has_head = checkpoint.contains("score.weight") || checkpoint.contains("score.bias");
+  if (!has_head) {
+    model.init_value_head(head_init);
+    detail::CriticBodyView<BasicTransformerCritic<Scalar>> body{model};
+    detail::load_parameters(body, checkpoint, {"lm_head.weight"}, folder);
+    return model;
+  }
+  detail::load_parameters(model, checkpoint, {}, folder);
+  return model;
+}
+
+/// Writes config.json and the weights (model.safetensors, or shards plus an index).
+template <class Scalar>
+void save_transformer(const BasicTransformer<Scalar>& model, const std::filesystem::path& folder,
+                      const SaveOptions& options = {}) {
+  detail::save_model(model, folder, options.dtype, options.max_shard_bytes);
+}
+
+template <class Scalar>
+void save_critic(const BasicTransformerCritic<Scalar>& model, const std::filesystem::path& folder,
+                 const SaveOptions& options = {}) {
+  detail::save_model(model, folder, options.dtype, options.max_shard_bytes);
+}
+
+}  // namespace verl::model

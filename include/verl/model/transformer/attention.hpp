@@ -1,0 +1,112 @@
+// Causal scaled-dot-product attention for one head of one sequence, forward and backward, in
+// blocks of queries (flash-attention's bookkeeping on the CPU): the forward pass saves only the
+// log-sum-exp of each query's scores, and the backward pass recomputes the probabilities from it
+// instead of storing (L, L) matrices.
+//
+// Query i of a call attends to keys [0, key_offset + i]: key_offset = 0 for a whole sequence,
+// the number of cached tokens when extending a KV cache.
+#pragma once
+
+#include <Eigen/Core>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "verl/core/tensor.hpp"
+
+namespace verl::model::detail {
+
+/// Queries per block: the (block, keys) score tile stays in cache for a few thousand keys.
+inline constexpr Index attention_query_block = 64;
+
+template <class S>
+using StridedMap = Eigen::Map<RowMatrix<S>, Eigen::Unaligned, Eigen::OuterStride<>>;
+template <class S>
+using ConstStridedMap = Eigen::Map<const RowMatrix<S>, Eigen::Unaligned, Eigen::OuterStride<>>;
+
+/// Rows of a head: `rows` vectors of `width` values, `stride` apart.
+template <class S>
+struct HeadRows {
+  S* data;
+  Index stride;
+};
+template <class S>
+struct ConstHeadRows {
+  const S* data;
+  Index stride;
+};
+
+/// out = softmax(scale q k^T + causal mask) v for `queries` query rows; lse (if not null) gets
+/// the log-sum-exp of each query's scaled scores (lse_stride apart).
+template <class S>
+void attention_forward_head(ConstHeadRows<S> q, ConstHeadRows<S> k, ConstHeadRows<S> v, Index queries, Index key_offset,
+                            Index head_dim, S scale, HeadRows<S> out, S* lse, Index lse_stride,
+                            std::vector<S>& scratch) {
+  for (Index i0 = 0; i0 < queries; i0 += attention_query_block) {
+    const Index rows = std::min(attention_query_block, queries - i0);
+    const Index keys = key_offset + i0 + rows;  // keys any query of the block can see
+    scratch.resize(static_cast<std::size_t>(rows * keys));
+    Eigen::Map<RowMatrix<S>> scores(scratch.data(), rows, keys);
+    const ConstStridedMap<S> q_block(q.data + i0 * q.stride, rows, head_dim, Eigen::OuterStride<>(q.stride));
+    const ConstStridedMap<S> k_rows(k.data, keys, head_dim, Eigen::OuterStride<>(k.stride));
+    const ConstStridedMap<S> v_rows(v.data, keys, head_dim, Eigen::OuterStride<>(v.stride));
+    scores.noalias() = q_block * k_rows.transpose();
+    for (Index r = 0; r < rows; ++r) {
+      const Index visible = key_offset + i0 + r + 1;
+      auto row = scores.row(r).head(visible).array();
+      row *= scale;
+      const S max = row.maxCoeff();
+      row = (row - max).exp();
+      const S sum = row.sum();
+      row /= sum;
+      scores.row(r).tail(keys - visible).setZero();
+      if (lse != nullptr) lse[(i0 + r) * lse_stride] = max + std::log(sum);
+    }
+    StridedMap<S> out_block(out.data + i0 * out.stride, rows, head_dim, Eigen::OuterStride<>(out.stride));
+    out_block.noalias() = scores * v_rows;
+  }
+}
+
+/// Backward of attention_forward_head (key_offset 0) for one query head: dq = (overwritten),
+/// dk and dv accumulate (several query heads share a key/value head).
+template <class S>
+void attention_backward_head(ConstHeadRows<S> q, ConstHeadRows<S> k, ConstHeadRows<S> v, ConstHeadRows<S> out,
+                             ConstHeadRows<S> d_out, const S* lse, Index lse_stride, Index queries, Index head_dim,
+                             S scale, HeadRows<S> dq, HeadRows<S> dk, HeadRows<S> dv, std::vector<S>& scratch) {
+  for (Index i0 = 0; i0 < queries; i0 += attention_query_block) {
+    const Index rows = std::min(attention_query_block, queries - i0);
+    const Index keys = i0 + rows;
+    scratch.resize(static_cast<std::size_t>(2 * rows * keys));
+    Eigen::Map<RowMatrix<S>> probs(scratch.data(), rows, keys);
+    Eigen::Map<RowMatrix<S>> d_scores(scratch.data() + rows * keys, rows, keys);
+    const ConstStridedMap<S> q_block(q.data + i0 * q.stride, rows, head_dim, Eigen::OuterStride<>(q.stride));
+    const ConstStridedMap<S> k_rows(k.data, keys, head_dim, Eigen::OuterStride<>(k.stride));
+    const ConstStridedMap<S> v_rows(v.data, keys, head_dim, Eigen::OuterStride<>(v.stride));
+    const ConstStridedMap<S> o_block(out.data + i0 * out.stride, rows, head_dim, Eigen::OuterStride<>(out.stride));
+    const ConstStridedMap<S> do_block(d_out.data + i0 * d_out.stride, rows, head_dim,
+                                      Eigen::OuterStride<>(d_out.stride));
+    probs.noalias() = q_block * k_rows.transpose();
+    d_scores.noalias() = do_block * v_rows.transpose();  // dP
+    for (Index r = 0; r < rows; ++r) {
+      const Index visible = i0 + r + 1;
+      auto p = probs.row(r).head(visible).array();
+      p = (p * scale - lse[(i0 + r) * lse_stride]).exp();
+      probs.row(r).tail(keys - visible).setZero();
+      // dS = P (dP - rowsum(dP P)), and rowsum(dP P) = dO . O.
+      const S centre = do_block.row(r).dot(o_block.row(r));
+      auto ds = d_scores.row(r).head(visible).array();
+      ds = p * (ds - centre) * scale;
+      d_scores.row(r).tail(keys - visible).setZero();
+    }
+    StridedMap<S> dq_block(dq.data + i0 * dq.stride, rows, head_dim, Eigen::OuterStride<>(dq.stride));
+    StridedMap<S> dk_rows(dk.data, keys, head_dim, Eigen::OuterStride<>(dk.stride));
+    StridedMap<S> dv_rows(dv.data, keys, head_dim, Eigen::OuterStride<>(dv.stride));
+    dq_block.noalias() = d_scores * k_rows;
+    dk_rows.noalias() += d_scores.transpose() * q_block;
+    dv_rows.noalias() += probs.transpose() * do_block;
+  }
+}
+
+}  // namespace verl::model::detail

@@ -1,0 +1,120 @@
+// The reference critic: the same decoder body with a scalar value head per token,
+// value = score(final hidden) with score a (1, H) linear layer with bias, as transformers'
+// *ForTokenClassification(num_labels = 1) that verl's critic loads (dropout off, as verl sets it).
+#pragma once
+
+#include <span>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "verl/core/error.hpp"
+#include "verl/core/tensor.hpp"
+#include "verl/model/transformer/decoder.hpp"
+#include "verl/model/transformer/detail/state_dict.hpp"
+#include "verl/model/transformer/weights.hpp"
+#include "verl/model/value_model.hpp"
+
+namespace verl::model {
+
+template <class Scalar>
+class BasicTransformerCritic {
+ public:
+  using scalar_type = Scalar;
+
+  explicit BasicTransformerCritic(HfModelConfig config, const TransformerOptions& options = {})
+      : body_(std::move(config), options),
+        score_weight_(ParameterTensor<Scalar>::matrix("score.weight", 1, body_.config().hidden_size)),
+        score_bias_(ParameterTensor<Scalar>::vector("score.bias", 1)) {}
+
+  static BasicTransformerCritic random(HfModelConfig config, const WeightInit& init,
+                                       const TransformerOptions& options = {}) {
+    BasicTransformerCritic model(std::move(config), options);
+    model.for_each_tensor([&](ParameterTensor<Scalar>& t) { detail::init_parameter(t, init); });
+    if (const auto pad = model.config().pad_token_id; pad && *pad >= 0 && *pad < model.config().vocab_size) {
+      model.body_.weights().embed_tokens.value.row(*pad).setZero();
+    }
+    return model;
+  }
+
+  /// Draws the value head only (a critic initialized from a policy checkpoint).
+  void init_value_head(const WeightInit& init) {
+    detail::init_parameter(score_weight_, init);
+    detail::init_parameter(score_bias_, init);
+  }
+
+  [[nodiscard]] const HfModelConfig& config() const { return body_.config(); }
+  [[nodiscard]] DecoderBody<Scalar>& body() { return body_; }
+
+  ValueOutput<Scalar> forward(const TokenBatch& batch, const ValueForwardOptions& options) {
+    saved_ = false;
+    const RowMatrix<Scalar>& hidden = body_.forward(batch, options.keep_activations);
+    const Vector<Scalar> values = (hidden * score_weight_.value.row(0).transpose()).array() + score_bias_.value(0, 0);
+    if (options.keep_activations) {
+      saved_ = true;
+      saved_slots_.assign(batch.slots().begin(), batch.slots().end());
+      saved_layout_size_ = batch.layout_size();
+    }
+    return {batch.scatter<Scalar>(std::span<const Scalar>(values.data(), static_cast<std::size_t>(values.size())))};
+  }
+
+  void backward(const ValueCotangents<Scalar>& cotangents) {
+    VERL_CHECK_ARG(saved_, "backward: no saved activations (call forward with keep_activations = true first)");
+    VERL_CHECK_ARG(cotangents.values.size() == static_cast<std::size_t>(saved_layout_size_),
+                   "cotangents.values: expected {} values (rows * cols), got {}", saved_layout_size_,
+                   cotangents.values.size());
+    saved_ = false;
+    const auto n = static_cast<Index>(saved_slots_.size());
+    Vector<Scalar> d_values(n);
+    for (Index t = 0; t < n; ++t) d_values[t] = cotangents.values[static_cast<std::size_t>(saved_slots_[static_cast<std::size_t>(t)])];
+    score_weight_.enable_grad();
+    score_bias_.enable_grad();
+    const RowMatrix<Scalar>& hidden = body_.hidden();
+    score_weight_.grad.row(0) += d_values.transpose() * hidden;
+    score_bias_.grad(0, 0) += d_values.sum();
+    RowMatrix<Scalar> d_hidden = d_values * score_weight_.value.row(0);
+    body_.backward(d_hidden);
+  }
+
+  template <class Fn>
+  void for_each_parameter(Fn&& fn) {
+    for_each_tensor([&](ParameterTensor<Scalar>& t) { fn(t.view()); });
+  }
+  template <class Fn>
+  void for_each_parameter(Fn&& fn) const {
+    for_each_tensor([&](const ParameterTensor<Scalar>& t) { fn(t.view()); });
+  }
+  void zero_grad() {
+    for_each_tensor([](ParameterTensor<Scalar>& t) { t.zero_grad(); });
+  }
+  [[nodiscard]] StateDict state_dict() const { return detail::make_state_dict(*this); }
+  void load_state_dict(const StateDict& dict) { detail::load_state_dict(*this, dict); }
+
+  template <class Fn>
+  void for_each_tensor(Fn&& fn) {
+    DecoderWeights<Scalar>::for_each(body_.weights(), fn);
+    fn(score_weight_);
+    fn(score_bias_);
+  }
+  template <class Fn>
+  void for_each_tensor(Fn&& fn) const {
+    DecoderWeights<Scalar>::for_each(body_.weights(), fn);
+    fn(score_weight_);
+    fn(score_bias_);
+  }
+
+ private:
+  DecoderBody<Scalar> body_;
+  ParameterTensor<Scalar> score_weight_;
+  ParameterTensor<Scalar> score_bias_;
+  bool saved_ = false;
+  std::vector<std::int64_t> saved_slots_;
+  Index saved_layout_size_ = 0;
+};
+
+using TransformerCritic = BasicTransformerCritic<float>;
+
+static_assert(ValueModel<TransformerCritic>);
+static_assert(ValueModel<BasicTransformerCritic<double>>);
+
+}  // namespace verl::model

@@ -1,0 +1,349 @@
+// The decoder body of the Llama / Qwen2 family: token embedding, then per layer
+//   x = x + o_proj(attention(rope(q_proj(rms_norm(x))), rope(k_proj(.)), v_proj(.)))
+//   x = x + down_proj(silu(gate_proj(rms_norm(x))) * up_proj(rms_norm(x)))
+// and a final RMSNorm, over the valid tokens of a TokenBatch (every layout is computed packed:
+// padding never costs a flop). Forward keeps what backward needs when asked; backward takes the
+// gradient of the final hidden states and accumulates every parameter gradient. The heads
+// (LM head, value head) live in the model classes that own a DecoderBody.
+#pragma once
+
+#include <Eigen/Core>
+
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "verl/core/error.hpp"
+#include "verl/core/tensor.hpp"
+#include "verl/model/causal_lm.hpp"
+#include "verl/model/hf_config.hpp"
+#include "verl/model/transformer/attention.hpp"
+#include "verl/model/transformer/detail/linear.hpp"
+#include "verl/model/transformer/detail/thread_pool.hpp"
+#include "verl/model/transformer/rms_norm.hpp"
+#include "verl/model/transformer/rope.hpp"
+#include "verl/model/transformer/weights.hpp"
+
+namespace verl::model {
+
+/// Run-time knobs of the reference transformer.
+struct TransformerOptions {
+  /// Threads of the model's pool (the calling thread included); 0 = hardware concurrency.
+  /// Results are identical for every thread count.
+  unsigned num_threads = 0;
+};
+
+namespace detail {
+
+/// Throws verl::NotImplemented for configurations the reference model does not cover.
+inline void require_supported(const HfModelConfig& config) {
+  if (config.hidden_act != "silu") {
+    ::verl::detail::throw_not_implemented("hidden_act: only 'silu' (SwiGLU) is implemented, got '{}'", config.hidden_act);
+  }
+  if (config.use_sliding_window) {
+    ::verl::detail::throw_not_implemented("use_sliding_window: sliding-window attention is not implemented (got true)");
+  }
+  VERL_CHECK_ARG(config.head_dim % 2 == 0, "head_dim: expected an even number (rotary embeddings), got {}",
+                 config.head_dim);
+}
+
+/// What one layer's forward pass leaves for its backward pass (h, the MLP activation and the
+/// attention scores are recomputed).
+template <class S>
+struct LayerActivations {
+  RowMatrix<S> x;        ///< layer input (N, H)
+  Vector<S> inv_rms_in;  ///< input_layernorm factors (N)
+  RowMatrix<S> q, k, v;  ///< after the rotary embedding for q and k: (N, heads * D), (N, kv_heads * D)
+  RowMatrix<S> attn;     ///< attention output before o_proj (N, heads * D)
+  RowMatrix<S> lse;      ///< log-sum-exp of each query's scores (N, heads)
+  RowMatrix<S> x_mid;    ///< residual stream after attention (N, H)
+  Vector<S> inv_rms_post;
+  RowMatrix<S> gate, up;  ///< (N, I)
+};
+
+/// Buffers a forward or backward pass reuses from layer to layer.
+template <class S>
+struct LayerScratch {
+  RowMatrix<S> h, act, y;
+  RowMatrix<S> d_act, d_gate, d_up, d_h, d_attn, dq, dk, dv;
+};
+
+template <class S>
+inline S silu(S g) {
+  return g / (S(1) + std::exp(-g));
+}
+
+}  // namespace detail
+
+template <class Scalar>
+class DecoderBody {
+ public:
+  DecoderBody() = default;
+  DecoderBody(HfModelConfig config, const TransformerOptions& options)
+      : config_(std::move(config)),
+        weights_(config_),
+        rope_(config_),
+        pool_(std::make_shared<detail::ThreadPool>(options.num_threads)) {
+    detail::require_supported(config_);
+  }
+
+  [[nodiscard]] const HfModelConfig& config() const { return config_; }
+  [[nodiscard]] DecoderWeights<Scalar>& weights() { return weights_; }
+  [[nodiscard]] const DecoderWeights<Scalar>& weights() const { return weights_; }
+  [[nodiscard]] detail::ThreadPool& pool() const { return *pool_; }
+  [[nodiscard]] const RotaryEmbedding<Scalar>& rope() const { return rope_; }
+  [[nodiscard]] bool has_activations() const { return saved_; }
+
+  /// Checks token ids against the vocabulary.
+  void require_tokens(std::span<const TokenId> tokens, std::string_view argument) const {
+    for (std::size_t i = 0; i < tokens.size(); ++i) {
+      VERL_CHECK_ARG(tokens[i] >= 0 && tokens[i] < config_.vocab_size,
+                     "{}: expected token ids in [0, {}) (vocab_size), got {} at token {}", argument,
+                     config_.vocab_size, tokens[i], i);
+    }
+  }
+
+  /// The final hidden states (after the last norm) of the batch's valid tokens, (N, H).
+  const RowMatrix<Scalar>& forward(const TokenBatch& batch, bool keep_activations) {
+    require_tokens(batch.tokens(), "input_ids");
+    saved_ = false;
+    const Index n = batch.num_tokens(), hidden = config_.hidden_size;
+    tokens_.assign(batch.tokens().begin(), batch.tokens().end());
+    cu_seqlens_.assign(batch.cu_seqlens().begin(), batch.cu_seqlens().end());
+    rope_.tables(batch.positions(), cos_, sin_);
+
+    const std::size_t layers = weights_.layers.size();
+    activations_.resize(keep_activations ? layers : 1);
+    RowMatrix<Scalar> x(n, hidden);
+    embed(tokens_, x);
+    for (std::size_t l = 0; l < layers; ++l) {
+      auto& act = activations_[keep_activations ? l : 0];
+      act.x.swap(x);
+      x.resize(n, hidden);
+      layer_forward(weights_.layers[l], act, x, cos_, sin_, [&](detail::LayerActivations<Scalar>& a) { attend(a); });
+    }
+    final_x_.swap(x);
+    hidden_.resize(n, hidden);
+    detail::rms_norm_forward<Scalar>(final_x_, weights_.norm.value, config_.rms_norm_eps, hidden_, final_inv_rms_);
+    saved_ = keep_activations;
+    return hidden_;
+  }
+
+  /// The last forward's final hidden states.
+  [[nodiscard]] const RowMatrix<Scalar>& hidden() const { return hidden_; }
+
+  /// Accumulates parameter gradients from d(hidden) (N, H), which is overwritten.
+  void backward(RowMatrix<Scalar>& d_hidden) {
+    VERL_CHECK_ARG(saved_, "backward: no saved activations (call forward with keep_activations = true first)");
+    VERL_CHECK_ARG(d_hidden.rows() == hidden_.rows() && d_hidden.cols() == hidden_.cols(),
+                   "d_hidden: expected shape ({}, {}), got ({}, {})", hidden_.rows(), hidden_.cols(), d_hidden.rows(),
+                   d_hidden.cols());
+    enable_grad();
+    const Index n = hidden_.rows(), width = config_.hidden_size;
+    RowMatrix<Scalar> dx(n, width);
+    detail::rms_norm_backward<Scalar>(final_x_, weights_.norm.value, final_inv_rms_, d_hidden, &weights_.norm.grad,
+                                      dx, false);
+    for (std::size_t l = weights_.layers.size(); l-- > 0;) layer_backward(weights_.layers[l], activations_[l], dx);
+    // Embedding rows gather the gradient of their tokens; the padding token's row gets none
+    // (nn.Embedding's padding_idx).
+    auto& grad = weights_.embed_tokens.grad;
+    for (Index t = 0; t < n; ++t) {
+      const TokenId id = tokens_[static_cast<std::size_t>(t)];
+      if (config_.pad_token_id && id == *config_.pad_token_id) continue;
+      grad.row(id) += dx.row(t);
+    }
+    saved_ = false;
+    release_activations();
+  }
+
+  void enable_grad() {
+    DecoderWeights<Scalar>::for_each(weights_, [](ParameterTensor<Scalar>& t) { t.enable_grad(); });
+  }
+
+  /// Frees the saved activations (after backward, or when a forward was not followed by one).
+  void release_activations() {
+    activations_.clear();
+    final_x_.resize(0, 0);
+    saved_ = false;
+  }
+
+  // ---- shared with the KV-cache path -------------------------------------------------------
+
+  void embed(std::span<const TokenId> tokens, RowMatrix<Scalar>& x) const {
+    for (std::size_t t = 0; t < tokens.size(); ++t) x.row(static_cast<Index>(t)) = weights_.embed_tokens.value.row(tokens[t]);
+  }
+
+  /// One layer: `act.x` in, `x_out` out, `act` filled; cos/sin are the rotary tables of the
+  /// tokens' positions. `attend(act)` turns act.q/k/v (rotated) into act.attn (and act.lse).
+  template <class Attend>
+  void layer_forward(const DecoderLayerWeights<Scalar>& w, detail::LayerActivations<Scalar>& act,
+                     RowMatrix<Scalar>& x_out, const RowMatrix<Scalar>& cos, const RowMatrix<Scalar>& sin,
+                     const Attend& attend) {
+    auto& pool = *pool_;
+    const Index n = act.x.rows(), width = config_.hidden_size;
+    const Index heads = config_.num_attention_heads, kv_heads = config_.num_key_value_heads, d = config_.head_dim;
+    auto& s = scratch_;
+    s.h.resize(n, width);
+    detail::rms_norm_forward<Scalar>(act.x, w.input_layernorm.value, config_.rms_norm_eps, s.h, act.inv_rms_in);
+    act.q.resize(n, heads * d);
+    act.k.resize(n, kv_heads * d);
+    act.v.resize(n, kv_heads * d);
+    detail::linear_forward<Scalar>(pool, s.h, w.q_proj.value, bias(w.q_bias), act.q);
+    detail::linear_forward<Scalar>(pool, s.h, w.k_proj.value, bias(w.k_bias), act.k);
+    detail::linear_forward<Scalar>(pool, s.h, w.v_proj.value, bias(w.v_bias), act.v);
+    RotaryEmbedding<Scalar>::apply(act.q.data(), act.q.cols(), n, heads, d, cos, sin);
+    RotaryEmbedding<Scalar>::apply(act.k.data(), act.k.cols(), n, kv_heads, d, cos, sin);
+    act.attn.resize(n, heads * d);
+    attend(act);
+    s.y.resize(n, width);
+    detail::linear_forward<Scalar>(pool, act.attn, w.o_proj.value, bias(w.o_bias), s.y);
+    act.x_mid = act.x + s.y;
+    detail::rms_norm_forward<Scalar>(act.x_mid, w.post_attention_layernorm.value, config_.rms_norm_eps, s.h,
+                                     act.inv_rms_post);
+    const Index inner = config_.intermediate_size;
+    act.gate.resize(n, inner);
+    act.up.resize(n, inner);
+    detail::linear_forward<Scalar>(pool, s.h, w.gate_proj.value, bias(w.gate_bias), act.gate);
+    detail::linear_forward<Scalar>(pool, s.h, w.up_proj.value, bias(w.up_bias), act.up);
+    swiglu(act.gate, act.up, s.act);
+    detail::linear_forward<Scalar>(pool, s.act, w.down_proj.value, bias(w.down_bias), s.y);
+    x_out = act.x_mid + s.y;
+  }
+
+  /// The final norm of selected rows of x.
+  void final_norm(const Eigen::Ref<const RowMatrix<Scalar>>& x, RowMatrix<Scalar>& out) const {
+    out.resize(x.rows(), x.cols());
+    Vector<Scalar> inv_rms;
+    detail::rms_norm_forward<Scalar>(x, weights_.norm.value, config_.rms_norm_eps, out, inv_rms);
+  }
+
+  static const RowMatrix<Scalar>* bias(const ParameterTensor<Scalar>& t) { return t.present() ? &t.value : nullptr; }
+  static RowMatrix<Scalar>* bias_grad(ParameterTensor<Scalar>& t) { return t.present() ? &t.grad : nullptr; }
+
+ private:
+  static void swiglu(const RowMatrix<Scalar>& gate, const RowMatrix<Scalar>& up, RowMatrix<Scalar>& out) {
+    out.resize(gate.rows(), gate.cols());
+    out.array() = gate.array() / (Scalar(1) + (-gate.array()).exp()) * up.array();
+  }
+
+  /// Causal attention within each sequence of the batch, one task per (sequence, head).
+  void attend(detail::LayerActivations<Scalar>& act) {
+    const Index heads = config_.num_attention_heads, d = config_.head_dim;
+    const Index group = heads / config_.num_key_value_heads;
+    const auto scale = static_cast<Scalar>(1.0 / std::sqrt(static_cast<double>(d)));
+    const Index sequences = static_cast<Index>(cu_seqlens_.size()) - 1;
+    act.lse.resize(act.q.rows(), heads);
+    pool_->parallel_for(sequences * heads, [&](Index task) {
+      const Index s = task / heads, h = task % heads, kv = h / group;
+      const Index begin = cu_seqlens_[static_cast<std::size_t>(s)], length = cu_seqlens_[static_cast<std::size_t>(s) + 1] - begin;
+      if (length == 0) return;
+      thread_local std::vector<Scalar> buffer;
+      detail::attention_forward_head<Scalar>({act.q.data() + begin * act.q.cols() + h * d, act.q.cols()},
+                                             {act.k.data() + begin * act.k.cols() + kv * d, act.k.cols()},
+                                             {act.v.data() + begin * act.v.cols() + kv * d, act.v.cols()}, length, 0,
+                                             d, scale, {act.attn.data() + begin * act.attn.cols() + h * d, act.attn.cols()},
+                                             act.lse.data() + begin * heads + h, heads, buffer);
+    });
+  }
+
+  void layer_backward(DecoderLayerWeights<Scalar>& w, const detail::LayerActivations<Scalar>& act,
+                      RowMatrix<Scalar>& dx) {
+    auto& pool = *pool_;
+    auto& s = scratch_;
+    const Index n = act.x.rows(), width = config_.hidden_size, inner = config_.intermediate_size;
+    const Index heads = config_.num_attention_heads, kv_heads = config_.num_key_value_heads, d = config_.head_dim;
+
+    // ---- MLP: dx is d(x_out) = d(down) ----
+    swiglu(act.gate, act.up, s.act);
+    detail::linear_backward_weight<Scalar>(pool, dx, s.act, w.down_proj.grad, bias_grad(w.down_bias));
+    s.d_act.resize(n, inner);
+    detail::linear_backward_input<Scalar>(pool, dx, w.down_proj.value, s.d_act, false);
+    s.d_gate.resize(n, inner);
+    s.d_up.resize(n, inner);
+    {
+      const auto g = act.gate.array();
+      const auto sig = (Scalar(1) + (-g).exp()).inverse();
+      s.d_up.array() = s.d_act.array() * g * sig;
+      s.d_gate.array() = s.d_act.array() * act.up.array() * sig * (Scalar(1) + g * (Scalar(1) - sig));
+    }
+    s.h.resize(n, width);
+    detail::rms_norm_recompute<Scalar>(act.x_mid, w.post_attention_layernorm.value, act.inv_rms_post, s.h);
+    detail::linear_backward_weight<Scalar>(pool, s.d_gate, s.h, w.gate_proj.grad, bias_grad(w.gate_bias));
+    detail::linear_backward_weight<Scalar>(pool, s.d_up, s.h, w.up_proj.grad, bias_grad(w.up_bias));
+    s.d_h.resize(n, width);
+    detail::linear_backward_input<Scalar>(pool, s.d_gate, w.gate_proj.value, s.d_h, false);
+    detail::linear_backward_input<Scalar>(pool, s.d_up, w.up_proj.value, s.d_h, true);
+    // dx becomes d(x_mid): the residual plus the norm's input gradient.
+    detail::rms_norm_backward<Scalar>(act.x_mid, w.post_attention_layernorm.value, act.inv_rms_post, s.d_h,
+                                      &w.post_attention_layernorm.grad, dx, true);
+
+    // ---- attention: dx is d(o_proj output) ----
+    detail::linear_backward_weight<Scalar>(pool, dx, act.attn, w.o_proj.grad, bias_grad(w.o_bias));
+    s.d_attn.resize(n, heads * d);
+    detail::linear_backward_input<Scalar>(pool, dx, w.o_proj.value, s.d_attn, false);
+    s.dq.resize(n, heads * d);
+    s.dk.setZero(n, kv_heads * d);
+    s.dv.setZero(n, kv_heads * d);
+    attend_backward(act);
+    RotaryEmbedding<Scalar>::apply(s.dq.data(), s.dq.cols(), n, heads, d, cos_, sin_, true);
+    RotaryEmbedding<Scalar>::apply(s.dk.data(), s.dk.cols(), n, kv_heads, d, cos_, sin_, true);
+    detail::rms_norm_recompute<Scalar>(act.x, w.input_layernorm.value, act.inv_rms_in, s.h);
+    detail::linear_backward_weight<Scalar>(pool, s.dq, s.h, w.q_proj.grad, bias_grad(w.q_bias));
+    detail::linear_backward_weight<Scalar>(pool, s.dk, s.h, w.k_proj.grad, bias_grad(w.k_bias));
+    detail::linear_backward_weight<Scalar>(pool, s.dv, s.h, w.v_proj.grad, bias_grad(w.v_bias));
+    detail::linear_backward_input<Scalar>(pool, s.dq, w.q_proj.value, s.d_h, false);
+    detail::linear_backward_input<Scalar>(pool, s.dk, w.k_proj.value, s.d_h, true);
+    detail::linear_backward_input<Scalar>(pool, s.dv, w.v_proj.value, s.d_h, true);
+    detail::rms_norm_backward<Scalar>(act.x, w.input_layernorm.value, act.inv_rms_in, s.d_h, &w.input_layernorm.grad,
+                                      dx, true);
+  }
+
+  /// One task per (sequence, key/value head): the query heads of a group run in order, so their
+  /// dk and dv contributions add up deterministically.
+  void attend_backward(const detail::LayerActivations<Scalar>& act) {
+    auto& s = scratch_;
+    const Index heads = config_.num_attention_heads, kv_heads = config_.num_key_value_heads, d = config_.head_dim;
+    const Index group = heads / kv_heads;
+    const auto scale = static_cast<Scalar>(1.0 / std::sqrt(static_cast<double>(d)));
+    const Index sequences = static_cast<Index>(cu_seqlens_.size()) - 1;
+    pool_->parallel_for(sequences * kv_heads, [&](Index task) {
+      const Index seq = task / kv_heads, kv = task % kv_heads;
+      const Index begin = cu_seqlens_[static_cast<std::size_t>(seq)];
+      const Index length = cu_seqlens_[static_cast<std::size_t>(seq) + 1] - begin;
+      if (length == 0) return;
+      thread_local std::vector<Scalar> buffer;
+      for (Index h = kv * group; h < (kv + 1) * group; ++h) {
+        detail::attention_backward_head<Scalar>(
+            {act.q.data() + begin * act.q.cols() + h * d, act.q.cols()},
+            {act.k.data() + begin * act.k.cols() + kv * d, act.k.cols()},
+            {act.v.data() + begin * act.v.cols() + kv * d, act.v.cols()},
+            {act.attn.data() + begin * act.attn.cols() + h * d, act.attn.cols()},
+            {s.d_attn.data() + begin * s.d_attn.cols() + h * d, s.d_attn.cols()}, act.lse.data() + begin * heads + h,
+            heads, length, d, scale, {s.dq.data() + begin * s.dq.cols() + h * d, s.dq.cols()},
+            {s.dk.data() + begin * s.dk.cols() + kv * d, s.dk.cols()},
+            {s.dv.data() + begin * s.dv.cols() + kv * d, s.dv.cols()}, buffer);
+      }
+    });
+  }
+
+  HfModelConfig config_;
+  DecoderWeights<Scalar> weights_;
+  RotaryEmbedding<Scalar> rope_;
+  std::shared_ptr<detail::ThreadPool> pool_;
+
+  // The last forward pass.
+  bool saved_ = false;
+  std::vector<TokenId> tokens_;
+  std::vector<std::int64_t> cu_seqlens_;
+  RowMatrix<Scalar> cos_, sin_;
+  std::vector<detail::LayerActivations<Scalar>> activations_;
+  RowMatrix<Scalar> final_x_;
+  Vector<Scalar> final_inv_rms_;
+  RowMatrix<Scalar> hidden_;
+  detail::LayerScratch<Scalar> scratch_;
+};
+
+}  // namespace verl::model

@@ -1,0 +1,137 @@
+// A small persistent thread pool for the reference transformer. Eigen's matrix products are
+// single-threaded without OpenMP, so the model splits its work into independent tasks (row blocks
+// of a product, (sequence, head) pairs of attention) and runs them here.
+//
+// Determinism: every task writes its own outputs and the split depends only on the shapes, never
+// on the number of threads, so results are bit-identical for any thread count.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "verl/core/tensor.hpp"
+
+namespace verl::model::detail {
+
+class ThreadPool {
+ public:
+  /// `threads` counts the calling thread too; 0 means std::thread::hardware_concurrency().
+  explicit ThreadPool(unsigned threads = 0) {
+    if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
+    workers_.reserve(threads - 1);
+    for (unsigned t = 1; t < threads; ++t) workers_.emplace_back([this] { work_loop(); });
+  }
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+  ~ThreadPool() {
+    {
+      std::lock_guard lock(mutex_);
+      stopping_ = true;
+    }
+    wake_.notify_all();
+    for (auto& worker : workers_) worker.join();
+  }
+
+  [[nodiscard]] unsigned size() const { return static_cast<unsigned>(workers_.size()) + 1; }
+
+  /// Runs task(i) for every i in [0, count) and returns when all are done. The first exception a
+  /// task throws is rethrown here (the other tasks still run). A call from inside a task runs
+  /// serially on that thread.
+  template <class Task>
+  void parallel_for(Index count, const Task& task) {
+    if (count <= 0) return;
+    if (count == 1 || workers_.empty() || inside_task()) {
+      for (Index i = 0; i < count; ++i) task(i);
+      return;
+    }
+    std::lock_guard dispatch(dispatch_mutex_);  // one parallel region at a time
+    Job job;
+    job.call = &invoke<Task>;
+    job.task = &task;
+    job.count = count;
+    {
+      std::lock_guard lock(mutex_);
+      job_ = &job;
+      ++generation_;
+    }
+    wake_.notify_all();
+    run_tasks(job);
+    {
+      std::unique_lock lock(mutex_);
+      done_.wait(lock, [&] { return job.finished_workers == workers_.size(); });
+      job_ = nullptr;
+    }
+    if (job.error) std::rethrow_exception(job.error);
+  }
+
+ private:
+  struct Job {
+    void (*call)(const void*, Index) = nullptr;
+    const void* task = nullptr;
+    Index count = 0;
+    std::atomic<Index> next{0};
+    std::size_t finished_workers = 0;  // guarded by mutex_
+    std::exception_ptr error;          // guarded by mutex_
+  };
+
+  template <class Task>
+  static void invoke(const void* task, Index i) {
+    (*static_cast<const Task*>(task))(i);
+  }
+
+  static bool& inside_task() {
+    thread_local bool inside = false;
+    return inside;
+  }
+
+  void run_tasks(Job& job) {
+    inside_task() = true;
+    for (Index i = job.next.fetch_add(1); i < job.count; i = job.next.fetch_add(1)) {
+      try {
+        job.call(job.task, i);
+      } catch (...) {
+        std::lock_guard lock(mutex_);
+        if (!job.error) job.error = std::current_exception();
+      }
+    }
+    inside_task() = false;
+  }
+
+  void work_loop() {
+    std::uint64_t seen = 0;
+    for (;;) {
+      Job* job = nullptr;
+      {
+        std::unique_lock lock(mutex_);
+        wake_.wait(lock, [&] { return stopping_ || generation_ != seen; });
+        if (stopping_) return;
+        seen = generation_;
+        job = job_;
+      }
+      run_tasks(*job);
+      {
+        std::lock_guard lock(mutex_);
+        ++job->finished_workers;
+      }
+      done_.notify_one();
+    }
+  }
+
+  std::vector<std::thread> workers_;
+  std::mutex dispatch_mutex_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::condition_variable done_;
+  Job* job_ = nullptr;
+  std::uint64_t generation_ = 0;
+  bool stopping_ = false;
+};
+
+}  // namespace verl::model::detail

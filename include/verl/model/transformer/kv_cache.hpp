@@ -1,0 +1,92 @@
+// The key/value cache of incremental decoding: per layer and per sequence, the rotated keys and
+// the values of every token seen so far, (capacity, kv_heads * head_dim) each. One allocation of
+// exactly sum(capacities) * layers * 2 * kv_heads * head_dim scalars: what the shapes require.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <span>
+#include <vector>
+
+#include "verl/core/error.hpp"
+#include "verl/core/tensor.hpp"
+
+namespace verl::model {
+
+template <class Scalar>
+class KvCache {
+ public:
+  KvCache() = default;
+  /// `width` = kv_heads * head_dim; one sequence per capacity.
+  KvCache(Index layers, Index width, std::span<const Index> capacities)
+      : layers_(layers), width_(width), lengths_(capacities.size(), 0), capacities_(capacities.begin(), capacities.end()) {
+    VERL_CHECK_ARG(layers > 0 && width > 0, "KvCache: expected layers > 0 and width > 0, got {} and {}", layers, width);
+    offsets_.reserve(capacities.size() + 1);
+    offsets_.push_back(0);
+    for (std::size_t s = 0; s < capacities.size(); ++s) {
+      VERL_CHECK_ARG(capacities[s] >= 0, "capacities: expected values >= 0, got {} for sequence {}", capacities[s], s);
+      offsets_.push_back(offsets_.back() + capacities[s]);
+    }
+    storage_.assign(static_cast<std::size_t>(layers_ * 2 * offsets_.back() * width_), Scalar(0));
+  }
+
+  [[nodiscard]] Index num_sequences() const { return static_cast<Index>(lengths_.size()); }
+  [[nodiscard]] Index num_layers() const { return layers_; }
+  [[nodiscard]] Index width() const { return width_; }
+  [[nodiscard]] Index length(Index sequence) const { return lengths_[checked(sequence)]; }
+  [[nodiscard]] Index capacity(Index sequence) const { return capacities_[checked(sequence)]; }
+  /// Bytes held: the cache's whole memory footprint.
+  [[nodiscard]] std::size_t bytes() const { return storage_.size() * sizeof(Scalar); }
+
+  /// Row 0 of a sequence's keys (or values) in a layer; rows are `width()` apart.
+  [[nodiscard]] Scalar* keys(Index layer, Index sequence) { return row0(layer, 0, sequence); }
+  [[nodiscard]] Scalar* values(Index layer, Index sequence) { return row0(layer, 1, sequence); }
+  [[nodiscard]] const Scalar* keys(Index layer, Index sequence) const { return row0(layer, 0, sequence); }
+  [[nodiscard]] const Scalar* values(Index layer, Index sequence) const { return row0(layer, 1, sequence); }
+
+  /// Records that `count` more tokens were written to a sequence.
+  void advance(Index sequence, Index count) {
+    const auto s = checked(sequence);
+    VERL_CHECK_ARG(lengths_[s] + count <= capacities_[s],
+                   "KvCache: sequence {} holds {} of {} tokens, cannot add {}", sequence, lengths_[s], capacities_[s],
+                   count);
+    lengths_[s] += count;
+  }
+  /// Copies the cached tokens of `from` into `to` (n samples of one prompt share its prefill).
+  void copy_sequence(Index from, Index to) {
+    const auto f = checked(from), t = checked(to);
+    VERL_CHECK_ARG(lengths_[f] <= capacities_[t], "KvCache: sequence {} ({} tokens) does not fit sequence {} ({})",
+                   from, lengths_[f], to, capacities_[t]);
+    for (Index layer = 0; layer < layers_; ++layer) {
+      for (int kind = 0; kind < 2; ++kind) {
+        const Scalar* source = row0(layer, kind, from);
+        std::copy(source, source + lengths_[f] * width_, row0(layer, kind, to));
+      }
+    }
+    lengths_[t] = lengths_[f];
+  }
+  void clear(Index sequence) { lengths_[checked(sequence)] = 0; }
+
+ private:
+  std::size_t checked(Index sequence) const {
+    VERL_CHECK_ARG(sequence >= 0 && sequence < num_sequences(), "sequence: expected an index in [0, {}), got {}",
+                   num_sequences(), sequence);
+    return static_cast<std::size_t>(sequence);
+  }
+  // Layout: [layer][keys, values][sequence rows][width].
+  Scalar* row0(Index layer, int kind, Index sequence) {
+    return storage_.data() + ((layer * 2 + kind) * offsets_.back() + offsets_[checked(sequence)]) * width_;
+  }
+  const Scalar* row0(Index layer, int kind, Index sequence) const {
+    return storage_.data() + ((layer * 2 + kind) * offsets_.back() + offsets_[checked(sequence)]) * width_;
+  }
+
+  Index layers_ = 0;
+  Index width_ = 0;
+  std::vector<Index> lengths_;
+  std::vector<Index> capacities_;
+  std::vector<Index> offsets_;
+  std::vector<Scalar> storage_;
+};
+
+}  // namespace verl::model

@@ -1,0 +1,55 @@
+// RMSNorm as Llama / Qwen2 use it: y = w * x / sqrt(mean(x^2) + eps), row by row, and its
+// backward pass. The saved per-row factor r = 1 / sqrt(mean(x^2) + eps) is all backward needs.
+#pragma once
+
+#include <cmath>
+
+#include "verl/core/tensor.hpp"
+
+namespace verl::model::detail {
+
+/// y = w * x * r per row; writes r into inv_rms (rows).
+template <class S>
+void rms_norm_forward(const Eigen::Ref<const RowMatrix<S>>& x, const RowMatrix<S>& weight, double eps,
+                      Eigen::Ref<RowMatrix<S>> y, Vector<S>& inv_rms) {
+  const Index rows = x.rows();
+  inv_rms.resize(rows);
+  const double width = static_cast<double>(x.cols());
+  for (Index t = 0; t < rows; ++t) {
+    // The mean of squares in double: H terms of very different magnitudes.
+    const double mean_square = x.row(t).template cast<double>().squaredNorm() / width;
+    const auto r = static_cast<S>(1.0 / std::sqrt(mean_square + eps));
+    inv_rms[t] = r;
+    y.row(t) = weight.row(0).cwiseProduct(x.row(t) * r);
+  }
+}
+
+/// The normalized rows times the weight again (the forward output), from the saved factors.
+template <class S>
+void rms_norm_recompute(const Eigen::Ref<const RowMatrix<S>>& x, const RowMatrix<S>& weight, const Vector<S>& inv_rms,
+                        Eigen::Ref<RowMatrix<S>> y) {
+  for (Index t = 0; t < x.rows(); ++t) y.row(t) = weight.row(0).cwiseProduct(x.row(t) * inv_rms[t]);
+}
+
+/// Given dy, accumulates dweight += sum_t dy_t * x_t * r_t and dx (+)= r g - x r^3 (g . x) / H
+/// with g = w * dy.
+template <class S>
+void rms_norm_backward(const Eigen::Ref<const RowMatrix<S>>& x, const RowMatrix<S>& weight, const Vector<S>& inv_rms,
+                       const Eigen::Ref<const RowMatrix<S>>& dy, RowMatrix<S>* weight_grad,
+                       Eigen::Ref<RowMatrix<S>> dx, bool accumulate) {
+  const S width = static_cast<S>(x.cols());
+  for (Index t = 0; t < x.rows(); ++t) {
+    const S r = inv_rms[t];
+    if (weight_grad != nullptr) weight_grad->row(0) += dy.row(t).cwiseProduct(x.row(t)) * r;
+    const auto g = weight.row(0).cwiseProduct(dy.row(t));
+    const S projection = static_cast<S>(g.template cast<double>().dot(x.row(t).template cast<double>()));
+    const S coefficient = r * r * r * projection / width;
+    if (accumulate) {
+      dx.row(t) += r * g - coefficient * x.row(t);
+    } else {
+      dx.row(t) = r * g - coefficient * x.row(t);
+    }
+  }
+}
+
+}  // namespace verl::model::detail

@@ -1,0 +1,414 @@
+// The reference policy model: a Llama / Qwen2-family decoder (DecoderBody) with its LM head
+// (lm_head, or the embedding matrix when tie_word_embeddings), satisfying CausalLM; plus the KV-cache
+// path rollout uses (extend()).
+//
+// The LM head never materializes all (N, V) logits unless asked to: it runs over chunks of
+// tokens, feeding each chunk's logits to the fused log-prob/entropy kernel and keeping only the
+// per-token statistics; backward recomputes the chunk's logits (as verl's fused linear
+// cross-entropy does).
+#pragma once
+
+#include <Eigen/Core>
+
+#include <algorithm>
+#include <cmath>
+#include <concepts>
+#include <cstdint>
+#include <limits>
+#include <set>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "verl/algo/logprob_entropy.hpp"
+#include "verl/config.hpp"
+#include "verl/core/error.hpp"
+#include "verl/core/tensor.hpp"
+#include "verl/model/causal_lm.hpp"
+#include "verl/model/hf_config.hpp"
+#include "verl/model/transformer/decoder.hpp"
+#include "verl/model/transformer/detail/state_dict.hpp"
+#include "verl/model/transformer/kv_cache.hpp"
+#include "verl/model/transformer/weights.hpp"
+
+namespace verl::model {
+
+namespace detail {
+
+/// Tokens per LM-head chunk: about 8 M logits (32 MiB in float) at a time.
+inline Index lm_head_chunk_rows(Index vocab) { return std::clamp<Index>((Index{1} << 23) / std::max<Index>(vocab, 1), 16, 1024); }
+
+/// Per-token statistics of softmax(logits / T) that the backward pass needs, for any scalar.
+/// float goes through verl::algo::fused_logprob_entropy; double (the finite-difference model)
+/// through the plain formulas below.
+template <class S>
+struct HeadStatistics {
+  algo::LogprobEntropy fused;  ///< float: the kernel's saved statistics
+  Vector<S> log_normalizer;    ///< double: logsumexp(logits / T)
+  Vector<S> entropy;           ///< double
+};
+
+template <class S>
+HeadStatistics<S> head_forward(const RowMatrix<S>& logits, std::span<const TokenId> labels, float temperature,
+                               unsigned threads, S* log_probs, S* entropy) {
+  HeadStatistics<S> stats;
+  const Index rows = logits.rows();
+  if constexpr (std::same_as<S, float>) {
+    stats.fused = algo::fused_logprob_entropy(logits, labels, {.temperature = temperature, .num_threads = threads});
+    for (Index r = 0; r < rows; ++r) {
+      if (!labels.empty()) log_probs[r] = stats.fused.log_probs[r];
+      entropy[r] = stats.fused.entropy[r];
+    }
+  } else {
+    stats.log_normalizer.resize(rows);
+    stats.entropy.resize(rows);
+    const S t = static_cast<S>(temperature);
+    for (Index r = 0; r < rows; ++r) {
+      const auto x = (logits.row(r).array() / t).eval();
+      const S max = x.maxCoeff();
+      const S lse = max + std::log((x - max).exp().sum());
+      const auto p = (x - lse).exp();
+      stats.log_normalizer[r] = lse;
+      stats.entropy[r] = lse - (p * x).sum();
+      entropy[r] = stats.entropy[r];
+      if (!labels.empty()) log_probs[r] = x[labels[static_cast<std::size_t>(r)]] - lse;
+    }
+  }
+  return stats;
+}
+
+/// d(loss)/d(raw logits) from the cotangents of log-probs and entropy, written over `logits`.
+template <class S>
+void head_backward(RowMatrix<S>& logits, std::span<const TokenId> labels, const HeadStatistics<S>& stats,
+                   std::span<const S> grad_log_probs, std::span<const S> grad_entropy, float temperature,
+                   unsigned threads) {
+  if constexpr (std::same_as<S, float>) {
+    algo::fused_logprob_entropy_backward_into<RowMatrix<float>, float>(
+        logits, labels, stats.fused, {.log_probs = grad_log_probs, .entropy = grad_entropy}, logits,
+        {.temperature = temperature, .num_threads = threads});
+  } else {
+    const S t = static_cast<S>(temperature);
+    for (Index r = 0; r < logits.rows(); ++r) {
+      const S g_lp = grad_log_probs.empty() ? S(0) : grad_log_probs[static_cast<std::size_t>(r)];
+      const S g_h = grad_entropy.empty() ? S(0) : grad_entropy[static_cast<std::size_t>(r)];
+      auto row = logits.row(r).array();
+      const auto log_p = (row / t - stats.log_normalizer[r]).eval();
+      const auto p = log_p.exp().eval();
+      // d logp_label/dx_j = [j = label] - p_j ; d H/dx_j = -p_j (log p_j + H); then / T.
+      row = (-g_lp * p - g_h * p * (log_p + stats.entropy[r])) / t;
+      if (g_lp != S(0)) row[labels[static_cast<std::size_t>(r)]] += g_lp / t;
+    }
+  }
+}
+
+}  // namespace detail
+
+template <class Scalar>
+class BasicTransformer {
+ public:
+  using scalar_type = Scalar;
+
+  /// Zero-initialized weights of the shapes `config` defines (load a checkpoint or call
+  /// init_weights next). Throws verl::NotImplemented for unsupported architectures.
+  explicit BasicTransformer(HfModelConfig config, const TransformerOptions& options = {})
+      : body_(std::move(config), options) {
+    const auto& c = body_.config();
+    if (!c.tie_word_embeddings) lm_head_ = ParameterTensor<Scalar>::matrix("lm_head.weight", c.vocab_size, c.hidden_size);
+  }
+
+  /// A model with fresh weights drawn as transformers' _init_weights does.
+  static BasicTransformer random(HfModelConfig config, const WeightInit& init, const TransformerOptions& options = {}) {
+    BasicTransformer model(std::move(config), options);
+    model.init_weights(init);
+    return model;
+  }
+
+  void init_weights(const WeightInit& init) {
+    for_each_tensor([&](ParameterTensor<Scalar>& t) { detail::init_parameter(t, init); });
+    if (const auto pad = body_.config().pad_token_id; pad && *pad >= 0 && *pad < vocab_size()) {
+      body_.weights().embed_tokens.value.row(*pad).setZero();
+    }
+  }
+
+  [[nodiscard]] const HfModelConfig& config() const { return body_.config(); }
+  [[nodiscard]] Index vocab_size() const { return body_.config().vocab_size; }
+  [[nodiscard]] unsigned num_threads() const { return body_.pool().size(); }
+  [[nodiscard]] DecoderBody<Scalar>& body() { return body_; }
+  [[nodiscard]] const DecoderBody<Scalar>& body() const { return body_; }
+  /// The (V, H) output projection: lm_head.weight, or the embedding when tied.
+  [[nodiscard]] const RowMatrix<Scalar>& head_weight() const {
+    return lm_head_.present() ? lm_head_.value : body_.weights().embed_tokens.value;
+  }
+
+  // ---- CausalLM ------------------------------------------------------------------------------
+
+  CausalLMOutput<Scalar> forward(const TokenBatch& batch, const ForwardOptions& options) {
+    VERL_CHECK_ARG(std::isfinite(options.temperature) && options.temperature > 0,
+                   "temperature: expected a finite value > 0, got {}", options.temperature);
+    const Index vocab = vocab_size();
+    std::vector<TokenId> targets;
+    if (!options.targets.empty()) {
+      targets = batch.gather(options.targets, "targets");
+      body_.require_tokens(targets, "targets");
+    }
+    saved_ = false;
+    const RowMatrix<Scalar>& hidden = body_.forward(batch, options.keep_activations);
+    const Index n = hidden.rows();
+    const bool stats_wanted = !targets.empty() || options.return_entropy;
+
+    CausalLMOutput<Scalar> out;
+    if (options.return_logits) out.logits = RowMatrix<Scalar>::Zero(batch.layout_size(), vocab);
+    std::vector<Scalar> log_probs(stats_wanted ? static_cast<std::size_t>(n) : 0);
+    std::vector<Scalar> entropy(log_probs.size());
+    statistics_.clear();
+    const auto slots = batch.slots();
+    const Index chunk = detail::lm_head_chunk_rows(vocab);
+    if (options.return_logits || stats_wanted) {
+      RowMatrix<Scalar> logits;
+      for (Index t0 = 0; t0 < n; t0 += chunk) {
+        const Index rows = std::min(chunk, n - t0);
+        chunk_logits(hidden.middleRows(t0, rows), logits);
+        if (options.return_logits) {
+          for (Index r = 0; r < rows; ++r) out.logits.row(slots[static_cast<std::size_t>(t0 + r)]) = logits.row(r);
+        }
+        if (stats_wanted) {
+          const std::span<const TokenId> labels =
+              targets.empty() ? std::span<const TokenId>{} : std::span<const TokenId>(targets).subspan(t0, rows);
+          auto stats = detail::head_forward<Scalar>(logits, labels, options.temperature, num_threads(),
+                                                    log_probs.data() + t0, entropy.data() + t0);
+          if (options.keep_activations) statistics_.push_back(std::move(stats));
+        }
+      }
+    }
+    if (!targets.empty()) out.log_probs = batch.scatter<Scalar>(log_probs);
+    if (options.return_entropy) out.entropy = batch.scatter<Scalar>(entropy);
+    if (options.keep_activations) {
+      saved_ = true;
+      saved_targets_ = std::move(targets);
+      saved_slots_.assign(slots.begin(), slots.end());
+      saved_layout_size_ = batch.layout_size();
+      saved_temperature_ = options.temperature;
+      saved_entropy_ = options.return_entropy;
+    }
+    return out;
+  }
+
+  void backward(const CausalLMCotangents<Scalar>& cotangents) {
+    VERL_CHECK_ARG(saved_, "backward: no saved activations (call forward with keep_activations = true first)");
+    saved_ = false;
+    const Index n = static_cast<Index>(saved_slots_.size()), vocab = vocab_size();
+    const auto layout = static_cast<std::size_t>(saved_layout_size_);
+    auto per_token = [&](std::span<const Scalar> values, std::string_view argument) {
+      VERL_CHECK_ARG(values.empty() || values.size() == layout, "{}: expected {} values (rows * cols) or none, got {}",
+                     argument, layout, values.size());
+      std::vector<Scalar> out;
+      if (values.empty()) return out;
+      out.resize(static_cast<std::size_t>(n));
+      for (Index t = 0; t < n; ++t) out[static_cast<std::size_t>(t)] = values[static_cast<std::size_t>(saved_slots_[static_cast<std::size_t>(t)])];
+      return out;
+    };
+    const std::vector<Scalar> grad_log_probs = per_token(cotangents.log_probs, "cotangents.log_probs");
+    const std::vector<Scalar> grad_entropy = per_token(cotangents.entropy, "cotangents.entropy");
+    VERL_CHECK_ARG(grad_log_probs.empty() || !saved_targets_.empty(),
+                   "cotangents.log_probs: the forward pass computed no log-probs (no targets were given)");
+    VERL_CHECK_ARG(grad_entropy.empty() || saved_entropy_,
+                   "cotangents.entropy: the forward pass computed no entropy (return_entropy was false)");
+    VERL_CHECK_ARG(cotangents.logits.empty() || cotangents.logits.size() == layout * static_cast<std::size_t>(vocab),
+                   "cotangents.logits: expected {} values (rows * cols * vocab) or none, got {}",
+                   layout * static_cast<std::size_t>(vocab), cotangents.logits.size());
+    body_.enable_grad();
+    if (lm_head_.present()) lm_head_.enable_grad();
+    RowMatrix<Scalar>& head_grad = lm_head_.present() ? lm_head_.grad : body_.weights().embed_tokens.grad;
+
+    const RowMatrix<Scalar>& hidden = body_.hidden();
+    RowMatrix<Scalar> d_hidden = RowMatrix<Scalar>::Zero(n, hidden.cols());
+    const bool fused = !grad_log_probs.empty() || !grad_entropy.empty();
+    if (fused || !cotangents.logits.empty()) {
+      const Index chunk = detail::lm_head_chunk_rows(vocab);
+      RowMatrix<Scalar> grad;
+      for (Index t0 = 0, c = 0; t0 < n; t0 += chunk, ++c) {
+        const Index rows = std::min(chunk, n - t0);
+        if (fused) {
+          chunk_logits(hidden.middleRows(t0, rows), grad);
+          auto slice = [&](const std::vector<Scalar>& v) {
+            return v.empty() ? std::span<const Scalar>{} : std::span<const Scalar>(v).subspan(t0, rows);
+          };
+          const std::span<const TokenId> labels =
+              saved_targets_.empty() ? std::span<const TokenId>{} : std::span<const TokenId>(saved_targets_).subspan(t0, rows);
+          detail::head_backward<Scalar>(grad, labels, statistics_[static_cast<std::size_t>(c)], slice(grad_log_probs),
+                                        slice(grad_entropy), saved_temperature_, num_threads());
+        } else {
+          grad.setZero(rows, vocab);
+        }
+        if (!cotangents.logits.empty()) {
+          for (Index r = 0; r < rows; ++r) {
+            const auto slot = saved_slots_[static_cast<std::size_t>(t0 + r)];
+            grad.row(r) += Eigen::Map<const RowMatrix<Scalar>>(cotangents.logits.data() + slot * vocab, 1, vocab);
+          }
+        }
+        detail::linear_backward_input<Scalar>(body_.pool(), grad, head_weight(), d_hidden.middleRows(t0, rows), false);
+        detail::linear_backward_weight<Scalar>(body_.pool(), grad, hidden.middleRows(t0, rows), head_grad, nullptr);
+      }
+    }
+    statistics_.clear();
+    body_.backward(d_hidden);
+  }
+
+  /// Visits every parameter (Parameter<Scalar>: name, shape, value, gradient). Gradient spans are
+  /// empty until the first backward() or zero_grad().
+  template <class Fn>
+  void for_each_parameter(Fn&& fn) {
+    for_each_tensor([&](ParameterTensor<Scalar>& t) { fn(t.view()); });
+  }
+  template <class Fn>
+  void for_each_parameter(Fn&& fn) const {
+    for_each_tensor([&](const ParameterTensor<Scalar>& t) { fn(t.view()); });
+  }
+
+  void zero_grad() {
+    for_each_tensor([](ParameterTensor<Scalar>& t) { t.zero_grad(); });
+  }
+
+  [[nodiscard]] StateDict state_dict() const { return detail::make_state_dict(*this); }
+
+  /// Strict: every parameter must be present with its shape, and nothing else (a tied model
+  /// ignores an "lm_head.weight" entry, as transformers does).
+  void load_state_dict(const StateDict& dict) {
+    detail::load_state_dict(*this, dict, body_.config().tie_word_embeddings ? "lm_head.weight" : "");
+  }
+
+  /// Frees what a forward pass saved for backward (when no backward follows).
+  void release_activations() {
+    saved_ = false;
+    statistics_.clear();
+    body_.release_activations();
+  }
+
+  // ---- incremental decoding (rollout) --------------------------------------------------------
+
+  /// A cache for sequences of the given capacities (tokens each).
+  [[nodiscard]] KvCache<Scalar> make_kv_cache(std::span<const Index> capacities) const {
+    const auto& c = body_.config();
+    return KvCache<Scalar>(c.num_hidden_layers, c.num_key_value_heads * c.head_dim, capacities);
+  }
+
+  /// Appends chunk i, tokens[chunk_offsets[i], chunk_offsets[i + 1]) at `positions`, to cache
+  /// sequence sequences[i] (each token attends to the sequence's cached tokens and the chunk's
+  /// earlier ones) and returns the logits of every chunk's last token, (sequences, V). Prefill is
+  /// one call with whole prompts; a decode step one call with one token per sequence.
+  RowMatrix<Scalar> extend(KvCache<Scalar>& cache, std::span<const Index> sequences, std::span<const TokenId> tokens,
+                           std::span<const std::int64_t> chunk_offsets, std::span<const std::int64_t> positions) {
+    const auto& c = body_.config();
+    const auto chunks = static_cast<Index>(sequences.size());
+    VERL_CHECK_ARG(chunk_offsets.size() == sequences.size() + 1 && chunk_offsets.front() == 0 &&
+                       chunk_offsets.back() == static_cast<std::int64_t>(tokens.size()),
+                   "chunk_offsets: expected {} values from 0 to {} (the number of tokens), got {}", chunks + 1,
+                   tokens.size(), chunk_offsets.size());
+    verl::detail::require_length("positions", static_cast<Index>(positions.size()), static_cast<Index>(tokens.size()));
+    VERL_CHECK_ARG(cache.num_layers() == c.num_hidden_layers && cache.width() == c.num_key_value_heads * c.head_dim,
+                   "cache: expected {} layers of width {} (made by this model's make_kv_cache), got {} of width {}",
+                   c.num_hidden_layers, c.num_key_value_heads * c.head_dim, cache.num_layers(), cache.width());
+    body_.require_tokens(tokens, "tokens");
+    std::set<Index> distinct;
+    for (Index i = 0; i < chunks; ++i) {
+      const Index s = sequences[static_cast<std::size_t>(i)];
+      const Index count = chunk_offsets[static_cast<std::size_t>(i) + 1] - chunk_offsets[static_cast<std::size_t>(i)];
+      VERL_CHECK_ARG(count > 0, "chunk_offsets: expected a non-empty chunk for sequence {}, got {} tokens", s, count);
+      VERL_CHECK_ARG(distinct.insert(s).second, "sequences: sequence {} is listed twice", s);
+      VERL_CHECK_ARG(cache.length(s) + count <= cache.capacity(s),
+                     "tokens: sequence {} holds {} of {} cached tokens, cannot add {}", s, cache.length(s),
+                     cache.capacity(s), count);
+    }
+    for (std::size_t t = 0; t < positions.size(); ++t) {
+      VERL_CHECK_ARG(positions[t] >= 0, "positions: expected values >= 0, got {} at {}", positions[t], t);
+    }
+    const Index m = static_cast<Index>(tokens.size()), width = c.hidden_size;
+    const Index heads = c.num_attention_heads, group = heads / c.num_key_value_heads, d = c.head_dim;
+    const Index kv_width = cache.width();
+    const auto scale = static_cast<Scalar>(1.0 / std::sqrt(static_cast<double>(d)));
+    auto& act = decode_activations_;
+    body_.rope().tables(positions, decode_cos_, decode_sin_);
+    RowMatrix<Scalar> x(m, width);
+    body_.embed(tokens, x);
+    for (Index layer = 0; layer < c.num_hidden_layers; ++layer) {
+      act.x.swap(x);
+      x.resize(m, width);
+      body_.layer_forward(body_.weights().layers[static_cast<std::size_t>(layer)], act, x, decode_cos_, decode_sin_,
+                          [&](detail::LayerActivations<Scalar>& a) {
+                            for (Index i = 0; i < chunks; ++i) {
+                              const Index s = sequences[static_cast<std::size_t>(i)];
+                              const Index begin = chunk_offsets[static_cast<std::size_t>(i)];
+                              const Index count = chunk_offsets[static_cast<std::size_t>(i) + 1] - begin;
+                              const Index at = cache.length(s) * kv_width;
+                              std::copy_n(a.k.data() + begin * kv_width, count * kv_width, cache.keys(layer, s) + at);
+                              std::copy_n(a.v.data() + begin * kv_width, count * kv_width, cache.values(layer, s) + at);
+                            }
+                            body_.pool().parallel_for(chunks * heads, [&](Index task) {
+                              const Index i = task / heads, h = task % heads, kv = h / group;
+                              const Index s = sequences[static_cast<std::size_t>(i)];
+                              const Index begin = chunk_offsets[static_cast<std::size_t>(i)];
+                              const Index count = chunk_offsets[static_cast<std::size_t>(i) + 1] - begin;
+                              thread_local std::vector<Scalar> buffer;
+                              detail::attention_forward_head<Scalar>(
+                                  {a.q.data() + begin * a.q.cols() + h * d, a.q.cols()},
+                                  {cache.keys(layer, s) + kv * d, kv_width}, {cache.values(layer, s) + kv * d, kv_width},
+                                  count, cache.length(s), d, scale,
+                                  {a.attn.data() + begin * a.attn.cols() + h * d, a.attn.cols()}, nullptr, 0, buffer);
+                            });
+                          });
+    }
+    RowMatrix<Scalar> last(chunks, width);
+    for (Index i = 0; i < chunks; ++i) {
+      cache.advance(sequences[static_cast<std::size_t>(i)],
+                    chunk_offsets[static_cast<std::size_t>(i) + 1] - chunk_offsets[static_cast<std::size_t>(i)]);
+      last.row(i) = x.row(chunk_offsets[static_cast<std::size_t>(i) + 1] - 1);
+    }
+    RowMatrix<Scalar> normed;
+    body_.final_norm(last, normed);
+    RowMatrix<Scalar> logits;
+    chunk_logits(normed, logits);
+    return logits;
+  }
+
+  /// Every parameter tensor (the embedding once when tied).
+  template <class Fn>
+  void for_each_tensor(Fn&& fn) {
+    DecoderWeights<Scalar>::for_each(body_.weights(), fn);
+    if (lm_head_.present()) fn(lm_head_);
+  }
+  template <class Fn>
+  void for_each_tensor(Fn&& fn) const {
+    DecoderWeights<Scalar>::for_each(body_.weights(), fn);
+    if (lm_head_.present()) fn(lm_head_);
+  }
+
+ private:
+  void chunk_logits(const Eigen::Ref<const RowMatrix<Scalar>>& hidden, RowMatrix<Scalar>& logits) const {
+    logits.resize(hidden.rows(), vocab_size());
+    detail::linear_forward<Scalar>(body_.pool(), hidden, head_weight(), nullptr, logits);
+  }
+
+  DecoderBody<Scalar> body_;
+  ParameterTensor<Scalar> lm_head_;
+
+  // The last forward pass, for backward.
+  bool saved_ = false;
+  std::vector<detail::HeadStatistics<Scalar>> statistics_;
+  std::vector<TokenId> saved_targets_;
+  std::vector<std::int64_t> saved_slots_;
+  Index saved_layout_size_ = 0;
+  float saved_temperature_ = 1.0f;
+  bool saved_entropy_ = false;
+
+  // Scratch of the KV-cache path.
+  detail::LayerActivations<Scalar> decode_activations_;
+  RowMatrix<Scalar> decode_cos_, decode_sin_;
+};
+
+using Transformer = BasicTransformer<float>;
+
+static_assert(CausalLM<Transformer>);
+static_assert(CausalLM<BasicTransformer<double>>);
+
+}  // namespace verl::model

@@ -1,0 +1,466 @@
+// The reference Llama / Qwen2 transformer: gradients of every parameter against central finite
+// differences (double precision), packed vs padded batches, thread-count independence, state
+// dicts, the critic, and errors for bad input.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "verl/model/causal_lm.hpp"
+#include "verl/model/transformer/critic.hpp"
+#include "verl/model/transformer/transformer.hpp"
+#include "verl/model/value_model.hpp"
+
+namespace {
+
+using verl::Index;
+using verl::MatrixD;
+using verl::MatrixF;
+using verl::MatrixI64;
+using namespace verl::model;
+
+HfModelConfig tiny_config(const std::string& family, nlohmann::json extra = {}) {
+  nlohmann::json json = {{"model_type", family},   {"hidden_size", 8},         {"intermediate_size", 12},
+                         {"num_hidden_layers", 2}, {"num_attention_heads", 2}, {"num_key_value_heads", 1},
+                         {"vocab_size", 23},       {"rms_norm_eps", 1e-5},     {"max_position_embeddings", 64}};
+  for (auto& [key, value] : extra.items()) json[key] = value;
+  return HfModelConfig::from_json(json, "test config");
+}
+
+/// Qwen2: q/k/v biases, tied embeddings. Llama: every bias, untied head, explicit head_dim,
+/// llama3 rope scaling.
+HfModelConfig qwen2_config() { return tiny_config("qwen2", {{"tie_word_embeddings", true}, {"rope_theta", 1e4}}); }
+HfModelConfig llama_config() {
+  return tiny_config("llama", {{"attention_bias", true},
+                               {"mlp_bias", true},
+                               {"head_dim", 6},
+                               {"num_attention_heads", 4},
+                               {"num_key_value_heads", 2},
+                               {"rope_theta", 500.0},
+                               {"rope_scaling",
+                                {{"rope_type", "llama3"},
+                                 {"factor", 4.0},
+                                 {"low_freq_factor", 1.0},
+                                 {"high_freq_factor", 4.0},
+                                 {"original_max_position_embeddings", 8}}}});
+}
+
+/// Random norm weights and biases too, so that every parameter matters.
+template <class Model>
+void randomize(Model& model, std::uint64_t seed, double scale = 0.5) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  model.for_each_parameter([&](const auto& p) {
+    const bool norm = p.name.ends_with("norm.weight");
+    for (auto& v : p.value) v = static_cast<std::remove_cvref_t<decltype(v)>>(norm ? 1.0 + 0.2 * normal(rng) : scale * normal(rng));
+  });
+}
+
+struct Batch {
+  MatrixI64 ids;
+  MatrixF mask;
+};
+
+/// Left-padded prompts followed by right-padded responses: rows of different valid lengths.
+Batch padded_batch(Index vocab) {
+  Batch b{MatrixI64(3, 7), MatrixF(3, 7)};
+  b.ids << 0, 0, 5, 9, 3, 17, 2,  //
+      1, 4, 8, 22, 6, 0, 0,       //
+      0, 7, 7, 13, 10, 11, 0;
+  b.mask << 0, 0, 1, 1, 1, 1, 1,  //
+      1, 1, 1, 1, 1, 0, 0,        //
+      0, 1, 1, 1, 1, 1, 0;
+  for (Index i = 0; i < b.ids.size(); ++i) b.ids.data()[i] %= vocab;
+  return b;
+}
+
+/// L = sum w * logp(target) + sum u * entropy + sum c * logits at temperature 0.8, and its
+/// cotangents.
+struct Loss {
+  MatrixD w, u, c;
+  MatrixI64 targets;
+
+  double value(const CausalLMOutput<double>& out) const {
+    return (w.array() * out.log_probs.array()).sum() + (u.array() * out.entropy.array()).sum() +
+           (c.array() * out.logits.array()).sum();
+  }
+};
+
+Loss make_loss(const TokenBatch& batch, Index vocab, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  Loss loss{MatrixD(batch.rows(), batch.cols()), MatrixD(batch.rows(), batch.cols()),
+            MatrixD(batch.layout_size(), vocab), next_token_targets(batch)};
+  for (Index i = 0; i < loss.w.size(); ++i) loss.w.data()[i] = normal(rng);
+  for (Index i = 0; i < loss.u.size(); ++i) loss.u.data()[i] = 0.3 * normal(rng);
+  for (Index i = 0; i < loss.c.size(); ++i) loss.c.data()[i] = 0.05 * normal(rng);
+  return loss;
+}
+
+ForwardOptions loss_options(const Loss& loss, bool keep) {
+  return {.targets = {loss.targets.data(), static_cast<std::size_t>(loss.targets.size())},
+          .return_logits = true,
+          .return_entropy = true,
+          .temperature = 0.8f,
+          .keep_activations = keep};
+}
+
+void backward_loss(BasicTransformer<double>& model, const Loss& loss) {
+  model.backward({.log_probs = {loss.w.data(), static_cast<std::size_t>(loss.w.size())},
+                  .entropy = {loss.u.data(), static_cast<std::size_t>(loss.u.size())},
+                  .logits = {loss.c.data(), static_cast<std::size_t>(loss.c.size())}});
+}
+
+/// Every parameter element's analytic gradient against a central difference.
+void check_gradients(BasicTransformer<double>& model, const TokenBatch& batch, const Loss& loss) {
+  model.zero_grad();
+  model.forward(batch, loss_options(loss, true));
+  backward_loss(model, loss);
+  std::vector<std::pair<std::string, std::vector<double>>> analytic;
+  model.for_each_parameter([&](const Parameter<double>& p) {
+    analytic.emplace_back(std::string(p.name), std::vector<double>(p.grad.begin(), p.grad.end()));
+  });
+  const double h = 1e-5;
+  std::size_t k = 0;
+  int checked = 0;
+  model.for_each_parameter([&](const Parameter<double>& p) {
+    const auto& expected = analytic[k++];
+    ASSERT_EQ(expected.first, p.name);
+    double worst = 0;
+    for (std::size_t i = 0; i < p.value.size(); ++i) {
+      const double saved = p.value[i];
+      p.value[i] = saved + h;
+      const double plus = loss.value(model.forward(batch, loss_options(loss, false)));
+      p.value[i] = saved - h;
+      const double minus = loss.value(model.forward(batch, loss_options(loss, false)));
+      p.value[i] = saved;
+      const double numeric = (plus - minus) / (2 * h);
+      const double error = std::abs(numeric - expected.second[i]) / std::max(1.0, std::abs(numeric));
+      worst = std::max(worst, error);
+      ++checked;
+    }
+    EXPECT_LT(worst, 1e-6) << p.name;
+  });
+  EXPECT_GT(checked, 500);
+}
+
+TEST(TransformerGradients, Qwen2EveryParameterMatchesFiniteDifferences) {
+  auto model = BasicTransformer<double>(qwen2_config(), {.num_threads = 2});
+  randomize(model, 1);
+  const Batch b = padded_batch(model.vocab_size());
+  const auto batch = TokenBatch::padded(b.ids, b.mask);
+  check_gradients(model, batch, make_loss(batch, model.vocab_size(), 2));
+}
+
+TEST(TransformerGradients, LlamaEveryParameterMatchesFiniteDifferences) {
+  auto model = BasicTransformer<double>(llama_config(), {.num_threads = 1});
+  randomize(model, 3);
+  const Batch b = padded_batch(model.vocab_size());
+  const auto batch = TokenBatch::padded(b.ids, b.mask);
+  check_gradients(model, batch, make_loss(batch, model.vocab_size(), 4));
+}
+
+TEST(TransformerGradients, PackedSequencesMatchFiniteDifferences) {
+  auto model = BasicTransformer<double>(llama_config(), {.num_threads = 2});
+  randomize(model, 5);
+  const std::vector<TokenId> ids = {3, 4, 5, 6, 7, 8, 9, 10, 11};
+  const std::vector<std::int64_t> cu = {0, 4, 4, 9};  // an empty sequence in the middle
+  const auto batch = TokenBatch::packed(ids, cu);
+  check_gradients(model, batch, make_loss(batch, model.vocab_size(), 6));
+}
+
+TEST(TransformerGradients, FloatModelAgreesWithDoubleModel) {
+  auto exact = BasicTransformer<double>(qwen2_config());
+  randomize(exact, 7);
+  Transformer model(qwen2_config());
+  model.load_state_dict(exact.state_dict());
+  exact.load_state_dict(model.state_dict());  // both hold the float-rounded weights
+  const Batch b = padded_batch(model.vocab_size());
+  const auto batch = TokenBatch::padded(b.ids, b.mask);
+  const Loss loss = make_loss(batch, model.vocab_size(), 8);
+  exact.zero_grad();
+  const auto reference = exact.forward(batch, loss_options(loss, true));
+  backward_loss(exact, loss);
+  model.zero_grad();
+  const auto out = model.forward(batch, loss_options(loss, true));
+  const MatrixF w = loss.w.cast<float>(), u = loss.u.cast<float>(), c = loss.c.cast<float>();
+  model.backward({.log_probs = {w.data(), static_cast<std::size_t>(w.size())},
+                  .entropy = {u.data(), static_cast<std::size_t>(u.size())},
+                  .logits = {c.data(), static_cast<std::size_t>(c.size())}});
+  EXPECT_LT((out.log_probs.cast<double>() - reference.log_probs).cwiseAbs().maxCoeff(), 1e-5);
+  EXPECT_LT((out.entropy.cast<double>() - reference.entropy).cwiseAbs().maxCoeff(), 1e-5);
+  EXPECT_LT((out.logits.cast<double>() - reference.logits).cwiseAbs().maxCoeff(), 1e-5);
+  std::vector<std::vector<double>> grads;
+  exact.for_each_parameter([&](const auto& p) { grads.emplace_back(p.grad.begin(), p.grad.end()); });
+  std::size_t k = 0;
+  model.for_each_parameter([&](const auto& p) {
+    const auto& expected = grads[k++];
+    for (std::size_t i = 0; i < p.grad.size(); ++i) {
+      ASSERT_NEAR(p.grad[i], expected[i], 1e-4 * std::max(1.0, std::abs(expected[i]))) << p.name << "[" << i << "]";
+    }
+  });
+}
+
+TEST(TransformerGradients, PaddingTokenEmbeddingGetsNoGradientLikeNnEmbeddingPaddingIdx) {
+  auto config = qwen2_config();
+  config.tie_word_embeddings = false;
+  config.pad_token_id = 0;
+  auto model = BasicTransformer<double>(config);
+  randomize(model, 9);
+  MatrixI64 ids(1, 4);
+  ids << 0, 5, 0, 7;  // the pad id as a real (unmasked) token
+  const MatrixF mask = MatrixF::Ones(1, 4);
+  const auto batch = TokenBatch::padded(ids, mask);
+  const MatrixI64 targets = next_token_targets(batch);
+  model.zero_grad();
+  model.forward(batch, {.targets = {targets.data(), 4}, .keep_activations = true});
+  const std::vector<double> ones(4, 1.0);
+  model.backward({.log_probs = ones});
+  model.for_each_parameter([&](const auto& p) {
+    if (p.name != "model.embed_tokens.weight") return;
+    for (Index j = 0; j < 8; ++j) EXPECT_EQ(p.grad[static_cast<std::size_t>(j)], 0.0);
+    double row5 = 0;
+    for (Index j = 0; j < 8; ++j) row5 += std::abs(p.grad[static_cast<std::size_t>(5 * 8 + j)]);
+    EXPECT_GT(row5, 0.0);
+  });
+}
+
+TEST(TransformerCritic, EveryParameterMatchesFiniteDifferences) {
+  auto critic = BasicTransformerCritic<double>(llama_config());
+  randomize(critic, 11);
+  const Batch b = padded_batch(critic.config().vocab_size);
+  const auto batch = TokenBatch::padded(b.ids, b.mask);
+  std::mt19937_64 rng(12);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  MatrixD cot(batch.rows(), batch.cols());
+  for (Index i = 0; i < cot.size(); ++i) cot.data()[i] = normal(rng);
+  critic.zero_grad();
+  const auto values = critic.forward(batch, {.keep_activations = true}).values;
+  for (Index i = 0; i < b.mask.size(); ++i) {
+    if (b.mask.data()[i] == 0) {
+      EXPECT_EQ(values.data()[i], 0.0);
+    }
+  }
+  critic.backward({.values = {cot.data(), static_cast<std::size_t>(cot.size())}});
+  std::vector<std::vector<double>> grads;
+  critic.for_each_parameter([&](const auto& p) { grads.emplace_back(p.grad.begin(), p.grad.end()); });
+  std::size_t k = 0;
+  const double h = 1e-5;
+  critic.for_each_parameter([&](const auto& p) {
+    const auto& expected = grads[k++];
+    for (std::size_t i = 0; i < p.value.size(); i += 3) {
+      const double saved = p.value[i];
+      p.value[i] = saved + h;
+      const double plus = (cot.array() * critic.forward(batch, {}).values.array()).sum();
+      p.value[i] = saved - h;
+      const double minus = (cot.array() * critic.forward(batch, {}).values.array()).sum();
+      p.value[i] = saved;
+      const double numeric = (plus - minus) / (2 * h);
+      ASSERT_NEAR(expected[i], numeric, 1e-6 * std::max(1.0, std::abs(numeric))) << p.name << "[" << i << "]";
+    }
+  });
+}
+
+TEST(TransformerForward, PackedEqualsPaddedAndEachSequenceAlone) {
+  Transformer model = Transformer::random(llama_config(), {.initializer_range = 0.5, .seed = 3});
+  const Batch b = padded_batch(model.vocab_size());
+  const auto padded = TokenBatch::padded(b.ids, b.mask);
+  const auto out = model.forward(padded, {.return_logits = true});
+  // The same valid tokens packed (use_remove_padding), positions restarting per sequence.
+  const auto packed = TokenBatch::packed(padded.tokens(), padded.cu_seqlens());
+  const auto packed_out = model.forward(packed, {.return_logits = true});
+  const auto slots = padded.slots();
+  for (Index t = 0; t < packed.num_tokens(); ++t) {
+    EXPECT_EQ(packed_out.logits.row(t), out.logits.row(slots[static_cast<std::size_t>(t)])) << t;
+  }
+  // Padding slots are zero.
+  for (Index s = 0; s < padded.layout_size(); ++s) {
+    if (b.mask.data()[s] == 0) {
+      EXPECT_EQ(out.logits.row(s).cwiseAbs().maxCoeff(), 0.0f);
+    }
+  }
+  // Each row alone gives the same logits (up to float rounding of different product shapes).
+  for (Index r = 0; r < b.ids.rows(); ++r) {
+    const MatrixI64 ids = b.ids.row(r);
+    const MatrixF mask = b.mask.row(r);
+    const auto alone = model.forward(TokenBatch::padded(ids, mask), {.return_logits = true});
+    for (Index c = 0; c < ids.cols(); ++c) {
+      if (mask(0, c) == 0) continue;
+      EXPECT_LT((alone.logits.row(c) - out.logits.row(r * b.ids.cols() + c)).cwiseAbs().maxCoeff(), 1e-5);
+    }
+  }
+}
+
+TEST(TransformerForward, ResultsDoNotDependOnTheThreadCount) {
+  // Large enough that products and attention split into many tasks.
+  const auto config = tiny_config("qwen2", {{"hidden_size", 64},
+                                            {"intermediate_size", 160},
+                                            {"num_attention_heads", 4},
+                                            {"num_key_value_heads", 2},
+                                            {"vocab_size", 700},
+                                            {"max_position_embeddings", 512}});
+  std::vector<TokenId> ids(400);
+  for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<TokenId>((i * 37 + 11) % 700);
+  const std::vector<std::int64_t> cu = {0, 150, 390, 400};
+  const auto batch = TokenBatch::packed(ids, cu);
+  const MatrixI64 targets = next_token_targets(batch);
+  std::vector<MatrixF> log_probs;
+  std::vector<std::vector<float>> grads;
+  for (unsigned threads : {1u, 2u, 3u}) {
+    Transformer model = Transformer::random(config, {.seed = 42}, {.num_threads = threads});
+    model.zero_grad();
+    const auto out = model.forward(batch, {.targets = {targets.data(), ids.size()}, .keep_activations = true});
+    const std::vector<float> ones(ids.size(), 1.0f);
+    model.backward({.log_probs = ones});
+    log_probs.push_back(out.log_probs);
+    std::vector<float> all;
+    model.for_each_parameter([&](const auto& p) { all.insert(all.end(), p.grad.begin(), p.grad.end()); });
+    grads.push_back(std::move(all));
+  }
+  for (std::size_t k = 1; k < log_probs.size(); ++k) {
+    EXPECT_EQ(log_probs[k], log_probs[0]);
+    EXPECT_EQ(grads[k], grads[0]);
+  }
+}
+
+TEST(TransformerForward, LogProbsAndEntropyMatchTheLogits) {
+  Transformer model = Transformer::random(qwen2_config(), {.initializer_range = 0.3, .seed = 1});
+  const Batch b = padded_batch(model.vocab_size());
+  const auto batch = TokenBatch::padded(b.ids, b.mask);
+  const MatrixI64 targets = next_token_targets(batch);
+  const auto out = model.forward(batch, {.targets = {targets.data(), static_cast<std::size_t>(targets.size())},
+                                         .return_logits = true,
+                                         .return_entropy = true,
+                                         .temperature = 0.6f});
+  for (Index s = 0; s < batch.layout_size(); ++s) {
+    if (b.mask.data()[s] == 0) {
+      EXPECT_EQ(out.log_probs.data()[s], 0.0f);
+      continue;
+    }
+    const Eigen::ArrayXd x = out.logits.row(s).cast<double>().transpose().array() / 0.6;
+    const double lse = x.maxCoeff() + std::log((x - x.maxCoeff()).exp().sum());
+    const Eigen::ArrayXd logp = x - lse;
+    EXPECT_NEAR(out.log_probs.data()[s], logp[targets.data()[s]], 1e-5);
+    EXPECT_NEAR(out.entropy.data()[s], -(logp.exp() * logp).sum(), 1e-5);
+  }
+}
+
+TEST(TransformerStateDict, RoundTripsAndRejectsMismatches) {
+  Transformer model = Transformer::random(llama_config(), {.seed = 5});
+  StateDict dict = model.state_dict();
+  EXPECT_TRUE(dict.contains("lm_head.weight"));
+  EXPECT_TRUE(dict.contains("model.layers.1.self_attn.o_proj.bias"));
+  EXPECT_EQ(dict.at("model.layers.0.self_attn.q_proj.weight").shape, (std::vector<std::int64_t>{24, 8}));
+  Transformer other(llama_config());
+  other.load_state_dict(dict);
+  EXPECT_EQ(other.state_dict(), dict);
+
+  auto missing = dict;
+  missing.erase("model.norm.weight");
+  EXPECT_THROW(
+      {
+        try {
+          other.load_state_dict(missing);
+        } catch (const verl::InvalidArgument& e) {
+          EXPECT_NE(std::string(e.what()).find("missing tensor 'model.norm.weight'"), std::string::npos) << e.what();
+          throw;
+        }
+      },
+      verl::InvalidArgument);
+  auto reshaped = dict;
+  reshaped["model.norm.weight"].shape = {4, 2};
+  EXPECT_THROW(other.load_state_dict(reshaped), verl::InvalidArgument);
+  auto extra = dict;
+  extra["model.layers.9.mlp.up_proj.weight"] = {{1}, {0.0f}};
+  EXPECT_THROW(
+      {
+        try {
+          other.load_state_dict(extra);
+        } catch (const verl::InvalidArgument& e) {
+          EXPECT_NE(std::string(e.what()).find("unexpected tensor 'model.layers.9.mlp.up_proj.weight'"),
+                    std::string::npos);
+          throw;
+        }
+      },
+      verl::InvalidArgument);
+  // A tied model has no lm_head.weight and ignores one given to it.
+  Transformer tied = Transformer::random(qwen2_config(), {.seed = 1});
+  auto tied_dict = tied.state_dict();
+  EXPECT_FALSE(tied_dict.contains("lm_head.weight"));
+  tied_dict["lm_head.weight"] = tied_dict.at("model.embed_tokens.weight");
+  EXPECT_NO_THROW(tied.load_state_dict(tied_dict));
+}
+
+template <class Fn>
+std::string error_of(Fn&& fn) {
+  try {
+    fn();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST(TransformerErrors, NameTheArgumentAndValue) {
+  Transformer model = Transformer::random(qwen2_config(), {.seed = 1});
+  MatrixI64 ids(1, 3);
+  ids << 1, 2, 23;
+  const MatrixF mask = MatrixF::Ones(1, 3);
+  EXPECT_NE(error_of([&] { model.forward(TokenBatch::padded(ids, mask), {}); }).find("input_ids: expected token ids in [0, 23)"),
+            std::string::npos);
+  ids(0, 2) = 3;
+  const auto batch = TokenBatch::padded(ids, mask);
+  const std::vector<std::int64_t> short_targets = {1, 2};
+  EXPECT_NE(error_of([&] { model.forward(batch, {.targets = short_targets}); }).find("targets: expected length 3"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { model.forward(batch, {.temperature = 0.0f}); }).find("temperature"), std::string::npos);
+  model.forward(batch, {});
+  const std::vector<float> cot(3, 1.0f);
+  EXPECT_NE(error_of([&] { model.backward({.log_probs = cot}); }).find("no saved activations"), std::string::npos);
+  model.forward(batch, {.return_entropy = true, .keep_activations = true});
+  EXPECT_NE(error_of([&] { model.backward({.log_probs = cot}); }).find("no log-probs"), std::string::npos);
+  MatrixF bad_mask = mask;
+  bad_mask(0, 1) = 0.5f;
+  EXPECT_NE(error_of([&] { TokenBatch::padded(ids, bad_mask); }).find("attention_mask: expected a 0/1 mask"),
+            std::string::npos);
+  const std::vector<TokenId> packed_ids = {1, 2, 3};
+  const std::vector<std::int64_t> bad_cu = {0, 2};
+  EXPECT_NE(error_of([&] { TokenBatch::packed(packed_ids, bad_cu); }).find("cu_seqlens"), std::string::npos);
+
+  auto gelu = qwen2_config();
+  gelu.hidden_act = "gelu";
+  EXPECT_THROW(Transformer{gelu}, verl::NotImplemented);
+  auto yarn = qwen2_config();
+  yarn.rope_scaling = RopeScaling{};
+  yarn.rope_scaling->rope_type = "yarn";
+  EXPECT_THROW(Transformer{yarn}, verl::NotImplemented);
+}
+
+// A minimal user model: satisfying the concept is all a trainer needs.
+struct UserModel {
+  using scalar_type = float;
+  Index vocab_size() const { return 4; }
+  CausalLMOutput<float> forward(const TokenBatch&, const ForwardOptions&) { return {}; }
+  void backward(const CausalLMCotangents<float>&) {}
+  template <class Fn>
+  void for_each_parameter(Fn&&) {}
+  void zero_grad() {}
+  StateDict state_dict() const { return {}; }
+  void load_state_dict(const StateDict&) {}
+};
+
+TEST(ModelConcepts, AreSatisfiedByTheReferenceModelsAndUserTypes) {
+  static_assert(CausalLM<Transformer>);
+  static_assert(CausalLM<UserModel>);
+  static_assert(check_causal_lm<UserModel>());
+  static_assert(ValueModel<TransformerCritic>);
+  static_assert(!ValueModel<Transformer>);
+  static_assert(!CausalLM<TransformerCritic>);
+  static_assert(!CausalLM<int>);
+  SUCCEED();
+}
+
+}  // namespace
