@@ -68,6 +68,10 @@ inline Index rows_of(const TensorColumn& column) {
   return std::visit([](const auto& m) { return m.rows(); }, column);
 }
 
+inline Index cols_of(const TensorColumn& column) {
+  return std::visit([](const auto& m) { return m.cols(); }, column);
+}
+
 inline std::size_t size_of(const NonTensorColumn& column) {
   return std::visit([](const auto& values) { return values.size(); }, column);
 }
