@@ -721,6 +721,61 @@ TEST(AdvantageInvariance, EmptyBatchOfGroupEstimators) {
   }
 }
 
+TEST(AdvantageInvariance, ComputeIntoReusesTheCallersStorage) {
+  const MatrixF mask = length_mask({5, 3, 6, 2}, 6);
+  const MatrixF rewards = random_matrix(4, 6, 121);
+  const MatrixF values = random_matrix(4, 6, 122);
+  const MatrixF log_probs = random_matrix(4, 6, 123, -3.0f, -0.1f);
+  const MatrixF sum_pi_sq = random_matrix(4, 6, 124, 0.1f, 0.9f);
+  const VectorF baselines = VectorF::Constant(4, 0.25f);
+  const std::vector<std::int64_t> index{3, 1, 3, 1};
+  const AdvantageBatch batch{.token_level_rewards = rewards,
+                             .response_mask = mask,
+                             .index = index,
+                             .values = values,
+                             .reward_baselines = baselines,
+                             .old_log_probs = log_probs,
+                             .sum_pi_squared = sum_pi_sq};
+  for (const auto name : advantage_estimator_names()) {
+    const auto estimator = make_advantage_estimator(name);
+    AdvantageResult reused{MatrixF::Constant(4, 6, 7.0f), MatrixF::Constant(4, 6, 7.0f)};
+    const float* advantages_storage = reused.advantages.data();
+    const float* returns_storage = reused.returns.data();
+    estimator.compute_into(batch, reused);
+    const auto fresh = estimator.compute(batch);
+    EXPECT_EQ(reused.advantages, fresh.advantages) << name;
+    EXPECT_EQ(reused.returns, fresh.returns) << name;
+    EXPECT_EQ(reused.advantages.data(), advantages_storage) << name;
+    EXPECT_EQ(reused.returns.data(), returns_storage) << name;
+    AdvantageResult reshaped{MatrixF::Zero(2, 3), MatrixF()};  // wrong shapes are replaced
+    compute_advantages_into(GRPO{}, batch, reshaped);
+    EXPECT_EQ(reshaped.advantages, GRPO{}.compute(batch).advantages);
+  }
+}
+
+TEST(AdvantageInvariance, LargeBatchesStreamTheirOutputs) {
+  // 2 x 2048 x 2048 floats = 32 MiB of output: the broadcast bypasses the caches then. Same values.
+  const Index rows = 2048, cols = 2048;
+  MatrixF mask = MatrixF::Ones(rows, cols);
+  for (Index i = 0; i < rows; ++i) mask.row(i).tail(i % cols).setZero();
+  MatrixF rewards = MatrixF::Zero(rows, cols);
+  std::vector<std::int64_t> index(static_cast<std::size_t>(rows));
+  for (Index i = 0; i < rows; ++i) {
+    rewards(i, 0) = static_cast<float>(i % 5) * 0.25f;
+    index[static_cast<std::size_t>(i)] = (i * 7) % 256;
+  }
+  const auto out = GRPO{}.compute({.token_level_rewards = rewards, .response_mask = mask, .index = index});
+  VectorF scalars(rows);
+  for (Index i = 0; i < rows; ++i) scalars[i] = out.advantages(i, 0);
+  EXPECT_EQ(out.advantages, (mask.array().colwise() * scalars.array()).matrix());
+  EXPECT_EQ(out.returns, out.advantages);
+  mask(rows - 1, 3) = 2.0f;
+  EXPECT_TRUE(contains(message_of([&] {
+                         (void)GRPO{}.compute({.token_level_rewards = rewards, .response_mask = mask, .index = index});
+                       }),
+                       "got 2 at (2047, 3)"));
+}
+
 // ---- torch-order sums and whitening -------------------------------------------------------------
 
 TEST(TorchFloatSum, ReproducesTheGoldenMaskedSumsBitForBit) {

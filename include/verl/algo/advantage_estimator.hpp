@@ -51,6 +51,17 @@ concept AdvantageEstimator = std::copyable<E> && requires(const E& estimator, co
   { estimator.compute(batch) } -> std::same_as<AdvantageResult>;
 };
 
+/// Runs `estimator` into `out`, reusing out's storage (say, the previous step's result) when the
+/// estimator offers compute_into, as every verl-cpp estimator does; others fall back to compute().
+template <AdvantageEstimator E>
+void compute_advantages_into(const E& estimator, const AdvantageBatch& batch, AdvantageResult& out) {
+  if constexpr (requires { estimator.compute_into(batch, out); }) {
+    estimator.compute_into(batch, out);
+  } else {
+    out = estimator.compute(batch);
+  }
+}
+
 /// The inputs a trainer can provide, for the compile-time check below (a structural type, so it
 /// can be a template argument: `require_inputs<GAE, AvailableInputs{.critic_values = true}>()`).
 struct AvailableInputs {

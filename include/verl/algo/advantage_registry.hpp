@@ -73,6 +73,10 @@ class AnyAdvantageEstimator {
   AdvantageResult compute(const AdvantageBatch& batch) const {
     return std::visit([&](const auto& e) { return e.compute(batch); }, estimator_);
   }
+  /// As compute(), reusing the storage of `out` when it fits.
+  void compute_into(const AdvantageBatch& batch, AdvantageResult& out) const {
+    std::visit([&](const auto& e) { compute_advantages_into(e, batch, out); }, estimator_);
+  }
 
   /// The concrete policy, or nullptr if it holds another type.
   template <AdvantageEstimator E>

@@ -25,6 +25,13 @@ struct GPG {
   double alpha = 1.0;     ///< ignored, as in verl: alpha is recomputed from the batch
 
   AdvantageResult compute(const AdvantageBatch& batch) const {
+    AdvantageResult out;
+    compute_into(batch, out);
+    return out;
+  }
+
+  /// As compute(), reusing the storage of `out` (the previous step's result) when it fits.
+  void compute_into(const AdvantageBatch& batch, AdvantageResult& out) const {
     detail::validate_advantage_batch<GPG>(batch);
     const VectorF scores = detail::response_scores(batch.token_level_rewards);
     const detail::PromptGroups groups(batch.index);
@@ -40,7 +47,7 @@ struct GPG {
       const auto g = static_cast<std::size_t>(groups.group_of(i));
       scalars[i] = (batch_alpha * (scores[i] - moments.mean[g])) / norm;
     }
-    return detail::broadcast_over_mask(scalars, batch.response_mask);
+    detail::broadcast_over_mask(scalars, batch.response_mask, out);
   }
 };
 

@@ -29,6 +29,13 @@ struct GRPOPassK {
   bool norm_adv_by_std_in_grpo = true;
 
   AdvantageResult compute(const AdvantageBatch& batch) const {
+    AdvantageResult out;
+    compute_into(batch, out);
+    return out;
+  }
+
+  /// As compute(), reusing the storage of `out` (the previous step's result) when it fits.
+  void compute_into(const AdvantageBatch& batch, AdvantageResult& out) const {
     detail::validate_advantage_batch<GRPOPassK>(batch);
     const VectorF scores = detail::response_scores(batch.token_level_rewards);
     const detail::PromptGroups groups(batch.index);
@@ -51,7 +58,7 @@ struct GRPOPassK {
         advantage = advantage / (moments.std[static_cast<std::size_t>(g)] + static_cast<float>(epsilon));
       scalars[best] = advantage;
     }
-    return detail::broadcast_over_mask(scalars, batch.response_mask);
+    detail::broadcast_over_mask(scalars, batch.response_mask, out);
   }
 };
 

@@ -25,6 +25,13 @@ struct GRPOVectorized {
   bool norm_adv_by_std_in_grpo = true;
 
   AdvantageResult compute(const AdvantageBatch& batch) const {
+    AdvantageResult out;
+    compute_into(batch, out);
+    return out;
+  }
+
+  /// As compute(), reusing the storage of `out` (the previous step's result) when it fits.
+  void compute_into(const AdvantageBatch& batch, AdvantageResult& out) const {
     detail::validate_advantage_batch<GRPOVectorized>(batch);
     const VectorF scores = detail::response_scores(batch.token_level_rewards);
     const detail::PromptGroups groups(batch.index);
@@ -36,7 +43,7 @@ struct GRPOVectorized {
       const float centered = scores[i] - moments.mean[g];
       scalars[i] = norm_adv_by_std_in_grpo ? centered / (moments.std[g] + eps) : centered;
     }
-    return detail::broadcast_over_mask(scalars, batch.response_mask);
+    detail::broadcast_over_mask(scalars, batch.response_mask, out);
   }
 };
 

@@ -25,6 +25,13 @@ struct OPO {
   double epsilon = 1e-6;  ///< accepted for verl's signature; unused
 
   AdvantageResult compute(const AdvantageBatch& batch) const {
+    AdvantageResult out;
+    compute_into(batch, out);
+    return out;
+  }
+
+  /// As compute(), reusing the storage of `out` (the previous step's result) when it fits.
+  void compute_into(const AdvantageBatch& batch, AdvantageResult& out) const {
     detail::validate_advantage_batch<OPO>(batch);
     const auto& mask = batch.response_mask;
     const VectorF scores = detail::response_scores(batch.token_level_rewards);
@@ -48,7 +55,7 @@ struct OPO {
     }
     VectorF scalars(scores.size());
     for (Index i = 0; i < scores.size(); ++i) scalars[i] = scores[i] - baseline[static_cast<std::size_t>(groups.group_of(i))];
-    return detail::broadcast_over_mask(scalars, mask);
+    detail::broadcast_over_mask(scalars, mask, out);
   }
 };
 

@@ -16,26 +16,30 @@
 namespace verl::algo {
 namespace detail {
 
-/// The two per-token series both OTB forms start from: returns G (reward-to-go of r * m) and the
-/// cumulative path variance W = cumsum((1 - 2 exp(old_log_probs) + sum_pi_squared) [* rho^2] * m).
-/// Like torch's CPU cumsum, both accumulate in double and round each prefix to float32.
-struct PathVarianceSeries {
-  MatrixF returns;
-  MatrixF cumulative_variance;
+/// The per-token series both OTB forms start from: the returns G (reward-to-go of r * m, written to
+/// `returns`) and the cumulative path variance W = cumsum((1 - 2 exp(old_log_probs) +
+/// sum_pi_squared) [* rho^2] * m). Like torch's CPU cumsum, both accumulate in double and round
+/// each prefix to float32.
+struct PathVariance {
+  MatrixF cumulative;
   std::vector<Index> lengths;  ///< valid tokens per row
 };
 
-inline PathVarianceSeries path_variance_series(const AdvantageBatch& batch) {
+inline PathVariance path_variance_and_returns(const AdvantageBatch& batch, MatrixF& returns) {
   const Index rows = batch.batch_size(), cols = batch.response_length();
-  PathVarianceSeries s{MatrixF(rows, cols), MatrixF(rows, cols), std::vector<Index>(static_cast<std::size_t>(rows))};
+  prepare_output(returns, rows, cols);
+  PathVariance s{MatrixF(rows, cols), std::vector<Index>(static_cast<std::size_t>(rows))};
+  advise_huge_pages(s.cumulative.data(), static_cast<std::size_t>(s.cumulative.size()) * sizeof(float));
+  const ConstMatrixRefF& old_log_probs = batch.old_log_probs.value();  // present: validated by the caller
+  const ConstMatrixRefF& sum_pi_squared = batch.sum_pi_squared.value();
   for (Index i = 0; i < rows; ++i) {
     const float* m = row_of(batch.response_mask, i);
     require_binary_mask_row("response_mask", m, cols, i);
-    reverse_cumsum_masked(row_of(batch.token_level_rewards, i), m, row_of(s.returns, i), cols);
-    const float* log_prob = row_of(*batch.old_log_probs, i);
-    const float* sum_sq = row_of(*batch.sum_pi_squared, i);
+    reverse_cumsum_masked(row_of(batch.token_level_rewards, i), m, row_of(returns, i), cols);
+    const float* log_prob = row_of(old_log_probs, i);
+    const float* sum_sq = row_of(sum_pi_squared, i);
     const float* is_weight = batch.rollout_is_weights ? row_of(*batch.rollout_is_weights, i) : nullptr;
-    float* w_cum = row_of(s.cumulative_variance, i);
+    float* w_cum = row_of(s.cumulative, i);
     double running = 0;
     for (Index t = 0; t < cols; ++t) {
       float w = (1.0f - 2.0f * std::exp(log_prob[t])) + sum_sq[t];
@@ -82,13 +86,20 @@ struct OptimalTokenBaseline {
   double epsilon = 1e-8;          ///< added to the denominator
 
   AdvantageResult compute(const AdvantageBatch& batch) const {
+    AdvantageResult out;
+    compute_into(batch, out);
+    return out;
+  }
+
+  /// As compute(), reusing the storage of `out` (the previous step's result) when it fits.
+  void compute_into(const AdvantageBatch& batch, AdvantageResult& out) const {
     detail::validate_advantage_batch<OptimalTokenBaseline>(batch);
     const Index cols = batch.response_length();
     const auto& mask = batch.response_mask;
-    auto series = detail::path_variance_series(batch);
+    const auto series = detail::path_variance_and_returns(batch, out.returns);
     const detail::PromptGroups groups(batch.index);
-    AdvantageResult out{MatrixF(batch.batch_size(), cols), std::move(series.returns)};
-    const MatrixF& w_cum = series.cumulative_variance;
+    detail::prepare_output(out.advantages, batch.batch_size(), cols);
+    const MatrixF& w_cum = series.cumulative;
     const float eps = static_cast<float>(epsilon);
     std::vector<double> numerator(static_cast<std::size_t>(cols)), denominator(static_cast<std::size_t>(cols));
     std::vector<float> baseline(static_cast<std::size_t>(cols));
@@ -124,7 +135,6 @@ struct OptimalTokenBaseline {
         for (Index t = baseline_end; t < cols; ++t) adv[t] = ret[t] * m[t];
       }
     }
-    return out;
   }
 };
 
@@ -143,13 +153,21 @@ struct MultiTurnOptimalTokenBaseline {
   double epsilon = 1e-8;
 
   AdvantageResult compute(const AdvantageBatch& batch) const {
+    AdvantageResult out;
+    compute_into(batch, out);
+    return out;
+  }
+
+  /// As compute(), reusing the storage of `out` (the previous step's result) when it fits.
+  void compute_into(const AdvantageBatch& batch, AdvantageResult& out) const {
     detail::validate_advantage_batch<MultiTurnOptimalTokenBaseline>(batch);
     const Index cols = batch.response_length();
     const auto& mask = batch.response_mask;
-    auto series = detail::path_variance_series(batch);
+    const auto series = detail::path_variance_and_returns(batch, out.returns);
     const detail::PromptGroups groups(batch.index);
-    AdvantageResult out{MatrixF::Zero(batch.batch_size(), cols), std::move(series.returns)};
-    const MatrixF& w_cum = series.cumulative_variance;
+    detail::prepare_output(out.advantages, batch.batch_size(), cols);
+    out.advantages.setZero();  // masked positions and fully masked rows
+    const MatrixF& w_cum = series.cumulative;
     const float eps = static_cast<float>(epsilon);
     std::vector<double> numerator, denominator;
     std::vector<float> baseline;
@@ -199,7 +217,6 @@ struct MultiTurnOptimalTokenBaseline {
         }
       }
     }
-    return out;
   }
 };
 

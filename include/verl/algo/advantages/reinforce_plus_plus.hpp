@@ -24,9 +24,17 @@ struct ReinforcePlusPlus {
   double gamma = 1.0;  ///< discount (verl reads config.gamma)
 
   AdvantageResult compute(const AdvantageBatch& batch) const {
+    AdvantageResult out;
+    compute_into(batch, out);
+    return out;
+  }
+
+  /// As compute(), reusing the storage of `out` (the previous step's result) when it fits.
+  void compute_into(const AdvantageBatch& batch, AdvantageResult& out) const {
     detail::validate_advantage_batch<ReinforcePlusPlus>(batch);
     const Index rows = batch.batch_size(), cols = batch.response_length();
-    AdvantageResult out{MatrixF(rows, cols), MatrixF(rows, cols)};
+    detail::prepare_output(out.advantages, rows, cols);
+    detail::prepare_output(out.returns, rows, cols);
     detail::MaskedBatchSum batch_sum(rows, cols);
     // Each row is a serial recursion; running several rows side by side hides its latency.
     constexpr Index block = 8;
@@ -34,7 +42,6 @@ struct ReinforcePlusPlus {
     for (; i + block <= rows; i += block) discounted_returns<block>(batch, i, out.returns, batch_sum);
     for (; i < rows; ++i) discounted_returns<1>(batch, i, out.returns, batch_sum);
     detail::masked_whiten(out.returns, batch.response_mask, batch_sum, detail::MaskedPositions::zeroed, out.advantages);
-    return out;
   }
 
  private:
@@ -77,6 +84,13 @@ struct ReinforcePlusPlusBaseline {
   double epsilon = 1e-6;  ///< accepted for verl's signature; unused
 
   AdvantageResult compute(const AdvantageBatch& batch) const {
+    AdvantageResult out;
+    compute_into(batch, out);
+    return out;
+  }
+
+  /// As compute(), reusing the storage of `out` (the previous step's result) when it fits.
+  void compute_into(const AdvantageBatch& batch, AdvantageResult& out) const {
     detail::validate_advantage_batch<ReinforcePlusPlusBaseline>(batch);
     const auto& mask = batch.response_mask;
     const VectorF scores = detail::response_scores(batch.token_level_rewards);
@@ -85,12 +99,12 @@ struct ReinforcePlusPlusBaseline {
     VectorF centered(scores.size());
     for (Index i = 0; i < scores.size(); ++i)
       centered[i] = scores[i] - moments.mean[static_cast<std::size_t>(groups.group_of(i))];
-    AdvantageResult out = detail::broadcast_over_mask(centered, mask, /*returns_equal_advantages=*/false);
+    detail::broadcast_over_mask(centered, mask, out, /*returns_equal_advantages=*/false);
     detail::MaskedBatchSum whitening(mask.rows(), mask.cols());
     for (Index i = 0; i < mask.rows(); ++i) whitening.add_row(detail::row_of(out.advantages, i), detail::row_of(mask, i));
     detail::masked_whiten(out.advantages, mask, whitening, detail::MaskedPositions::zeroed, out.advantages);
+    detail::prepare_output(out.returns, mask.rows(), mask.cols());
     out.returns = out.advantages;
-    return out;
   }
 };
 

@@ -18,10 +18,18 @@ struct ReMax {
   static constexpr bool needs_old_log_probs = false;
 
   AdvantageResult compute(const AdvantageBatch& batch) const {
+    AdvantageResult out;
+    compute_into(batch, out);
+    return out;
+  }
+
+  /// As compute(), reusing the storage of `out` (the previous step's result) when it fits.
+  void compute_into(const AdvantageBatch& batch, AdvantageResult& out) const {
     detail::validate_advantage_batch<ReMax>(batch);
     const Index rows = batch.batch_size(), cols = batch.response_length();
-    const auto& baselines = *batch.reward_baselines;
-    AdvantageResult out{MatrixF(rows, cols), MatrixF(rows, cols)};
+    const float* baselines = batch.reward_baselines.value().data();  // present: validated above
+    detail::prepare_output(out.advantages, rows, cols);
+    detail::prepare_output(out.returns, rows, cols);
     for (Index i = 0; i < rows; ++i) {
       const float* m = detail::row_of(batch.response_mask, i);
       detail::require_binary_mask_row("response_mask", m, cols, i);
@@ -31,7 +39,6 @@ struct ReMax {
       const float b = baselines[i];
       for (Index j = 0; j < cols; ++j) adv[j] = ret[j] - b * m[j];
     }
-    return out;
   }
 };
 

@@ -26,6 +26,13 @@ struct RLOO {
   double epsilon = 1e-6;  ///< accepted for verl's signature; unused
 
   AdvantageResult compute(const AdvantageBatch& batch) const {
+    AdvantageResult out;
+    compute_into(batch, out);
+    return out;
+  }
+
+  /// As compute(), reusing the storage of `out` (the previous step's result) when it fits.
+  void compute_into(const AdvantageBatch& batch, AdvantageResult& out) const {
     detail::validate_advantage_batch<RLOO>(batch);
     const VectorF scores = detail::response_scores(batch.token_level_rewards);
     const detail::PromptGroups groups(batch.index);
@@ -42,7 +49,7 @@ struct RLOO {
         scalars[i] = scores[i];
       }
     }
-    return detail::broadcast_over_mask(scalars, batch.response_mask);
+    detail::broadcast_over_mask(scalars, batch.response_mask, out);
   }
 };
 
@@ -58,6 +65,13 @@ struct RLOOVectorized {
   double epsilon = 1e-6;  ///< accepted for verl's signature; unused
 
   AdvantageResult compute(const AdvantageBatch& batch) const {
+    AdvantageResult out;
+    compute_into(batch, out);
+    return out;
+  }
+
+  /// As compute(), reusing the storage of `out` (the previous step's result) when it fits.
+  void compute_into(const AdvantageBatch& batch, AdvantageResult& out) const {
     detail::validate_advantage_batch<RLOOVectorized>(batch);
     const VectorF scores = detail::response_scores(batch.token_level_rewards);
     const detail::PromptGroups groups(batch.index);
@@ -70,7 +84,7 @@ struct RLOOVectorized {
       const float leave_one_out = (c * scores[i] - group_sum[static_cast<std::size_t>(g)]) / std::max(c - 1.0f, 1.0f);
       scalars[i] = leave_one_out * (c > 1.0f ? 1.0f : 0.0f);
     }
-    return detail::broadcast_over_mask(scalars, batch.response_mask);
+    detail::broadcast_over_mask(scalars, batch.response_mask, out);
   }
 };
 

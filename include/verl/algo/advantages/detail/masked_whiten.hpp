@@ -24,14 +24,10 @@ class MaskedBatchSum {
 
   void add_row(const float* values, const float* mask) {
     const auto cols = static_cast<Index>(masked_row_.size());
-    Index valid = 0;
-    for (Index j = 0; j < cols; ++j) {
-      const bool on = mask[j] != 0.0f;
-      masked_row_[static_cast<std::size_t>(j)] = on ? values[j] : 0.0f;
-      valid += on ? 1 : 0;
-    }
-    sum_.add(masked_row_.data(), cols);
-    count_ += valid;
+    float* masked = masked_row_.data();
+    for (Index j = 0; j < cols; ++j) masked[j] = where_valid(mask[j], values[j]);
+    sum_.add(masked, cols);
+    count_ += row_count(mask, cols);
   }
 
   float sum() const { return sum_.result(); }
@@ -70,11 +66,12 @@ inline void masked_whiten(const MatrixF& values, const ConstMatrixRefF& mask, co
   for (Index i = 0; i < rows; ++i) {
     const float* v = values.data() + i * cols;
     const float* m = row_of(mask, i);
+    float* masked = masked_row.data();
     for (Index j = 0; j < cols; ++j) {
       const float centered = v[j] - mean;
-      masked_row[static_cast<std::size_t>(j)] = m[j] != 0.0f ? centered * centered : 0.0f;
+      masked[j] = where_valid(m[j], centered * centered);
     }
-    squares.add(masked_row.data(), cols);
+    squares.add(masked, cols);
   }
   const float bessel = count / static_cast<float>(valid - 1);
   const float variance = (squares.result() / (count + 1e-8f)) * bessel;
