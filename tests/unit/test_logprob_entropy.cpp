@@ -283,6 +283,62 @@ TEST(LogprobEntropy, Bfloat16LogitsComputeInFloat) {
     EXPECT_EQ(static_cast<float>(g_half.data()[k]), static_cast<float>(Eigen::bfloat16(g_float.data()[k])));
 }
 
+template <int W>
+void expect_bfloat16_round_trip_like_eigen(const std::vector<float>& values) {
+  for (std::size_t start = 0; start + W <= values.size(); start += W) {
+    alignas(64) float in[W];
+    alignas(64) std::uint16_t out[W];
+    for (int k = 0; k < W; ++k) in[k] = values[start + static_cast<std::size_t>(k)];
+    detail::simd::store_bfloat16<W>(out, detail::simd::load<W>(in));
+    for (int k = 0; k < W; ++k) {
+      const Eigen::bfloat16 want(in[k]);
+      EXPECT_EQ(out[k], want.value) << "W=" << W << " value " << in[k];
+      Eigen::bfloat16 back;
+      back.value = out[k];
+      const float widened = detail::simd::lane<W>(detail::simd::load_bfloat16<W>(out), k);
+      if (!std::isnan(widened)) {
+        EXPECT_EQ(widened, static_cast<float>(back));
+      }
+    }
+  }
+}
+
+TEST(LogprobEntropy, Bfloat16ConversionsMatchEigen) {
+  std::vector<float> values = {0.0f, -0.0f, 1.0f, -1.0f, kInf, -kInf, std::numeric_limits<float>::quiet_NaN(),
+                               -std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::denorm_min(),
+                               std::numeric_limits<float>::max(), std::numeric_limits<float>::min(), 3.14159f};
+  // Exact ties (low half 0x8000) round to even, both ways.
+  for (const std::uint32_t bits : {0x3F808000u, 0x3F818000u, 0xBF808000u, 0x7F7F8000u, 0x3F807FFFu, 0x3F808001u})
+    values.push_back(detail::simd::bit_cast<float>(bits));
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 100.0f);
+  while (values.size() % 16 != 0 || values.size() < 256) values.push_back(normal(rng));
+  expect_bfloat16_round_trip_like_eigen<1>(values);
+#if VERL_HAS_VECTOR_EXTENSIONS
+  expect_bfloat16_round_trip_like_eigen<4>(values);
+  expect_bfloat16_round_trip_like_eigen<8>(values);
+  expect_bfloat16_round_trip_like_eigen<16>(values);
+#endif
+}
+
+TEST(LogprobEntropy, Bfloat16BackwardOnEveryInstructionSet) {
+  const MatrixF source = random_logits(3, 203, 3.0f, 31);
+  const verl::RowMatrix<Eigen::bfloat16> half = source.cast<Eigen::bfloat16>();
+  const MatrixF widened = half.cast<float>();
+  const auto labels = random_labels(3, 203, 32);
+  const VectorF a = random_cotangent(3, 33), b = random_cotangent(3, 34);
+  for (const SimdLevel level : supported_levels()) {
+    SCOPED_TRACE(std::string(to_string(level)));
+    const LogitsKernelOptions options{.temperature = 0.8f, .simd = level};
+    const LogprobEntropy fh = fused_logprob_entropy(half, labels, options);
+    const LogprobEntropy ff = fused_logprob_entropy(widened, labels, options);
+    EXPECT_EQ(fh.entropy, ff.entropy);
+    const verl::RowMatrix<Eigen::bfloat16> gh = fused_logprob_entropy_backward(half, labels, fh, {as_span(a), as_span(b)}, options);
+    const MatrixF gf = fused_logprob_entropy_backward(widened, labels, ff, {as_span(a), as_span(b)}, options);
+    for (Index k = 0; k < gf.size(); ++k) EXPECT_EQ(gh.data()[k].value, Eigen::bfloat16(gf.data()[k]).value) << k;
+  }
+}
+
 TEST(LogprobEntropy, NonContiguousInputsAreAccepted) {
   const MatrixF logits = random_logits(6, 50, 2.0f, 15);
   const Eigen::MatrixXf column_major = logits;  // converted to row-major internally

@@ -107,6 +107,28 @@ VERL_FORCE_INLINE float scaled_logit(Scalar v, float temperature) {
   }
 }
 
+/// W logits as floats, divided by the temperature (the same IEEE division as scaled_logit).
+template <int W, bool Scaled, class Scalar>
+VERL_FORCE_INLINE simd::FloatPack<W> load_logits(const Scalar* source, simd::FloatPack<W> temperature) {
+  simd::FloatPack<W> x;
+  if constexpr (std::same_as<Scalar, float>) {
+    x = simd::load<W>(source);
+  } else {
+    x = simd::load_bfloat16<W>(source);
+  }
+  if constexpr (Scaled) x = x / temperature;
+  return x;
+}
+
+template <int W, class OutScalar>
+VERL_FORCE_INLINE void store_gradient(OutScalar* target, simd::FloatPack<W> g) {
+  if constexpr (std::same_as<OutScalar, float>) {
+    simd::store<W>(target, g);
+  } else {
+    simd::store_bfloat16<W>(target, g);
+  }
+}
+
 template <class Scalar>
 struct ForwardJob {
   const Scalar* logits;
@@ -169,6 +191,7 @@ VERL_FORCE_INLINE void forward_rows(const ForwardJob<Scalar>& job, Index begin, 
   constexpr float neg_inf = -std::numeric_limits<float>::infinity();
   // The chunk as float, padded with -inf to a whole number of steps (padding adds exactly 0).
   alignas(64) float buffer[chunk + step];
+  const F vtemp = simd::broadcast<W>(job.temperature);
 
   for (Index row = begin; row < end; ++row) {
     const Scalar* source = job.logits + row * job.stride;
@@ -176,25 +199,18 @@ VERL_FORCE_INLINE void forward_rows(const ForwardJob<Scalar>& job, Index begin, 
     double sum_exp = 0, sum_exp_shift = 0, sum_exp_sq = 0;  // sum e, sum e*(x-max), sum e^2
     for (Index start = 0; start < job.vocab; start += chunk) {
       const Index count = std::min(chunk, job.vocab - start);
-      // Pass 1: convert into the buffer and find the chunk's max.
+      // Pass 1: x = logits / T as float into the buffer, and the chunk's max.
       F chunk_max = simd::broadcast<W>(neg_inf);
       Index j = 0;
-      if constexpr (std::same_as<Scalar, float> && !Scaled) {
-        for (; j + W <= count; j += W) {
-          const F x = simd::load<W>(source + start + j);
-          simd::store<W>(buffer + j, x);
-          chunk_max = simd::max<W>(chunk_max, x);
-        }
+      for (; j + W <= count; j += W) {
+        const F x = load_logits<W, Scaled>(source + start + j, vtemp);
+        simd::store<W>(buffer + j, x);
+        chunk_max = simd::max<W>(chunk_max, x);
       }
-      for (; j < count; ++j) buffer[j] = scaled_logit<Scaled>(source[start + j], job.temperature);
+      for (Index k = j; k < count; ++k) buffer[k] = scaled_logit<Scaled>(source[start + k], job.temperature);
       const Index padded = (count + step - 1) / step * step;
       for (Index k = count; k < padded; ++k) buffer[k] = neg_inf;
-      if constexpr (!(std::same_as<Scalar, float> && !Scaled)) {
-        for (Index k = 0; k < padded; k += W) chunk_max = simd::max<W>(chunk_max, simd::load<W>(buffer + k));
-      } else {
-        for (Index k = count / W * W; k < padded; k += W)
-          chunk_max = simd::max<W>(chunk_max, simd::load<W>(buffer + k));
-      }
+      for (Index k = j; k < padded; k += W) chunk_max = simd::max<W>(chunk_max, simd::load<W>(buffer + k));
       const float chunk_top = simd::reduce_max<W>(chunk_max);
       if (chunk_top > max) {
         if (sum_exp > 0) {
@@ -249,23 +265,22 @@ VERL_FORCE_INLINE void forward_rows(const ForwardJob<Scalar>& job, Index begin, 
   }
 }
 
-/// Per-row constants of the backward pass, as packs.
+/// Per-row constants of the backward pass, as packs; the factors already include the 1/T of
+/// x = logits / T.
 template <int W>
 struct BackwardRow {
-  simd::FloatPack<W> max, log_normalizer, floor, k0, grad_entropy, twice_grad_sum_pi_squared, temperature;
+  simd::FloatPack<W> max, log_normalizer, floor, k0, grad_entropy, twice_grad_sum_pi_squared;
 };
 
-/// d(loss)/dx for one pack of x (before the label's + g_lp and the division by the temperature):
-/// p (k0 - g_H log p + 2 g_Q p) with log p = (x - max) - log_normalizer.
-template <int W, bool Scaled>
+/// d(loss)/d(logits) for one pack of x (before the label's + g_lp / T):
+/// p (k0 - g_H log p + 2 g_Q p) / T with log p = (x - max) - log_normalizer.
+template <int W>
 VERL_FORCE_INLINE simd::FloatPack<W> backward_pack(simd::FloatPack<W> x, const BackwardRow<W>& c) {
   using F = simd::FloatPack<W>;
   const F log_p = (x - c.max) - c.log_normalizer;
   const F clamped = simd::max_keep_nan<W>(c.floor, log_p);
   const F p = simd::select_less<W>(log_p, c.floor, simd::broadcast<W>(0.0f), simd::exp_nonpositive<W>(clamped));
-  F g = p * (c.k0 - c.grad_entropy * clamped + c.twice_grad_sum_pi_squared * p);
-  if constexpr (Scaled) g = g / c.temperature;
-  return g;
+  return p * (c.k0 - c.grad_entropy * clamped + c.twice_grad_sum_pi_squared * p);
 }
 
 /// Backward over rows [begin, end): with log p_j = (x_j - max) - log_normalizer and
@@ -278,7 +293,8 @@ VERL_FORCE_INLINE simd::FloatPack<W> backward_pack(simd::FloatPack<W> x, const B
 template <int W, bool Scaled, class Scalar, class OutScalar>
 VERL_FORCE_INLINE void backward_rows(const BackwardJob<Scalar, OutScalar>& job, Index begin, Index end) {
   using F = simd::FloatPack<W>;
-  constexpr bool direct = std::same_as<Scalar, float> && std::same_as<OutScalar, float>;
+  const F vtemp = simd::broadcast<W>(job.temperature);
+  const float inv_temperature = Scaled ? 1.0f / job.temperature : 1.0f;
   alignas(64) float in[W];
   alignas(64) float out[W];
   for (Index row = begin; row < end; ++row) {
@@ -294,44 +310,31 @@ VERL_FORCE_INLINE void backward_rows(const BackwardJob<Scalar, OutScalar>& job, 
     const Index label = job.labels != nullptr ? job.labels[row] : -1;
     const float x_label = label >= 0 ? scaled_logit<Scaled>(source[label], job.temperature) : 0.0f;
     const float max = job.row_max[row];
-    const float k0 = -g_lp - g_h * job.entropy[row] - 2.0f * g_q * job.sum_pi_squared[row];
+    const float k0 = (-g_lp - g_h * job.entropy[row] - 2.0f * g_q * job.sum_pi_squared[row]) * inv_temperature;
+    const float gh = g_h * inv_temperature, gq2 = 2.0f * g_q * inv_temperature;
     // Where p times the largest possible factor is below FLT_MIN the gradient is flushed to 0
     // rather than computed as a subnormal (which costs a microcode assist per element on x86).
-    const float factor_bound = std::abs(k0) - logits_shift_floor * std::abs(g_h) + 2.0f * std::abs(g_q);
+    const float factor_bound = std::abs(k0) - logits_shift_floor * std::abs(gh) + std::abs(gq2);
     const float floor = std::clamp(std::log(std::numeric_limits<float>::min() / factor_bound) + 1.0f,
                                    logits_shift_floor, 0.0f);
     const BackwardRow<W> c{simd::broadcast<W>(max),
                            simd::broadcast<W>(job.log_normalizer[row]),
                            simd::broadcast<W>(floor),
                            simd::broadcast<W>(k0),
-                           simd::broadcast<W>(g_h),
-                           simd::broadcast<W>(2.0f * g_q),
-                           simd::broadcast<W>(job.temperature)};
+                           simd::broadcast<W>(gh),
+                           simd::broadcast<W>(gq2)};
     Index j = 0;
-    if constexpr (direct) {
-      for (; j + W <= job.vocab; j += W) {
-        F x = simd::load<W>(source + j);
-        if constexpr (Scaled) x = x / c.temperature;
-        simd::store<W>(target + j, backward_pack<W, Scaled>(x, c));
-      }
-    } else {
-      for (; j + W <= job.vocab; j += W) {
-        for (int k = 0; k < W; ++k) in[k] = scaled_logit<Scaled>(source[j + k], job.temperature);
-        simd::store<W>(out, backward_pack<W, Scaled>(simd::load<W>(in), c));
-        for (int k = 0; k < W; ++k) target[j + k] = from_float<OutScalar>(out[k]);
-      }
-    }
+    for (; j + W <= job.vocab; j += W)
+      store_gradient<W>(target + j, backward_pack<W>(load_logits<W, Scaled>(source + j, vtemp), c));
     if (j < job.vocab) {  // tail through the same pack code, padded
       const Index rest = job.vocab - j;
       for (Index k = 0; k < W; ++k) in[k] = k < rest ? scaled_logit<Scaled>(source[j + k], job.temperature) : max;
-      simd::store<W>(out, backward_pack<W, Scaled>(simd::load<W>(in), c));
+      simd::store<W>(out, backward_pack<W>(simd::load<W>(in), c));
       for (Index k = 0; k < rest; ++k) target[j + k] = from_float<OutScalar>(out[k]);
     }
     if (label >= 0) {
-      // The label's element gets + g_lp; recomputed from the saved x_label (grad may alias).
-      F plus = simd::broadcast<W>(g_lp);
-      if constexpr (Scaled) plus = plus / c.temperature;
-      simd::store<W>(out, backward_pack<W, Scaled>(simd::broadcast<W>(x_label), c) + plus);
+      // The label's element gets + g_lp / T; recomputed from the saved x_label (grad may alias).
+      simd::store<W>(out, backward_pack<W>(simd::broadcast<W>(x_label), c) + simd::broadcast<W>(g_lp * inv_temperature));
       target[label] = from_float<OutScalar>(out[0]);
     }
   }

@@ -64,21 +64,29 @@ template <>
 struct Pack<1> {
   using Float = float;
   using Int = std::int32_t;
+  using UInt = std::uint32_t;
+  using Half = std::uint16_t;
 };
 template <>
 struct Pack<4> {
   typedef float Float __attribute__((vector_size(16)));
   typedef std::int32_t Int __attribute__((vector_size(16)));
+  typedef std::uint32_t UInt __attribute__((vector_size(16)));
+  typedef std::uint16_t Half __attribute__((vector_size(8)));
 };
 template <>
 struct Pack<8> {
   typedef float Float __attribute__((vector_size(32)));
   typedef std::int32_t Int __attribute__((vector_size(32)));
+  typedef std::uint32_t UInt __attribute__((vector_size(32)));
+  typedef std::uint16_t Half __attribute__((vector_size(16)));
 };
 template <>
 struct Pack<16> {
   typedef float Float __attribute__((vector_size(64)));
   typedef std::int32_t Int __attribute__((vector_size(64)));
+  typedef std::uint32_t UInt __attribute__((vector_size(64)));
+  typedef std::uint16_t Half __attribute__((vector_size(32)));
 };
 /// Width of the build-baseline pack (two SSE2 / NEON registers: enough independent work to hide
 /// latencies on cores without FMA).
@@ -89,6 +97,8 @@ struct Pack {
   static_assert(Width == 1, "only scalar packs without vector extensions");
   using Float = float;
   using Int = std::int32_t;
+  using UInt = std::uint32_t;
+  using Half = std::uint16_t;
 };
 inline constexpr int baseline_width = 1;
 #endif
@@ -97,6 +107,10 @@ template <int W>
 using FloatPack = typename Pack<W>::Float;
 template <int W>
 using IntPack = typename Pack<W>::Int;
+template <int W>
+using UIntPack = typename Pack<W>::UInt;
+template <int W>
+using HalfPack = typename Pack<W>::Half;
 
 template <class To, class From>
 VERL_FORCE_INLINE To bit_cast(const From& from) {
@@ -134,6 +148,36 @@ VERL_FORCE_INLINE float lane(FloatPack<W> v, int i) {
     return v;
   } else {
     return v[i];
+  }
+}
+
+/// W bfloat16 values (raw 16-bit storage) widened to float: the bits are the float's high half.
+template <int W>
+VERL_FORCE_INLINE FloatPack<W> load_bfloat16(const void* source) {
+  HalfPack<W> h;
+  std::memcpy(&h, source, sizeof(h));
+  if constexpr (W == 1) {
+    return bit_cast<float>(static_cast<std::uint32_t>(h) << 16);
+  } else {
+    return bit_cast<FloatPack<W>>(__builtin_convertvector(h, UIntPack<W>) << 16);
+  }
+}
+
+/// W floats narrowed to bfloat16, rounded to nearest even; NaN becomes the quiet NaN of its sign
+/// (what Eigen::bfloat16's constructor does).
+template <int W>
+VERL_FORCE_INLINE void store_bfloat16(void* target, FloatPack<W> v) {
+  const UIntPack<W> u = bit_cast<UIntPack<W>>(v);
+  UIntPack<W> rounded = (u + (0x7FFFu + ((u >> 16) & 1u))) >> 16;
+  const UIntPack<W> quiet_nan = ((u >> 16) & 0x8000u) | 0x7FC0u;
+  if constexpr (W == 1) {
+    rounded = v != v ? quiet_nan : rounded;
+    const auto h = static_cast<std::uint16_t>(rounded);
+    std::memcpy(target, &h, sizeof(h));
+  } else {
+    rounded = v != v ? quiet_nan : rounded;
+    const HalfPack<W> h = __builtin_convertvector(rounded, HalfPack<W>);
+    std::memcpy(target, &h, sizeof(h));
   }
 }
 
