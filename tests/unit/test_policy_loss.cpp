@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <optional>
 #include <random>
 #include <set>
@@ -291,6 +292,36 @@ TEST(PolicyLossErrors, DeprecatedNeedsAClipRange) {
   });
 #pragma GCC diagnostic pop
   EXPECT_TRUE(contains(message, "cliprange_low")) << message;
+}
+
+// ---- torch's element-wise semantics, branch-free ---------------------------------------------------------
+
+TEST(PolicyLossInternals, ElementwiseOpsFollowTorch) {
+  using namespace verl::algo::detail;
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_TRUE(std::isnan(clamp_value(nan, 0.8f, 1.2f)));
+  EXPECT_EQ(clamp_value(0.5f, 0.8f, 1.2f), 0.8f);
+  EXPECT_EQ(clamp_value(2.0f, 0.8f, 1.2f), 1.2f);
+  EXPECT_EQ(clamp_passes(0.8f, 0.8f, 1.2f), 1.0f);  // bounds included
+  EXPECT_EQ(clamp_passes(1.3f, 0.8f, 1.2f), 0.0f);
+  EXPECT_EQ(clamp_passes(nan, 0.8f, 1.2f), 0.0f);
+  EXPECT_TRUE(std::isnan(maximum_value(nan, 1.0f)) && std::isnan(maximum_value(1.0f, nan)));
+  EXPECT_TRUE(std::isnan(minimum_value(nan, 1.0f)) && std::isnan(minimum_value(1.0f, nan)));
+  EXPECT_EQ(maximum_value(-0.5f, 2.0f), 2.0f);
+  EXPECT_EQ(minimum_value(-0.5f, 2.0f), -0.5f);
+  EXPECT_EQ(maximum_share(1.0f, 1.0f), 0.5f);
+  EXPECT_EQ(maximum_share(2.0f, 1.0f), 1.0f);
+  EXPECT_EQ(maximum_share(1.0f, 2.0f), 0.0f);
+  EXPECT_EQ(minimum_share(1.0f, 2.0f), 1.0f);
+  EXPECT_EQ(minimum_share(2.0f, 2.0f), 0.5f);
+  EXPECT_EQ(sign_of(0.0f), 0.0f);
+  EXPECT_EQ(sign_of(-3.0f), -1.0f);
+  EXPECT_EQ(select(true, 1.0f, nan), 1.0f);
+  EXPECT_EQ(row_sum_term(std::numeric_limits<float>::infinity(), 0.0f, true), 0.0f);  // where(mask, L, 0)
+  EXPECT_TRUE(std::isnan(row_sum_term(std::numeric_limits<float>::infinity(), 0.0f, false)));  // L * m
+  // The bound is 1 - clip_ratio_low computed in double, then rounded to float32.
+  EXPECT_EQ(RatioClipRange::from_clip_ratios(0.2, 0.28).low, static_cast<float>(1.0 - 0.2));
+  EXPECT_EQ(RatioClipRange::from_clip_ratios(0.2, 0.28).high, static_cast<float>(1.0 + 0.28));
 }
 
 // ---- values by hand and torch's tie conventions ---------------------------------------------------------

@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <limits>
-#include <queue>
+#include <utility>
 #include <string_view>
 #include <vector>
 
@@ -19,44 +19,30 @@ namespace verl::algo {
 
 namespace detail {
 
-/// The covariance key torch.topk ranks by; NaN ranks above everything, as in torch.topk.
-VERL_FORCE_INLINE float covariance_key(float advantage, float log_prob, float advantage_mean, float log_prob_mean) {
-  const float cov = (advantage - advantage_mean) * (log_prob - log_prob_mean);
-  return select(is_nan(cov), std::numeric_limits<float>::infinity(), cov);
+/// (A - mean(A)) * (log_prob - mean(log_prob)): the covariance kl_cov ranks tokens by.
+VERL_FORCE_INLINE float covariance(float advantage, float log_prob, float advantage_mean, float log_prob_mean) {
+  return (advantage - advantage_mean) * (log_prob - log_prob_mean);
 }
 
-/// Which of the valid tokens torch.topk(cov, k) picks, as a threshold: every token with
-/// key > value, then the first `ties_taken` tokens (row-major) with key == value.
-struct TopKThreshold {
-  float value = std::numeric_limits<float>::infinity();
-  std::int64_t ties_taken = 0;
-};
-
-/// The k-th largest key: a streaming min-heap of the k largest for small k (one compare per key
-/// for almost every key), nth_element otherwise.
-inline TopKThreshold topk_threshold(std::vector<float>& keys, std::size_t k) {
-  TopKThreshold t;
-  if (k == 0 || keys.empty()) return t;
-  if (k * 16 < keys.size()) {
-    std::priority_queue<float, std::vector<float>, std::greater<float>> largest;
-    for (float key : keys) {
-      if (largest.size() < k) {
-        largest.push(key);
-      } else if (key > largest.top()) {
-        largest.pop();
-        largest.push(key);
-      }
-    }
-    t.value = largest.top();
+/// The flat indices of the k largest keys, chosen as torch's CPU topk chooses them: it runs
+/// std::partial_sort when k * 64 <= n and std::nth_element otherwise, over (value, position)
+/// pairs in order with NaN ranked largest. Running the same algorithms reproduces its choice among
+/// equal keys at the boundary (the set, not the order). Returned sorted by flat index.
+inline std::vector<Index> torch_topk_indices(std::vector<std::pair<float, Index>>& keyed, std::size_t k) {
+  const auto ranks_above = [](const std::pair<float, Index>& x, const std::pair<float, Index>& y) {
+    return (std::isnan(x.first) && !std::isnan(y.first)) || x.first > y.first;
+  };
+  const auto end_of_top = keyed.begin() + static_cast<std::ptrdiff_t>(k);
+  if (k * 64 <= keyed.size()) {
+    std::partial_sort(keyed.begin(), end_of_top, keyed.end(), ranks_above);
   } else {
-    const auto kth = keys.begin() + static_cast<std::ptrdiff_t>(k - 1);
-    std::nth_element(keys.begin(), kth, keys.end(), std::greater<float>());
-    t.value = *kth;
+    std::nth_element(keyed.begin(), end_of_top - 1, keyed.end(), ranks_above);
   }
-  std::int64_t above = 0;
-  for (float key : keys) above += key > t.value;
-  t.ties_taken = static_cast<std::int64_t>(k) - above;
-  return t;
+  std::vector<Index> chosen;
+  chosen.reserve(k);
+  for (auto it = keyed.begin(); it != end_of_top; ++it) chosen.push_back(it->second);
+  std::sort(chosen.begin(), chosen.end());
+  return chosen;
 }
 
 /// One row of KL-Cov: loss terms, |log-ratio| terms (ppo_kl) and gradient, from the ratios and
@@ -84,8 +70,8 @@ inline void kl_cov_row(const float* __restrict log_prob, const float* __restrict
 
 /// loss = -A * r, plus ppo_kl_coef * |log_prob - old| on the top max(1, int(N_valid *
 /// kl_cov_ratio)) valid tokens by cov = (A - mean(A)) * (log_prob - mean(log_prob)) (plain means
-/// over the valid tokens), with r = exp(log_prob - old) unclamped. The selection is detached;
-/// among equal covariances the earlier token (row-major) wins. Gradient:
+/// over the valid tokens), with r = exp(log_prob - old) unclamped. The selection is detached and
+/// made as torch.topk makes it (also among equal covariances at the boundary). Gradient:
 /// (-A * r + coef * sign(log_prob - old) * [selected]) * w * W. Metric: actor/ppo_kl =
 /// masked_mean(|log_prob - old|).
 struct KLCov {
@@ -106,11 +92,9 @@ struct KLCov {
     RowScratch scratch(cols);
 
     // The top-k selection over the valid tokens (skipped without any, as verl's k == 0 check).
-    std::size_t k = 0;
-    float advantage_mean = 0, log_prob_mean = 0;
-    TopKThreshold threshold;
+    std::vector<Index> chosen;
     if (valid > 0) {
-      k = static_cast<std::size_t>(
+      const auto k = static_cast<std::size_t>(
           std::max<std::int64_t>(1, static_cast<std::int64_t>(static_cast<double>(valid) * kl_cov_ratio)));
       VERL_CHECK_ARG(k <= static_cast<std::size_t>(valid),
                      "kl_cov_ratio: selects {} tokens but the batch has only {} valid tokens (got ratio {})", k, valid,
@@ -123,39 +107,33 @@ struct KLCov {
         log_prob_sum += lane_sum(scratch.metric_terms.data(), cols);
       }
       // torch's mean of a float32 vector: float32 sum / n.
-      advantage_mean = static_cast<float>(advantage_sum) / static_cast<float>(valid);
-      log_prob_mean = static_cast<float>(log_prob_sum) / static_cast<float>(valid);
-      std::vector<float> keys;
-      keys.reserve(static_cast<std::size_t>(valid));
+      const float advantage_mean = static_cast<float>(advantage_sum) / static_cast<float>(valid);
+      const float log_prob_mean = static_cast<float>(log_prob_sum) / static_cast<float>(valid);
+      std::vector<std::pair<float, Index>> keyed;
+      keyed.reserve(static_cast<std::size_t>(valid));
       for (Index i = 0; i < rows; ++i) {
         const float* lp = row_of(batch.log_prob, i);
         const float* adv = row_of(batch.advantages, i);
         const float* mask = row_of(batch.response_mask, i);
         for (Index j = 0; j < cols; ++j)
-          if (mask[j] > 0.0f) keys.push_back(covariance_key(adv[j], lp[j], advantage_mean, log_prob_mean));
+          if (mask[j] > 0.0f) keyed.emplace_back(covariance(adv[j], lp[j], advantage_mean, log_prob_mean), i * cols + j);
       }
-      threshold = topk_threshold(keys, k);
+      chosen = torch_topk_indices(keyed, k);
     }
 
     PolicyLossResult result{0.0f, MatrixF(rows, cols), {}};
     double kl_sum = 0;
-    std::int64_t ties_left = threshold.ties_taken;
     float* selected = scratch.second.data();
+    auto next_chosen = chosen.begin();
     for (Index i = 0; i < rows; ++i) {
       const float* lp = row_of(batch.log_prob, i);
       const float* old = row_of(batch.old_log_prob, i);
       const float* adv = row_of(batch.advantages, i);
       const float* mask = row_of(batch.response_mask, i);
       const float* weights = batch.rollout_is_weights ? row_of(*batch.rollout_is_weights, i) : scratch.ones.data();
-      for (Index j = 0; j < cols; ++j) {
-        bool chosen = false;
-        if (k > 0 && mask[j] > 0.0f) {
-          const float key = covariance_key(adv[j], lp[j], advantage_mean, log_prob_mean);
-          chosen = key > threshold.value || (key == threshold.value && ties_left > 0);
-          if (chosen && key == threshold.value) --ties_left;
-        }
-        selected[j] = chosen ? 1.0f : 0.0f;
-      }
+      std::fill(scratch.second.begin(), scratch.second.end(), 0.0f);
+      for (; next_chosen != chosen.end() && *next_chosen < (i + 1) * cols; ++next_chosen)
+        selected[*next_chosen - i * cols] = 1.0f;
       row_ratio(lp, old, scratch.ratio.data(), cols, std::numeric_limits<float>::infinity());
       kl_cov_row(lp, old, adv, mask, weights, scratch.ratio.data(), selected, scratch.loss_terms.data(),
                  scratch.metric_terms.data(), row_of(result.grad_log_prob, i), cols, coef,
