@@ -176,7 +176,7 @@ class CaseCheck {
   const std::string& worst() const { return worst_message_; }
   double worst_excess() const { return worst_excess_; }
 
-  /// Compares `got` element-wise with outputs[key] (a tensor or a number) under `tol`.
+  /// Compares `got` element-wise with outputs[key] (a tensor, a list of numbers or a number) under `tol`.
   /// Elements whose flat index is in `skip` are not compared.
   template <class Derived>
   void tensor(const std::string& key, const Eigen::DenseBase<Derived>& got, Tolerance tol,
@@ -186,6 +186,8 @@ class CaseCheck {
     std::vector<double> want;
     if (is_tensor(want_json)) {
       want = parse_tensor(want_json).data;
+    } else if (want_json.is_array()) {  // a plain JSON list of numbers (e.g. controller values)
+      for (const auto& x : want_json) want.push_back(detail::json_number(x));
     } else {
       want.push_back(detail::json_number(want_json));
     }
