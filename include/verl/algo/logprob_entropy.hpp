@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <limits>
 #include <span>
+#include <system_error>
 #include <thread>
 #include <type_traits>
 #include <vector>
@@ -395,8 +396,15 @@ void for_each_row_block(Index rows, unsigned threads, const Fn& fn) {
   std::vector<std::thread> workers;
   workers.reserve(threads - 1);
   const auto bound = [&](unsigned t) { return rows * static_cast<Index>(t) / static_cast<Index>(threads); };
-  for (unsigned t = 1; t < threads; ++t) workers.emplace_back([&fn, b = bound(t), e = bound(t + 1)] { fn(b, e); });
+  unsigned started = 1;
+  try {
+    for (; started < threads; ++started)
+      workers.emplace_back([&fn, b = bound(started), e = bound(started + 1)] { fn(b, e); });
+  } catch (const std::system_error&) {
+    // No more threads available: the caller's thread runs the blocks that did not get one.
+  }
   fn(Index{0}, bound(1));
+  for (unsigned t = started; t < threads; ++t) fn(bound(t), bound(t + 1));
   for (auto& w : workers) w.join();
 }
 

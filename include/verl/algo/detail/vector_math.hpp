@@ -32,7 +32,9 @@
 // 32- and 64-byte packs passed between always-inline helpers trigger GCC's "ABI changed" note
 // although no pack ever crosses a real call boundary. GCC reports it where the instantiations are
 // emitted (the end of the including file), so the note stays off past this header.
-#if defined(__GNUC__) && !defined(__clang__)
+#if defined(__clang__)
+#pragma clang diagnostic ignored "-Wpsabi"
+#elif defined(__GNUC__)
 #pragma GCC diagnostic ignored "-Wpsabi"
 #endif
 
