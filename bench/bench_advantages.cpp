@@ -151,11 +151,25 @@ std::pair<MatrixF, MatrixF> naive_gae(const MatrixF& rewards, const MatrixF& val
 
 // ---- benchmarks ----------------------------------------------------------------------------------
 
+/// compute(): fresh output matrices every call, as verl allocates new tensors.
 template <class Estimator>
 void bm_estimator(benchmark::State& state, Estimator estimator, bool shuffled) {
   const AdvantageBatch batch = rollout().batch(shuffled);
   for (auto _ : state) {
     AdvantageResult out = estimator.compute(batch);
+    benchmark::DoNotOptimize(out.advantages.data());
+    benchmark::DoNotOptimize(out.returns.data());
+  }
+  set_items(state);
+}
+
+/// compute_into(): the previous step's result is reused (a trainer loop's steady state).
+template <class Estimator>
+void bm_estimator_reused_output(benchmark::State& state, Estimator estimator, bool shuffled) {
+  const AdvantageBatch batch = rollout().batch(shuffled);
+  AdvantageResult out = estimator.compute(batch);
+  for (auto _ : state) {
+    estimator.compute_into(batch, out);
     benchmark::DoNotOptimize(out.advantages.data());
     benchmark::DoNotOptimize(out.returns.data());
   }
@@ -209,13 +223,16 @@ class RatioReporter : public benchmark::ConsoleReporter {
     ConsoleReporter::ReportRuns(runs);
   }
   void print_ratios() const {
-    std::printf("\n%-52s %12s %12s\n", "naive / verl-cpp (same run, CPU time)", "verl-cpp ms", "ratio");
+    std::printf("\n%-66s %12s %12s\n", "naive / verl-cpp (same run, CPU time)", "verl-cpp ms", "ratio");
     for (const auto& [name, time] : times_) {
-      const std::string suffix = "/verl_cpp";
-      if (name.size() < suffix.size() || name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) continue;
-      const std::string stem = name.substr(0, name.size() - suffix.size());
-      const auto naive = times_.find(stem + "/naive");
-      if (naive != times_.end()) std::printf("%-52s %12.2f %11.2fx\n", stem.c_str(), time, naive->second / time);
+      for (const std::string suffix : {"/verl_cpp", "/verl_cpp_reused_output"}) {
+        if (name.size() < suffix.size() || name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
+          continue;
+        const std::string stem = name.substr(0, name.size() - suffix.size());
+        const auto naive = times_.find(stem + "/naive");
+        if (naive != times_.end())
+          std::printf("%-66s %12.2f %11.2fx\n", name.c_str(), time, naive->second / time);
+      }
     }
   }
 
@@ -225,27 +242,30 @@ class RatioReporter : public benchmark::ConsoleReporter {
 
 }  // namespace
 
+template <class Estimator>
+void register_estimator(const std::string& stem, Estimator estimator, bool shuffled) {
+  benchmark::RegisterBenchmark((stem + "/verl_cpp").c_str(), bm_estimator<Estimator>, estimator, shuffled)
+      ->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark((stem + "/verl_cpp_reused_output").c_str(), bm_estimator_reused_output<Estimator>,
+                               estimator, shuffled)
+      ->Unit(benchmark::kMillisecond);
+}
+
 int main(int argc, char** argv) {
   const std::string shape = "/16384x1024";
   for (bool shuffled : {false, true}) {
     const std::string ids = shuffled ? "/shuffled_ids" : "/contiguous_ids";
-    benchmark::RegisterBenchmark(("grpo" + shape + ids + "/verl_cpp").c_str(), bm_estimator<GRPO>, GRPO{}, shuffled)
-        ->Unit(benchmark::kMillisecond);
+    register_estimator("grpo" + shape + ids, GRPO{}, shuffled);
     benchmark::RegisterBenchmark(("grpo" + shape + ids + "/naive").c_str(), bm_naive_grpo, shuffled)
         ->Unit(benchmark::kMillisecond);
-    benchmark::RegisterBenchmark(("rloo" + shape + ids + "/verl_cpp").c_str(), bm_estimator<RLOO>, RLOO{}, shuffled)
-        ->Unit(benchmark::kMillisecond);
+    register_estimator("rloo" + shape + ids, RLOO{}, shuffled);
     benchmark::RegisterBenchmark(("rloo" + shape + ids + "/naive").c_str(), bm_naive_rloo, shuffled)
         ->Unit(benchmark::kMillisecond);
   }
-  benchmark::RegisterBenchmark(("reinforce_plus_plus" + shape + "/verl_cpp").c_str(), bm_estimator<ReinforcePlusPlus>,
-                               ReinforcePlusPlus{.gamma = 0.99}, false)
-      ->Unit(benchmark::kMillisecond);
+  register_estimator("reinforce_plus_plus" + shape, ReinforcePlusPlus{.gamma = 0.99}, false);
   benchmark::RegisterBenchmark(("reinforce_plus_plus" + shape + "/naive").c_str(), bm_naive_reinforce_plus_plus)
       ->Unit(benchmark::kMillisecond);
-  benchmark::RegisterBenchmark(("gae" + shape + "/verl_cpp").c_str(), bm_estimator<GAE>, GAE{.gamma = 0.99, .lam = 0.95},
-                               false)
-      ->Unit(benchmark::kMillisecond);
+  register_estimator("gae" + shape, GAE{.gamma = 0.99, .lam = 0.95}, false);
   benchmark::RegisterBenchmark(("gae" + shape + "/naive").c_str(), bm_naive_gae)->Unit(benchmark::kMillisecond);
 
   benchmark::Initialize(&argc, argv);
