@@ -261,6 +261,16 @@ inline VectorStats vector_stats(std::span<const float> values) {
   return s;
 }
 
+/// sqrt(max(E[x^2] - E[x]^2, 0)) over the masked values, evaluated in double: in float32 the
+/// difference cancels catastrophically for a small spread, so the double result (verl's value up
+/// to that float32 noise) is the faithful one.
+inline float masked_std(double sum, double squares, double count) {
+  const double denominator = static_cast<float>(count) + 1e-8f;  // masked_mean's, as torch rounds it
+  const double mean = sum / denominator;
+  const double variance = squares / denominator - mean * mean;
+  return static_cast<float>(std::sqrt(std::max(variance, 0.0)));
+}
+
 inline float fraction(std::int64_t hits, std::int64_t total) {
   return static_cast<float>(hits) / static_cast<float>(total);
 }
@@ -321,9 +331,9 @@ void rejection_option_metrics(Metrics& metrics, const std::string& prefix, bool 
       min = std::min(min, v);
       high += v > upper_f ? 1.0 : 0.0;
       low += v < lower_f ? 1.0 : 0.0;
-      const float clamped = std::min(std::max(v, clamp_low), upper_f);
-      clamped_sum += static_cast<double>(clamped * m[j]);
-      clamped_squares += static_cast<double>((clamped * clamped) * m[j]);
+      const double clamped = std::min(std::max(v, clamp_low), upper_f);
+      clamped_sum += clamped * m[j];
+      clamped_squares += clamped * clamped * m[j];
     }
   }
   const auto rows_above = [&](float bound) {
@@ -345,13 +355,7 @@ void rejection_option_metrics(Metrics& metrics, const std::string& prefix, bool 
     metrics[prefix + "_fraction_high"] = masked_mean_f(high, valid);
     metrics[prefix + "_fraction_low"] = two_sided ? masked_mean_f(low, valid) : 0.0f;
   }
-  if (counts.tokens > 1) {
-    const float mean_clamped = masked_mean_f(clamped_sum, valid);
-    const float variance = masked_mean_f(clamped_squares, valid) - mean_clamped * mean_clamped;
-    metrics[prefix + "_std"] = std::sqrt(std::max(variance, 0.0f));
-  } else {
-    metrics[prefix + "_std"] = 0.0;
-  }
+  metrics[prefix + "_std"] = counts.tokens > 1 ? masked_std(clamped_sum, clamped_squares, valid) : 0.0f;
   if (!valid_rows.empty()) {
     float max_deviation = 0;
     for (float v : valid_rows) max_deviation = std::max(max_deviation, std::abs(v - 0.0f));
@@ -433,7 +437,7 @@ inline ImportanceWeights compute_rollout_correction_weights(const ConstMatrixRef
       low += v < lower ? 1.0 : 0.0;
       const float clamped = std::min(std::max(v, lower), upper);
       clamped_sum += static_cast<double>(clamped * m[j]);
-      clamped_squares += static_cast<double>((clamped * clamped) * m[j]);
+      clamped_squares += static_cast<double>(clamped) * clamped * m[j];
     }
     sum += row_sum;
     row_means[static_cast<std::size_t>(i)] = masked_mean_f(row_sum, static_cast<double>(counts.row_lengths[i]));
@@ -456,13 +460,7 @@ inline ImportanceWeights compute_rollout_correction_weights(const ConstMatrixRef
     metrics["rollout_is_ratio_fraction_low"] =
         fraction(std::count_if(sequence_log_ratio.begin(), sequence_log_ratio.end(), [&](float v) { return v < log_lower; }), rows);
   }
-  if (counts.tokens > 1) {
-    const float mean_clamped = masked_mean_f(clamped_sum, valid);
-    const float variance = masked_mean_f(clamped_squares, valid) - mean_clamped * mean_clamped;
-    metrics["rollout_is_std"] = std::sqrt(std::max(variance, 0.0f));
-  } else {
-    metrics["rollout_is_std"] = 0.0;
-  }
+  metrics["rollout_is_std"] = counts.tokens > 1 ? masked_std(clamped_sum, clamped_squares, valid) : 0.0f;
   {
     // Effective sample size of the weights clamped to [1/threshold, threshold].
     const float mean_clamped = masked_mean_f(clamped_sum, valid) + 1e-8f;
@@ -712,8 +710,9 @@ inline Metrics compute_offpolicy_metrics(const ConstMatrixRefF& log_prob, const 
   metrics["log_ppl_diff_max"] = diff_max;
   metrics["log_ppl_diff_min"] = diff_min;
   metrics["ppl_ratio"] = mean_of(ppl_ratio, n);
-  metrics["chi2_token"] = masked_mean_f(rho_squared, valid) - 1.0f;
-  metrics["chi2_seq"] = mean_of(chi2_seq, n) - 1.0f;
+  // E[.] - 1 cancels in float32 when the policies agree; evaluated in double (see masked_std).
+  metrics["chi2_token"] = static_cast<float>(rho_squared / static_cast<double>(static_cast<float>(valid) + 1e-8f) - 1.0);
+  metrics["chi2_seq"] = static_cast<float>(chi2_seq / n - 1.0);
   return metrics;
 }
 
