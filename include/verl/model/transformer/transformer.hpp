@@ -133,6 +133,9 @@ class BasicTransformer {
 
   [[nodiscard]] const HfModelConfig& config() const { return body_.config(); }
   [[nodiscard]] Index vocab_size() const { return body_.config().vocab_size; }
+  /// Positions the model was built for (max_position_embeddings): rollout's limit on
+  /// prompt + response length.
+  [[nodiscard]] Index context_length() const { return body_.config().max_position_embeddings; }
   [[nodiscard]] unsigned num_threads() const { return body_.pool().size(); }
   [[nodiscard]] DecoderBody<Scalar>& body() { return body_; }
   [[nodiscard]] const DecoderBody<Scalar>& body() const { return body_; }

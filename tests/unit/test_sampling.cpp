@@ -1,0 +1,141 @@
+// The CPU reference sampler: greedy, temperature, top-k, top-p (vLLM's semantics), the
+// counter-based random numbers and the reported log-probabilities.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "verl/rollout/sampling.hpp"
+
+namespace {
+
+using namespace verl::rollout;
+
+std::vector<float> logits_of_probs(const std::vector<double>& probs) {
+  std::vector<float> out;
+  for (const double p : probs) out.push_back(static_cast<float>(std::log(p)));
+  return out;
+}
+
+/// Frequencies of each token over a fine grid of u (the inverse CDF makes them exact).
+std::map<TokenId, double> frequencies(const std::vector<float>& logits, const SamplingParams& params, int grid = 20000) {
+  std::map<TokenId, double> counts;
+  SamplerScratch scratch;
+  for (int i = 0; i < grid; ++i) counts[sample_token(logits, params, (i + 0.5) / grid, scratch).token] += 1.0 / grid;
+  return counts;
+}
+
+TEST(Sampling, GreedyTakesTheFirstLargestLogitAndReportsItsLogSoftmax) {
+  const std::vector<float> logits = {0.5f, 2.0f, -1.0f, 2.0f};
+  const auto sampled = sample_token(logits, {.temperature = 0.0f}, 0.99);
+  EXPECT_EQ(sampled.token, 1);
+  double z = 0;
+  for (float v : logits) z += std::exp(v);
+  EXPECT_NEAR(sampled.log_prob, 2.0 - std::log(z), 1e-6);
+}
+
+TEST(Sampling, FullDistributionFollowsSoftmaxAtTheTemperature) {
+  const std::vector<float> logits = {1.0f, 0.0f, -0.5f, 2.0f, 0.3f};
+  const SamplingParams params{.temperature = 0.7f};
+  const auto freq = frequencies(logits, params);
+  double z = 0;
+  for (float v : logits) z += std::exp(v / 0.7);
+  for (TokenId i = 0; i < 5; ++i) {
+    const double p = std::exp(logits[static_cast<std::size_t>(i)] / 0.7) / z;
+    EXPECT_NEAR(freq.count(i) ? freq.at(i) : 0.0, p, 1e-3) << i;
+    // The reported log-prob is that of the tempered distribution.
+    SamplerScratch scratch;
+    for (double u = 0.0005; u < 1; u += 0.01) {
+      const auto s = sample_token(logits, params, u, scratch);
+      if (s.token == i) {
+        EXPECT_NEAR(s.log_prob, std::log(p), 1e-5);
+      }
+    }
+  }
+}
+
+TEST(Sampling, TopKKeepsTheKLargestAndTiesAtTheBoundary) {
+  const std::vector<float> logits = {0.1f, 3.0f, 1.0f, 2.0f, 1.0f, -4.0f};
+  const auto top2 = frequencies(logits, {.temperature = 1.0f, .top_k = 2});
+  EXPECT_EQ(top2.size(), 2u);
+  EXPECT_NEAR(top2.at(1), std::exp(3.0) / (std::exp(3.0) + std::exp(2.0)), 1e-3);
+  EXPECT_NEAR(top2.at(3), std::exp(2.0) / (std::exp(3.0) + std::exp(2.0)), 1e-3);
+  // k = 3 hits the tie at 1.0: both tied tokens stay (4 candidates).
+  const auto top3 = frequencies(logits, {.temperature = 1.0f, .top_k = 3});
+  EXPECT_EQ(top3.size(), 4u);
+  EXPECT_FALSE(top3.contains(0));
+  // k = 1 is greedy whatever u is.
+  for (double u : {0.0, 0.3, 0.9999}) EXPECT_EQ(sample_token(logits, {.top_k = 1}, u).token, 1);
+  // The log-prob is still over the whole vocabulary.
+  double z = 0;
+  for (float v : logits) z += std::exp(v);
+  EXPECT_NEAR(sample_token(logits, {.top_k = 1}, 0.5).log_prob, 3.0 - std::log(z), 1e-5);
+}
+
+TEST(Sampling, TopPKeepsTheSmallestHeadReachingP) {
+  const auto logits = logits_of_probs({0.15, 0.5, 0.05, 0.3});
+  // Mass before each token in decreasing order: 0 (0.5), 0.5 (0.3), 0.8 (0.15), 0.95 (0.05).
+  const auto p08 = frequencies(logits, {.temperature = 1.0f, .top_p = 0.79f});
+  EXPECT_EQ(p08.size(), 2u);
+  EXPECT_NEAR(p08.at(1), 0.5 / 0.8, 1e-3);
+  EXPECT_NEAR(p08.at(3), 0.3 / 0.8, 1e-3);
+  const auto p081 = frequencies(logits, {.temperature = 1.0f, .top_p = 0.81f});
+  EXPECT_EQ(p081.size(), 3u);
+  // A tiny p keeps the most likely token only.
+  const auto tiny = frequencies(logits, {.temperature = 1.0f, .top_p = 1e-6f});
+  EXPECT_EQ(tiny.size(), 1u);
+  EXPECT_TRUE(tiny.contains(1));
+  // top-k first, then top-p over the renormalized survivors (vLLM's order).
+  const auto both = frequencies(logits, {.temperature = 1.0f, .top_k = 3, .top_p = 0.6f});
+  // Survivors of k=3: 0.5, 0.3, 0.15 (sum 0.95); masses before: 0, 0.526, 0.842 -> keep 2.
+  EXPECT_EQ(both.size(), 2u);
+}
+
+TEST(Sampling, CounterUniformIsAPureFunctionOfItsCounters) {
+  EXPECT_EQ(counter_uniform(1, 2, 3), counter_uniform(1, 2, 3));
+  EXPECT_NE(counter_uniform(1, 2, 3), counter_uniform(1, 2, 4));
+  EXPECT_NE(counter_uniform(1, 2, 3), counter_uniform(1, 3, 3));
+  EXPECT_NE(counter_uniform(1, 2, 3), counter_uniform(2, 2, 3));
+  double mean = 0, mean_square = 0;
+  const int count = 100000;
+  for (int i = 0; i < count; ++i) {
+    const double u = counter_uniform(7, static_cast<std::uint64_t>(i % 13), static_cast<std::uint64_t>(i));
+    ASSERT_GE(u, 0.0);
+    ASSERT_LT(u, 1.0);
+    mean += u / count;
+    mean_square += u * u / count;
+  }
+  EXPECT_NEAR(mean, 0.5, 0.01);
+  EXPECT_NEAR(mean_square - mean * mean, 1.0 / 12, 0.01);
+}
+
+TEST(Sampling, NegativeInfinityLogitsAreNeverSampled) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> logits = {-inf, 0.0f, -inf, 1.0f};
+  const auto freq = frequencies(logits, {.temperature = 1.0f});
+  EXPECT_FALSE(freq.contains(0));
+  EXPECT_FALSE(freq.contains(2));
+  const auto top = frequencies(logits, {.temperature = 1.0f, .top_p = 0.99f});
+  EXPECT_FALSE(top.contains(0));
+}
+
+TEST(Sampling, InvalidParametersNameTheKnob) {
+  auto message = [](const SamplingParams& params) {
+    try {
+      params.validate();
+    } catch (const verl::InvalidArgument& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message({.temperature = -1.0f}).find("temperature"), std::string::npos);
+  EXPECT_NE(message({.top_p = 0.0f}).find("top_p: expected a value in (0, 1]"), std::string::npos);
+  EXPECT_NE(message({.n = 0}).find("n: expected at least 1"), std::string::npos);
+  EXPECT_NE(message({.max_response_length = 0}).find("max_response_length"), std::string::npos);
+  EXPECT_THROW(sample_token(std::vector<float>{}, {}, 0.5), verl::InvalidArgument);
+}
+
+}  // namespace
