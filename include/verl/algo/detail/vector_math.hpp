@@ -1,9 +1,10 @@
 // SIMD building blocks for the logits kernels: fixed-width float packs (GCC/Clang vector
-// extensions), a fast vectorised exp, and run-time selection of the widest instruction set the
-// CPU has. A kernel is written once as an always-inline template over the pack width and
-// instantiated inside functions compiled for AVX-512, AVX2 or the build's baseline, so one binary
-// runs fast everywhere without -march=native. Without vector extensions (MSVC, nvcc's front end)
-// the width-1 instantiation is plain scalar code with the same numerics.
+// extensions), a fast vectorised exp on [ln FLT_MIN, 0], bfloat16 conversion, and run-time
+// selection of the widest instruction set the CPU has. A kernel is written once as an
+// always-inline template over the pack width and instantiated inside functions compiled for
+// AVX-512, AVX2 or the build's baseline, so one binary runs fast everywhere without
+// -march=native. Without vector extensions (MSVC, nvcc's front end) the width-1 instantiation is
+// plain scalar code with the same algorithm.
 #pragma once
 
 #include <cmath>
@@ -90,8 +91,7 @@ struct Pack<16> {
   typedef std::uint32_t UInt __attribute__((vector_size(64)));
   typedef std::uint16_t Half __attribute__((vector_size(32)));
 };
-/// Width of the build-baseline pack (two SSE2 / NEON registers: enough independent work to hide
-/// latencies on cores without FMA).
+/// Width of the build-baseline pack: one SSE2 / NEON register.
 inline constexpr int baseline_width = 4;
 #else
 template <int Width>
@@ -245,49 +245,6 @@ VERL_FORCE_INLINE double reduce_sum(FloatPack<W> v) {
     double s = 0;
     for (int i = 0; i < W; ++i) s += static_cast<double>(lane<W>(v, i));
     return s;
-  }
-}
-
-/// exp(x) for a float pack, within ~2 ulp of the correctly rounded result for normal outputs.
-/// Results below FLT_MIN flush to 0 and above FLT_MAX become +inf; NaN stays NaN.
-/// Cephes' range reduction x = n*ln2 + r, |r| <= ln2/2, and its degree-6 polynomial for e^r.
-/// Rounding to n uses truncation (not the add-a-magic-constant trick) so it survives -ffast-math.
-template <int W>
-VERL_FORCE_INLINE FloatPack<W> exp(FloatPack<W> x) {
-  if constexpr (W == 1) {
-    return std::exp(x);
-  } else {
-    using F = FloatPack<W>;
-    using I = IntPack<W>;
-    constexpr float min_arg = -87.33654475f;  // ln(FLT_MIN): below it the result is subnormal
-    constexpr float max_arg = 88.72283935f;   // ln(FLT_MAX)
-    const F clamped = x < min_arg ? F{} + min_arg : (x > max_arg ? F{} + max_arg : x);
-    // n = floor(x*log2(e) + 1/2), via truncation corrected for negative values.
-    const F shifted = clamped * 1.44269504088896341f + 0.5f;
-    I n = __builtin_convertvector(shifted, I);
-    F nf = __builtin_convertvector(n, F);
-    const I too_big = nf > shifted;  // lanes where truncation rounded up (negative arguments)
-    n += too_big;                    // true lanes are -1
-    nf = __builtin_convertvector(n, F);
-    // r = x - n*ln2 in two steps (Cody-Waite) for a reduction exact to float precision.
-    F r = clamped - nf * 0.693359375f;
-    r = r - nf * -2.12194440e-4f;
-    F p = F{} + 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * (r * r) + r + 1.0f;
-    // 2^n built in the exponent field; n is in [-126, 128], and n = 128 is handled by
-    // splitting the scale in two factors of 2^(n/2).
-    const I half = n >> 1;
-    const F scale_a = bit_cast<F>((half + 127) << 23);
-    const F scale_b = bit_cast<F>((n - half + 127) << 23);
-    F y = p * scale_a * scale_b;
-    y = x < min_arg ? F{} : y;
-    y = x > max_arg ? F{} + std::numeric_limits<float>::infinity() : y;
-    return y;
   }
 }
 
