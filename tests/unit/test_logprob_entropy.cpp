@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <random>
@@ -281,6 +282,30 @@ TEST(LogprobEntropy, Bfloat16LogitsComputeInFloat) {
   const MatrixF g_float = fused_logprob_entropy_backward(widened, labels, from_float, {as_span(a)});
   for (Index k = 0; k < g_float.size(); ++k)
     EXPECT_EQ(static_cast<float>(g_half.data()[k]), static_cast<float>(Eigen::bfloat16(g_float.data()[k])));
+}
+
+template <int W>
+double max_relative_exp_error() {
+  double worst = 0;
+  alignas(64) float in[W];
+  for (int i = 0; i < 200000; i += W) {
+    for (int k = 0; k < W; ++k) in[k] = -87.0f * static_cast<float>(i + k) / 200000.0f;
+    const auto out = detail::simd::exp_nonpositive<W>(detail::simd::load<W>(in));
+    for (int k = 0; k < W; ++k) {
+      const double want = std::exp(static_cast<double>(in[k]));
+      worst = std::max(worst, std::abs(detail::simd::lane<W>(out, k) - want) / want);
+    }
+  }
+  return worst;
+}
+
+TEST(LogprobEntropy, VectorisedExpIsWithinAFewUlp) {
+  EXPECT_LT(max_relative_exp_error<1>(), 1.5e-7);
+#if VERL_HAS_VECTOR_EXTENSIONS
+  EXPECT_LT(max_relative_exp_error<4>(), 2.5e-7);
+  EXPECT_LT(max_relative_exp_error<8>(), 2.5e-7);
+  EXPECT_LT(max_relative_exp_error<16>(), 2.5e-7);
+#endif
 }
 
 template <int W>
