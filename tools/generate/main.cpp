@@ -1,0 +1,193 @@
+// verl_generate: sample continuations from a Hugging Face model folder (config.json,
+// model.safetensors, tokenizer.json [+ tokenizer_config.json]) with the reference transformer and
+// the KV-cache rollout engine. All logic lives in the library; this file parses flags and prints.
+//
+//   verl_generate --model DIR (--prompt TEXT | --prompt-ids 1,2,3) [--max-new-tokens N]
+//                 [--temperature T] [--top-k K] [--top-p P] [--seed S] [-n N] [--threads N]
+//                 [--no-chat-template] [--print-ids]
+#include <charconv>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "verl/model/checkpoint.hpp"
+#include "verl/model/tokenizer/pretrained.hpp"
+#include "verl/rollout/rollout.hpp"
+
+namespace {
+
+constexpr std::string_view usage = R"(usage: verl_generate --model DIR (--prompt TEXT | --prompt-ids 1,2,3) [options]
+
+Generates from a Hugging Face model folder (config.json, model.safetensors or shards, tokenizer.json).
+
+  --model DIR          the model folder
+  --prompt TEXT        a user message, rendered with the folder's chat template (if any) and tokenized
+  --prompt-ids IDS     comma-separated prompt token ids (no tokenizer needed)
+  --no-chat-template   tokenize --prompt as plain text
+  --max-new-tokens N   response length limit (default 32)
+  --temperature T      0 = greedy (default 1.0)
+  --top-k K            sample from the K most likely tokens (default -1: all)
+  --top-p P            nucleus sampling mass in (0, 1] (default 1.0)
+  --seed S             random seed (default 0)
+  -n N                 samples for the prompt (default 1)
+  --threads N          model threads (default: all cores)
+  --print-ids          print the generated token ids, one sample per line
+)";
+
+struct Arguments {
+  std::filesystem::path model;
+  std::optional<std::string> prompt;
+  std::optional<std::vector<verl::model::TokenId>> prompt_ids;
+  bool chat_template = true;
+  bool print_ids = false;
+  unsigned threads = 0;
+  verl::rollout::SamplingParams sampling{.max_response_length = 32};
+};
+
+[[noreturn]] void fail_usage(const std::string& message) {
+  throw verl::InvalidArgument(message);
+}
+
+template <class T>
+T parse_number(std::string_view flag, std::string_view text) {
+  T value{};
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (error != std::errc() || end != text.data() + text.size()) {
+    fail_usage(fmt::format("{}: expected a number, got '{}'", flag, text));
+  }
+  return value;
+}
+
+std::vector<verl::model::TokenId> parse_ids(std::string_view text) {
+  std::vector<verl::model::TokenId> ids;
+  while (!text.empty()) {
+    const auto comma = text.find(',');
+    const std::string_view item = text.substr(0, comma);
+    verl::model::TokenId id = 0;
+    const auto [end, error] = std::from_chars(item.data(), item.data() + item.size(), id);
+    if (item.empty() || error != std::errc() || end != item.data() + item.size()) {
+      fail_usage(fmt::format("--prompt-ids: expected comma-separated token ids, got '{}'", item));
+    }
+    ids.push_back(id);
+    if (comma == std::string_view::npos) break;
+    text.remove_prefix(comma + 1);
+  }
+  if (ids.empty()) fail_usage("--prompt-ids: expected at least one token id");
+  return ids;
+}
+
+Arguments parse(int argc, char** argv) {
+  Arguments args;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view flag = argv[i];
+    auto value = [&]() -> std::string_view {
+      if (i + 1 >= argc) fail_usage(fmt::format("{}: expected a value", flag));
+      return argv[++i];
+    };
+    if (flag == "--help" || flag == "-h") {
+      std::fputs(usage.data(), stdout);
+      std::exit(0);
+    } else if (flag == "--model") {
+      args.model = std::string(value());
+    } else if (flag == "--prompt") {
+      args.prompt = std::string(value());
+    } else if (flag == "--prompt-ids") {
+      args.prompt_ids = parse_ids(value());
+    } else if (flag == "--no-chat-template") {
+      args.chat_template = false;
+    } else if (flag == "--max-new-tokens") {
+      args.sampling.max_response_length = parse_number<std::int64_t>(flag, value());
+    } else if (flag == "--temperature") {
+      args.sampling.temperature = parse_number<float>(flag, value());
+    } else if (flag == "--top-k") {
+      args.sampling.top_k = parse_number<std::int64_t>(flag, value());
+    } else if (flag == "--top-p") {
+      args.sampling.top_p = parse_number<float>(flag, value());
+    } else if (flag == "--seed") {
+      args.sampling.seed = parse_number<std::uint64_t>(flag, value());
+    } else if (flag == "-n") {
+      args.sampling.n = parse_number<std::int64_t>(flag, value());
+    } else if (flag == "--threads") {
+      args.threads = parse_number<unsigned>(flag, value());
+    } else if (flag == "--print-ids") {
+      args.print_ids = true;
+    } else {
+      fail_usage(fmt::format("unknown flag '{}' (see --help)", flag));
+    }
+  }
+  if (args.model.empty()) fail_usage("--model: a model folder is required (see --help)");
+  if (args.prompt.has_value() == args.prompt_ids.has_value()) {
+    fail_usage("expected exactly one of --prompt TEXT and --prompt-ids IDS");
+  }
+  return args;
+}
+
+int run(const Arguments& args) {
+  using namespace verl;
+  model::Transformer transformer = model::load_transformer(args.model, {.num_threads = args.threads});
+  std::optional<model::PretrainedTokenizer> tokenizer;
+  if (std::filesystem::exists(args.model / "tokenizer.json")) {
+    tokenizer = model::load_pretrained_tokenizer(args.model);
+  } else if (args.prompt) {
+    throw InvalidArgument(fmt::format("--prompt: '{}' has no tokenizer.json; pass --prompt-ids instead",
+                                      args.model.string()));
+  }
+
+  std::vector<model::TokenId> prompt;
+  if (args.prompt_ids) {
+    prompt = *args.prompt_ids;
+  } else if (args.chat_template && tokenizer->chat_template) {
+    const model::ChatMessage message{"user", *args.prompt};
+    prompt = tokenizer->encode_chat(std::span(&message, 1));
+  } else {
+    prompt = tokenizer->tokenizer.encode(*args.prompt, true);
+  }
+
+  rollout::SamplingParams sampling = args.sampling;
+  sampling.eos_token_ids = transformer.config().eos_token_ids;
+  if (tokenizer) {
+    const auto special = tokenizer->tokenizer.special_ids();
+    if (special.eos) sampling.eos_token_ids.push_back(*special.eos);
+    sampling.pad_token_id = special.pad.value_or(transformer.config().pad_token_id.value_or(0));
+  }
+  rollout::KvCacheRollout engine(transformer);
+  const std::vector<std::vector<model::TokenId>> prompts = {prompt};
+  const rollout::RolloutOutput out = engine.generate(rollout::PromptBatch::left_padded(prompts, 0), sampling);
+
+  for (Index row = 0; row < out.responses.rows(); ++row) {
+    const Index length = out.response_lengths[static_cast<std::size_t>(row)];
+    std::vector<model::TokenId> ids(out.responses.row(row).data(), out.responses.row(row).data() + length);
+    if (args.print_ids) {
+      fmt::print("{}\n", fmt::join(ids, ","));
+      continue;
+    }
+    std::string text;
+    if (tokenizer) {
+      // Model vocabularies are often padded past the tokenizer's; those ids have no text.
+      std::erase_if(ids, [&](model::TokenId id) { return id >= static_cast<model::TokenId>(tokenizer->tokenizer.vocab_size()); });
+      text = tokenizer->tokenizer.decode(ids, true);
+    } else {
+      text = fmt::format("{}", fmt::join(ids, ","));
+    }
+    const bool stopped = out.finish_reasons[static_cast<std::size_t>(row)] == rollout::FinishReason::stop;
+    fmt::print("--- sample {} ({} tokens, {}) ---\n{}\n", row, length, stopped ? "stop" : "length", text);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(parse(argc, argv));
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "verl_generate: error: %s\n", error.what());
+    return 1;
+  }
+}
