@@ -11,12 +11,12 @@
 #include <optional>
 #include <string_view>
 
+#include "verl/algo/detail/rows.hpp"
 #include "verl/algo/loss_aggregation.hpp"
 #include "verl/config.hpp"
 #include "verl/core/error.hpp"
 #include "verl/core/metrics.hpp"
 #include "verl/core/tensor.hpp"
-#include "verl/algo/detail/rows.hpp"
 
 namespace verl::algo {
 
@@ -111,7 +111,6 @@ PolicyLossResult compute_policy_loss(const Loss& loss, const PolicyLossBatch& ba
 }
 
 namespace detail {
-
 
 /// Checks shapes (every input has log_prob's shape) and the 0/1 mask; returns the mask counts the
 /// aggregation needs (one pass over the mask).
