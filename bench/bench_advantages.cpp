@@ -1,9 +1,11 @@
 // Advantage estimators at verl scale: 16384 responses x 1024 tokens in prompt groups of 8, with
 // contiguous and with shuffled group ids, for grpo, rloo, reinforce_plus_plus and gae. Each runs
-// beside a naive reference written plainly the way verl's Python reads (a std::map from uid to a
-// list of scores, one pass per torch operation, GAE and REINFORCE++ column by column over the
-// batch, verl::algo::masked_whiten). Items are tokens; the closing table prints naive / verl-cpp
-// CPU time for every pair measured in this run (the machine may be shared).
+// as compute() (fresh output matrices, as verl allocates new tensors) and as compute_into() with
+// the previous result reused (a trainer loop's steady state), beside a naive reference written
+// plainly the way verl's Python reads (a std::map from uid to a list of scores, one pass per torch
+// operation, GAE and REINFORCE++ column by column over the batch, verl::algo::masked_whiten).
+// Items are tokens; the closing table prints naive / verl-cpp CPU time for every pair measured in
+// this run (CPU time: the machine may be shared).
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
