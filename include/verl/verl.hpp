@@ -1,5 +1,6 @@
-// verl-cpp umbrella header: every host-only header, in dependency order.
-// CUDA headers (*.cuh) are not included; include them from translation units built by nvcc.
+// verl-cpp umbrella header: every host-only layer whose dependencies are present.
+// Eigen and fmt are required; CUDA headers (*.cuh) and the MPI communicator are never included
+// here (include them from translation units built by nvcc / linked with MPI).
 #pragma once
 
 #include "verl/config.hpp"
@@ -7,5 +8,6 @@
 #include "verl/core/tensor.hpp"
 #include "verl/core/metrics.hpp"
 
-#include "verl/algo/masked_stats.hpp"
-#include "verl/algo/loss_aggregation.hpp"
+#include "verl/algo.hpp"
+#include "verl/parallel.hpp"
+#include "verl/reward.hpp"

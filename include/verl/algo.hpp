@@ -1,0 +1,21 @@
+// Module header: verl's RL numerics — masked statistics, loss aggregation, advantage
+// estimators, KL estimators and controllers, policy/value/entropy losses, the logits kernels and
+// the composed actor objective, each with its gradient.
+#pragma once
+
+#include "verl/algo/masked_stats.hpp"
+#include "verl/algo/loss_aggregation.hpp"
+#include "verl/algo/functional.hpp"
+#include "verl/algo/logprob_entropy.hpp"
+#include "verl/algo/logprob.hpp"
+#include "verl/algo/entropy.hpp"
+#include "verl/algo/entropy_loss.hpp"
+#include "verl/algo/advantages.hpp"
+#include "verl/algo/kl_estimator.hpp"
+#include "verl/algo/kl_penalty.hpp"
+#include "verl/algo/kl_registry.hpp"
+#include "verl/algo/kl_controller.hpp"
+#include "verl/algo/kl_rewards.hpp"
+#include "verl/algo/policy_losses.hpp"
+#include "verl/algo/value_loss.hpp"
+#include "verl/algo/actor_objective.hpp"
