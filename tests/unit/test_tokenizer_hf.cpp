@@ -4,9 +4,12 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "verl/model/tokenizer/hf_tokenizer.hpp"
@@ -76,3 +79,76 @@ TEST_P(GoldenTokenizer, EncodeAndDecodeMatchTheTokenizersPackage) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Styles, GoldenTokenizer, ::testing::Values("gpt2", "gpt2_prefix", "qwen2", "llama3"));
+
+namespace {
+
+/// Random valid UTF-8 from a mix of ASCII, Latin, CJK, emoji and white space.
+std::string random_text(std::mt19937& gen, std::size_t length) {
+  static const char32_t pool[] = {U'a', U'Z', U' ', U'\t', U'\n', U'\r', U'0', U'9', U'\'', U's', U'.', U'!', U'<', U'|',
+                                  U'>', U'é', U'ß', U'中', U'文', U'😀', U'\u00a0', U'\u3000', U'\u0301', U'ـ', U'א',
+                                  U'\u0085', U'\u200d', U'\U0010FFFF'};
+  std::string text;
+  std::uniform_int_distribution<std::size_t> pick(0, std::size(pool) - 1);
+  for (std::size_t i = 0; i < length; ++i) verl::model::detail::append_utf8(text, pool[pick(gen)]);
+  return text;
+}
+
+}  // namespace
+
+TEST(HfTokenizerProperties, ByteLevelRoundTripsArbitraryText) {
+  // Without a normalizer, decode(encode(text)) is the text itself.
+  for (const char* style : {"gpt2", "llama3"}) {
+    const auto tokenizer = HfTokenizer::from_file(data_dir / (std::string(style) + ".tokenizer.json"));
+    std::mt19937 gen(3);
+    for (int trial = 0; trial < 300; ++trial) {
+      const auto text = random_text(gen, gen() % 64);
+      ASSERT_EQ(tokenizer.decode(tokenizer.encode(text, false), false), text) << style << " " << escaped(text);
+    }
+  }
+}
+
+TEST(HfTokenizerProperties, ArbitraryBytesAreEncodedOrRejectedNeverCrash) {
+  const auto tokenizer = HfTokenizer::from_file(data_dir / "qwen2.tokenizer.json");
+  std::mt19937 gen(5);
+  std::size_t rejected = 0;
+  for (int trial = 0; trial < 2000; ++trial) {
+    std::string bytes(gen() % 24, '\0');
+    for (auto& byte : bytes) byte = static_cast<char>(gen() % 256);
+    try {
+      const auto ids = tokenizer.encode(bytes);
+      for (const auto id : ids) ASSERT_LT(static_cast<std::size_t>(id), tokenizer.vocab_size());
+    } catch (const InvalidArgument&) {
+      ++rejected;
+    }
+    // Any id sequence decodes (invalid UTF-8 becomes U+FFFD).
+    std::vector<TokenId> ids(gen() % 8);
+    for (auto& id : ids) id = static_cast<TokenId>(gen() % tokenizer.vocab_size());
+    const auto text = tokenizer.decode(ids, false);
+    ASSERT_FALSE(verl::model::detail::find_invalid_utf8(text).has_value());
+  }
+  EXPECT_GT(rejected, 0u);
+}
+
+TEST(HfTokenizerProperties, ConcurrentEncodingGivesTheSameIds) {
+  const auto tokenizer = HfTokenizer::from_file(data_dir / "llama3.tokenizer.json");
+  std::mt19937 gen(9);
+  std::vector<std::string> texts;
+  for (int i = 0; i < 200; ++i) texts.push_back(random_text(gen, 40));
+  std::vector<std::vector<TokenId>> expected;
+  // Expected ids from an independent instance, so the shared one starts with a cold cache.
+  const auto reference = HfTokenizer::from_file(data_dir / "llama3.tokenizer.json");
+  for (const auto& text : texts) expected.push_back(reference.encode(text));
+  std::vector<std::thread> threads;
+  std::atomic<int> mismatches{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      for (int repeat = 0; repeat < 5; ++repeat) {
+        for (std::size_t i = 0; i < texts.size(); ++i) {
+          if (tokenizer.encode(texts[i]) != expected[i]) ++mismatches;
+        }
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_EQ(mismatches.load(), 0);
+}

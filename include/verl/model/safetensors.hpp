@@ -128,6 +128,7 @@ T load_unaligned(const std::byte* at) {
 
 /// Converts `count` elements of `dtype` at `source` (any alignment) to float32.
 inline void convert_to_f32(DType dtype, const std::byte* source, std::size_t count, float* out) {
+  if (count == 0) return;  // empty tensors may come with null pointers
   switch (dtype) {
     case DType::F32: std::memcpy(out, source, count * sizeof(float)); return;
     case DType::BF16:
@@ -171,6 +172,7 @@ inline void convert_to_f32(DType dtype, const std::byte* source, std::size_t cou
 
 /// Narrows float32 values to `dtype` (rounding to nearest even for the 16-bit floats).
 inline void convert_from_f32(DType dtype, const float* values, std::size_t count, std::byte* out) {
+  if (count == 0 && is_floating(dtype)) return;
   auto store = [&](std::size_t i, auto value) { std::memcpy(out + i * sizeof(value), &value, sizeof(value)); };
   switch (dtype) {
     case DType::F32: std::memcpy(out, values, count * sizeof(float)); return;

@@ -137,15 +137,13 @@ class AddedVocabulary {
     return found == by_id_.end() ? nullptr : &tokens_[found->second];
   }
   [[nodiscard]] std::optional<std::int32_t> token_to_id(std::string_view content) const {
-    for (const auto& token : tokens_) {
-      if (token.content == content) return token.id;
-    }
-    return std::nullopt;
+    const auto found = by_content_.find(content);
+    return found == by_content_.end() ? std::nullopt : std::optional(tokens_[found->second].id);
   }
   /// Whether a token string is a special token's content (decode skips it by content, like
   /// tokenizers does).
   [[nodiscard]] bool is_special_content(std::string_view content) const {
-    return special_contents_.contains(std::string(content));
+    return special_contents_.contains(content);
   }
   /// The spelling a token decodes from: its normalized form for normalized tokens.
   [[nodiscard]] const std::string& decode_form(const AddedToken& token) const {
@@ -211,6 +209,7 @@ class AddedVocabulary {
     }
     if (token.special) special_contents_.insert(token.content);
     by_id_.emplace(token.id, index);
+    by_content_.emplace(token.content, index);
     id_space_ = std::max(id_space_, static_cast<std::size_t>(token.id) + 1);
     tokens_.push_back(std::move(token));
   }
@@ -218,7 +217,8 @@ class AddedVocabulary {
   std::vector<AddedToken> tokens_;
   std::unordered_map<std::int64_t, std::size_t> by_id_;
   std::unordered_map<std::int32_t, std::string> normalized_forms_;
-  std::unordered_set<std::string> special_contents_;
+  std::unordered_set<std::string, detail::StringHash, std::equal_to<>> special_contents_;
+  std::unordered_map<std::string, std::size_t, detail::StringHash, std::equal_to<>> by_content_;
   detail::AddedTokenMatcher raw_matcher_;
   detail::AddedTokenMatcher normalized_matcher_;
   std::size_t id_space_ = 0;

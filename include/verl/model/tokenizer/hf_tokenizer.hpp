@@ -110,6 +110,7 @@ class HfTokenizer {
     if (const auto padding = json.find("padding"); padding != json.end() && !padding->is_null()) {
       ::verl::detail::throw_not_implemented("tokenizer.json padding: built-in padding is not supported");
     }
+    tokenizer.build_decode_table();
     return tokenizer;
   }
 
@@ -168,31 +169,22 @@ class HfTokenizer {
   /// the tokenizers package; transformers' decode defaults to false). Bytes that do not form
   /// valid UTF-8 (a multi-byte character cut between tokens) become U+FFFD.
   [[nodiscard]] std::string decode(std::span<const TokenId> ids, bool skip_special_tokens = true) const {
-    const auto& tables = detail::byte_level_tables();
     std::string bytes;
-    std::string joined;  // decoder-less tokenizers join tokens with spaces
+    bytes.reserve(ids.size() * 4);
     bool first = true;
     for (std::size_t i = 0; i < ids.size(); ++i) {
-      const std::string* token = nullptr;
-      if (const AddedToken* added = added_.find(ids[i])) {
-        token = &added_.decode_form(*added);
-      } else {
-        token = model_.id_to_token(ids[i]);
-      }
-      VERL_CHECK_ARG(token != nullptr, "ids[{}]: expected a token id in the vocabulary [0, {}), got {}", i,
-                     vocab_size(), ids[i]);
-      if (skip_special_tokens && added_.is_special_content(*token)) continue;
-      if (byte_level_decoder_) {
-        // Tokens spelled in byte characters give their bytes; others (e.g. added tokens with
-        // characters outside the byte alphabet) their UTF-8 text.
-        if (!tables.decode(*token, bytes)) bytes += *token;
-      } else {
-        if (!first) joined += ' ';
-        joined += *token;
-        first = false;
-      }
+      const TokenId id = ids[i];
+      const auto kind = id >= 0 && static_cast<std::size_t>(id) < id_kinds_.size() ? id_kinds_[static_cast<std::size_t>(id)]
+                                                                                     : IdKind::absent;
+      VERL_CHECK_ARG(kind != IdKind::absent, "ids[{}]: expected a token id in the vocabulary [0, {}), got {}", i,
+                     vocab_size(), id);
+      if (skip_special_tokens && kind == IdKind::special) continue;
+      // Without a decoder, tokenizers joins the token strings with spaces.
+      if (!byte_level_decoder_ && !first) bytes += ' ';
+      bytes += decoded_[static_cast<std::size_t>(id)];
+      first = false;
     }
-    return byte_level_decoder_ ? detail::utf8_lossy(bytes) : joined;
+    return byte_level_decoder_ ? detail::utf8_lossy(bytes) : bytes;
   }
 
   /// One past the largest id (model vocabulary and added tokens).
@@ -227,6 +219,31 @@ class HfTokenizer {
   [[nodiscard]] const PreTokenizer& pre_tokenizer() const { return pre_tokenizer_; }
 
  private:
+  enum class IdKind : std::uint8_t { absent, regular, special };
+
+  /// What each id decodes to, computed once: the token's bytes under the ByteLevel decoder (or
+  /// its text without one), and whether skip_special_tokens drops it. As in tokenizers, a token
+  /// is special when its string is a special added token's content.
+  void build_decode_table() {
+    const auto& tables = detail::byte_level_tables();
+    const std::size_t size = vocab_size();
+    id_kinds_.assign(size, IdKind::absent);
+    decoded_.assign(size, std::string());
+    auto set = [&](std::size_t id, const std::string& token) {
+      id_kinds_[id] = added_.is_special_content(token) ? IdKind::special : IdKind::regular;
+      decoded_[id].clear();  // an added token may reuse a model id
+      // Tokens spelled in byte characters give their bytes; others (e.g. added tokens with
+      // characters outside the byte alphabet) their UTF-8 text.
+      if (!byte_level_decoder_ || !tables.decode(token, decoded_[id])) decoded_[id] = token;
+    };
+    for (std::size_t id = 0; id < size; ++id) {
+      if (const std::string* token = model_.id_to_token(static_cast<TokenId>(id))) set(id, *token);
+    }
+    for (const AddedToken& token : added_.tokens()) {
+      set(static_cast<std::size_t>(token.id), added_.decode_form(token));
+    }
+  }
+
   void parse_decoder(const nlohmann::json& json) {
     if (json.is_null()) return;
     VERL_CHECK_ARG(json.is_object() && json.contains("type") && json["type"].is_string(),
@@ -250,6 +267,8 @@ class HfTokenizer {
   AddedVocabulary added_;
   bool byte_level_decoder_ = false;
   SpecialTokenIds special_ids_;
+  std::vector<IdKind> id_kinds_;     ///< by id
+  std::vector<std::string> decoded_;  ///< by id: bytes (ByteLevel decoder) or text
 };
 
 static_assert(Tokenizer<HfTokenizer>);
