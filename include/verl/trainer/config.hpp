@@ -1,0 +1,506 @@
+// verl's configuration for verl-cpp: the PPO trainer's key tree with verl's names and defaults,
+// loaded from dotted overrides (`algorithm.adv_estimator=grpo actor_rollout_ref.rollout.n=8
+// trainer.logger=['console','file']`) and, with config_yaml.hpp, from a YAML file, into the
+// typed PPOConfig (config/ppo_config.hpp).
+//
+// Every key is checked against verl's own key list (config/detail/verl_keys.hpp, generated from
+// verl's ppo_trainer.yaml by tools/scripts/gen_verl_keys.py):
+//   - keys verl-cpp supports are bound to PPOConfig, with type errors naming the key, the
+//     expected type and where the value came from;
+//   - keys naming Python machinery (_target_, fsdp_config, profiler, Ray, engine tuning, ...)
+//     have no meaning here and are accepted and ignored;
+//   - any other verl key is accepted only at verl's default value, and otherwise rejected as
+//     "not supported by verl-cpp yet" (so verl's full YAML loads, and nothing is silently
+//     ignored);
+//   - keys verl does not have are errors that suggest the nearest valid key.
+// OmegaConf interpolations (${a.b}, ${.x}, ${oc.select:a.b,default}) resolve as in verl, so that
+// e.g. critic.ppo_mini_batch_size follows the actor's unless set.
+#pragma once
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <map>
+#include <set>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "verl/algo/advantage_registry.hpp"
+#include "verl/algo/kl_registry.hpp"
+#include "verl/algo/loss_aggregation.hpp"
+#include "verl/algo/policy_loss_registry.hpp"
+#include "verl/core/error.hpp"
+#include "verl/trainer/config/detail/config_node.hpp"
+#include "verl/trainer/config/detail/edit_distance.hpp"
+#include "verl/trainer/config/detail/field_conversion.hpp"
+#include "verl/trainer/config/detail/interpolation.hpp"
+#include "verl/trainer/config/detail/override_parser.hpp"
+#include "verl/trainer/config/detail/verl_keys.hpp"
+#include "verl/trainer/config/ppo_config.hpp"
+#include "verl/trainer/logging/tracking.hpp"
+#include "verl/trainer/optim/schedules.hpp"
+
+namespace verl::trainer {
+
+/// A configuration that cannot be used: every problem found, one per line in what().
+class ConfigError : public InvalidArgument {
+ public:
+  explicit ConfigError(std::vector<std::string> problems)
+      : InvalidArgument(join(problems)), problems_(std::move(problems)) {}
+  [[nodiscard]] const std::vector<std::string>& problems() const { return problems_; }
+
+ private:
+  static std::string join(const std::vector<std::string>& problems) {
+    if (problems.size() == 1) return problems.front();
+    std::string out = fmt::format("invalid configuration ({} problems):", problems.size());
+    for (const auto& p : problems) out += "\n  - " + p;
+    return out;
+  }
+  std::vector<std::string> problems_;
+};
+
+namespace detail {
+
+/// verl keys that name Python, Ray or inference-engine machinery: accepted, without effect.
+/// `*` matches one path segment, `**` any number of them.
+inline constexpr std::array<std::string_view, 66> ignored_key_patterns = {
+    "**._target_",  // Python classes
+    "**.fsdp_config.**",
+    "**.strategy",  // FSDP / Megatron
+    "**.profiler.**",
+    "global_profiler.**",
+    "ray_kwargs.**",
+    "trainer.ray_wait_register_center_timeout",
+    "trainer.use_legacy_worker_impl",
+    "trainer.esi_redundant_time",
+    "**.use_torch_compile",  // kernels and memory savers that do not change the numbers
+    "**.entropy_from_logits_with_chunking",
+    "**.entropy_checkpointing",
+    "**.use_remove_padding",
+    "**.use_fused_kernels",
+    "**.fused_kernel_options.**",
+    "**.use_liger",
+    "**.enable_activation_offload",
+    "**.enable_gradient_checkpointing",
+    "**.tiled_mlp.**",
+    "**.use_shm",
+    "**.trust_remote_code",
+    "**.rollout_n",  // derived from actor_rollout_ref.rollout.n
+    "actor_rollout_ref.actor.sum_pi_squared_checkpointing",
+    "actor_rollout_ref.actor.freeze_vision_tower",
+    "actor_rollout_ref.hybrid_engine",
+    "actor_rollout_ref.nccl_timeout",
+    "data.dataloader_num_workers",  // Python data loading
+    "data.filter_overlong_prompts_workers",
+    "data.return_raw_input_ids",
+    "data.return_raw_chat",
+    "data.return_full_prompt",
+    "data.return_multi_modal_inputs",
+    "data.image_key",
+    "data.video_key",
+    "data.image_patch_size",
+    "actor_rollout_ref.rollout.mode",  // vLLM / SGLang engine settings
+    "actor_rollout_ref.rollout.dtype",
+    "actor_rollout_ref.rollout.gpu_memory_utilization",
+    "actor_rollout_ref.rollout.enforce_eager",
+    "actor_rollout_ref.rollout.cudagraph_capture_sizes",
+    "actor_rollout_ref.rollout.free_cache_engine",
+    "actor_rollout_ref.rollout.max_num_batched_tokens",
+    "actor_rollout_ref.rollout.max_model_len",
+    "actor_rollout_ref.rollout.max_num_seqs",
+    "actor_rollout_ref.rollout.enable_chunked_prefill",
+    "actor_rollout_ref.rollout.enable_prefix_caching",
+    "actor_rollout_ref.rollout.logprobs_mode",
+    "actor_rollout_ref.rollout.scheduling_policy",
+    "actor_rollout_ref.rollout.load_format",
+    "actor_rollout_ref.rollout.disable_log_stats",
+    "actor_rollout_ref.rollout.multi_stage_wake_up",
+    "actor_rollout_ref.rollout.skip_tokenizer_init",
+    "actor_rollout_ref.rollout.skip_dump_dir",
+    "actor_rollout_ref.rollout.layered_summon",
+    "actor_rollout_ref.rollout.engine_kwargs.**",
+    "actor_rollout_ref.rollout.agent.**",
+    "actor_rollout_ref.rollout.checkpoint_engine.**",
+    "actor_rollout_ref.rollout.trace.**",
+    "actor_rollout_ref.rollout.prometheus.**",
+    "reward_model.model.**",  // reward-model serving (reward_model.enable must stay false)
+    "reward_model.rollout.**",
+    "reward_model.use_reward_loop",
+    "reward_model.launch_reward_fn_async",
+    "reward_model.num_workers",
+    "reward_model.enable_resource_pool",
+    "reward_model.n_gpus_per_node",
+};
+
+/// More reward-model serving keys (kept apart to keep the table above readable).
+inline constexpr std::array<std::string_view, 7> ignored_reward_model_keys = {
+    "reward_model.nnodes",         "reward_model.micro_batch_size", "reward_model.micro_batch_size_per_gpu",
+    "reward_model.max_length",     "reward_model.use_dynamic_bsz",  "reward_model.forward_max_token_len_per_gpu",
+    "reward_model.ulysses_sequence_parallel_size"};
+
+inline bool pattern_matches(std::span<const std::string> pattern, std::span<const std::string> path) {
+  if (pattern.empty()) return path.empty();
+  if (pattern.front() == "**") {
+    for (std::size_t skip = 0; skip <= path.size(); ++skip)
+      if (pattern_matches(pattern.subspan(1), path.subspan(skip))) return true;
+    return false;
+  }
+  if (path.empty()) return false;
+  return (pattern.front() == "*" || pattern.front() == path.front()) && pattern_matches(pattern.subspan(1), path.subspan(1));
+}
+
+inline bool is_ignored_key(std::string_view path) {
+  const auto parts = split_path(path);
+  for (const auto pattern : ignored_key_patterns)
+    if (pattern_matches(split_path(pattern), parts)) return true;
+  for (const auto key : ignored_reward_model_keys)
+    if (key == path) return true;
+  return false;
+}
+
+/// verl-cpp's own defaults where they differ from verl's yaml (see ppo_config.hpp).
+inline constexpr std::array<std::pair<std::string_view, std::string_view>, 3> verl_cpp_default_changes = {{
+    {"trainer.logger", "['console']"},
+    {"trainer.n_gpus_per_node", "1"},
+    {"trainer.device", "'cpu'"},
+}};
+
+/// Lookup tables over the key lists, built once.
+struct KeyTables {
+  std::map<std::string, std::string, std::less<>> verl_defaults;  ///< verl key -> default text
+  std::set<std::string, std::less<>> supported;                   ///< keys bound to PPOConfig
+  std::set<std::string, std::less<>> sections;                    ///< every proper prefix of a key
+  std::vector<std::string> all_keys;                              ///< for suggestions: supported first
+
+  static const KeyTables& get() {
+    static const KeyTables tables = [] {
+      KeyTables t;
+      for (const auto& key : verl_config_keys) t.verl_defaults.emplace(key.path, key.default_value);
+      const PPOConfig defaults;
+      visit_fields(defaults, [&](std::string_view path, const auto&) { t.supported.emplace(path); });
+      for (const auto& key : t.supported) t.all_keys.push_back(key);
+      for (const auto& [key, value] : t.verl_defaults)
+        if (!t.supported.contains(key)) t.all_keys.push_back(key);
+      for (const auto& key : t.all_keys) {
+        for (std::size_t dot = key.find('.'); dot != std::string::npos; dot = key.find('.', dot + 1))
+          t.sections.insert(key.substr(0, dot));
+      }
+      return t;
+    }();
+    return tables;
+  }
+};
+
+/// verl's default tree with verl-cpp's changes and the defaults of verl-cpp's extension keys.
+inline ConfigNode default_tree() {
+  ConfigNode root = ConfigNode::map("defaults");
+  for (const auto& key : verl_config_keys) set_path(root, key.path, parse_value(key.default_value, "verl's default"));
+  for (const auto& [key, value] : verl_cpp_default_changes) set_path(root, key, parse_value(value, "verl-cpp's default"));
+  const PPOConfig defaults;
+  visit_fields(defaults, [&](std::string_view path, const auto& field) {
+    if (find_path(root, path) == nullptr) set_path(root, path, parse_value(write(field), "verl-cpp's default"));
+  });
+  return root;
+}
+
+class KeyChecker {
+ public:
+  explicit KeyChecker(std::vector<std::string>& problems) : problems_(problems), tables_(KeyTables::get()) {}
+
+  void check(const ConfigNode& node, const std::string& path) {
+    if (path.empty()) {
+      for (const auto& [key, value] : node.entries) check(value, key);
+      return;
+    }
+    // A mapping is walked into unless the key is a leaf (a free-form dict such as override_config).
+    if (node.is_map() && !node.entries.empty() && !tables_.verl_defaults.contains(path) && !tables_.supported.contains(path)) {
+      if (tables_.sections.contains(path)) {
+        for (const auto& [key, value] : node.entries) check(value, join_path(path, key));
+        return;
+      }
+    }
+    check_leaf(node, path);
+  }
+
+ private:
+  void check_leaf(const ConfigNode& node, const std::string& path) {
+    if (tables_.supported.contains(path) || is_ignored_key(path)) return;
+    if (const auto found = tables_.verl_defaults.find(path); found != tables_.verl_defaults.end()) {
+      const ConfigNode verl_default = parse_value(found->second, "verl's default");
+      if (canonical(node) != canonical(verl_default)) {
+        problems_.push_back(fmt::format("{}: not supported by verl-cpp yet (only verl's default {} is accepted, got {}; {})",
+                                        path, found->second, to_text(node), user_origin(node)));
+      }
+      return;
+    }
+    if (tables_.sections.contains(path)) {
+      problems_.push_back(fmt::format("{}: expected a mapping (a section of the configuration), got {} ({})", path,
+                                      to_text(node), node.origin));
+      return;
+    }
+    // Inside a verl key that holds a free-form mapping (e.g. override_config.x)?
+    for (std::string prefix = path; prefix.find('.') != std::string::npos;) {
+      prefix = prefix.substr(0, prefix.rfind('.'));
+      if (tables_.verl_defaults.contains(prefix)) {
+        if (!is_ignored_key(prefix)) {
+          problems_.push_back(fmt::format("{}: not supported by verl-cpp yet (inside {}; {})", path, prefix, node.origin));
+        }
+        return;
+      }
+    }
+    if (path == "defaults" || path == "hydra" || path.starts_with("hydra.")) {
+      problems_.push_back(fmt::format(
+          "{}: Hydra's composition is not supported; give a flattened configuration (as verl's print_cfg writes it) or "
+          "overrides ({})",
+          path, node.origin));
+      return;
+    }
+    problems_.push_back(fmt::format("{}: unknown key ({}); did you mean {}?", path, node.origin,
+                                    nearest(path, tables_.all_keys)));
+  }
+
+  /// Where the user's part of a value came from (a mapping merged over verl's default keeps
+  /// the default's origin; its entries know better).
+  static std::string user_origin(const ConfigNode& node) {
+    if (!node.origin.starts_with("verl")) return node.origin;
+    for (const auto& [key, value] : node.entries) {
+      if (auto origin = user_origin(value); !origin.starts_with("verl")) return origin;
+    }
+    for (const auto& item : node.items) {
+      if (auto origin = user_origin(item); !origin.starts_with("verl")) return origin;
+    }
+    return node.origin;
+  }
+
+  std::vector<std::string>& problems_;
+  const KeyTables& tables_;
+};
+
+inline std::string suggestion(std::string_view name, std::span<const std::string_view> choices) {
+  return fmt::format("expected one of {}, got '{}'; did you mean {}?", fmt::join(choices, ", "), name,
+                     nearest(name, choices));
+}
+
+/// Checks the names and ranges verl checks (or would fail on later).
+inline void validate(const PPOConfig& c, std::vector<std::string>& problems) {
+  auto require = [&](bool ok, std::string message) {
+    if (!ok) problems.push_back(std::move(message));
+  };
+  auto positive = [&](std::string_view key, std::int64_t value) {
+    require(value > 0, fmt::format("{}: expected a positive integer, got {}", key, value));
+  };
+  auto positive_if_set = [&](std::string_view key, const std::optional<std::int64_t>& value) {
+    if (value) positive(key, *value);
+  };
+  positive("data.train_batch_size", c.data.train_batch_size);
+  positive("data.max_prompt_length", c.data.max_prompt_length);
+  positive("data.max_response_length", c.data.max_response_length);
+  positive_if_set("data.val_batch_size", c.data.val_batch_size);
+  positive_if_set("data.gen_batch_size", c.data.gen_batch_size);
+  require(!c.data.train_files.empty(), "data.train_files: expected at least one file, got an empty list");
+
+  const auto& actor = c.actor_rollout_ref.actor;
+  positive("actor_rollout_ref.actor.ppo_mini_batch_size", actor.ppo_mini_batch_size);
+  positive("actor_rollout_ref.actor.ppo_epochs", actor.ppo_epochs);
+  positive_if_set("actor_rollout_ref.actor.ppo_micro_batch_size", actor.ppo_micro_batch_size);
+  positive_if_set("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", actor.ppo_micro_batch_size_per_gpu);
+  positive("critic.ppo_mini_batch_size", c.critic.ppo_mini_batch_size);
+  positive("critic.ppo_epochs", c.critic.ppo_epochs);
+  positive("actor_rollout_ref.rollout.n", c.actor_rollout_ref.rollout.n);
+  positive("actor_rollout_ref.rollout.val_kwargs.n", c.actor_rollout_ref.rollout.val_kwargs.n);
+  require(c.actor_rollout_ref.rollout.temperature >= 0,
+          fmt::format("actor_rollout_ref.rollout.temperature: expected a value >= 0, got {}",
+                      c.actor_rollout_ref.rollout.temperature));
+  require(c.actor_rollout_ref.rollout.top_p > 0 && c.actor_rollout_ref.rollout.top_p <= 1,
+          fmt::format("actor_rollout_ref.rollout.top_p: expected a value in (0, 1], got {}",
+                      c.actor_rollout_ref.rollout.top_p));
+
+  for (const auto& [prefix, optim] : {std::pair<std::string_view, const OptimConfig*>{"actor_rollout_ref.actor.optim", &actor.optim},
+                                      {"critic.optim", &c.critic.optim}}) {
+    require(optim->optimizer == "AdamW", fmt::format("{}.optimizer: expected AdamW (the optimizer verl-cpp has), got '{}'",
+                                                     prefix, optim->optimizer));
+    require(optim->betas.size() == 2,
+            fmt::format("{}.betas: expected two values [beta1, beta2], got {}", prefix, optim->betas.size()));
+    require(optim->lr >= 0, fmt::format("{}.lr: expected a learning rate >= 0, got {}", prefix, optim->lr));
+    const std::string_view type = optim->warmup_style ? std::string_view(*optim->warmup_style) : optim->lr_scheduler_type;
+    const std::string_view key = optim->warmup_style ? "warmup_style" : "lr_scheduler_type";
+    if (std::find(optim::lr_scheduler_type_names.begin(), optim::lr_scheduler_type_names.end(), type) ==
+        optim::lr_scheduler_type_names.end()) {
+      problems.push_back(fmt::format("{}.{}: {}", prefix, key, suggestion(type, optim::lr_scheduler_type_names)));
+    }
+    require(optim->min_lr_ratio >= 0 && optim->min_lr_ratio <= 1,
+            fmt::format("{}.min_lr_ratio: expected a value in [0, 1], got {}", prefix, optim->min_lr_ratio));
+    require(optim->lr_warmup_steps_ratio >= 0 && optim->lr_warmup_steps_ratio <= 1,
+            fmt::format("{}.lr_warmup_steps_ratio: expected a value in [0, 1], got {}", prefix,
+                        optim->lr_warmup_steps_ratio));
+  }
+
+  const auto& algorithm = c.algorithm;
+  const auto estimators = algo::advantage_estimator_names();
+  if (std::find(estimators.begin(), estimators.end(), algorithm.adv_estimator) == estimators.end()) {
+    problems.push_back("algorithm.adv_estimator: " + suggestion(algorithm.adv_estimator, estimators));
+  }
+  const auto losses = algo::policy_loss_names();
+  if (std::find(losses.begin(), losses.end(), actor.policy_loss.loss_mode) == losses.end()) {
+    problems.push_back("actor_rollout_ref.actor.policy_loss.loss_mode: " + suggestion(actor.policy_loss.loss_mode, losses));
+  }
+  for (const auto& [key, name] : {std::pair<std::string_view, const std::string*>{"algorithm.kl_penalty", &algorithm.kl_penalty},
+                                  {"actor_rollout_ref.actor.kl_loss_type", &actor.kl_loss_type}}) {
+    try {
+      (void)algo::make_kl_estimator(*name);
+    } catch (const NotImplemented& error) {
+      problems.push_back(fmt::format("{}: {}", key, error.what()));
+    } catch (const InvalidArgument&) {
+      problems.push_back(fmt::format("{}: {}", key, suggestion(*name, algo::kl_penalty_names)));
+    }
+  }
+  static constexpr std::array<std::string_view, 4> agg_modes = {"token-mean", "seq-mean-token-sum", "seq-mean-token-mean",
+                                                                "seq-mean-token-sum-norm"};
+  for (const auto& [key, mode] : {std::pair<std::string_view, const std::string*>{"actor_rollout_ref.actor.loss_agg_mode", &actor.loss_agg_mode},
+                                  {"critic.loss_agg_mode", &c.critic.loss_agg_mode}}) {
+    try {
+      (void)algo::parse_loss_agg_mode(*mode);
+    } catch (const InvalidArgument&) {
+      problems.push_back(fmt::format("{}: {}", key, suggestion(*mode, agg_modes)));
+    }
+  }
+  static constexpr std::array<std::string_view, 2> kl_ctrl_types = {"fixed", "adaptive"};
+  if (algorithm.kl_ctrl.type != "fixed" && algorithm.kl_ctrl.type != "adaptive") {
+    problems.push_back("algorithm.kl_ctrl.type: " + suggestion(algorithm.kl_ctrl.type, kl_ctrl_types));
+  }
+  require(algorithm.kl_ctrl.type != "adaptive" || algorithm.kl_ctrl.horizon > 0,
+          fmt::format("algorithm.kl_ctrl.horizon: expected a value > 0 for the adaptive controller, got {}",
+                      algorithm.kl_ctrl.horizon));
+  for (const auto& backend : c.trainer.logger) {
+    try {
+      check_logger_name(backend);
+    } catch (const InvalidArgument& error) {
+      problems.push_back(error.what());
+    }
+  }
+  require(!c.reward_model.enable,
+          "reward_model.enable: not supported by verl-cpp yet (model-based rewards; rule-based rewards need enable=false)");
+  require(c.trainer.resume_mode != ResumeMode::resume_path || c.trainer.resume_from_path.has_value(),
+          "trainer.resume_from_path: expected a checkpoint folder with trainer.resume_mode=resume_path, got null");
+  require(c.trainer.device == "cpu" || c.trainer.device == "cuda",
+          fmt::format("trainer.device: expected cpu or cuda, got '{}'", c.trainer.device));
+}
+
+}  // namespace detail
+
+/// The keys PPOConfig binds, in visiting order.
+inline std::vector<std::string> supported_config_keys() {
+  std::vector<std::string> keys;
+  const PPOConfig defaults;
+  visit_fields(defaults, [&](std::string_view path, const auto&) { keys.emplace_back(path); });
+  return keys;
+}
+
+/// Whether `path` is a key of verl's PPO trainer configuration.
+inline bool is_verl_config_key(std::string_view path) { return detail::KeyTables::get().verl_defaults.contains(path); }
+
+/// The untyped tree of verl's defaults (as adjusted by verl-cpp); merge files and overrides into
+/// it, then build_ppo_config().
+inline detail::ConfigNode default_config_tree() { return detail::default_tree(); }
+
+/// Applies `key=value` overrides to a tree, in order (later ones win).
+inline void apply_overrides(detail::ConfigNode& tree, std::span<const std::string> overrides) {
+  for (const auto& text : overrides) {
+    auto [key, value] = detail::parse_override(text);
+    detail::set_path(tree, key, std::move(value));
+  }
+}
+
+/// Checks every key, resolves interpolations, binds the supported keys and validates; throws
+/// ConfigError listing every problem.
+inline PPOConfig build_ppo_config(detail::ConfigNode tree) {
+  std::vector<std::string> problems;
+  detail::KeyChecker(problems).check(tree, "");
+  if (!problems.empty()) throw ConfigError(std::move(problems));
+  std::set<std::string> unresolved;
+  detail::InterpolationResolver(tree).resolve_all(problems, unresolved);
+  PPOConfig config;
+  visit_fields(config, [&](std::string_view path, auto& field) {
+    const detail::ConfigNode* node = detail::find_path(tree, path);
+    if (node == nullptr || unresolved.contains(std::string(path))) return;
+    if (const std::string error = detail::read(*node, field); !error.empty()) {
+      problems.push_back(fmt::format("{}: {} ({})", path, error, node->origin));
+    }
+  });
+  if (!problems.empty()) throw ConfigError(std::move(problems));
+  // verl's deprecated warmup_style overrides lr_scheduler_type.
+  for (OptimConfig* optim : {&config.actor_rollout_ref.actor.optim, &config.critic.optim}) {
+    if (optim->warmup_style) optim->lr_scheduler_type = *optim->warmup_style;
+  }
+  detail::validate(config, problems);
+  if (!problems.empty()) throw ConfigError(std::move(problems));
+  return config;
+}
+
+/// verl's defaults with `overrides` applied.
+inline PPOConfig load_ppo_config(std::span<const std::string> overrides) {
+  detail::ConfigNode tree;
+  try {
+    tree = detail::default_tree();
+    apply_overrides(tree, overrides);
+  } catch (const ConfigError&) {
+    throw;
+  } catch (const InvalidArgument& error) {
+    throw ConfigError({error.what()});
+  }
+  return build_ppo_config(std::move(tree));
+}
+
+inline PPOConfig load_ppo_config(std::initializer_list<std::string> overrides = {}) {
+  return load_ppo_config(std::span<const std::string>(overrides.begin(), overrides.size()));
+}
+
+/// Every supported key with its value in the override grammar ("data.train_batch_size", "64").
+inline std::vector<std::pair<std::string, std::string>> flatten(const PPOConfig& config) {
+  std::vector<std::pair<std::string, std::string>> out;
+  visit_fields(config, [&](std::string_view path, const auto& field) { out.emplace_back(path, detail::write(field)); });
+  return out;
+}
+
+/// The configuration as `key=value` overrides that reproduce it.
+inline std::vector<std::string> to_overrides(const PPOConfig& config) {
+  std::vector<std::string> out;
+  for (const auto& [key, value] : flatten(config)) out.push_back(key + "=" + value);
+  return out;
+}
+
+/// The configuration as a nested YAML document (supported keys only), loadable again.
+inline std::string to_yaml(const PPOConfig& config) {
+  std::string out;
+  std::vector<std::string> open;  // the sections currently open
+  for (const auto& [key, value] : flatten(config)) {
+    const auto parts = detail::split_path(key);
+    std::size_t common = 0;
+    while (common < open.size() && common + 1 < parts.size() && open[common] == parts[common]) ++common;
+    open.resize(common);
+    for (std::size_t depth = common; depth + 1 < parts.size(); ++depth) {
+      out += std::string(2 * depth, ' ') + parts[depth] + ":\n";
+      open.push_back(parts[depth]);
+    }
+    // YAML single quotes escape a quote by doubling it; the override grammar uses backslashes.
+    std::string yaml_value = value;
+    if (yaml_value.size() >= 2 && yaml_value.front() == '\'' && yaml_value.back() == '\'' ) {
+      const detail::ConfigNode parsed = detail::parse_value(value, "dump");
+      std::string escaped;
+      for (const char ch : parsed.text) escaped += ch == '\'' ? std::string("''") : std::string(1, ch);
+      yaml_value = "'" + escaped + "'";
+    }
+    const std::string leaf = parts.back() == "n" ? "'n'" : parts.back();  // YAML 1.1 reads a bare n as false
+    out += std::string(2 * (parts.size() - 1), ' ') + leaf + ": " + yaml_value + "\n";
+  }
+  return out;
+}
+
+}  // namespace verl::trainer

@@ -1,0 +1,288 @@
+// verl's configuration: defaults, dotted overrides in Hydra's grammar, YAML files, OmegaConf
+// interpolations, and the errors for unknown, unsupported and mistyped keys.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "verl/trainer/config.hpp"
+#include "verl/trainer/config_yaml.hpp"
+
+using namespace verl;
+using namespace verl::trainer;
+namespace fs = std::filesystem;
+
+namespace {
+
+PPOConfig with(std::vector<std::string> overrides) { return load_ppo_config(std::span<const std::string>(overrides)); }
+
+std::string error_of(const std::vector<std::string>& overrides) {
+  try {
+    (void)with(overrides);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "<no error>";
+}
+
+struct TempFile {
+  fs::path path;
+  explicit TempFile(const std::string& text, const std::string& name = "config.yaml") {
+    path = fs::temp_directory_path() / ("verl_config_test_" + std::to_string(::getpid()) + "_" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name() + "_" + name);
+    std::ofstream(path) << text;
+  }
+  ~TempFile() { fs::remove(path); }
+};
+
+std::string yaml_error_of(const std::string& text, std::vector<std::string> overrides = {}) {
+  TempFile file(text);
+  try {
+    (void)load_ppo_config(file.path, overrides);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "<no error>";
+}
+
+}  // namespace
+
+TEST(Config, DefaultsAreVerls) {
+  const PPOConfig loaded = with({});
+  // The C++ defaults and verl's yaml (plus verl-cpp's three documented changes) agree.
+  EXPECT_EQ(loaded, PPOConfig{});
+  EXPECT_EQ(loaded.actor_rollout_ref.actor.optim.lr, 1e-6);
+  EXPECT_EQ(loaded.critic.optim.lr, 1e-5);
+  EXPECT_EQ(loaded.actor_rollout_ref.actor.kl_loss_type, "low_var_kl");
+  EXPECT_EQ(loaded.algorithm.adv_estimator, "gae");
+  EXPECT_EQ(loaded.data.truncation, data::Truncation::error);
+  EXPECT_EQ(loaded.trainer.resume_mode, ResumeMode::automatic);
+  EXPECT_EQ(loaded.trainer.logger, (std::vector<std::string>{"console"}));
+  EXPECT_FALSE(loaded.actor_rollout_ref.rollout.name.has_value());  // verl's mandatory ??? is unset
+}
+
+TEST(Config, OverridesWithVerlsKeyNames) {
+  const PPOConfig c = with({"algorithm.adv_estimator=grpo", "actor_rollout_ref.rollout.n=8", "data.train_batch_size=64",
+                            "trainer.total_training_steps=100", "trainer.logger=['console','file']",
+                            "actor_rollout_ref.actor.optim.lr=1e-6", "actor_rollout_ref.actor.use_kl_loss=True",
+                            "actor_rollout_ref.actor.optim.betas=[0.9, 0.95]", "data.truncation=middle",
+                            "trainer.resume_mode=disable", "+data.gen_batch_size=96"});
+  EXPECT_EQ(c.algorithm.adv_estimator, "grpo");
+  EXPECT_EQ(c.actor_rollout_ref.rollout.n, 8);
+  EXPECT_EQ(c.data.train_batch_size, 64);
+  EXPECT_EQ(c.trainer.total_training_steps, 100);
+  EXPECT_EQ(c.trainer.logger, (std::vector<std::string>{"console", "file"}));
+  EXPECT_TRUE(c.actor_rollout_ref.actor.use_kl_loss);
+  EXPECT_EQ(c.actor_rollout_ref.actor.optim.betas, (std::vector<double>{0.9, 0.95}));
+  EXPECT_EQ(c.data.truncation, data::Truncation::middle);
+  EXPECT_EQ(c.trainer.resume_mode, ResumeMode::disable);
+  EXPECT_EQ(c.data.gen_batch_size, 96);
+  // Hydra's other spellings of a list, and a single string where verl takes a list.
+  EXPECT_EQ(with({"trainer.logger=[console,file]"}).trainer.logger, (std::vector<std::string>{"console", "file"}));
+  EXPECT_EQ(with({"trainer.logger=console"}).trainer.logger, (std::vector<std::string>{"console"}));
+  EXPECT_EQ(with({"data.train_files=/data/a.jsonl"}).data.train_files, (std::vector<std::string>{"/data/a.jsonl"}));
+  // Later overrides win; null clears an optional.
+  EXPECT_EQ(with({"data.seed=1", "data.seed=2"}).data.seed, 2);
+  EXPECT_FALSE(with({"data.seed=1", "data.seed=null"}).data.seed.has_value());
+  EXPECT_EQ(with({"actor_rollout_ref.rollout.name=vllm"}).actor_rollout_ref.rollout.name, "vllm");
+}
+
+TEST(Config, InterpolationsFollowVerl) {
+  const PPOConfig c = with({"actor_rollout_ref.actor.ppo_mini_batch_size=32", "data.max_prompt_length=200",
+                            "trainer.project_name=proj", "trainer.experiment_name=exp", "actor_rollout_ref.actor.ppo_epochs=3",
+                            "actor_rollout_ref.model.path=/models/tiny"});
+  EXPECT_EQ(c.critic.ppo_mini_batch_size, 32);  // ${oc.select:actor_rollout_ref.actor.ppo_mini_batch_size,256}
+  EXPECT_EQ(c.critic.ppo_epochs, 3);
+  EXPECT_EQ(c.actor_rollout_ref.rollout.prompt_length, 200);  // ${oc.select:data.max_prompt_length,512}
+  EXPECT_EQ(c.trainer.default_local_dir, "checkpoints/proj/exp");
+  EXPECT_EQ(c.critic.model.tokenizer_path, "/models/tiny");
+  EXPECT_EQ(c.actor_rollout_ref.actor.checkpoint.load_contents, c.actor_rollout_ref.actor.checkpoint.save_contents);
+  // Setting the follower itself wins.
+  EXPECT_EQ(with({"actor_rollout_ref.actor.ppo_mini_batch_size=32", "critic.ppo_mini_batch_size=8"}).critic.ppo_mini_batch_size, 8);
+  // Interpolations in overrides too.
+  EXPECT_EQ(with({"trainer.experiment_name=${trainer.project_name}_run"}).trainer.experiment_name, "verl_examples_run");
+  EXPECT_EQ(with({"data.val_batch_size=${data.train_batch_size}"}).data.val_batch_size, 1024);
+  EXPECT_NE(error_of({"data.train_files=${data.val_files}", "data.val_files=${data.train_files}"}).find("interpolation cycle"),
+            std::string::npos);
+  EXPECT_NE(error_of({"data.val_batch_size=${data.nope}"}).find("refers to 'data.nope', which is not a key"),
+            std::string::npos);
+}
+
+TEST(Config, UnknownKeysSuggestTheNearestOne) {
+  EXPECT_EQ(error_of({"actor_rollout_ref.rollout.temprature=0.7"}),
+            "actor_rollout_ref.rollout.temprature: unknown key (override 'actor_rollout_ref.rollout.temprature=0.7'); did "
+            "you mean actor_rollout_ref.rollout.temperature?");
+  EXPECT_NE(error_of({"data.train_batch=64"}).find("did you mean data.train_batch_size?"), std::string::npos);
+  EXPECT_NE(error_of({"algorithm.kl_ctrl.kl_coeff=0.1"}).find("did you mean algorithm.kl_ctrl.kl_coef?"), std::string::npos);
+}
+
+TEST(Config, UnsupportedVerlKeysAreRejectedUnlessAtVerlsDefault) {
+  EXPECT_EQ(error_of({"actor_rollout_ref.model.lora_rank=8"}),
+            "actor_rollout_ref.model.lora_rank: not supported by verl-cpp yet (only verl's default 0 is accepted, got 8; "
+            "override 'actor_rollout_ref.model.lora_rank=8')");
+  EXPECT_NE(error_of({"algorithm.use_pf_ppo=true"}).find("algorithm.use_pf_ppo: not supported by verl-cpp yet"),
+            std::string::npos);
+  EXPECT_EQ(error_of({"actor_rollout_ref.model.override_config.attention_dropout=0.1"}),
+            "actor_rollout_ref.model.override_config: not supported by verl-cpp yet (only verl's default {} is accepted, "
+            "got {attention_dropout: 0.1}; override 'actor_rollout_ref.model.override_config.attention_dropout=0.1')");
+  // verl's default value, however spelt, is accepted.
+  EXPECT_NO_THROW(with({"actor_rollout_ref.model.lora_rank=0", "algorithm.use_pf_ppo=False",
+                        "actor_rollout_ref.rollout.over_sample_rate=0.0"}));
+  // Python machinery has no meaning here: accepted whatever the value.
+  EXPECT_NO_THROW(with({"actor_rollout_ref.actor.fsdp_config.param_offload=true", "actor_rollout_ref.rollout.gpu_memory_utilization=0.9",
+                        "actor_rollout_ref.actor.strategy=fsdp2", "trainer.ray_wait_register_center_timeout=5",
+                        "actor_rollout_ref.rollout.engine_kwargs.vllm.swap_space=4", "data.dataloader_num_workers=0"}));
+  EXPECT_NE(error_of({"actor_rollout_ref.actor.optim=3"})
+                .find("actor_rollout_ref.actor.optim: expected a mapping (a section of the configuration), got 3"),
+            std::string::npos);
+}
+
+TEST(Config, TypeErrorsNameTheKeyAndTheExpectedType) {
+  EXPECT_EQ(error_of({"actor_rollout_ref.rollout.n=eight"}),
+            "actor_rollout_ref.rollout.n: expected an integer, got 'eight' (override 'actor_rollout_ref.rollout.n=eight')");
+  EXPECT_NE(error_of({"actor_rollout_ref.actor.use_kl_loss=maybe"}).find("expected a boolean (true or false), got 'maybe'"),
+            std::string::npos);
+  EXPECT_NE(error_of({"actor_rollout_ref.actor.optim.lr=fast"}).find("expected a number, got 'fast'"), std::string::npos);
+  EXPECT_NE(error_of({"data.seed=abc"}).find("data.seed: expected an integer, got 'abc' or null"), std::string::npos);
+  EXPECT_NE(error_of({"trainer.project_name=[a,b]"}).find("trainer.project_name: expected a string, got a list"),
+            std::string::npos);
+  EXPECT_NE(error_of({"data.truncation=center"}).find("data.truncation: expected one of error, left, right, middle, got 'center'"),
+            std::string::npos);
+  EXPECT_NE(error_of({"actor_rollout_ref.actor.optim.betas=[0.9,x]"}).find("element 1: expected a number, got 'x'"),
+            std::string::npos);
+  // Several problems are reported together.
+  const std::string many = error_of({"actor_rollout_ref.rollout.n=x", "data.train_batch_size=y"});
+  EXPECT_NE(many.find("invalid configuration (2 problems)"), std::string::npos);
+}
+
+TEST(Config, NamesAndRangesAreValidated) {
+  EXPECT_NE(error_of({"algorithm.adv_estimator=grp"}).find("algorithm.adv_estimator: expected one of gae, grpo"), std::string::npos);
+  EXPECT_NE(error_of({"algorithm.adv_estimator=grp"}).find("got 'grp'; did you mean grpo?"), std::string::npos);
+  EXPECT_NE(error_of({"actor_rollout_ref.actor.policy_loss.loss_mode=gpso"}).find("did you mean gspo?"), std::string::npos);
+  EXPECT_NE(error_of({"actor_rollout_ref.actor.kl_loss_type=low_var"}).find("did you mean low_var_kl?"), std::string::npos);
+  EXPECT_NE(error_of({"actor_rollout_ref.actor.loss_agg_mode=token_mean"}).find("did you mean token-mean?"), std::string::npos);
+  EXPECT_NE(error_of({"actor_rollout_ref.actor.optim.optimizer=SGD"}).find("expected AdamW"), std::string::npos);
+  EXPECT_NE(error_of({"critic.optim.lr_scheduler_type=linear"}).find("critic.optim.lr_scheduler_type: expected one of constant, cosine"),
+            std::string::npos);
+  EXPECT_NE(error_of({"trainer.logger=[console,wandb]"}).find("'wandb' is a verl backend that is not supported by verl-cpp yet"),
+            std::string::npos);
+  EXPECT_NE(error_of({"reward_model.enable=true"}).find("reward_model.enable: not supported by verl-cpp yet"), std::string::npos);
+  EXPECT_NE(error_of({"trainer.resume_mode=resume_path"}).find("trainer.resume_from_path: expected a checkpoint folder"),
+            std::string::npos);
+  EXPECT_NE(error_of({"data.train_batch_size=0"}).find("data.train_batch_size: expected a positive integer, got 0"),
+            std::string::npos);
+  EXPECT_NE(error_of({"algorithm.kl_penalty=k3+"}).find("not implemented by verl"), std::string::npos);
+  // verl's deprecated warmup_style still selects the schedule.
+  EXPECT_EQ(with({"actor_rollout_ref.actor.optim.warmup_style=cosine"}).actor_rollout_ref.actor.optim.lr_scheduler_type,
+            "cosine");
+}
+
+TEST(Config, OverrideGrammar) {
+  using trainer::detail::parse_override;
+  using trainer::detail::parse_value;
+  EXPECT_EQ(parse_override("+a.b=1").key, "a.b");
+  EXPECT_EQ(parse_override("++a.b=1").key, "a.b");
+  const auto quoted = parse_value("'x, y'", "t");
+  EXPECT_TRUE(quoted.quoted);
+  EXPECT_EQ(quoted.text, "x, y");
+  const auto list = parse_value("[1, 'two', [3, 4], null, ${oc.select:a,1}]", "t");
+  ASSERT_EQ(list.items.size(), 5u);
+  EXPECT_EQ(list.items[1].text, "two");
+  EXPECT_EQ(list.items[2].items.size(), 2u);
+  EXPECT_TRUE(list.items[3].is_null());
+  EXPECT_EQ(list.items[4].text, "${oc.select:a,1}");
+  const auto map = parse_value("{a: 1, 'b': [x]}", "t");
+  ASSERT_EQ(map.entries.size(), 2u);
+  EXPECT_EQ(map.entries[1].first, "b");
+  EXPECT_EQ(parse_value("", "t").text, "");
+  EXPECT_THROW(parse_override("~trainer.logger"), InvalidArgument);
+  EXPECT_THROW(parse_override("trainer.logger"), InvalidArgument);
+  EXPECT_THROW(parse_override("a..b=1"), InvalidArgument);
+  EXPECT_THROW(parse_value("[1, 2", "t"), InvalidArgument);
+  EXPECT_THROW(parse_value("'open", "t"), InvalidArgument);
+  EXPECT_EQ(trainer::detail::edit_distance("kitten", "sitting"), 3u);
+}
+
+TEST(Config, RoundTripsThroughYamlAndOverrides) {
+  const PPOConfig original = with({"algorithm.adv_estimator=grpo", "trainer.experiment_name=it's \"quoted\"",
+                                   "actor_rollout_ref.rollout.n=4", "data.seed=7", "trainer.logger=[console,file]",
+                                   "actor_rollout_ref.actor.optim.lr=3e-7", "algorithm.filter_groups.metric=acc"});
+  const std::string yaml = to_yaml(original);
+  TempFile file(yaml);
+  EXPECT_EQ(load_ppo_config(file.path), original) << yaml;
+  EXPECT_EQ(with(to_overrides(original)), original);
+}
+
+TEST(ConfigYaml, FileThenOverrides) {
+  TempFile file(R"(# a partial verl config
+data:
+  train_batch_size: 32
+  train_files: [a.jsonl, b.jsonl]
+  truncation: "left"
+actor_rollout_ref:
+  rollout:
+    'n': 4
+    name: ???
+  actor:
+    optim:
+      lr: 1.0e-05
+trainer:
+  logger: ['console', 'file']
+  project_name: "123"
+)");
+  const std::vector<std::string> overrides = {"data.train_batch_size=16"};
+  const PPOConfig c = load_ppo_config(file.path, overrides);
+  EXPECT_EQ(c.data.train_batch_size, 16);  // the override wins over the file
+  EXPECT_EQ(c.data.train_files, (std::vector<std::string>{"a.jsonl", "b.jsonl"}));
+  EXPECT_EQ(c.data.truncation, data::Truncation::left);
+  EXPECT_EQ(c.actor_rollout_ref.rollout.n, 4);
+  EXPECT_DOUBLE_EQ(c.actor_rollout_ref.actor.optim.lr, 1e-5);
+  EXPECT_EQ(c.trainer.project_name, "123");
+  EXPECT_EQ(c.trainer.default_local_dir, "checkpoints/123/gsm8k");
+}
+
+TEST(ConfigYaml, ErrorsNameFileLineAndColumn) {
+  const std::string typo = yaml_error_of("trainer:\n  total_epochs: 3\n  totl_training_steps: 5\n");
+  EXPECT_NE(typo.find("trainer.totl_training_steps: unknown key ("), std::string::npos) << typo;
+  EXPECT_NE(typo.find("config.yaml:3:24); did you mean trainer.total_training_steps?"), std::string::npos) << typo;
+  const std::string type = yaml_error_of("data:\n  max_prompt_length: long\n");
+  EXPECT_NE(type.find("data.max_prompt_length: expected an integer, got 'long' ("), std::string::npos) << type;
+  EXPECT_NE(type.find("config.yaml:2:22)"), std::string::npos) << type;
+  EXPECT_NE(yaml_error_of("data: [1, 2\n").find("invalid YAML"), std::string::npos);
+  EXPECT_NE(yaml_error_of("data:\n  seed: 1\n  seed: 2\n").find("key 'seed' appears twice"), std::string::npos);
+  EXPECT_NE(yaml_error_of("defaults:\n  - ppo_trainer\n").find("Hydra's composition is not supported"), std::string::npos);
+  EXPECT_NE(yaml_error_of("- a\n- b\n").find("expected a mapping of keys at the top"), std::string::npos);
+  EXPECT_NE(yaml_error_of("actor_rollout_ref:\n  model:\n    lora_rank: 16\n").find("lora_rank: not supported by verl-cpp yet"),
+            std::string::npos);
+  EXPECT_THROW((void)load_ppo_config(fs::path("/no/such/config.yaml")), ConfigError);
+}
+
+TEST(ConfigYaml, VerlsOwnFullConfigLoads) {
+  const fs::path reference = fs::path(VERL_GOLDEN_DIR) / ".." / ".." / ".." / ".." / "shared" / "reference" /
+                             "verl_ppo_trainer.yaml";
+  if (!fs::exists(reference)) GTEST_SKIP() << "verl's reference config is not next to this checkout: " << reference;
+  // verl's file lists wandb among its loggers; everything else in it loads unchanged.
+  const std::vector<std::string> overrides = {"trainer.logger=[console]", "trainer.device=cpu", "trainer.n_gpus_per_node=1"};
+  EXPECT_EQ(load_ppo_config(reference, overrides), PPOConfig{});
+  try {
+    (void)load_ppo_config(reference);
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("'wandb' is a verl backend"), std::string::npos);
+  }
+}
+
+TEST(Config, KeyListsAreVerls) {
+  EXPECT_TRUE(is_verl_config_key("actor_rollout_ref.rollout.n"));
+  EXPECT_TRUE(is_verl_config_key("actor_rollout_ref.actor.fsdp_config.param_offload"));
+  EXPECT_FALSE(is_verl_config_key("data.gen_batch_size"));  // a verl-cpp extension (from verl's DAPO recipe)
+  const auto supported = supported_config_keys();
+  EXPECT_GT(supported.size(), 150u);
+  for (const auto& key : supported) {
+    const bool extension = key.starts_with("algorithm.filter_groups.") || key.starts_with("reward_model.overlong_buffer.") ||
+                           key == "data.gen_batch_size";
+    EXPECT_TRUE(extension || is_verl_config_key(key)) << key << " is not one of verl's keys";
+  }
+}
