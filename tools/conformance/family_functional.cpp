@@ -18,24 +18,10 @@ namespace {
 
 using testing::HostTensor;
 
-/// The fixtures write a float32 as its shortest round-trip decimal, and CaseCheck parses that
-/// decimal as a double without rounding it back to float32; a float32 result encoded the same
-/// way compares exactly (tolerance-0 cases such as clip_by_value need that).
+/// The fixtures write a 0-d float32 result as its shortest round-trip decimal, and CaseCheck
+/// reads plain numbers as doubles; a float32 result encoded the same way compares exactly
+/// (tolerance-0 cases need that). Tensors are read back as float32 by CaseCheck itself.
 double as_fixture_decimal(float v) { return std::strtod(fmt::format("{}", v).c_str(), nullptr); }
-
-template <class Derived>
-Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> as_fixture_decimals(
-    const Eigen::DenseBase<Derived>& got) {
-  Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> out(got.rows(), got.cols());
-  for (Index i = 0; i < got.rows(); ++i)
-    for (Index j = 0; j < got.cols(); ++j) {
-      if constexpr (std::is_same_v<typename Derived::Scalar, float>)
-        out(i, j) = as_fixture_decimal(got(i, j));
-      else
-        out(i, j) = static_cast<double>(got(i, j));
-    }
-  return out;
-}
 
 /// Records which output keys a handler compared, so that a key the handler forgot is reported as
 /// a failure instead of passing silently.
@@ -49,9 +35,9 @@ class Outputs {
   void tensor(const std::string& key, const Eigen::DenseBase<Derived>& got) {
     compared_.insert(key);
     if (key.starts_with("grad:"))
-      check_.tensor(key, as_fixture_decimals(got), case_.grad_tolerance(), case_.grad_tie_indices());
+      check_.tensor(key, got, case_.grad_tolerance(), case_.grad_tie_indices());
     else
-      check_.tensor(key, as_fixture_decimals(got), case_.tolerance());
+      check_.tensor(key, got, case_.tolerance());
   }
   /// A 0-d float32 result (verl returns a tensor; the fixture stores a number).
   void scalar(const std::string& key, double got) {
