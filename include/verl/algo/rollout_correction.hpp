@@ -25,6 +25,7 @@
 #include <fmt/ranges.h>
 
 #include "verl/algo/loss_aggregation.hpp"
+#include "verl/algo/policy_losses/elementwise.hpp"
 #include "verl/core/error.hpp"
 #include "verl/core/metrics.hpp"
 #include "verl/core/tensor.hpp"
@@ -304,38 +305,107 @@ inline float divergence(DivergenceEstimator estimator, float log_ratio) {
   return 0.0f;
 }
 
-/// verl's compute_rs_metrics for one option. `token_stat(i, j)` is the statistic a token is
-/// judged by (a sequence statistic broadcast over its row for sequence options); `row_values`
-/// holds one value per row (the sequence statistic, or the row's masked mean of token_stat).
-template <class TokenStat>
-void rejection_option_metrics(Metrics& metrics, const std::string& prefix, bool per_token,
-                              const ConstMatrixRefF& mask, const MaskCounts& counts, TokenStat&& token_stat,
-                              std::span<const float> row_values, double upper, double lower, bool two_sided) {
+struct WeightRowCounts {
+  std::int32_t high = 0, low = 0;
+};
+
+/// One row of IS-weight metric terms: w * m, clamp(w, 1/threshold, threshold) * m and its square
+/// (valid tokens only), and the counts above / below the thresholds.
+inline WeightRowCounts importance_weight_terms(const float* __restrict weights, const float* __restrict mask,
+                                               float* __restrict weight_terms, float* __restrict clamped_terms,
+                                               float* __restrict squared_terms, Index cols, float lower,
+                                               float upper) {
+  std::int32_t high = 0, low = 0;
+  for (Index j = 0; j < cols; ++j) {
+    const float w = weights[j], m = mask[j];
+    const bool valid = m != 0.0f;
+    const float clamped = clamp_value(w, lower, upper);
+    weight_terms[j] = select(valid, w * m, 0.0f);
+    clamped_terms[j] = select(valid, clamped * m, 0.0f);
+    squared_terms[j] = select(valid, (clamped * clamped) * m, 0.0f);
+    high += valid & (w > upper);
+    low += valid & (w < lower);
+  }
+  return {high, low};
+}
+
+/// (clamp(w, 1/threshold, threshold) / (mean + 1e-8))^2 * m on valid tokens: the ESS terms.
+inline void normalized_square_terms(const float* __restrict weights, const float* __restrict mask,
+                                    float* __restrict terms, Index cols, float lower, float upper,
+                                    float shifted_mean) {
+  for (Index j = 0; j < cols; ++j) {
+    const float normalized = clamp_value(weights[j], lower, upper) / shifted_mean;
+    terms[j] = select(mask[j] != 0.0f, (normalized * normalized) * mask[j], 0.0f);
+  }
+}
+
+/// The token sums of verl's compute_rs_metrics for one option (the statistic a token is judged by:
+/// its own, or its sequence's broadcast over the row).
+struct RejectionTokenSums {
+  double sum = 0, clamped_sum = 0, clamped_squares = 0;
+  std::int64_t high = 0, low = 0;
+  float max = -std::numeric_limits<float>::infinity();
+  float min = std::numeric_limits<float>::infinity();
+};
+
+/// The divergence of every token of a row, one loop per estimator (k1 and k2 vectorise; k3 calls
+/// exp()).
+inline void divergence_row(const float* __restrict log_ratio, float* __restrict stat, Index cols,
+                           DivergenceEstimator estimator) {
+  switch (estimator) {
+    case DivergenceEstimator::k1:
+      for (Index j = 0; j < cols; ++j) stat[j] = -clamp_value(log_ratio[j], -kRolloutSafetyBound, kRolloutSafetyBound);
+      break;
+    case DivergenceEstimator::k2:
+      for (Index j = 0; j < cols; ++j) {
+        const float x = clamp_value(log_ratio[j], -kRolloutSafetyBound, kRolloutSafetyBound);
+        stat[j] = 0.5f * (x * x);
+      }
+      break;
+    case DivergenceEstimator::k3:
+      for (Index j = 0; j < cols; ++j) stat[j] = divergence(DivergenceEstimator::k3, log_ratio[j]);
+      break;
+  }
+}
+
+/// A token option on one row: whether each token is kept (multiplied into `keep_all`), the terms
+/// of the metric sums, and the counts; returns the number of valid tokens rejected.
+inline std::int64_t token_rejection_row(const float* __restrict stat, const float* __restrict mask,
+                                        float* __restrict keep_all, float* __restrict stat_terms,
+                                        float* __restrict clamped_terms, float* __restrict squared_terms, Index cols,
+                                        bool two_sided, float lower, float upper, float clamp_low,
+                                        RejectionTokenSums& sums) {
+  std::int32_t high = 0, low = 0, rejected = 0;
+  for (Index j = 0; j < cols; ++j) {
+    const float v = stat[j], m = mask[j];
+    const bool valid = m != 0.0f;
+    const bool below_upper = v <= upper;
+    const bool keep = below_upper & ((v >= lower) | !two_sided);
+    keep_all[j] *= indicator(keep);
+    const float clamped = clamp_value(v, clamp_low, upper);
+    stat_terms[j] = select(valid, v * m, 0.0f);
+    clamped_terms[j] = select(valid, clamped * m, 0.0f);
+    squared_terms[j] = select(valid, (clamped * clamped) * m, 0.0f);
+    high += valid & (v > upper);
+    low += valid & (v < lower);
+    rejected += valid & !keep;
+  }
+  sums.high += high;
+  sums.low += low;
+  return rejected;
+}
+
+/// verl's compute_rs_metrics from the token sums and one value per row (the sequence statistic,
+/// or for token options the row's masked mean of the token statistic).
+inline void finish_rejection_metrics(Metrics& metrics, const std::string& prefix, bool per_token,
+                                     const RejectionTokenSums& sums, const MaskCounts& counts,
+                                     std::span<const float> row_values, double upper, double lower, bool two_sided) {
   const float upper_f = static_cast<float>(upper), lower_f = static_cast<float>(lower);
   const double valid = static_cast<double>(counts.tokens);
   std::vector<float> valid_rows;
-  for (Index i = 0; i < mask.rows(); ++i)
-    if (counts.row_lengths[i] > 0) valid_rows.push_back(row_values[static_cast<std::size_t>(i)]);
+  for (std::size_t i = 0; i < row_values.size(); ++i)
+    if (counts.row_lengths[static_cast<Index>(i)] > 0) valid_rows.push_back(row_values[i]);
   const bool sequence_level = !per_token && !valid_rows.empty();
-
-  double sum = 0, high = 0, low = 0, clamped_sum = 0, clamped_squares = 0;
-  float max = -std::numeric_limits<float>::infinity(), min = std::numeric_limits<float>::infinity();
-  const float clamp_low = two_sided ? lower_f : 0.0f;
-  for (Index i = 0; i < mask.rows(); ++i) {
-    const float* m = view_row(mask, i);
-    for (Index j = 0; j < mask.cols(); ++j) {
-      if (m[j] == 0.0f) continue;
-      const float v = token_stat(i, j);
-      sum += static_cast<double>(v * m[j]);
-      max = std::max(max, v);
-      min = std::min(min, v);
-      high += v > upper_f ? 1.0 : 0.0;
-      low += v < lower_f ? 1.0 : 0.0;
-      const double clamped = std::min(std::max(v, clamp_low), upper_f);
-      clamped_sum += clamped * m[j];
-      clamped_squares += clamped * clamped * m[j];
-    }
-  }
   const auto rows_above = [&](float bound) {
     return std::count_if(valid_rows.begin(), valid_rows.end(), [&](float v) { return v > bound; });
   };
@@ -345,17 +415,17 @@ void rejection_option_metrics(Metrics& metrics, const std::string& prefix, bool 
   const auto n_rows = static_cast<std::int64_t>(valid_rows.size());
   const VectorStats rows = vector_stats(valid_rows);
 
-  metrics[prefix + "_mean"] = masked_mean_f(sum, valid);
-  metrics[prefix + "_max"] = sequence_level ? rows.max : max;
-  metrics[prefix + "_min"] = sequence_level ? rows.min : min;
+  metrics[prefix + "_mean"] = masked_mean_f(sums.sum, valid);
+  metrics[prefix + "_max"] = sequence_level ? rows.max : sums.max;
+  metrics[prefix + "_min"] = sequence_level ? rows.min : sums.min;
   if (sequence_level) {
     metrics[prefix + "_fraction_high"] = fraction(rows_above(upper_f), n_rows);
     metrics[prefix + "_fraction_low"] = two_sided ? fraction(rows_below(lower_f), n_rows) : 0.0f;
   } else {
-    metrics[prefix + "_fraction_high"] = masked_mean_f(high, valid);
-    metrics[prefix + "_fraction_low"] = two_sided ? masked_mean_f(low, valid) : 0.0f;
+    metrics[prefix + "_fraction_high"] = masked_mean_f(static_cast<double>(sums.high), valid);
+    metrics[prefix + "_fraction_low"] = two_sided ? masked_mean_f(static_cast<double>(sums.low), valid) : 0.0f;
   }
-  metrics[prefix + "_std"] = counts.tokens > 1 ? masked_std(clamped_sum, clamped_squares, valid) : 0.0f;
+  metrics[prefix + "_std"] = counts.tokens > 1 ? masked_std(sums.clamped_sum, sums.clamped_squares, valid) : 0.0f;
   if (!valid_rows.empty()) {
     float max_deviation = 0;
     for (float v : valid_rows) max_deviation = std::max(max_deviation, std::abs(v - 0.0f));
@@ -420,33 +490,35 @@ inline ImportanceWeights compute_rollout_correction_weights(const ConstMatrixRef
   const double lower_d = 1.0 / threshold;
   const auto lower = static_cast<float>(lower_d);
   const double valid = static_cast<double>(counts.tokens);
-  double sum = 0, high = 0, low = 0, clamped_sum = 0, clamped_squares = 0;
+  double sum = 0, clamped_sum = 0, clamped_squares = 0;
+  std::int64_t high = 0, low = 0;
   float max = -std::numeric_limits<float>::infinity(), min = std::numeric_limits<float>::infinity();
   std::vector<float> row_means(static_cast<std::size_t>(rows));
+  std::vector<float> weight_terms(static_cast<std::size_t>(cols)), clamped_terms(weight_terms.size()),
+      squared_terms(weight_terms.size());
   for (Index i = 0; i < rows; ++i) {
     const float* m = view_row(response_mask, i);
     const float* w = out.weights.data() + i * cols;
-    double row_sum = 0;
-    for (Index j = 0; j < cols; ++j) {
-      if (m[j] == 0.0f) continue;
-      const float v = w[j];
-      row_sum += static_cast<double>(v * m[j]);
-      max = std::max(max, v);
-      min = std::min(min, v);
-      high += v > upper ? 1.0 : 0.0;
-      low += v < lower ? 1.0 : 0.0;
-      const float clamped = std::min(std::max(v, lower), upper);
-      clamped_sum += static_cast<double>(clamped * m[j]);
-      clamped_squares += static_cast<double>(clamped) * clamped * m[j];
-    }
+    const WeightRowCounts counts_row = importance_weight_terms(w, m, weight_terms.data(), clamped_terms.data(),
+                                                               squared_terms.data(), cols, lower, upper);
+    high += counts_row.high;
+    low += counts_row.low;
+    for (Index j = 0; j < cols; ++j)
+      if (m[j] != 0.0f) {
+        max = std::max(max, w[j]);
+        min = std::min(min, w[j]);
+      }
+    const double row_sum = sum_row_terms(weight_terms.data(), cols);
     sum += row_sum;
+    clamped_sum += sum_row_terms(clamped_terms.data(), cols);
+    clamped_squares += sum_row_terms(squared_terms.data(), cols);
     row_means[static_cast<std::size_t>(i)] = masked_mean_f(row_sum, static_cast<double>(counts.row_lengths[i]));
   }
   auto& metrics = out.metrics;
   metrics["rollout_is_mean"] = masked_mean_f(sum, valid);
   if (per_token) {
-    metrics["rollout_is_ratio_fraction_high"] = masked_mean_f(high, valid);
-    metrics["rollout_is_ratio_fraction_low"] = masked_mean_f(low, valid);
+    metrics["rollout_is_ratio_fraction_high"] = masked_mean_f(static_cast<double>(high), valid);
+    metrics["rollout_is_ratio_fraction_low"] = masked_mean_f(static_cast<double>(low), valid);
     metrics["rollout_is_max"] = max;
     metrics["rollout_is_min"] = min;
   } else {
@@ -466,13 +538,9 @@ inline ImportanceWeights compute_rollout_correction_weights(const ConstMatrixRef
     const float mean_clamped = masked_mean_f(clamped_sum, valid) + 1e-8f;
     double normalized_squares = 0;
     for (Index i = 0; i < rows; ++i) {
-      const float* m = view_row(response_mask, i);
-      const float* w = out.weights.data() + i * cols;
-      for (Index j = 0; j < cols; ++j) {
-        if (m[j] == 0.0f) continue;
-        const float normalized = std::min(std::max(w[j], lower), upper) / mean_clamped;
-        normalized_squares += static_cast<double>((normalized * normalized) * m[j]);
-      }
+      normalized_square_terms(out.weights.data() + i * cols, view_row(response_mask, i), squared_terms.data(), cols,
+                              lower, upper, mean_clamped);
+      normalized_squares += sum_row_terms(squared_terms.data(), cols);
     }
     metrics["rollout_is_eff_sample_size"] = 1.0 / static_cast<double>(masked_mean_f(normalized_squares, valid));
   }
@@ -554,69 +622,74 @@ inline RejectionResult compute_rollout_rejection_mask(const ConstMatrixRefF& log
 
   MatrixF combined = MatrixF::Ones(rows, cols);
   std::vector<float> row_values(static_cast<std::size_t>(rows));
-  std::vector<unsigned char> row_keep(static_cast<std::size_t>(rows));
-  MatrixF token_stat(rows, cols);
+  std::vector<float> stat(static_cast<std::size_t>(cols)), stat_terms(stat.size()), clamped_terms(stat.size()),
+      squared_terms(stat.size());
   for (const RejectionCriterion& c : criteria) {
     const std::string prefix = "rollout_rs_" + c.name();
-    const bool two_sided = c.two_sided();
+    const bool two_sided = c.two_sided(), per_token = c.per_token();
     // k1 bounds the ratio: compare -x with log(bounds) (in double, rounded to float32 by torch).
     const double upper = two_sided ? std::log(c.upper) : c.upper;
     const double lower = two_sided ? std::log(c.lower) : 0.0;
     const float upper_f = static_cast<float>(upper), lower_f = static_cast<float>(lower);
+    const float clamp_low = two_sided ? lower_f : 0.0f;  // the std clamps to [lower or 0, upper]
     const auto keeps = [&](float v) { return two_sided ? (v >= lower_f && v <= upper_f) : v <= upper_f; };
 
-    for (Index i = 0; i < rows; ++i) {
-      const float* x = view_row(log_ratio, i);
-      float* s = token_stat.data() + i * cols;
-      for (Index j = 0; j < cols; ++j) s[j] = divergence(c.estimator, x[j]);
-    }
-    const ConstMatrixRefF stat(token_stat);
-    // One value per row: the sequence statistic, or (token options) the row's masked mean.
+    RejectionTokenSums sums;
+    std::int64_t rejected_tokens = 0, rejected_rows = 0;
     for (Index i = 0; i < rows; ++i) {
       const float* m = view_row(response_mask, i);
-      const float* s = view_row(stat, i);
-      float value = 0;
+      const Index length = counts.row_lengths[i];
+      divergence_row(view_row(log_ratio, i), stat.data(), cols, c.estimator);
+      float value = 0;  // the row's sequence statistic (token options: masked mean of the statistic)
       if (c.level == RejectionLevel::seq_max) {
         value = -std::numeric_limits<float>::infinity();
         for (Index j = 0; j < cols; ++j)
-          if (m[j] != 0.0f) value = std::max(value, s[j]);
+          if (m[j] != 0.0f) value = std::max(value, stat[static_cast<std::size_t>(j)]);
         if (value == -std::numeric_limits<float>::infinity()) value = 0.0f;
-      } else {
-        double sum = 0;
+      } else if (per_token) {
+        const std::int64_t rejected =
+            token_rejection_row(stat.data(), m, combined.data() + i * cols, stat_terms.data(), clamped_terms.data(),
+                                squared_terms.data(), cols, two_sided, lower_f, upper_f, clamp_low, sums);
+        const double row_sum = sum_row_terms(stat_terms.data(), cols);
+        sums.sum += row_sum;
+        sums.clamped_sum += sum_row_terms(clamped_terms.data(), cols);
+        sums.clamped_squares += sum_row_terms(squared_terms.data(), cols);
         for (Index j = 0; j < cols; ++j)
-          if (m[j] != 0.0f) sum += static_cast<double>(s[j] * m[j]);
-        value = c.level == RejectionLevel::seq_sum
-                    ? static_cast<float>(sum)
-                    : masked_mean_f(sum, static_cast<double>(counts.row_lengths[i]));
+          if (m[j] != 0.0f) {
+            sums.max = std::max(sums.max, stat[static_cast<std::size_t>(j)]);
+            sums.min = std::min(sums.min, stat[static_cast<std::size_t>(j)]);
+          }
+        rejected_tokens += rejected;
+        rejected_rows += rejected > 0 ? 1 : 0;
+        value = masked_mean_f(row_sum, static_cast<double>(length));
+      } else {
+        for (Index j = 0; j < cols; ++j)
+          stat_terms[static_cast<std::size_t>(j)] = m[j] != 0.0f ? stat[static_cast<std::size_t>(j)] * m[j] : 0.0f;
+        const double row_sum = sum_row_terms(stat_terms.data(), cols);
+        value = c.level == RejectionLevel::seq_sum ? static_cast<float>(row_sum)
+                                                   : masked_mean_f(row_sum, static_cast<double>(length));
       }
       row_values[static_cast<std::size_t>(i)] = value;
-      row_keep[static_cast<std::size_t>(i)] = keeps(value) ? 1 : 0;
-    }
-
-    const bool per_token = c.per_token();
-    const auto judged = [&](Index i, Index j) {
-      return per_token ? stat(i, j) : row_values[static_cast<std::size_t>(i)];
-    };
-    rejection_option_metrics(out.metrics, prefix, per_token, response_mask, counts, judged, row_values, upper,
-                             lower, two_sided);
-
-    double rejected_tokens = 0;
-    std::int64_t rejected_rows = 0;
-    for (Index i = 0; i < rows; ++i) {
-      const float* m = view_row(response_mask, i);
-      float* keep_all = combined.data() + i * cols;
-      bool row_rejected = false;
-      for (Index j = 0; j < cols; ++j) {
-        const bool keep = per_token ? keeps(stat(i, j)) : row_keep[static_cast<std::size_t>(i)] != 0;
-        keep_all[j] *= keep ? 1.0f : 0.0f;
-        if (m[j] != 0.0f && !keep) {
-          rejected_tokens += m[j];
-          row_rejected = true;
+      if (!per_token) {
+        // Every valid token of the row is judged by the row's value: the token sums in O(1).
+        const double n = static_cast<double>(length);
+        const double clamped = std::min(std::max(value, clamp_low), upper_f);
+        sums.sum += static_cast<double>(value) * n;
+        sums.clamped_sum += clamped * n;
+        sums.clamped_squares += clamped * clamped * n;
+        if (length > 0) {
+          sums.max = std::max(sums.max, value);
+          sums.min = std::min(sums.min, value);
+        }
+        if (!keeps(value)) {
+          std::fill_n(combined.data() + i * cols, cols, 0.0f);
+          rejected_tokens += length;
+          rejected_rows += length > 0 ? 1 : 0;
         }
       }
-      rejected_rows += (row_rejected && counts.row_lengths[i] > 0) ? 1 : 0;
     }
-    out.metrics[prefix + "_masked_fraction"] = masked_mean_f(rejected_tokens, valid);
+    finish_rejection_metrics(out.metrics, prefix, per_token, sums, counts, row_values, upper, lower, two_sided);
+    out.metrics[prefix + "_masked_fraction"] = masked_mean_f(static_cast<double>(rejected_tokens), valid);
     out.metrics[prefix + "_seq_masked_fraction"] =
         counts.nonempty_rows > 0 ? fraction(rejected_rows, counts.nonempty_rows) : 0.0f;
   }

@@ -68,8 +68,8 @@ struct CISPO {
                            scratch.ratio.data(), scratch.loss_terms.data(), scratch.metric_terms.data(),
                            row_of(result.grad_log_prob, i), cols, range, reduction.gradient_weight(i),
                            reduction.selects_valid());
-      reduction.add_row(i, lane_sum(scratch.loss_terms.data(), cols));
-      kl_sum += lane_sum(scratch.metric_terms.data(), cols);
+      reduction.add_row(i, sum_row_terms(scratch.loss_terms.data(), cols));
+      kl_sum += sum_row_terms(scratch.metric_terms.data(), cols);
     }
     const double valid = static_cast<double>(counts.tokens);
     result.pg_loss = reduction.loss();

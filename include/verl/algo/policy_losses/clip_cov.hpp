@@ -97,8 +97,8 @@ struct ClipCov {
     for (Index i = 0; i < rows; ++i) {
       valid_values(row_of(batch.advantages, i), row_of(batch.log_prob, i), row_of(batch.response_mask, i),
                    scratch.loss_terms.data(), scratch.metric_terms.data(), cols);
-      advantage_sum += lane_sum(scratch.loss_terms.data(), cols);
-      log_prob_sum += lane_sum(scratch.metric_terms.data(), cols);
+      advantage_sum += sum_row_terms(scratch.loss_terms.data(), cols);
+      log_prob_sum += sum_row_terms(scratch.metric_terms.data(), cols);
     }
     const float advantage_mean = masked_mean_of(advantage_sum, valid);
     const float log_prob_mean = masked_mean_of(log_prob_sum, valid);
@@ -117,8 +117,8 @@ struct ClipCov {
                    scratch.ratio.data(), scratch.loss_terms.data(), scratch.metric_terms.data(), scratch.second.data(),
                    row_of(result.grad_log_prob, i), cols, range, advantage_mean, log_prob_mean, lower, upper,
                    reduction.gradient_weight(i), reduction.selects_valid());
-      row_sums[static_cast<std::size_t>(i)] = lane_sum(scratch.loss_terms.data(), cols);
-      kl_sum += lane_sum(scratch.metric_terms.data(), cols);
+      row_sums[static_cast<std::size_t>(i)] = sum_row_terms(scratch.loss_terms.data(), cols);
+      kl_sum += sum_row_terms(scratch.metric_terms.data(), cols);
       for (Index j = 0; j < cols; ++j)
         if (scratch.second[static_cast<std::size_t>(j)] != 0.0f) candidates.push_back(i * cols + j);
     }

@@ -5,9 +5,8 @@
 // Kernel structure. Each loss walks the batch row by row: a scalar pass computes the row's exp()
 // values into scratch (std::exp, so ratios are correctly rounded as far as libm is), then a
 // branch-free token kernel computes the loss terms, metric terms and the gradient, and fixed
-// double lanes sum the terms. Token kernels take __restrict row pointers and use bit-mask selects
-// (never a ?: on floats): a ?: may be lowered to a branch, and under the default -ftrapping-math
-// the compiler then refuses to if-convert it, which blocks vectorisation.
+// double lanes sum the terms. Token kernels take __restrict row pointers and use the bit-mask
+// selects of elementwise.hpp.
 #pragma once
 
 #include <bit>
@@ -17,41 +16,11 @@
 #include <vector>
 
 #include "verl/algo/policy_loss.hpp"
+#include "verl/algo/policy_losses/elementwise.hpp"
 
 namespace verl::algo::detail {
 
 inline constexpr float kLogRatioBound = 20.0f;  ///< verl's ±20 clamp of log-ratios before exp
-
-// ---- branch-free float operations ----------------------------------------------------------------
-
-/// condition ? if_true : if_false, with both operands computed unconditionally.
-VERL_FORCE_INLINE float select(bool condition, float if_true, float if_false) {
-  const std::uint32_t keep = 0u - static_cast<std::uint32_t>(condition);
-  return std::bit_cast<float>((std::bit_cast<std::uint32_t>(if_true) & keep) |
-                              (std::bit_cast<std::uint32_t>(if_false) & ~keep));
-}
-VERL_FORCE_INLINE float indicator(bool condition) { return select(condition, 1.0f, 0.0f); }
-VERL_FORCE_INLINE bool is_nan(float x) { return x != x; }
-
-/// torch.clamp(x, lo, hi): NaN stays NaN.
-VERL_FORCE_INLINE float clamp_value(float x, float lo, float hi) {
-  const float above = select(x < lo, lo, x);
-  return select(above > hi, hi, above);
-}
-/// torch.clamp's backward passes the gradient where lo <= x <= hi, bounds included.
-VERL_FORCE_INLINE float clamp_passes(float x, float lo, float hi) { return indicator((x >= lo) & (x <= hi)); }
-
-/// torch.maximum / torch.minimum: NaN wins.
-VERL_FORCE_INLINE float maximum_value(float a, float b) { return select((a < b) | is_nan(b), b, a); }
-VERL_FORCE_INLINE float minimum_value(float a, float b) { return select((b < a) | is_nan(b), b, a); }
-/// Share of the incoming gradient torch.maximum(a, b) sends to `a` (to `b`: swap the arguments):
-/// all of it, none of it, or half at a tie.
-VERL_FORCE_INLINE float maximum_share(float a, float b) { return select(a < b, 0.0f, select(a == b, 0.5f, 1.0f)); }
-/// Share torch.minimum(a, b) sends to `a` (half at a tie).
-VERL_FORCE_INLINE float minimum_share(float a, float b) { return select(a > b, 0.0f, select(a == b, 0.5f, 1.0f)); }
-
-/// torch.sign as float.
-VERL_FORCE_INLINE float sign_of(float x) { return select(x > 0.0f, 1.0f, select(x < 0.0f, -1.0f, 0.0f)); }
 
 // ---- reductions ------------------------------------------------------------------------------------
 
@@ -59,18 +28,6 @@ VERL_FORCE_INLINE float sign_of(float x) { return select(x > 0.0f, 1.0f, select(
 /// float32(count) + 1e-8 (0 for an empty mask).
 inline float masked_mean_of(double masked_sum, double count) {
   return static_cast<float>(masked_sum) / (static_cast<float>(count) + 1e-8f);
-}
-
-/// Sum of a row of terms in double, over fixed lanes (independent accumulators the compiler can
-/// keep in vector registers; the fixed combination order keeps results deterministic).
-inline double lane_sum(const float* terms, Index n) {
-  double lanes[kSumLanes] = {};
-  Index j = 0;
-  for (; j + kSumLanes <= n; j += kSumLanes)
-    for (Index k = 0; k < kSumLanes; ++k) lanes[k] += static_cast<double>(terms[j + k]);
-  double tail = 0;
-  for (; j < n; ++j) tail += static_cast<double>(terms[j]);
-  return combine_lanes(lanes) + tail;
 }
 
 /// `term` as agg_loss adds it to its row sum: where(mask, L, 0) under token-mean (select_valid),

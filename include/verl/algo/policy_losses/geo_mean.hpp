@@ -100,14 +100,14 @@ struct GeoMean {
                                                   scratch.metric_terms.data(), cols, low, high);
       clipped.clipped_positive += row.clipped_positive;
       clipped.clipped_negative += row.clipped_negative;
-      kl_sum += lane_sum(scratch.metric_terms.data(), cols);
+      kl_sum += sum_row_terms(scratch.metric_terms.data(), cols);
       const float length = static_cast<float>(counts.row_lengths[i]) + 1e-8f;
-      const float sequence_ratio = std::exp(static_cast<float>(lane_sum(scratch.loss_terms.data(), cols)) / length);
-      const float sequence_advantage = static_cast<float>(lane_sum(scratch.second.data(), cols)) / length;
+      const float sequence_ratio = std::exp(static_cast<float>(sum_row_terms(scratch.loss_terms.data(), cols)) / length);
+      const float sequence_advantage = static_cast<float>(sum_row_terms(scratch.second.data(), cols)) / length;
       float sequence_weight = 1.0f;
       if (batch.rollout_is_weights) {
         log_weight_terms(row_of(*batch.rollout_is_weights, i), mask, scratch.ratio.data(), cols);
-        sequence_weight = std::exp(static_cast<float>(lane_sum(scratch.ratio.data(), cols)) / length);
+        sequence_weight = std::exp(static_cast<float>(sum_row_terms(scratch.ratio.data(), cols)) / length);
       }
       loss_sum += static_cast<double>((-sequence_advantage * sequence_ratio) * sequence_weight);
       // d pg_loss / d(token log-ratio sum of row i).

@@ -44,7 +44,7 @@ struct GPGLoss {
       policy_gradient_row(row_of(batch.log_prob, i), row_of(batch.advantages, i), row_of(batch.response_mask, i),
                           weights, scratch.loss_terms.data(), row_of(result.grad_log_prob, i), cols,
                           reduction.gradient_weight(i), reduction.selects_valid());
-      reduction.add_row(i, lane_sum(scratch.loss_terms.data(), cols));
+      reduction.add_row(i, sum_row_terms(scratch.loss_terms.data(), cols));
     }
     result.pg_loss = reduction.loss();
     return result;

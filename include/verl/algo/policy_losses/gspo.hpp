@@ -76,14 +76,14 @@ struct GSPO {
       // Sequence log-ratio: sum(nk * m) / max(len, 1) in float32.
       masked_log_ratio_terms(lp, old, mask, scratch.metric_terms.data(), cols);
       const auto length = static_cast<float>(std::max<Index>(counts.row_lengths[i], 1));
-      const float seq_log_ratio = static_cast<float>(lane_sum(scratch.metric_terms.data(), cols)) / length;
+      const float seq_log_ratio = static_cast<float>(sum_row_terms(scratch.metric_terms.data(), cols)) / length;
       const float seq_ratio = std::exp(std::min(seq_log_ratio, kMaxLogRatio));
       const float cap_passes = indicator(seq_log_ratio <= kMaxLogRatio);  // clamp(max=10) passes at 10
       clipped += gspo_row(lp, old, row_of(batch.advantages, i), mask, weights, scratch.loss_terms.data(),
                           scratch.metric_terms.data(), row_of(result.grad_log_prob, i), cols, seq_ratio, cap_passes,
                           range, reduction.gradient_weight(i), reduction.selects_valid());
-      reduction.add_row(i, lane_sum(scratch.loss_terms.data(), cols));
-      kl_sum += lane_sum(scratch.metric_terms.data(), cols);
+      reduction.add_row(i, sum_row_terms(scratch.loss_terms.data(), cols));
+      kl_sum += sum_row_terms(scratch.metric_terms.data(), cols);
     }
     const double valid = static_cast<double>(counts.tokens);
     result.pg_loss = reduction.loss();

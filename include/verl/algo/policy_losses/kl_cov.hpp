@@ -103,8 +103,8 @@ struct KLCov {
       for (Index i = 0; i < rows; ++i) {
         valid_values(row_of(batch.advantages, i), row_of(batch.log_prob, i), row_of(batch.response_mask, i),
                      scratch.loss_terms.data(), scratch.metric_terms.data(), cols);
-        advantage_sum += lane_sum(scratch.loss_terms.data(), cols);
-        log_prob_sum += lane_sum(scratch.metric_terms.data(), cols);
+        advantage_sum += sum_row_terms(scratch.loss_terms.data(), cols);
+        log_prob_sum += sum_row_terms(scratch.metric_terms.data(), cols);
       }
       // torch's mean of a float32 vector: float32 sum / n.
       const float advantage_mean = static_cast<float>(advantage_sum) / static_cast<float>(valid);
@@ -138,8 +138,8 @@ struct KLCov {
       kl_cov_row(lp, old, adv, mask, weights, scratch.ratio.data(), selected, scratch.loss_terms.data(),
                  scratch.metric_terms.data(), row_of(result.grad_log_prob, i), cols, coef,
                  reduction.gradient_weight(i), reduction.selects_valid());
-      reduction.add_row(i, lane_sum(scratch.loss_terms.data(), cols));
-      kl_sum += lane_sum(scratch.metric_terms.data(), cols);
+      reduction.add_row(i, sum_row_terms(scratch.loss_terms.data(), cols));
+      kl_sum += sum_row_terms(scratch.metric_terms.data(), cols);
     }
     result.pg_loss = reduction.loss();
     result.metrics["actor/ppo_kl"] = masked_mean_of(kl_sum, static_cast<double>(valid));

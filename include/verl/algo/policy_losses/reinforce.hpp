@@ -32,9 +32,9 @@ struct ReinforceLoss {
       policy_gradient_row(lp, row_of(batch.advantages, i), mask, weights, scratch.loss_terms.data(),
                           row_of(result.grad_log_prob, i), cols, reduction.gradient_weight(i),
                           reduction.selects_valid());
-      reduction.add_row(i, lane_sum(scratch.loss_terms.data(), cols));
+      reduction.add_row(i, sum_row_terms(scratch.loss_terms.data(), cols));
       negative_log_ratio_terms(lp, row_of(batch.old_log_prob, i), mask, scratch.metric_terms.data(), cols);
-      kl_sum += lane_sum(scratch.metric_terms.data(), cols);
+      kl_sum += sum_row_terms(scratch.metric_terms.data(), cols);
     }
     result.pg_loss = reduction.loss();
     result.metrics["actor/ppo_kl"] = masked_mean_of(kl_sum, static_cast<double>(counts.tokens));

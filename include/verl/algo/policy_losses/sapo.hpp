@@ -80,8 +80,8 @@ struct SAPO {
       sapo_row(lp, old, adv, row_of(batch.response_mask, i), weights, scratch.ratio.data(), scratch.second.data(),
                scratch.loss_terms.data(), scratch.metric_terms.data(), row_of(result.grad_log_prob, i), cols,
                tau_positive, tau_negative, reduction.gradient_weight(i), reduction.selects_valid());
-      reduction.add_row(i, lane_sum(scratch.loss_terms.data(), cols));
-      kl_sum += lane_sum(scratch.metric_terms.data(), cols);
+      reduction.add_row(i, sum_row_terms(scratch.loss_terms.data(), cols));
+      kl_sum += sum_row_terms(scratch.metric_terms.data(), cols);
     }
     result.pg_loss = reduction.loss();
     result.metrics["actor/pg_clipfrac"] = 0.0;

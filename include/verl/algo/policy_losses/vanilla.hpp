@@ -84,8 +84,8 @@ inline DualClipPPOOutput dual_clip_ppo(const PolicyLossBatch& batch, const Aggre
         lp, old, row_of(batch.advantages, i), row_of(batch.response_mask, i), weights, scratch.ratio.data(),
         scratch.loss_terms.data(), scratch.metric_terms.data(), row_of(out.grad_log_prob, i), cols, range, dual_clip,
         reduction.gradient_weight(i), reduction.selects_valid());
-    reduction.add_row(i, lane_sum(scratch.loss_terms.data(), cols));
-    kl_sum += lane_sum(scratch.metric_terms.data(), cols);
+    reduction.add_row(i, sum_row_terms(scratch.loss_terms.data(), cols));
+    kl_sum += sum_row_terms(scratch.metric_terms.data(), cols);
     total.clipped += row.clipped;
     total.clipped_lower += row.clipped_lower;
   }
