@@ -23,6 +23,7 @@
 #include <variant>
 #include <vector>
 
+#include "verl/config.hpp"
 #include "verl/core/error.hpp"
 #include "verl/core/tensor.hpp"
 
@@ -154,8 +155,12 @@ class DataProto {
   template <class Derived>
   DataProto& set(std::string name, const Eigen::MatrixBase<Derived>& tensor) {
     using Scalar = typename Derived::Scalar;
-    static_assert(detail::is_tensor_scalar<Scalar>::value, "DataProto tensors are float32 or int64");
-    return set(std::move(name), RowMatrix<Scalar>(tensor));
+    VERL_STATIC_ASSERT(detail::is_tensor_scalar<Scalar>::value, DATA_PROTO_TENSORS_ARE_FLOAT32_OR_INT64);
+    if constexpr (detail::is_tensor_scalar<Scalar>::value) {
+      return set(std::move(name), RowMatrix<Scalar>(tensor));
+    } else {
+      return *this;
+    }
   }
 
   [[nodiscard]] bool has_tensor(std::string_view name) const { return batch_.find(name) != batch_.end(); }

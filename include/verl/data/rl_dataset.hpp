@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "verl/config.hpp"
 #include "verl/core/error.hpp"
 #include "verl/core/tensor.hpp"
 #include "verl/data/data_proto.hpp"
@@ -59,7 +60,7 @@ class RLHFDataset {
   RLHFDataset() = default;
 
   /// Reads every file (in order), then selects, tokenizes and filters as verl does.
-  template <model::Tokenizer Tok, PromptFormatter Formatter>
+  template <class Tok, class Formatter>
   static RLHFDataset load(std::span<const std::filesystem::path> files, const Tok& tokenizer, const Formatter& formatter,
                           const RLHFDatasetOptions& options) {
     VERL_CHECK_ARG(!files.empty(), "data files: expected at least one file, got none");
@@ -73,7 +74,7 @@ class RLHFDataset {
   }
 
   /// From rows already in memory (generated tasks); `where` names them in errors.
-  template <model::Tokenizer Tok, PromptFormatter Formatter>
+  template <class Tok, class Formatter>
   static RLHFDataset from_rows(std::vector<RLHFRow> rows, const Tok& tokenizer, const Formatter& formatter,
                                const RLHFDatasetOptions& options, std::string where = "<rows>") {
     std::vector<std::pair<RLHFRow, SourceLocation>> located;
@@ -82,9 +83,11 @@ class RLHFDataset {
     return from_rows(std::move(located), tokenizer, formatter, options);
   }
 
-  template <model::Tokenizer Tok, PromptFormatter Formatter>
+  template <class Tok, class Formatter>
   static RLHFDataset from_rows(std::vector<std::pair<RLHFRow, SourceLocation>> rows, const Tok& tokenizer,
                                const Formatter& formatter, const RLHFDatasetOptions& options) {
+    VERL_STATIC_ASSERT(model::Tokenizer<Tok>, THE_TOKENIZER_TYPE_DOES_NOT_SATISFY_THE_TOKENIZER_CONCEPT);
+    VERL_STATIC_ASSERT(PromptFormatter<Formatter>, A_PROMPT_FORMATTER_MUST_RENDER_CHAT_MESSAGES_TO_TEXT);
     VERL_CHECK_ARG(options.max_prompt_length > 0, "max_prompt_length: expected a positive length, got {}",
                    options.max_prompt_length);
     RLHFDataset dataset;

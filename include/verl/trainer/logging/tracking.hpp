@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "verl/config.hpp"
 #include "verl/core/error.hpp"
 #include "verl/core/metrics.hpp"
 #include "verl/trainer/logging/console_logger.hpp"
@@ -80,8 +81,9 @@ class Tracking {
   ~Tracking() { finish(); }
 
   /// Adds a backend (a user-defined one, or a configured built-in).
-  template <MetricsLogger L>
+  template <class L>
   void add(L logger) {
+    VERL_STATIC_ASSERT(MetricsLogger<L>, A_LOGGER_NEEDS_A_NAME_AND_LOG_METRICS_STEP_AND_FINISH);
     loggers_.push_back(std::make_unique<Model<L>>(std::move(logger)));
   }
 

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <utility>
 
+#include "verl/config.hpp"
 #include "verl/core/error.hpp"
 #include "verl/trainer/optim/lr_schedule.hpp"
 #include "verl/trainer/optim/optimizer.hpp"
@@ -20,8 +21,10 @@ concept SchedulerSchedule = LrSchedule<S> || std::same_as<S, AnyLrSchedule>;
 
 /// Drives an optimizer's learning rate; `last_epoch` (torch's name) is the number of step()
 /// calls so far and is all the state a checkpoint needs.
-template <SchedulerSchedule Schedule = AnyLrSchedule>
+template <class Schedule = AnyLrSchedule>
 class LrScheduler {
+  VERL_STATIC_ASSERT(SchedulerSchedule<Schedule>, AN_LR_SCHEDULE_NEEDS_A_NAME_AND_A_MULTIPLIER_FOR_EACH_STEP);
+
  public:
   LrScheduler(double base_lr, Schedule schedule, std::int64_t last_epoch = 0)
       : base_lr_(base_lr), schedule_(std::move(schedule)), last_epoch_(last_epoch) {
@@ -50,8 +53,9 @@ class LrScheduler {
   }
 
   /// Sets the optimizer's lr for the current step.
-  template <Optimizer O>
+  template <class O>
   void apply(O& optimizer) const {
+    VERL_STATIC_ASSERT(Optimizer<O>, THE_OPTIMIZER_TYPE_DOES_NOT_SATISFY_THE_OPTIMIZER_CONCEPT);
     optimizer.set_lr(get_last_lr());
   }
 

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <span>
 
+#include "verl/config.hpp"
+
 #include "verl/trainer/optim/clip_grad_norm.hpp"
 #include "verl/trainer/optim/optimizer.hpp"
 #include "verl/trainer/optim/parameter.hpp"
@@ -17,8 +19,9 @@ struct OptimizerStepResult {
   bool stepped = false;    ///< false when the norm was not finite and the update was skipped
 };
 
-template <Optimizer O>
+template <class O>
 OptimizerStepResult clip_and_step(O& optimizer, std::span<const ParameterRef> parameters, double grad_clip) {
+  VERL_STATIC_ASSERT(Optimizer<O>, THE_OPTIMIZER_TYPE_DOES_NOT_SATISFY_THE_OPTIMIZER_CONCEPT);
   const float norm = clip_grad_norm(parameters, grad_clip);
   if (!std::isfinite(norm)) {
     for (const auto& parameter : parameters) {
