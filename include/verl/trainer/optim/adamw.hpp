@@ -8,6 +8,11 @@
 // them to a float32 kernel; tensor arithmetic is float32 in torch's operation order.
 #pragma once
 
+#if defined(__SSE2__) || defined(_M_X64)
+#include <emmintrin.h>
+#endif
+
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -20,6 +25,20 @@
 #include "verl/trainer/optim/parameter.hpp"
 
 namespace verl::optim {
+
+namespace detail {
+
+/// out[i] = sqrt(in[i]), correctly rounded (as torch's sqrt), vectorized: std::sqrt in a loop is
+/// not (errno), and Eigen's float sqrt may use an approximate reciprocal square root.
+inline void correctly_rounded_sqrt(const float* in, float* out, std::size_t count) {
+  std::size_t i = 0;
+#if defined(__SSE2__) || defined(_M_X64)
+  for (; i + 4 <= count; i += 4) _mm_storeu_ps(out + i, _mm_sqrt_ps(_mm_loadu_ps(in + i)));
+#endif
+  for (; i < count; ++i) out[i] = std::sqrt(in[i]);
+}
+
+}  // namespace detail
 
 /// AdamW's hyper-parameters, named as verl's optim config (betas as a pair, eps torch's default).
 struct AdamWConfig {
@@ -90,34 +109,70 @@ class AdamW {
     const float eps = static_cast<float>(config_.eps);
     const bool decays = config_.weight_decay != 0.0;
 
+    const Scalars scalars{decay,        lerp_coefficient, beta2, one_minus_beta2, negative_step_size,
+                          bias_correction2_sqrt, eps};
     for (std::size_t k = 0; k < parameters.size(); ++k) {
-      float* __restrict value = parameters[k].value.data();
-      const float* __restrict grad = parameters[k].grad.data();
-      float* __restrict exp_avg = state_.exp_avg[k].data();
-      float* __restrict exp_avg_sq = state_.exp_avg_sq[k].data();
+      float* value = parameters[k].value.data();
+      const float* grad = parameters[k].grad.data();
+      float* exp_avg = state_.exp_avg[k].data();
+      float* exp_avg_sq = state_.exp_avg_sq[k].data();
       const std::size_t n = parameters[k].value.size();
-      for (std::size_t i = 0; i < n; ++i) {
-        const float g = grad[i];
-        float p = value[i];
-        if (decays) p *= decay;
-        // The product is exact in double, so this rounds like the fused multiply-add.
-        const float difference = g - exp_avg[i];
-        const float base = small_weight ? exp_avg[i] : g;
-        const float m = static_cast<float>(lerp_coefficient * static_cast<double>(difference) + static_cast<double>(base));
-        exp_avg[i] = m;
-        // mul_, then addcmul_ (v + (s * g) * g with the last multiply-add fused in torch's kernel).
-        const float v_scaled = exp_avg_sq[i] * beta2;
-        const float scaled_grad = one_minus_beta2 * g;
-        const float v = static_cast<float>(static_cast<double>(scaled_grad) * static_cast<double>(g) +
-                                           static_cast<double>(v_scaled));
-        exp_avg_sq[i] = v;
-        const float denom = std::sqrt(v) / bias_correction2_sqrt + eps;
-        value[i] = p + negative_step_size * m / denom;  // addcdiv_: self + value * t1 / t2
+      // Branch-free kernels (one per combination of the loop-invariant choices) so that the
+      // compiler vectorizes them.
+      if (decays) {
+        small_weight ? update<true, true>(value, grad, exp_avg, exp_avg_sq, n, scalars)
+                     : update<true, false>(value, grad, exp_avg, exp_avg_sq, n, scalars);
+      } else {
+        small_weight ? update<false, true>(value, grad, exp_avg, exp_avg_sq, n, scalars)
+                     : update<false, false>(value, grad, exp_avg, exp_avg_sq, n, scalars);
       }
     }
   }
 
  private:
+  struct Scalars {
+    float decay;
+    double lerp_coefficient;
+    float beta2;
+    float one_minus_beta2;
+    float negative_step_size;
+    float bias_correction2_sqrt;
+    float eps;
+  };
+
+  /// One parameter tensor, in chunks that stay in L1: moments first, then the square roots,
+  /// then the parameter update.
+  template <bool Decays, bool SmallWeight>
+  static void update(float* __restrict value, const float* __restrict grad, float* __restrict exp_avg,
+                     float* __restrict exp_avg_sq, std::size_t n, const Scalars& s) {
+    constexpr std::size_t chunk = 512;
+    alignas(64) float root[chunk];
+    for (std::size_t begin = 0; begin < n; begin += chunk) {
+      const std::size_t count = std::min(chunk, n - begin);
+      float* __restrict p = value + begin;
+      const float* __restrict g = grad + begin;
+      float* __restrict m = exp_avg + begin;
+      float* __restrict v = exp_avg_sq + begin;
+      for (std::size_t i = 0; i < count; ++i) {
+        // lerp: the product is exact in double, so this rounds like the fused multiply-add.
+        const float difference = g[i] - m[i];
+        const float base = SmallWeight ? m[i] : g[i];
+        m[i] = static_cast<float>(s.lerp_coefficient * static_cast<double>(difference) + static_cast<double>(base));
+        // mul_, then addcmul_ (v + (s * g) * g with the last multiply-add fused in torch's kernel).
+        const float v_scaled = v[i] * s.beta2;
+        const float scaled_grad = s.one_minus_beta2 * g[i];
+        v[i] = static_cast<float>(static_cast<double>(scaled_grad) * static_cast<double>(g[i]) +
+                                  static_cast<double>(v_scaled));
+      }
+      detail::correctly_rounded_sqrt(v, root, count);
+      for (std::size_t i = 0; i < count; ++i) {
+        const float decayed = Decays ? p[i] * s.decay : p[i];
+        const float denom = root[i] / s.bias_correction2_sqrt + s.eps;
+        p[i] = decayed + s.negative_step_size * m[i] / denom;  // addcdiv_: self + value * t1 / t2
+      }
+    }
+  }
+
   static void validate(const AdamWConfig& config) {
     VERL_CHECK_ARG(config.lr >= 0.0, "lr: expected a learning rate >= 0, got {}", config.lr);
     VERL_CHECK_ARG(config.eps >= 0.0, "eps: expected a value >= 0, got {}", config.eps);
