@@ -286,3 +286,25 @@ TEST(Config, KeyListsAreVerls) {
     EXPECT_TRUE(extension || is_verl_config_key(key)) << key << " is not one of verl's keys";
   }
 }
+
+TEST(Config, CommandLineArguments) {
+  const std::string_view hydra[] = {"--config-path", "/etc/verl", "--config-name=ppo_trainer", "algorithm.adv_estimator=grpo",
+                                    "trainer.logger=['console','file']"};
+  const ConfigArguments a = parse_config_arguments(hydra);
+  EXPECT_EQ(a.config_file, fs::path("/etc/verl/ppo_trainer.yaml"));
+  EXPECT_EQ(a.overrides, (std::vector<std::string>{"algorithm.adv_estimator=grpo", "trainer.logger=['console','file']"}));
+  const std::string_view file[] = {"-c", "run.yml", "data.seed=1"};
+  EXPECT_EQ(parse_config_arguments(file).config_file, fs::path("run.yml"));
+  const std::string_view none[] = {"data.seed=1"};
+  EXPECT_FALSE(parse_config_arguments(none).config_file.has_value());
+  const std::string_view help[] = {"--help"};
+  EXPECT_TRUE(parse_config_arguments(help).help);
+  const std::string_view stray[] = {"grpo"};
+  EXPECT_THROW(parse_config_arguments(stray), InvalidArgument);
+  const std::string_view dangling[] = {"--config"};
+  EXPECT_THROW(parse_config_arguments(dangling), InvalidArgument);
+  const std::string_view path_only[] = {"--config-path=/x"};
+  EXPECT_THROW(parse_config_arguments(path_only), InvalidArgument);
+  const char* argv[] = {"verl_train", "--config=a.yaml", "x.y=1"};
+  EXPECT_EQ(parse_config_arguments(3, argv).overrides, (std::vector<std::string>{"x.y=1"}));
+}

@@ -24,7 +24,9 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <filesystem>
 #include <map>
+#include <optional>
 #include <set>
 #include <span>
 #include <string>
@@ -460,6 +462,68 @@ inline PPOConfig load_ppo_config(std::span<const std::string> overrides) {
 
 inline PPOConfig load_ppo_config(std::initializer_list<std::string> overrides = {}) {
   return load_ppo_config(std::span<const std::string>(overrides.begin(), overrides.size()));
+}
+
+/// A command line as verl's main_ppo takes it: an optional YAML file (Hydra's --config-path and
+/// --config-name, or --config FILE) and key=value overrides.
+struct ConfigArguments {
+  std::optional<std::filesystem::path> config_file;
+  std::vector<std::string> overrides;
+  bool help = false;  ///< -h / --help was given
+};
+
+/// Parses `args` (without the program name). --config-name without an extension means
+/// <name>.yaml, as Hydra resolves it; anything that is neither an option nor key=value is an
+/// error naming it.
+inline ConfigArguments parse_config_arguments(std::span<const std::string_view> args) {
+  ConfigArguments out;
+  std::optional<std::string> config_path, config_name;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string_view arg = args[i];
+    auto option_value = [&](std::string_view option) -> std::optional<std::string> {
+      if (arg == option) {
+        VERL_CHECK_ARG(i + 1 < args.size(), "{}: expected a value after it", option);
+        return std::string(args[++i]);
+      }
+      if (arg.starts_with(option) && arg.size() > option.size() && arg[option.size()] == '=') {
+        return std::string(arg.substr(option.size() + 1));
+      }
+      return std::nullopt;
+    };
+    if (arg == "-h" || arg == "--help") {
+      out.help = true;
+    } else if (auto value = option_value("--config-path")) {
+      config_path = *value;
+    } else if (auto value = option_value("--config-name")) {
+      config_name = *value;
+    } else if (auto value = option_value("--config")) {
+      out.config_file = *value;
+    } else if (auto value = option_value("-c")) {
+      out.config_file = *value;
+    } else if (!arg.starts_with('-') && arg.find('=') != std::string_view::npos) {
+      out.overrides.emplace_back(arg);
+    } else {
+      ::verl::detail::throw_invalid_argument(
+          "argument '{}': expected key=value overrides (e.g. algorithm.adv_estimator=grpo), --config FILE, or "
+          "--config-path DIR --config-name NAME",
+          arg);
+    }
+  }
+  if (config_name) {
+    VERL_CHECK_ARG(!out.config_file, "--config-name: give either --config or --config-path/--config-name, not both");
+    std::filesystem::path file = *config_name;
+    if (!file.has_extension()) file += ".yaml";
+    out.config_file = config_path ? std::filesystem::path(*config_path) / file : file;
+  } else {
+    VERL_CHECK_ARG(!config_path, "--config-path: expected --config-name too (the YAML file's name in that folder)");
+  }
+  return out;
+}
+
+inline ConfigArguments parse_config_arguments(int argc, const char* const* argv) {
+  std::vector<std::string_view> args;
+  for (int i = 1; i < argc; ++i) args.emplace_back(argv[i]);
+  return parse_config_arguments(args);
 }
 
 /// Every supported key with its value in the override grammar ("data.train_batch_size", "64").
