@@ -223,3 +223,25 @@ TEST(HfTokenizer, LookupsAndSpecialIds) {
   // Copies share the word cache and give the same ids.
   EXPECT_EQ(copy.encode("Hello world, hello again"), tokenizer.encode("Hello world, hello again"));
 }
+
+TEST(HfTokenizer, ManyAddedTokensMatchLeftmostLongest) {
+  auto json = read_json(data_dir / "gpt2.tokenizer.json");
+  std::int32_t next_id = 5000;
+  for (int k = 0; k < 3000; ++k) {
+    json["added_tokens"].push_back({{"id", next_id++}, {"content", "<|reserved_" + std::to_string(k) + "|>"},
+                                    {"special", true}, {"normalized", false}});
+  }
+  json["added_tokens"].push_back({{"id", next_id++}, {"content", "<|x"}, {"special", false}, {"normalized", false}});
+  json["added_tokens"].push_back({{"id", next_id++}, {"content", "<|xy|>"}, {"special", false}, {"normalized", false}});
+  const auto tokenizer = HfTokenizer::from_json(json);
+  EXPECT_EQ(tokenizer.vocab_size(), static_cast<std::size_t>(next_id));
+  const auto ids = tokenizer.encode("a<|reserved_2999|>b<|reserved_12|><|xy|><|xz", false);
+  const std::vector<TokenId> expected_specials = {5000 + 2999, 5000 + 12, next_id - 1, next_id - 2};
+  std::vector<TokenId> specials;
+  for (const auto id : ids) {
+    if (id >= 5000) specials.push_back(id);
+  }
+  EXPECT_EQ(specials, expected_specials);
+  EXPECT_EQ(tokenizer.decode(ids, false), "a<|reserved_2999|>b<|reserved_12|><|xy|><|xz");
+  EXPECT_EQ(tokenizer.decode(ids, true), "ab<|xy|><|xz");
+}

@@ -56,41 +56,76 @@ inline bool is_word_character(char32_t cp) {
   return matched;
 }
 
-/// Leftmost-longest multi-pattern matching over bytes; patterns are bucketed by first byte.
+/// Leftmost-longest multi-pattern matching over bytes with a byte trie: at each position the
+/// walk follows the text as far as the trie goes and keeps the last complete pattern, so a
+/// position costs about one lookup however many added tokens there are.
 class AddedTokenMatcher {
  public:
+  static constexpr std::size_t no_pattern = static_cast<std::size_t>(-1);
+
+  AddedTokenMatcher() { nodes_.push_back(Node{}); }
+
   void add(std::string_view pattern, std::size_t token_index) {
     if (pattern.empty()) return;
-    auto& bucket = buckets_[static_cast<unsigned char>(pattern[0])];
-    bucket.emplace_back(std::string(pattern), token_index);
-    // Longest first, so the first hit at a position is the longest.
-    std::ranges::stable_sort(bucket, [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
-    empty_ = false;
+    std::uint32_t node = 0;
+    for (const char c : pattern) {
+      const auto key = edge_key(node, static_cast<unsigned char>(c));
+      const auto found = edges_.find(key);
+      if (found != edges_.end()) {
+        node = found->second;
+      } else {
+        const auto child = static_cast<std::uint32_t>(nodes_.size());
+        nodes_.push_back(Node{});
+        edges_.emplace(key, child);
+        node = child;
+      }
+    }
+    if (nodes_[node].pattern == no_pattern) nodes_[node].pattern = token_index;
+    first_bytes_[static_cast<unsigned char>(pattern[0])] = true;
   }
-  [[nodiscard]] bool empty() const { return empty_; }
+  [[nodiscard]] bool empty() const { return nodes_.size() == 1; }
 
   /// Calls on_match(begin, end, token_index) for successive non-overlapping leftmost-longest matches.
   template <class OnMatch>
   void for_each_match(std::string_view text, OnMatch&& on_match) const {
     std::size_t pos = 0;
     while (pos < text.size()) {
-      const auto& bucket = buckets_[static_cast<unsigned char>(text[pos])];
-      bool matched = false;
-      for (const auto& [pattern, index] : bucket) {
-        if (text.compare(pos, pattern.size(), pattern) == 0) {
-          on_match(pos, pos + pattern.size(), index);
-          pos += pattern.size();
-          matched = true;
-          break;
+      if (!first_bytes_[static_cast<unsigned char>(text[pos])]) {
+        ++pos;
+        continue;
+      }
+      std::uint32_t node = 0;
+      std::size_t best_end = 0;
+      std::size_t best_pattern = no_pattern;
+      for (std::size_t at = pos; at < text.size(); ++at) {
+        const auto found = edges_.find(edge_key(node, static_cast<unsigned char>(text[at])));
+        if (found == edges_.end()) break;
+        node = found->second;
+        if (nodes_[node].pattern != no_pattern) {
+          best_pattern = nodes_[node].pattern;
+          best_end = at + 1;
         }
       }
-      if (!matched) ++pos;
+      if (best_pattern == no_pattern) {
+        ++pos;
+        continue;
+      }
+      on_match(pos, best_end, best_pattern);
+      pos = best_end;
     }
   }
 
  private:
-  std::array<std::vector<std::pair<std::string, std::size_t>>, 256> buckets_;
-  bool empty_ = true;
+  struct Node {
+    std::size_t pattern = no_pattern;  ///< index of the token ending here
+  };
+  static std::uint64_t edge_key(std::uint32_t node, unsigned char byte) {
+    return (static_cast<std::uint64_t>(node) << 8) | byte;
+  }
+
+  std::vector<Node> nodes_;
+  std::unordered_map<std::uint64_t, std::uint32_t> edges_;
+  std::array<bool, 256> first_bytes_{};
 };
 
 }  // namespace detail
