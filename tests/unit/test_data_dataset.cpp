@@ -2,6 +2,7 @@
 // filtering and truncation, collation into a DataProto, and the resumable data loader.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <set>
 #include <string>
@@ -84,6 +85,18 @@ TEST(RLHFRow, ErrorsNameFileLineAndField) {
             "verl-cpp yet)");
   EXPECT_EQ(error_of([&] { parse_rlhf_row(nlohmann::json::parse(R"({"data_source":"x"})"), where, "question"); }),
             "f.jsonl:7: missing field 'question' (data.prompt_key)");
+}
+
+TEST(RLHFDataset, HomeFolderInPaths) {
+  const char* old_home = std::getenv("HOME");
+  const std::string saved = old_home != nullptr ? old_home : "";
+  ::setenv("HOME", datasets.string().c_str(), 1);
+  const fs::path files[] = {"~/gsm8k_tiny.jsonl"};
+  RLHFDatasetOptions options;
+  options.max_prompt_length = 4096;
+  const auto dataset = RLHFDataset::load(files, ascii(), ContentOnlyFormatter{}, options);
+  ::setenv("HOME", saved.c_str(), 1);
+  EXPECT_EQ(dataset.size(), 5);
 }
 
 TEST(RLHFDataset, JsonArrayFilesAndExtraColumns) {

@@ -229,6 +229,12 @@ TEST(SvgPlot, RewardCurveFromTheFileLogger) {
   EXPECT_NE(text.find("GRPO reward &lt;train&gt;"), std::string::npos);
   EXPECT_NE(text.find("<polyline points=\""), std::string::npos);
   EXPECT_NE(text.find("</svg>"), std::string::npos);
+  const std::vector<std::string> metrics = {"critic/score/mean", "other", "never/logged"};
+  write_metrics_plot(jsonl, dir.path / "all.svg", metrics, {"run"});
+  std::ifstream all_svg(dir.path / "all.svg");
+  const std::string both((std::istreambuf_iterator<char>(all_svg)), std::istreambuf_iterator<char>());
+  EXPECT_NE(both.find(">other</text>"), std::string::npos);
+  EXPECT_EQ(both.find("never/logged"), std::string::npos);
   // Degenerate input still renders.
   const PlotSeries empty[] = {PlotSeries{"none", {}}};
   EXPECT_NE(render_svg_line_chart(empty, {}).find("</svg>"), std::string::npos);

@@ -1,5 +1,5 @@
 // JSON Lines files (one JSON value per line), the form verl's row schema takes without Arrow.
-// Errors name the file and the 1-based line. A ".json" file may also hold one top-level array
+// Errors name the file and the 1-based line; a leading "~" in a path is the home folder. A ".json" file may also hold one top-level array
 // of rows (what Hugging Face's "json" loader accepts besides JSON Lines). Parquet needs Apache
 // Arrow, which verl-cpp does not use yet: such files are rejected with that explanation.
 #pragma once
@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "verl/core/error.hpp"
+#include "verl/data/detail/paths.hpp"
 #include "verl/model/detail/file_io.hpp"
 
 namespace verl::data {
@@ -49,8 +50,9 @@ inline void reject_unsupported_format(const std::filesystem::path& path) {
 
 /// Calls `on_row(value, location)` for every row of a .jsonl / .json file; blank lines are
 /// skipped. Malformed JSON is an error naming the file and line.
-inline void for_each_json_row(const std::filesystem::path& path,
+inline void for_each_json_row(const std::filesystem::path& given_path,
                               const std::function<void(nlohmann::json&&, const SourceLocation&)>& on_row) {
+  const std::filesystem::path path = detail::expand_user(given_path.string());
   detail::reject_unsupported_format(path);
   VERL_CHECK_ARG(std::filesystem::is_regular_file(path), "data file '{}': no such file", path.string());
   const std::string text = model::detail::read_text_file(path);

@@ -19,6 +19,7 @@
 
 #include "verl/core/error.hpp"
 #include "verl/core/metrics.hpp"
+#include "verl/data/detail/paths.hpp"
 #include "verl/trainer/logging/metrics_logger.hpp"
 
 namespace verl::trainer {
@@ -30,15 +31,6 @@ inline std::string environment(const char* name) {
   return value == nullptr ? std::string() : std::string(value);
 }
 
-/// Python's os.path.expanduser for a leading "~".
-inline std::filesystem::path expand_user(std::string path) {
-  if (!path.empty() && path[0] == '~' && (path.size() == 1 || path[1] == '/')) {
-    const std::string home = environment("HOME");
-    if (!home.empty()) path = home + path.substr(1);
-  }
-  return path;
-}
-
 }  // namespace detail
 
 /// Where verl's file logger writes for this project and experiment.
@@ -48,7 +40,7 @@ inline std::filesystem::path file_logger_path(std::string_view project_name, std
   }
   std::string root = detail::environment("VERL_FILE_LOGGER_ROOT");
   if (root.empty()) root = ".";
-  return detail::expand_user(root) / std::string(project_name) / (std::string(experiment_name) + ".jsonl");
+  return data::detail::expand_user(root) / std::string(project_name) / (std::string(experiment_name) + ".jsonl");
 }
 
 class FileLogger {

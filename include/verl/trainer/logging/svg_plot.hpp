@@ -154,4 +154,18 @@ inline PlotSeries metric_series_from_jsonl(const std::filesystem::path& jsonl, s
   return series;
 }
 
+/// A chart of `metrics` against step, read from a file logger's JSON Lines (e.g. the reward
+/// curve: critic/score/mean, with val-core/<source>/acc/mean@1 beside it). Metrics never logged
+/// are left out; the y label defaults to the single metric's name.
+inline void write_metrics_plot(const std::filesystem::path& jsonl, const std::filesystem::path& svg,
+                               std::span<const std::string> metrics, PlotLabels labels = {}) {
+  std::vector<PlotSeries> series;
+  for (const auto& metric : metrics) {
+    PlotSeries s = metric_series_from_jsonl(jsonl, metric);
+    if (!s.points.empty()) series.push_back(std::move(s));
+  }
+  if (labels.y_label.empty() && metrics.size() == 1) labels.y_label = metrics.front();
+  write_svg_line_chart(svg, series, labels);
+}
+
 }  // namespace verl::trainer
