@@ -230,7 +230,7 @@ TEST(SvgPlot, RewardCurveFromTheFileLogger) {
   EXPECT_NE(text.find("<polyline points=\""), std::string::npos);
   EXPECT_NE(text.find("</svg>"), std::string::npos);
   const std::vector<std::string> metrics = {"critic/score/mean", "other", "never/logged"};
-  write_metrics_plot(jsonl, dir.path / "all.svg", metrics, {"run"});
+  write_metrics_plot(jsonl, dir.path / "all.svg", metrics, PlotLabels{.title = "run", .x_label = "step", .y_label = ""});
   std::ifstream all_svg(dir.path / "all.svg");
   const std::string both((std::istreambuf_iterator<char>(all_svg)), std::istreambuf_iterator<char>());
   EXPECT_NE(both.find(">other</text>"), std::string::npos);
