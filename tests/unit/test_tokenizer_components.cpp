@@ -245,3 +245,13 @@ TEST(HfTokenizer, ManyAddedTokensMatchLeftmostLongest) {
   EXPECT_EQ(tokenizer.decode(ids, false), "a<|reserved_2999|>b<|reserved_12|><|xy|><|xz");
   EXPECT_EQ(tokenizer.decode(ids, true), "ab<|xy|><|xz");
 }
+
+TEST(HfTokenizerErrors, WrongJsonTypesAreInvalidArguments) {
+  auto json = read_json(data_dir / "qwen2.tokenizer.json");
+  json["added_tokens"][0]["lstrip"] = "yes";
+  EXPECT_THROW((void)HfTokenizer::from_json(json), InvalidArgument);
+  json = read_json(data_dir / "llama3.tokenizer.json");
+  json["post_processor"]["processors"][1].erase("single");
+  EXPECT_THROW((void)HfTokenizer::from_json(json), InvalidArgument);
+  EXPECT_THROW((void)HfTokenizer::from_json(nlohmann::json::object()), InvalidArgument);
+}

@@ -94,24 +94,30 @@ class HfTokenizer {
 
   /// Builds a tokenizer from the parsed tokenizer.json.
   static HfTokenizer from_json(const nlohmann::json& json) {
-    VERL_CHECK_ARG(json.is_object(), "tokenizer.json: expected a JSON object, got {}", json.type_name());
-    HfTokenizer tokenizer;
-    tokenizer.model_ = BpeModel::from_json(json.at("model"));
-    tokenizer.normalizer_ = Normalizer::from_json(json.value("normalizer", nlohmann::json()));
-    tokenizer.pre_tokenizer_ = PreTokenizer::from_json(json.value("pre_tokenizer", nlohmann::json()));
-    tokenizer.template_.append(json.value("post_processor", nlohmann::json()));
-    tokenizer.parse_decoder(json.value("decoder", nlohmann::json()));
-    const Normalizer& normalizer = tokenizer.normalizer_;
-    tokenizer.added_ = AddedVocabulary::from_json(json.value("added_tokens", nlohmann::json()),
-                                                  [&](std::string_view content) { return normalizer.apply(content); });
-    if (const auto truncation = json.find("truncation"); truncation != json.end() && !truncation->is_null()) {
-      ::verl::detail::throw_not_implemented("tokenizer.json truncation: built-in truncation is not supported");
+    VERL_CHECK_ARG(json.is_object() && json.contains("model"),
+                   "tokenizer.json: expected a JSON object with a 'model', got {}", json.type_name());
+    try {
+      HfTokenizer tokenizer;
+      tokenizer.model_ = BpeModel::from_json(json["model"]);
+      tokenizer.normalizer_ = Normalizer::from_json(json.value("normalizer", nlohmann::json()));
+      tokenizer.pre_tokenizer_ = PreTokenizer::from_json(json.value("pre_tokenizer", nlohmann::json()));
+      tokenizer.template_.append(json.value("post_processor", nlohmann::json()));
+      tokenizer.parse_decoder(json.value("decoder", nlohmann::json()));
+      const Normalizer& normalizer = tokenizer.normalizer_;
+      tokenizer.added_ = AddedVocabulary::from_json(
+          json.value("added_tokens", nlohmann::json()), [&](std::string_view content) { return normalizer.apply(content); });
+      if (const auto truncation = json.find("truncation"); truncation != json.end() && !truncation->is_null()) {
+        ::verl::detail::throw_not_implemented("tokenizer.json truncation: built-in truncation is not supported");
+      }
+      if (const auto padding = json.find("padding"); padding != json.end() && !padding->is_null()) {
+        ::verl::detail::throw_not_implemented("tokenizer.json padding: built-in padding is not supported");
+      }
+      tokenizer.build_decode_table();
+      return tokenizer;
+    } catch (const nlohmann::json::exception& error) {
+      // A field of the wrong JSON type somewhere the checks above do not look.
+      ::verl::detail::throw_invalid_argument("tokenizer.json: malformed ({})", error.what());
     }
-    if (const auto padding = json.find("padding"); padding != json.end() && !padding->is_null()) {
-      ::verl::detail::throw_not_implemented("tokenizer.json padding: built-in padding is not supported");
-    }
-    tokenizer.build_decode_table();
-    return tokenizer;
   }
 
   static HfTokenizer from_json_string(std::string_view text, std::string_view source = "tokenizer.json") {

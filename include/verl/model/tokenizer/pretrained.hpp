@@ -52,22 +52,9 @@ inline std::optional<std::string> special_token_content(const nlohmann::json& co
   return (*found)["content"].get<std::string>();
 }
 
-}  // namespace detail
-
-/// Loads `folder`/tokenizer.json and, when present, `folder`/tokenizer_config.json.
-inline PretrainedTokenizer load_pretrained_tokenizer(const std::filesystem::path& folder) {
-  PretrainedTokenizer loaded{HfTokenizer::from_file(folder / "tokenizer.json"), std::nullopt, std::nullopt};
-  const auto config_path = folder / "tokenizer_config.json";
-  if (!std::filesystem::exists(config_path)) return loaded;
-  const std::string source = config_path.string();
-  nlohmann::json config;
-  try {
-    config = nlohmann::json::parse(detail::read_text_file(config_path));
-  } catch (const nlohmann::json::exception& error) {
-    ::verl::detail::throw_invalid_argument("{}: not valid JSON ({})", source, error.what());
-  }
-  VERL_CHECK_ARG(config.is_object(), "{}: expected a JSON object", source);
-
+/// Applies tokenizer_config.json: special token ids and the chat template.
+inline void apply_tokenizer_config(const nlohmann::json& config, const std::string& source,
+                                   PretrainedTokenizer& loaded) {
   SpecialTokenIds ids;
   auto resolve = [&](std::string_view key) -> std::optional<TokenId> {
     const auto content = detail::special_token_content(config, key, source);
@@ -99,6 +86,28 @@ inline PretrainedTokenizer load_pretrained_tokenizer(const std::filesystem::path
       loaded.chat_template = detect_chat_template(jinja, bos);
       loaded.chat_template_source = std::move(jinja);
     }
+  }
+}
+
+}  // namespace detail
+
+/// Loads `folder`/tokenizer.json and, when present, `folder`/tokenizer_config.json.
+inline PretrainedTokenizer load_pretrained_tokenizer(const std::filesystem::path& folder) {
+  PretrainedTokenizer loaded{HfTokenizer::from_file(folder / "tokenizer.json"), std::nullopt, std::nullopt};
+  const auto config_path = folder / "tokenizer_config.json";
+  if (!std::filesystem::exists(config_path)) return loaded;
+  const std::string source = config_path.string();
+  nlohmann::json config;
+  try {
+    config = nlohmann::json::parse(detail::read_text_file(config_path));
+  } catch (const nlohmann::json::exception& error) {
+    ::verl::detail::throw_invalid_argument("{}: not valid JSON ({})", source, error.what());
+  }
+  VERL_CHECK_ARG(config.is_object(), "{}: expected a JSON object", source);
+  try {
+    detail::apply_tokenizer_config(config, source, loaded);
+  } catch (const nlohmann::json::exception& error) {
+    ::verl::detail::throw_invalid_argument("{}: malformed ({})", source, error.what());
   }
   return loaded;
 }
