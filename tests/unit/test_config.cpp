@@ -99,6 +99,9 @@ TEST(Config, InterpolationsFollowVerl) {
   EXPECT_EQ(c.trainer.default_local_dir, "checkpoints/proj/exp");
   EXPECT_EQ(c.critic.model.tokenizer_path, "/models/tiny");
   EXPECT_EQ(c.actor_rollout_ref.actor.checkpoint.load_contents, c.actor_rollout_ref.actor.checkpoint.save_contents);
+  EXPECT_EQ(with({"reward_model.reward_manager=dapo"}).reward_manager.name, "dapo");  // verl's newer spelling follows
+  EXPECT_EQ(with({"actor_rollout_ref.actor.checkpoint.save_contents=[model]"}).actor_rollout_ref.actor.checkpoint.load_contents,
+            (std::vector<std::string>{"model"}));  // ${.save_contents}
   // Setting the follower itself wins.
   EXPECT_EQ(with({"actor_rollout_ref.actor.ppo_mini_batch_size=32", "critic.ppo_mini_batch_size=8"}).critic.ppo_mini_batch_size, 8);
   // Interpolations in overrides too.
