@@ -5,31 +5,6 @@
 // and repeated scans for the lowest-ranked adjacent pair (a std::map keyed by string pairs),
 // merging all its occurrences, no cache; decoding maps characters to bytes through a std::map.
 // Items are bytes of text; the closing table prints naive / verl-cpp CPU time for every pair.
-//
-// Linking verl::pcre2 defines PCRE2_CODE_UNIT_WIDTH. bench/CMakeLists.txt does not link it into
-// benchmarks yet; without it the PCRE2 entry points are weak references, so the program still
-// links, and the benchmarks report that PCRE2 is missing instead of running.
-#ifdef PCRE2_CODE_UNIT_WIDTH
-#define VERL_BENCH_PCRE2_LINKED 1
-#include <pcre2.h>
-#else
-#define VERL_BENCH_PCRE2_LINKED 0
-#define PCRE2_CODE_UNIT_WIDTH 8
-#include <pcre2.h>
-#pragma weak pcre2_compile_8
-#pragma weak pcre2_jit_compile_8
-#pragma weak pcre2_code_free_8
-#pragma weak pcre2_get_error_message_8
-#pragma weak pcre2_match_8
-#pragma weak pcre2_get_ovector_pointer_8
-#pragma weak pcre2_match_data_create_8
-#pragma weak pcre2_match_data_free_8
-#pragma weak pcre2_match_context_create_8
-#pragma weak pcre2_match_context_free_8
-#pragma weak pcre2_jit_stack_create_8
-#pragma weak pcre2_jit_stack_assign_8
-#pragma weak pcre2_jit_stack_free_8
-#endif
 
 #include <benchmark/benchmark.h>
 #include <nlohmann/json.hpp>
@@ -53,14 +28,6 @@ namespace fs = std::filesystem;
 namespace {
 
 const fs::path data_dir = fs::path(__FILE__).parent_path() / ".." / "tests" / "data" / "tokenizer";
-
-bool pcre2_linked() {
-#if VERL_BENCH_PCRE2_LINKED
-  return true;
-#else
-  return &pcre2_compile_8 != nullptr;
-#endif
-}
 
 /// ~1 MB from the golden strings of a style (every script and special token they contain).
 std::string make_corpus(const std::string& style) {
@@ -185,10 +152,6 @@ class NaiveBpe {
 };
 
 void bm_encode(benchmark::State& state, const std::string& style, bool naive) {
-  if (!pcre2_linked()) {
-    state.SkipWithError("PCRE2 is not linked into this benchmark (bench/CMakeLists.txt: link verl::pcre2)");
-    return;
-  }
   const std::string corpus = make_corpus(style);
   const auto tokenizer = HfTokenizer::from_file(data_dir / (style + ".tokenizer.json"));
   const NaiveBpe reference(style);
@@ -204,10 +167,6 @@ void bm_encode(benchmark::State& state, const std::string& style, bool naive) {
 }
 
 void bm_decode(benchmark::State& state, const std::string& style, bool naive) {
-  if (!pcre2_linked()) {
-    state.SkipWithError("PCRE2 is not linked into this benchmark (bench/CMakeLists.txt: link verl::pcre2)");
-    return;
-  }
   const std::string corpus = make_corpus(style);
   const auto tokenizer = HfTokenizer::from_file(data_dir / (style + ".tokenizer.json"));
   const NaiveBpe reference(style);
