@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "verl/core/tensor.hpp"
+#include "verl/model/transformer/detail/gemm.hpp"
 
 namespace verl::model::detail {
 
@@ -49,10 +50,8 @@ void attention_forward_head(ConstHeadRows<S> q, ConstHeadRows<S> k, ConstHeadRow
     const Index keys = key_offset + i0 + rows;  // keys any query of the block can see
     scratch.resize(static_cast<std::size_t>(rows * keys));
     Eigen::Map<RowMatrix<S>> scores(scratch.data(), rows, keys);
-    const ConstStridedMap<S> q_block(q.data + i0 * q.stride, rows, head_dim, Eigen::OuterStride<>(q.stride));
-    const ConstStridedMap<S> k_rows(k.data, keys, head_dim, Eigen::OuterStride<>(k.stride));
-    const ConstStridedMap<S> v_rows(v.data, keys, head_dim, Eigen::OuterStride<>(v.stride));
-    scores.noalias() = q_block * k_rows.transpose();
+    gemm<S>(rows, keys, head_dim, rows_of(q.data + i0 * q.stride, q.stride), transpose_of(k.data, k.stride),
+            scores.data(), keys, false);
     for (Index r = 0; r < rows; ++r) {
       const Index visible = key_offset + i0 + r + 1;
       auto row = scores.row(r).head(visible).array();
@@ -64,8 +63,8 @@ void attention_forward_head(ConstHeadRows<S> q, ConstHeadRows<S> k, ConstHeadRow
       scores.row(r).tail(keys - visible).setZero();
       if (lse != nullptr) lse[(i0 + r) * lse_stride] = max + std::log(sum);
     }
-    StridedMap<S> out_block(out.data + i0 * out.stride, rows, head_dim, Eigen::OuterStride<>(out.stride));
-    out_block.noalias() = scores * v_rows;
+    gemm<S>(rows, head_dim, keys, rows_of(scores.data(), keys), rows_of(v.data, v.stride), out.data + i0 * out.stride,
+            out.stride, false);
   }
 }
 
@@ -81,14 +80,13 @@ void attention_backward_head(ConstHeadRows<S> q, ConstHeadRows<S> k, ConstHeadRo
     scratch.resize(static_cast<std::size_t>(2 * rows * keys));
     Eigen::Map<RowMatrix<S>> probs(scratch.data(), rows, keys);
     Eigen::Map<RowMatrix<S>> d_scores(scratch.data() + rows * keys, rows, keys);
-    const ConstStridedMap<S> q_block(q.data + i0 * q.stride, rows, head_dim, Eigen::OuterStride<>(q.stride));
-    const ConstStridedMap<S> k_rows(k.data, keys, head_dim, Eigen::OuterStride<>(k.stride));
-    const ConstStridedMap<S> v_rows(v.data, keys, head_dim, Eigen::OuterStride<>(v.stride));
     const ConstStridedMap<S> o_block(out.data + i0 * out.stride, rows, head_dim, Eigen::OuterStride<>(out.stride));
     const ConstStridedMap<S> do_block(d_out.data + i0 * d_out.stride, rows, head_dim,
                                       Eigen::OuterStride<>(d_out.stride));
-    probs.noalias() = q_block * k_rows.transpose();
-    d_scores.noalias() = do_block * v_rows.transpose();  // dP
+    const auto q_block = rows_of(q.data + i0 * q.stride, q.stride);
+    const auto do_rows = rows_of(d_out.data + i0 * d_out.stride, d_out.stride);
+    gemm<S>(rows, keys, head_dim, q_block, transpose_of(k.data, k.stride), probs.data(), keys, false);
+    gemm<S>(rows, keys, head_dim, do_rows, transpose_of(v.data, v.stride), d_scores.data(), keys, false);  // dP
     for (Index r = 0; r < rows; ++r) {
       const Index visible = i0 + r + 1;
       auto p = probs.row(r).head(visible).array();
@@ -100,12 +98,10 @@ void attention_backward_head(ConstHeadRows<S> q, ConstHeadRows<S> k, ConstHeadRo
       ds = p * (ds - centre) * scale;
       d_scores.row(r).tail(keys - visible).setZero();
     }
-    StridedMap<S> dq_block(dq.data + i0 * dq.stride, rows, head_dim, Eigen::OuterStride<>(dq.stride));
-    StridedMap<S> dk_rows(dk.data, keys, head_dim, Eigen::OuterStride<>(dk.stride));
-    StridedMap<S> dv_rows(dv.data, keys, head_dim, Eigen::OuterStride<>(dv.stride));
-    dq_block.noalias() = d_scores * k_rows;
-    dk_rows.noalias() += d_scores.transpose() * q_block;
-    dv_rows.noalias() += probs.transpose() * do_block;
+    gemm<S>(rows, head_dim, keys, rows_of(d_scores.data(), keys), rows_of(k.data, k.stride), dq.data + i0 * dq.stride,
+            dq.stride, false);
+    gemm<S>(keys, head_dim, rows, transpose_of(d_scores.data(), keys), q_block, dk.data, dk.stride, true);
+    gemm<S>(keys, head_dim, rows, transpose_of(probs.data(), keys), do_rows, dv.data, dv.stride, true);
   }
 }
 

@@ -63,9 +63,12 @@ class ThreadPool {
     }
     wake_.notify_all();
     run_tasks(job);
+    // Every task is claimed once the caller's loop ends; wait only for workers still running one.
+    // A worker that wakes later finds no job: on a busy machine the caller never waits for a
+    // thread the scheduler has not run yet.
     {
       std::unique_lock lock(mutex_);
-      done_.wait(lock, [&] { return job.finished_workers == workers_.size(); });
+      done_.wait(lock, [&] { return job.active_workers == 0; });
       job_ = nullptr;
     }
     if (job.error) std::rethrow_exception(job.error);
@@ -77,7 +80,7 @@ class ThreadPool {
     const void* task = nullptr;
     Index count = 0;
     std::atomic<Index> next{0};
-    std::size_t finished_workers = 0;  // guarded by mutex_
+    std::size_t active_workers = 0;  // workers inside run_tasks; guarded by mutex_
     std::exception_ptr error;          // guarded by mutex_
   };
 
@@ -114,11 +117,13 @@ class ThreadPool {
         if (stopping_) return;
         seen = generation_;
         job = job_;
+        if (job == nullptr) continue;  // that region is already over
+        ++job->active_workers;
       }
       run_tasks(*job);
       {
         std::lock_guard lock(mutex_);
-        ++job->finished_workers;
+        --job->active_workers;
       }
       done_.notify_one();
     }

@@ -1,0 +1,149 @@
+// The reference transformer's throughput on the tiny test config and a ~30M-parameter Qwen2-style
+// config (random weights):
+//   Generate            KV-cache rollout, tokens generated per second (greedy, no early stop);
+//   GenerateNoCache     the naive reference measured in the same run: every step recomputes the
+//                       whole sequence with a full forward pass;
+//   ForwardBackward     log-prob loss forward + backward over packed sequences, tokens per second.
+// Counters also report the KV cache's bytes next to what the shapes require.
+// The side-by-side with transformers / PyTorch eager is tools/scripts/bench_hf_baseline.py
+// (same configs, batch shapes and thread count: VERL_BENCH_THREADS, default all cores).
+#include <benchmark/benchmark.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "verl/model/transformer/transformer.hpp"
+#include "verl/rollout/rollout.hpp"
+
+namespace {
+
+using namespace verl::model;
+using verl::Index;
+
+unsigned bench_threads() {
+  const char* value = std::getenv("VERL_BENCH_THREADS");
+  return value != nullptr ? static_cast<unsigned>(std::atoi(value)) : 0u;
+}
+
+HfModelConfig config_named(int which) {
+  if (which == 0) {  // tests/data/models/tiny-qwen2
+    return HfModelConfig::from_json({{"model_type", "qwen2"},
+                                     {"vocab_size", 1408},
+                                     {"hidden_size", 32},
+                                     {"intermediate_size", 64},
+                                     {"num_hidden_layers", 2},
+                                     {"num_attention_heads", 4},
+                                     {"num_key_value_heads", 2},
+                                     {"max_position_embeddings", 4096},
+                                     {"tie_word_embeddings", true}});
+  }
+  // ~31M parameters: a narrow Qwen2 with a Llama-2-sized vocabulary.
+  return HfModelConfig::from_json({{"model_type", "qwen2"},
+                                   {"vocab_size", 32000},
+                                   {"hidden_size", 512},
+                                   {"intermediate_size", 1408},
+                                   {"num_hidden_layers", 5},
+                                   {"num_attention_heads", 8},
+                                   {"num_key_value_heads", 4},
+                                   {"max_position_embeddings", 4096},
+                                   {"tie_word_embeddings", true}});
+}
+
+const char* config_label(int which) { return which == 0 ? "tiny" : "30M"; }
+
+std::vector<std::vector<TokenId>> prompts_for(Index batch, Index length, Index vocab) {
+  std::vector<std::vector<TokenId>> prompts(static_cast<std::size_t>(batch));
+  for (Index b = 0; b < batch; ++b) {
+    for (Index t = 0; t < length; ++t) prompts[static_cast<std::size_t>(b)].push_back((b * 131 + t * 17 + 3) % vocab);
+  }
+  return prompts;
+}
+
+constexpr Index generate_batch = 8, prompt_length = 16, new_tokens = 64;
+
+void BM_Generate(benchmark::State& state) {
+  const int which = static_cast<int>(state.range(0));
+  Transformer model = Transformer::random(config_named(which), {.seed = 1}, {.num_threads = bench_threads()});
+  verl::rollout::KvCacheRollout engine(model);
+  const auto prompts = verl::rollout::PromptBatch::left_padded(prompts_for(generate_batch, prompt_length, model.vocab_size()), 0);
+  const verl::rollout::SamplingParams params{.temperature = 0.0f, .max_response_length = new_tokens};
+  std::size_t cache_bytes = 0;
+  for (auto _ : state) {
+    const auto out = engine.generate(prompts, params);
+    cache_bytes = out.kv_cache_bytes;
+    benchmark::DoNotOptimize(out.responses.data());
+  }
+  const auto& c = model.config();
+  const double required = static_cast<double>(generate_batch * (prompt_length + new_tokens - 1) * c.num_hidden_layers * 2 *
+                                              c.num_key_value_heads * c.head_dim * sizeof(float));
+  state.counters["tokens_per_s"] =
+      benchmark::Counter(static_cast<double>(generate_batch * new_tokens), benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["kv_cache_MiB"] = static_cast<double>(cache_bytes) / (1 << 20);
+  state.counters["kv_required_MiB"] = required / (1 << 20);
+  state.counters["threads"] = model.num_threads();
+  state.SetLabel(config_label(which));
+}
+
+/// The naive reference: no cache, a full forward over the growing sequences at every step.
+void BM_GenerateNoCache(benchmark::State& state) {
+  const int which = static_cast<int>(state.range(0));
+  Transformer model = Transformer::random(config_named(which), {.seed = 1}, {.num_threads = bench_threads()});
+  const auto prompts = prompts_for(generate_batch, prompt_length, model.vocab_size());
+  for (auto _ : state) {
+    auto sequences = prompts;
+    for (Index step = 0; step < new_tokens; ++step) {
+      std::vector<TokenId> ids;
+      std::vector<std::int64_t> cu = {0};
+      for (const auto& s : sequences) {
+        ids.insert(ids.end(), s.begin(), s.end());
+        cu.push_back(static_cast<std::int64_t>(ids.size()));
+      }
+      const auto out = model.forward(TokenBatch::packed(ids, cu), {.return_logits = true});
+      for (std::size_t b = 0; b < sequences.size(); ++b) {
+        Index best = 0;
+        out.logits.row(cu[b + 1] - 1).maxCoeff(&best);
+        sequences[b].push_back(best);
+      }
+    }
+    benchmark::DoNotOptimize(sequences.data());
+  }
+  state.counters["tokens_per_s"] =
+      benchmark::Counter(static_cast<double>(generate_batch * new_tokens), benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(config_label(which));
+}
+
+void BM_ForwardBackward(benchmark::State& state) {
+  const int which = static_cast<int>(state.range(0));
+  const Index sequences = state.range(1), length = state.range(2);
+  Transformer model = Transformer::random(config_named(which), {.seed = 1}, {.num_threads = bench_threads()});
+  const auto prompts = prompts_for(sequences, length, model.vocab_size());
+  std::vector<TokenId> ids;
+  std::vector<std::int64_t> cu = {0};
+  for (const auto& s : prompts) {
+    ids.insert(ids.end(), s.begin(), s.end());
+    cu.push_back(static_cast<std::int64_t>(ids.size()));
+  }
+  const auto batch = TokenBatch::packed(ids, cu);
+  const verl::MatrixI64 targets = next_token_targets(batch);
+  const std::vector<float> cotangent(ids.size(), 1.0f / static_cast<float>(ids.size()));
+  model.zero_grad();
+  for (auto _ : state) {
+    const auto out = model.forward(batch, {.targets = {targets.data(), ids.size()}, .keep_activations = true});
+    model.backward({.log_probs = cotangent});
+    benchmark::DoNotOptimize(out.log_probs.data());
+  }
+  state.counters["tokens_per_s"] =
+      benchmark::Counter(static_cast<double>(ids.size()), benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["threads"] = model.num_threads();
+  state.SetLabel(config_label(which));
+}
+
+BENCHMARK(BM_Generate)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->MinTime(2.0)->UseRealTime();
+BENCHMARK(BM_GenerateNoCache)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->MinTime(2.0)->UseRealTime();
+BENCHMARK(BM_ForwardBackward)->Args({0, 8, 256})->Args({1, 8, 256})->Unit(benchmark::kMillisecond)->MinTime(2.0)->UseRealTime();
+
+}  // namespace
+
+BENCHMARK_MAIN();

@@ -1,0 +1,407 @@
+// C (+)= A B for the reference transformer, with operands given by pointer and strides so that
+// transposed views cost nothing: A(i, k) = a.data[i * a.row_stride + k * a.col_stride].
+//
+// float runs a packed, register-blocked kernel selected at run time (AVX-512 or AVX2 + FMA, as the
+// logits kernels do), so a default build without -march flags still gets the CPU's vector width;
+// Eigen's products are compiled for the build's baseline ISA (SSE2 unless told otherwise), several
+// times slower. double, and CPUs without AVX2, use Eigen. The blocking (KC, MC, NC) and the order
+// of the multiply-adds depend only on the shapes, so results are reproducible.
+#pragma once
+
+#include <Eigen/Core>
+
+#include <algorithm>
+#include <concepts>
+#include <cstring>
+#include <vector>
+
+#include "verl/algo/detail/vector_math.hpp"
+#include "verl/core/error.hpp"
+#include "verl/core/tensor.hpp"
+#include "verl/model/transformer/detail/thread_pool.hpp"
+
+#if VERL_HAS_X86_DISPATCH
+#include <immintrin.h>
+#endif
+
+namespace verl::model::detail {
+
+/// A strided read-only matrix operand.
+template <class S>
+struct Operand {
+  const S* data;
+  Index row_stride;
+  Index col_stride;
+  [[nodiscard]] S at(Index i, Index k) const { return data[i * row_stride + k * col_stride]; }
+  [[nodiscard]] Operand transposed() const { return {data, col_stride, row_stride}; }
+};
+
+/// A row-major matrix (rows `stride` apart) as an operand, or its transpose.
+template <class S>
+Operand<S> rows_of(const S* data, Index stride) {
+  return {data, stride, 1};
+}
+template <class S>
+Operand<S> transpose_of(const S* data, Index stride) {
+  return {data, 1, stride};
+}
+
+namespace gemm_detail {
+
+/// Reduction depth per packed block; A blocks of MC x KC stay in L2, B panels of KC x NC in L3.
+inline constexpr Index kc_block = 256;
+inline constexpr Index mc_block = 96;
+inline constexpr Index nc_block = 2048;
+
+/// Packs A[0:mc, 0:kc] into row panels of MR (k-major, zero-padded).
+template <Index MR>
+inline void pack_a(Operand<float> a, Index mc, Index kc, float* out) {
+  for (Index i0 = 0; i0 < mc; i0 += MR) {
+    const Index rows = std::min(MR, mc - i0);
+    if (a.col_stride == 1) {
+      for (Index k = 0; k < kc; ++k) {
+        for (Index i = 0; i < rows; ++i) out[k * MR + i] = a.data[(i0 + i) * a.row_stride + k];
+        for (Index i = rows; i < MR; ++i) out[k * MR + i] = 0.0f;
+      }
+    } else {
+      for (Index k = 0; k < kc; ++k) {
+        const float* column = a.data + k * a.col_stride + i0 * a.row_stride;
+        for (Index i = 0; i < rows; ++i) out[k * MR + i] = column[i * a.row_stride];
+        for (Index i = rows; i < MR; ++i) out[k * MR + i] = 0.0f;
+      }
+    }
+    out += kc * MR;
+  }
+}
+
+#if VERL_HAS_X86_DISPATCH
+/// Packs 8 columns x kc rows of a transposed B (column j contiguous along k: B(k, j) =
+/// column_j[k]) into out[k * NR + j], 8 x 8 blocks transposed in registers. The slow part of a
+/// decode step is this transpose of the weights, not the multiply-adds.
+VERL_TARGET_AVX2 inline void pack_b_columns8_avx2(const float* column0, Index column_stride, Index kc, Index nr_stride,
+                                                  float* out) {
+  Index k = 0;
+  for (; k + 8 <= kc; k += 8) {
+    __m256 r[8];
+    for (int j = 0; j < 8; ++j) r[j] = _mm256_loadu_ps(column0 + j * column_stride + k);
+    const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+    const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+    const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+    const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+    const __m256 u0 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(1, 0, 1, 0));
+    const __m256 u1 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(3, 2, 3, 2));
+    const __m256 u2 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(1, 0, 1, 0));
+    const __m256 u3 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(3, 2, 3, 2));
+    const __m256 u4 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(1, 0, 1, 0));
+    const __m256 u5 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(3, 2, 3, 2));
+    const __m256 u6 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(1, 0, 1, 0));
+    const __m256 u7 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(3, 2, 3, 2));
+    float* o = out + k * nr_stride;
+    _mm256_storeu_ps(o + 0 * nr_stride, _mm256_permute2f128_ps(u0, u4, 0x20));
+    _mm256_storeu_ps(o + 1 * nr_stride, _mm256_permute2f128_ps(u1, u5, 0x20));
+    _mm256_storeu_ps(o + 2 * nr_stride, _mm256_permute2f128_ps(u2, u6, 0x20));
+    _mm256_storeu_ps(o + 3 * nr_stride, _mm256_permute2f128_ps(u3, u7, 0x20));
+    _mm256_storeu_ps(o + 4 * nr_stride, _mm256_permute2f128_ps(u0, u4, 0x31));
+    _mm256_storeu_ps(o + 5 * nr_stride, _mm256_permute2f128_ps(u1, u5, 0x31));
+    _mm256_storeu_ps(o + 6 * nr_stride, _mm256_permute2f128_ps(u2, u6, 0x31));
+    _mm256_storeu_ps(o + 7 * nr_stride, _mm256_permute2f128_ps(u3, u7, 0x31));
+  }
+  for (; k < kc; ++k) {
+    for (Index j = 0; j < 8; ++j) out[k * nr_stride + j] = column0[j * column_stride + k];
+  }
+}
+#endif
+
+/// Packs B[0:kc, 0:nc] into column panels of NR (k-major, zero-padded).
+template <Index NR>
+inline void pack_b(Operand<float> b, Index kc, Index nc, float* out) {
+  for (Index j0 = 0; j0 < nc; j0 += NR) {
+    const Index cols = std::min(NR, nc - j0);
+    if (b.col_stride == 1) {
+      for (Index k = 0; k < kc; ++k) {
+        const float* row = b.data + k * b.row_stride + j0;
+        std::memcpy(out + k * NR, row, static_cast<std::size_t>(cols) * sizeof(float));
+        for (Index j = cols; j < NR; ++j) out[k * NR + j] = 0.0f;
+      }
+    } else {
+      Index j = 0;
+#if VERL_HAS_X86_DISPATCH
+      // Only reached from the AVX2 / AVX-512 products, so the AVX2 transpose is available.
+      if (b.row_stride == 1) {
+        for (; j + 8 <= cols; j += 8) pack_b_columns8_avx2(b.data + (j0 + j) * b.col_stride, b.col_stride, kc, NR, out + j);
+      }
+#endif
+      for (; j < cols; ++j) {
+        const float* column = b.data + (j0 + j) * b.col_stride;
+        for (Index k = 0; k < kc; ++k) out[k * NR + j] = column[k * b.row_stride];
+      }
+      for (Index k = 0; k < kc; ++k) {
+        for (Index jj = cols; jj < NR; ++jj) out[k * NR + jj] = 0.0f;
+      }
+    }
+    out += kc * NR;
+  }
+}
+
+/// Adds (or writes) an MR x NR tile computed into `tile` to the valid mr x nr corner of C.
+template <Index NR>
+inline void store_partial(const float* tile, float* c, Index ldc, Index mr, Index nr, bool accumulate) {
+  for (Index i = 0; i < mr; ++i) {
+    for (Index j = 0; j < nr; ++j) c[i * ldc + j] = accumulate ? c[i * ldc + j] + tile[i * NR + j] : tile[i * NR + j];
+  }
+}
+
+#if VERL_HAS_X86_DISPATCH
+
+/// 8 x 32 tile: 16 zmm accumulators, two B loads and eight A broadcasts per k.
+VERL_TARGET_AVX512 inline void kernel_avx512(Index kc, const float* a, const float* b, float* c, Index ldc,
+                                             bool accumulate, Index mr, Index nr) {
+  constexpr Index MR = 8, NR = 32;
+  __m512 acc[MR][2];
+#pragma GCC unroll 8
+  for (Index i = 0; i < MR; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+  for (Index k = 0; k < kc; ++k) {
+    const __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
+#pragma GCC unroll 8
+    for (Index i = 0; i < MR; ++i) {
+      const __m512 ai = _mm512_set1_ps(a[i]);
+      acc[i][0] = _mm512_fmadd_ps(ai, b0, acc[i][0]);
+      acc[i][1] = _mm512_fmadd_ps(ai, b1, acc[i][1]);
+    }
+    a += MR;
+    b += NR;
+  }
+  if (mr == MR && nr == NR) {
+#pragma GCC unroll 8
+    for (Index i = 0; i < MR; ++i) {
+      float* row = c + i * ldc;
+      if (accumulate) {
+        acc[i][0] = _mm512_add_ps(acc[i][0], _mm512_loadu_ps(row));
+        acc[i][1] = _mm512_add_ps(acc[i][1], _mm512_loadu_ps(row + 16));
+      }
+      _mm512_storeu_ps(row, acc[i][0]);
+      _mm512_storeu_ps(row + 16, acc[i][1]);
+    }
+    return;
+  }
+  alignas(64) float tile[MR * NR];
+  for (Index i = 0; i < MR; ++i) {
+    _mm512_store_ps(tile + i * NR, acc[i][0]);
+    _mm512_store_ps(tile + i * NR + 16, acc[i][1]);
+  }
+  store_partial<NR>(tile, c, ldc, mr, nr, accumulate);
+}
+
+/// 6 x 16 tile: 12 ymm accumulators.
+VERL_TARGET_AVX2 inline void kernel_avx2(Index kc, const float* a, const float* b, float* c, Index ldc, bool accumulate,
+                                         Index mr, Index nr) {
+  constexpr Index MR = 6, NR = 16;
+  __m256 acc[MR][2];
+#pragma GCC unroll 6
+  for (Index i = 0; i < MR; ++i) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+  for (Index k = 0; k < kc; ++k) {
+    const __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
+#pragma GCC unroll 6
+    for (Index i = 0; i < MR; ++i) {
+      const __m256 ai = _mm256_broadcast_ss(a + i);
+      acc[i][0] = _mm256_fmadd_ps(ai, b0, acc[i][0]);
+      acc[i][1] = _mm256_fmadd_ps(ai, b1, acc[i][1]);
+    }
+    a += MR;
+    b += NR;
+  }
+  if (mr == MR && nr == NR) {
+#pragma GCC unroll 6
+    for (Index i = 0; i < MR; ++i) {
+      float* row = c + i * ldc;
+      if (accumulate) {
+        acc[i][0] = _mm256_add_ps(acc[i][0], _mm256_loadu_ps(row));
+        acc[i][1] = _mm256_add_ps(acc[i][1], _mm256_loadu_ps(row + 8));
+      }
+      _mm256_storeu_ps(row, acc[i][0]);
+      _mm256_storeu_ps(row + 8, acc[i][1]);
+    }
+    return;
+  }
+  alignas(32) float tile[MR * NR];
+  for (Index i = 0; i < MR; ++i) {
+    _mm256_store_ps(tile + i * NR, acc[i][0]);
+    _mm256_store_ps(tile + i * NR + 8, acc[i][1]);
+  }
+  store_partial<NR>(tile, c, ldc, mr, nr, accumulate);
+}
+
+/// Columns of C per task when a product has too few row blocks to occupy the pool.
+inline constexpr Index min_columns_per_task = 128;
+
+/// The blocked loops around a micro-kernel (BLIS's five loops). For each (NC, KC) slab, B is packed
+/// once (panels split over the pool) and shared; tasks then take (MC rows x a group of columns)
+/// blocks, packing their rows of A. Every element of C is summed in the same order (k blocks in
+/// sequence, k within a block in sequence) whatever the split, so results do not depend on the
+/// number of threads or on the other rows of the product.
+template <Index MR, Index NR, class Kernel>
+inline void blocked_gemm(ThreadPool* pool, Index m, Index n, Index k, Operand<float> a, Operand<float> b, float* c,
+                         Index ldc, bool accumulate, Kernel kernel) {
+  const Index threads = pool != nullptr ? pool->size() : 1;
+  if (pool != nullptr && m <= mc_block && n >= 2 * min_columns_per_task) {
+    // Few rows (a decode step): independent column ranges, one parallel region in all, each task
+    // packing only its own columns of B.
+    const Index panels = (n + NR - 1) / NR;
+    const Index groups = std::min<Index>(4 * threads, std::max<Index>(1, n / min_columns_per_task));
+    const Index panels_per_group = (panels + groups - 1) / groups;
+    pool->parallel_for((panels + panels_per_group - 1) / panels_per_group, [&](Index g) {
+      const Index j0 = g * panels_per_group * NR, cols = std::min(n, j0 + panels_per_group * NR) - j0;
+      blocked_gemm<MR, NR>(nullptr, m, cols, k, a, {b.data + j0 * b.col_stride, b.row_stride, b.col_stride}, c + j0,
+                           ldc, accumulate, kernel);
+    });
+    return;
+  }
+  thread_local std::vector<float> packed_b;
+  const Index kc_max = std::min(kc_block, k);
+  const Index nc_max = std::min(nc_block, (n + NR - 1) / NR * NR);
+  packed_b.resize(static_cast<std::size_t>(nc_max * kc_max));
+  float* shared_b = packed_b.data();
+  for (Index jc = 0; jc < n; jc += nc_block) {
+    const Index nc = std::min(nc_block, n - jc);
+    const Index panels = (nc + NR - 1) / NR;
+    const Index row_blocks = (m + mc_block - 1) / mc_block;
+    // Enough tasks for the pool: split the columns only when the rows alone do not suffice.
+    Index column_groups = 1;
+    if (row_blocks < 4 * threads) {
+      column_groups = std::clamp<Index>((4 * threads + row_blocks - 1) / row_blocks, 1,
+                                        std::max<Index>(1, nc / min_columns_per_task));
+    }
+    const Index panels_per_group = (panels + column_groups - 1) / column_groups;
+    column_groups = (panels + panels_per_group - 1) / panels_per_group;
+    for (Index pc = 0; pc < k; pc += kc_block) {
+      const Index kc = std::min(kc_block, k - pc);
+      const bool add = accumulate || pc > 0;
+      const Operand<float> b_slab{b.data + pc * b.row_stride + jc * b.col_stride, b.row_stride, b.col_stride};
+      auto pack_panels = [&](Index group) {
+        const Index p0 = group * panels_per_group, p1 = std::min(panels, p0 + panels_per_group);
+        pack_b<NR>({b_slab.data + p0 * NR * b.col_stride, b.row_stride, b.col_stride}, kc,
+                   std::min(nc, p1 * NR) - p0 * NR, shared_b + p0 * kc * NR);
+      };
+      auto compute = [&](Index task) {
+        const Index block = task / column_groups, group = task % column_groups;
+        const Index ic = block * mc_block, mc = std::min(mc_block, m - ic);
+        thread_local std::vector<float> packed_a;
+        packed_a.resize(static_cast<std::size_t>(((mc + MR - 1) / MR) * MR * kc));
+        pack_a<MR>({a.data + ic * a.row_stride + pc * a.col_stride, a.row_stride, a.col_stride}, mc, kc,
+                   packed_a.data());
+        const Index p0 = group * panels_per_group, p1 = std::min(panels, p0 + panels_per_group);
+        for (Index p = p0; p < p1; ++p) {
+          const Index jr = p * NR;
+          const float* b_panel = shared_b + p * kc * NR;
+          for (Index ir = 0; ir < mc; ir += MR) {
+            kernel(kc, packed_a.data() + (ir / MR) * kc * MR, b_panel, c + (ic + ir) * ldc + jc + jr, ldc, add,
+                   std::min(MR, mc - ir), std::min(NR, nc - jr));
+          }
+        }
+      };
+      if (pool != nullptr) {
+        pool->parallel_for(column_groups, pack_panels);
+        pool->parallel_for(row_blocks * column_groups, compute);
+      } else {
+        for (Index g = 0; g < column_groups; ++g) pack_panels(g);
+        for (Index t = 0; t < row_blocks * column_groups; ++t) compute(t);
+      }
+    }
+  }
+}
+
+VERL_TARGET_AVX512 inline void sgemm_avx512(ThreadPool* pool, Index m, Index n, Index k, Operand<float> a,
+                                            Operand<float> b, float* c, Index ldc, bool accumulate) {
+  blocked_gemm<8, 32>(pool, m, n, k, a, b, c, ldc, accumulate, kernel_avx512);
+}
+VERL_TARGET_AVX2 inline void sgemm_avx2(ThreadPool* pool, Index m, Index n, Index k, Operand<float> a,
+                                        Operand<float> b, float* c, Index ldc, bool accumulate) {
+  blocked_gemm<6, 16>(pool, m, n, k, a, b, c, ldc, accumulate, kernel_avx2);
+}
+
+#endif
+
+/// Eigen's product for an operand that is row-major or column-major with an outer stride.
+template <class S, class Fn>
+void with_eigen_operand(Operand<S> x, Index rows, Index cols, Fn&& fn) {
+  using Outer = Eigen::OuterStride<>;
+  if (x.col_stride == 1 || cols <= 1) {
+    fn(Eigen::Map<const RowMatrix<S>, Eigen::Unaligned, Outer>(x.data, rows, cols, Outer(std::max<Index>(x.row_stride, cols))));
+  } else {
+    VERL_CHECK_ARG(x.row_stride == 1 || rows <= 1, "gemm: expected a row- or column-major operand, got strides ({}, {})",
+                   x.row_stride, x.col_stride);
+    using ColMatrix = Eigen::Matrix<S, Eigen::Dynamic, Eigen::Dynamic, Eigen::ColMajor>;
+    fn(Eigen::Map<const ColMatrix, Eigen::Unaligned, Outer>(x.data, rows, cols, Outer(std::max<Index>(x.col_stride, rows))));
+  }
+}
+
+template <class S>
+void eigen_gemm_serial(Index m, Index n, Index k, Operand<S> a, Operand<S> b, S* c, Index ldc, bool accumulate) {
+  Eigen::Map<RowMatrix<S>, Eigen::Unaligned, Eigen::OuterStride<>> out(c, m, n, Eigen::OuterStride<>(ldc));
+  with_eigen_operand(a, m, k, [&](const auto& a_map) {
+    with_eigen_operand(b, k, n, [&](const auto& b_map) {
+      if (accumulate) {
+        out.noalias() += a_map * b_map;
+      } else {
+        out.noalias() = a_map * b_map;
+      }
+    });
+  });
+}
+
+/// Eigen's products in fixed blocks of rows (or of columns when there are few rows): the split
+/// depends only on the shapes, because Eigen's own blocking depends on the block's size.
+template <class S>
+void eigen_gemm(ThreadPool* pool, Index m, Index n, Index k, Operand<S> a, Operand<S> b, S* c, Index ldc,
+                bool accumulate) {
+  constexpr Index block = 128;
+  if (pool == nullptr) return eigen_gemm_serial(m, n, k, a, b, c, ldc, accumulate);
+  if (m >= 2 * block) {
+    pool->parallel_for((m + block - 1) / block, [&](Index t) {
+      const Index r0 = t * block;
+      eigen_gemm_serial<S>(std::min(block, m - r0), n, k, {a.data + r0 * a.row_stride, a.row_stride, a.col_stride}, b,
+                           c + r0 * ldc, ldc, accumulate);
+    });
+  } else {
+    pool->parallel_for((n + block - 1) / block, [&](Index t) {
+      const Index c0 = t * block;
+      eigen_gemm_serial<S>(m, std::min(block, n - c0), k, a, {b.data + c0 * b.col_stride, b.row_stride, b.col_stride},
+                           c + c0, ldc, accumulate);
+    });
+  }
+}
+
+}  // namespace gemm_detail
+
+/// Below this many multiply-adds a product runs on the calling thread (waking the pool costs more).
+inline constexpr double gemm_parallel_min_flops = 1 << 18;
+
+/// C (m x n, rows ldc apart) = A (m x k) B (k x n), or C += A B when `accumulate`; on `pool`'s
+/// threads when given and the product is large enough.
+template <class S>
+void gemm(ThreadPool* pool, Index m, Index n, Index k, Operand<S> a, Operand<S> b, S* c, Index ldc, bool accumulate) {
+  if (m <= 0 || n <= 0) return;
+  if (k <= 0) {
+    if (!accumulate) {
+      for (Index i = 0; i < m; ++i) std::fill(c + i * ldc, c + i * ldc + n, S(0));
+    }
+    return;
+  }
+  if (static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) < gemm_parallel_min_flops) pool = nullptr;
+#if VERL_HAS_X86_DISPATCH
+  if constexpr (std::same_as<S, float>) {
+    const auto level = algo::detail::simd::best_level();
+    if (level == algo::SimdLevel::avx512) return gemm_detail::sgemm_avx512(pool, m, n, k, a, b, c, ldc, accumulate);
+    if (level == algo::SimdLevel::avx2) return gemm_detail::sgemm_avx2(pool, m, n, k, a, b, c, ldc, accumulate);
+  }
+#endif
+  gemm_detail::eigen_gemm(pool, m, n, k, a, b, c, ldc, accumulate);
+}
+
+/// Single-threaded C (+)= A B.
+template <class S>
+void gemm(Index m, Index n, Index k, Operand<S> a, Operand<S> b, S* c, Index ldc, bool accumulate) {
+  gemm<S>(static_cast<ThreadPool*>(nullptr), m, n, k, a, b, c, ldc, accumulate);
+}
+
+}  // namespace verl::model::detail

@@ -1,0 +1,79 @@
+// The transformer's packed GEMM (run-time AVX-512 / AVX2 kernels) against a double reference, for
+// every operand layout the model uses, edge tiles and accumulation.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <tuple>
+#include <vector>
+
+#include "verl/model/transformer/detail/gemm.hpp"
+
+namespace {
+
+using verl::Index;
+using namespace verl::model::detail;
+
+class GemmTest : public ::testing::TestWithParam<std::tuple<Index, Index, Index>> {};
+
+TEST_P(GemmTest, MatchesADoubleReferenceForEveryLayout) {
+  const auto [m, n, k] = GetParam();
+  std::mt19937 rng(static_cast<unsigned>(m * 1000 + n * 10 + k));
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  auto random = [&](Index size) {
+    std::vector<float> v(static_cast<std::size_t>(size));
+    for (auto& x : v) x = uniform(rng);
+    return v;
+  };
+  // Padded strides, so that stride and width differ.
+  const Index a_pad = 3, b_pad = 5, c_pad = 2;
+  const auto a_rows = random(m * (k + a_pad));  // A row-major
+  const auto a_cols = random(k * (m + a_pad));  // A column-major (A^T row-major)
+  const auto b_rows = random(k * (n + b_pad));
+  const auto b_cols = random(n * (k + b_pad));
+  for (const bool a_transposed : {false, true}) {
+    for (const bool b_transposed : {false, true}) {
+      for (const bool accumulate : {false, true}) {
+        const Operand<float> a = a_transposed ? transpose_of(a_cols.data(), m + a_pad) : rows_of(a_rows.data(), k + a_pad);
+        const Operand<float> b = b_transposed ? transpose_of(b_cols.data(), k + b_pad) : rows_of(b_rows.data(), n + b_pad);
+        std::vector<float> c = random(m * (n + c_pad));
+        const std::vector<float> before = c;
+        gemm<float>(m, n, k, a, b, c.data(), n + c_pad, accumulate);
+        double worst = 0;
+        for (Index i = 0; i < m; ++i) {
+          for (Index j = 0; j < n; ++j) {
+            double expected = accumulate ? before[static_cast<std::size_t>(i * (n + c_pad) + j)] : 0.0;
+            for (Index p = 0; p < k; ++p) expected += static_cast<double>(a.at(i, p)) * b.at(p, j);
+            worst = std::max(worst, std::abs(expected - c[static_cast<std::size_t>(i * (n + c_pad) + j)]));
+          }
+          // Padding columns of C are untouched.
+          for (Index j = n; j < n + c_pad; ++j) {
+            ASSERT_EQ(c[static_cast<std::size_t>(i * (n + c_pad) + j)], before[static_cast<std::size_t>(i * (n + c_pad) + j)]);
+          }
+        }
+        EXPECT_LT(worst, 1e-5 * std::max<double>(1.0, static_cast<double>(k)))
+            << "a_transposed " << a_transposed << " b_transposed " << b_transposed << " accumulate " << accumulate;
+      }
+    }
+  }
+}
+
+// Shapes around the kernels' tiles (8 x 32, 6 x 16) and blocks (KC 256, MC 96, NC 2048).
+INSTANTIATE_TEST_SUITE_P(Shapes, GemmTest,
+                         ::testing::Values(std::tuple<Index, Index, Index>{1, 1, 1}, std::tuple<Index, Index, Index>{1, 37, 8},
+                                           std::tuple<Index, Index, Index>{7, 5, 300}, std::tuple<Index, Index, Index>{8, 32, 16},
+                                           std::tuple<Index, Index, Index>{13, 47, 64}, std::tuple<Index, Index, Index>{97, 33, 257},
+                                           std::tuple<Index, Index, Index>{200, 2050, 9}, std::tuple<Index, Index, Index>{3, 4, 0}));
+
+TEST(Gemm, DoubleUsesEigenWithTheSameLayouts) {
+  const std::vector<double> a = {1, 2, 3, 4, 5, 6};  // 2 x 3 row-major
+  const std::vector<double> b = {1, 0, 0, 1, 1, 1};  // 3 x 2 row-major
+  std::vector<double> c(4, 0.0);
+  gemm<double>(2, 2, 3, rows_of(a.data(), 3), rows_of(b.data(), 2), c.data(), 2, false);
+  EXPECT_EQ(c, (std::vector<double>{4, 5, 10, 11}));
+  // A^T (3 x 2, the column view of `a`) times the first two rows of B.
+  std::vector<double> d(6, 0.0);
+  gemm<double>(3, 2, 2, transpose_of(a.data(), 3), rows_of(b.data(), 2), d.data(), 2, false);
+  EXPECT_EQ(d, (std::vector<double>{1, 4, 2, 5, 3, 6}));
+}
+
+}  // namespace
