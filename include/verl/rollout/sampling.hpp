@@ -26,6 +26,7 @@
 
 #include "verl/core/error.hpp"
 #include "verl/core/tensor.hpp"
+#include "verl/model/transformer/detail/softmax.hpp"
 
 namespace verl::rollout {
 
@@ -86,7 +87,7 @@ struct SampledToken {
 
 /// Buffers reused from token to token (no allocation per sampled token once warm).
 struct SamplerScratch {
-  std::vector<float> scaled;
+  std::vector<float> scaled;  ///< exp(logits / T - max)
   std::vector<std::pair<float, TokenId>> candidates;
 };
 
@@ -96,56 +97,59 @@ inline void require_logits(std::span<const float> logits) {
   VERL_CHECK_ARG(!logits.empty(), "logits: expected at least one vocabulary entry, got none");
 }
 
-/// log sum exp over x (in double).
-inline double log_sum_exp(std::span<const float> x, float max) {
-  double sum = 0;
-  for (const float v : x) sum += std::exp(static_cast<double>(v) - max);
-  return static_cast<double>(max) + std::log(sum);
+/// The first index of the largest value (NaN never wins).
+inline TokenId first_argmax(std::span<const float> x) {
+  std::size_t best = 0;
+  for (std::size_t i = 1; i < x.size(); ++i) {
+    if (x[i] > x[best]) best = i;
+  }
+  return static_cast<TokenId>(best);
 }
 
 }  // namespace detail
 
 /// Samples one token from a row of raw logits with `uniform` in [0, 1) (see the file comment).
+/// The exponentials are computed once per row, vectorized, into `scratch`.
 inline SampledToken sample_token(std::span<const float> logits, const SamplingParams& params, double uniform,
                                  SamplerScratch& scratch) {
   detail::require_logits(logits);
   const auto vocab = static_cast<TokenId>(logits.size());
-  if (params.greedy()) {
-    const auto best = std::ranges::max_element(logits) - logits.begin();  // first of equal maxima
-    const float max = logits[static_cast<std::size_t>(best)];
-    return {best, static_cast<float>(static_cast<double>(max) - detail::log_sum_exp(logits, max))};
-  }
-  auto& x = scratch.scaled;
-  x.resize(logits.size());
-  for (std::size_t i = 0; i < x.size(); ++i) x[i] = logits[i] / params.temperature;
-  const float max = *std::ranges::max_element(x);
-  const double log_normalizer = detail::log_sum_exp(x, max);
+  const float temperature = params.greedy() ? 1.0f : params.temperature;
+  // e_i = exp(x_i - max) with x = logits / T, and log sum_i exp(x_i).
+  auto& e = scratch.scaled;
+  e.resize(logits.size());
+  for (std::size_t i = 0; i < e.size(); ++i) e[i] = logits[i] / temperature;
+  const TokenId best = detail::first_argmax(e);
+  const float max = e[static_cast<std::size_t>(best)];
+  const double total = model::detail::exp_shifted_row<float>(e.data(), vocab, 1.0f, max);
+  const double log_normalizer = static_cast<double>(max) + std::log(total);
   auto log_prob_of = [&](TokenId token) {
-    return static_cast<float>(static_cast<double>(x[static_cast<std::size_t>(token)]) - log_normalizer);
+    return static_cast<float>(static_cast<double>(logits[static_cast<std::size_t>(token)] / temperature) - log_normalizer);
   };
+  if (params.greedy()) return {best, log_prob_of(best)};
 
   const bool use_top_k = params.top_k > 0 && params.top_k < vocab;
   const bool use_top_p = params.top_p < 1.0f;
   if (!use_top_k && !use_top_p) {
     // Inverse CDF over the whole vocabulary in index order.
-    double total = 0;
-    for (const float v : x) total += std::exp(static_cast<double>(v) - max);
     const double target = uniform * total;
     double cumulative = 0;
+    TokenId last = best;  // the last token with mass, should rounding leave the scan short of u
     for (TokenId i = 0; i < vocab; ++i) {
-      const float v = x[static_cast<std::size_t>(i)];
-      if (v == -std::numeric_limits<float>::infinity()) continue;
-      cumulative += std::exp(static_cast<double>(v) - max);
+      const float p = e[static_cast<std::size_t>(i)];
+      if (p <= 0) continue;
+      cumulative += p;
+      last = i;
       if (cumulative > target) return {i, log_prob_of(i)};
     }
-    const auto last = static_cast<TokenId>(std::ranges::max_element(x) - x.begin());
     return {last, log_prob_of(last)};
   }
 
-  // Candidates by decreasing value (ties by index), cut by top-k then top-p.
+  // Candidates by decreasing value (ties by index), cut by top-k then top-p. The order of e is
+  // that of x (exp is monotonic), and e is what the masses are made of.
   auto& kept = scratch.candidates;
   kept.clear();
-  for (TokenId i = 0; i < vocab; ++i) kept.emplace_back(x[static_cast<std::size_t>(i)], i);
+  for (TokenId i = 0; i < vocab; ++i) kept.emplace_back(logits[static_cast<std::size_t>(i)] / temperature, i);
   auto by_value = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
   std::size_t count = kept.size();
   if (use_top_k) {
@@ -157,15 +161,13 @@ inline SampledToken sample_token(std::span<const float> logits, const SamplingPa
     count = static_cast<std::size_t>(end - kept.begin());
   }
   std::sort(kept.begin(), kept.begin() + static_cast<std::ptrdiff_t>(count), by_value);
+  auto mass = [&](const std::pair<float, TokenId>& c) { return static_cast<double>(e[static_cast<std::size_t>(c.second)]); };
   double kept_mass = 0;
-  for (std::size_t i = 0; i < count; ++i) kept_mass += std::exp(static_cast<double>(kept[i].first) - max);
+  for (std::size_t i = 0; i < count; ++i) kept_mass += mass(kept[i]);
   if (use_top_p) {
     double before = 0;
     std::size_t cut = 0;
-    while (cut < count && (cut == 0 || before < params.top_p * kept_mass)) {
-      before += std::exp(static_cast<double>(kept[cut].first) - max);
-      ++cut;
-    }
+    while (cut < count && (cut == 0 || before < params.top_p * kept_mass)) before += mass(kept[cut++]);
     count = cut;
     kept_mass = before;
   }
@@ -174,11 +176,14 @@ inline SampledToken sample_token(std::span<const float> logits, const SamplingPa
             [](const auto& a, const auto& b) { return a.second < b.second; });
   const double target = uniform * kept_mass;
   double cumulative = 0;
+  TokenId last = best;
   for (std::size_t i = 0; i < count; ++i) {
-    cumulative += std::exp(static_cast<double>(kept[i].first) - max);
-    if (cumulative > target) return {kept[i].second, log_prob_of(kept[i].second)};
+    if (mass(kept[i]) <= 0) continue;
+    cumulative += mass(kept[i]);
+    last = kept[i].second;
+    if (cumulative > target) return {last, log_prob_of(last)};
   }
-  return {kept[count - 1].second, log_prob_of(kept[count - 1].second)};
+  return {last, log_prob_of(last)};
 }
 
 inline SampledToken sample_token(std::span<const float> logits, const SamplingParams& params, double uniform) {

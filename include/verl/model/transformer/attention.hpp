@@ -16,6 +16,7 @@
 
 #include "verl/core/tensor.hpp"
 #include "verl/model/transformer/detail/gemm.hpp"
+#include "verl/model/transformer/detail/softmax.hpp"
 
 namespace verl::model::detail {
 
@@ -54,14 +55,12 @@ void attention_forward_head(ConstHeadRows<S> q, ConstHeadRows<S> k, ConstHeadRow
             scores.data(), keys, false);
     for (Index r = 0; r < rows; ++r) {
       const Index visible = key_offset + i0 + r + 1;
-      auto row = scores.row(r).head(visible).array();
-      row *= scale;
-      const S max = row.maxCoeff();
-      row = (row - max).exp();
-      const S sum = row.sum();
-      row /= sum;
+      S* row = scores.data() + r * keys;
+      const S shift = scale * scores.row(r).head(visible).maxCoeff();
+      const auto sum = static_cast<S>(exp_shifted_row<S>(row, visible, scale, shift));
+      scores.row(r).head(visible) /= sum;
       scores.row(r).tail(keys - visible).setZero();
-      if (lse != nullptr) lse[(i0 + r) * lse_stride] = max + std::log(sum);
+      if (lse != nullptr) lse[(i0 + r) * lse_stride] = shift + std::log(sum);
     }
     gemm<S>(rows, head_dim, keys, rows_of(scores.data(), keys), rows_of(v.data, v.stride), out.data + i0 * out.stride,
             out.stride, false);
@@ -89,8 +88,8 @@ void attention_backward_head(ConstHeadRows<S> q, ConstHeadRows<S> k, ConstHeadRo
     gemm<S>(rows, keys, head_dim, do_rows, transpose_of(v.data, v.stride), d_scores.data(), keys, false);  // dP
     for (Index r = 0; r < rows; ++r) {
       const Index visible = i0 + r + 1;
-      auto p = probs.row(r).head(visible).array();
-      p = (p * scale - lse[(i0 + r) * lse_stride]).exp();
+      exp_shifted_row<S>(probs.data() + r * keys, visible, scale, lse[(i0 + r) * lse_stride]);
+      const auto p = probs.row(r).head(visible).array();
       probs.row(r).tail(keys - visible).setZero();
       // dS = P (dP - rowsum(dP P)), and rowsum(dP P) = dO . O.
       const S centre = do_block.row(r).dot(o_block.row(r));

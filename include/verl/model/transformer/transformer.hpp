@@ -36,8 +36,11 @@ namespace verl::model {
 
 namespace detail {
 
-/// Tokens per LM-head chunk: about 8 M logits (32 MiB in float) at a time.
-inline Index lm_head_chunk_rows(Index vocab) { return std::clamp<Index>((Index{1} << 23) / std::max<Index>(vocab, 1), 16, 1024); }
+/// Tokens per LM-head chunk: about 16 M logits (64 MiB in float) at a time, so that packing the
+/// (V, H) head weight for each chunk's product is amortized over a few hundred tokens.
+inline Index lm_head_chunk_rows(Index vocab) {
+  return std::clamp<Index>((Index{1} << 24) / std::max<Index>(vocab, 1), 16, 2048);
+}
 
 /// Per-token statistics of softmax(logits / T) that the backward pass needs, for any scalar.
 /// float goes through verl::algo::fused_logprob_entropy; double (the finite-difference model)

@@ -53,11 +53,26 @@ inline constexpr Index kc_block = 256;
 inline constexpr Index mc_block = 96;
 inline constexpr Index nc_block = 2048;
 
+#if VERL_HAS_X86_DISPATCH
+VERL_TARGET_AVX2 inline void pack_b_columns8_avx2(const float* column0, Index column_stride, Index kc, Index nr_stride,
+                                                  float* out);
+#endif
+
 /// Packs A[0:mc, 0:kc] into row panels of MR (k-major, zero-padded).
 template <Index MR>
 inline void pack_a(Operand<float> a, Index mc, Index kc, float* out) {
   for (Index i0 = 0; i0 < mc; i0 += MR) {
     const Index rows = std::min(MR, mc - i0);
+#if VERL_HAS_X86_DISPATCH
+    if constexpr (MR == 8) {
+      // A full panel of a row-major A is an 8 x kc transpose (only reached from the AVX paths).
+      if (a.col_stride == 1 && rows == MR) {
+        pack_b_columns8_avx2(a.data + i0 * a.row_stride, a.row_stride, kc, MR, out);
+        out += kc * MR;
+        continue;
+      }
+    }
+#endif
     if (a.col_stride == 1) {
       for (Index k = 0; k < kc; ++k) {
         for (Index i = 0; i < rows; ++i) out[k * MR + i] = a.data[(i0 + i) * a.row_stride + k];
