@@ -22,6 +22,7 @@
 #include "verl/model/hf_config.hpp"
 #include "verl/model/transformer/attention.hpp"
 #include "verl/model/transformer/detail/linear.hpp"
+#include "verl/model/transformer/detail/packed_weights.hpp"
 #include "verl/model/transformer/detail/thread_pool.hpp"
 #include "verl/model/transformer/rms_norm.hpp"
 #include "verl/model/transformer/rope.hpp"
@@ -181,7 +182,10 @@ class DecoderBody {
   template <class Attend>
   void layer_forward(const DecoderLayerWeights<Scalar>& w, detail::LayerActivations<Scalar>& act,
                      RowMatrix<Scalar>& x_out, const RowMatrix<Scalar>& cos, const RowMatrix<Scalar>& sin,
-                     const Attend& attend) {
+                     const Attend& attend, const detail::PackedLayerWeights* packed = nullptr) {
+    auto pack = [&](const detail::PackedMatrix detail::PackedLayerWeights::*member) {
+      return packed != nullptr ? &(packed->*member) : nullptr;
+    };
     auto& pool = *pool_;
     const Index n = act.x.rows(), width = config_.hidden_size;
     const Index heads = config_.num_attention_heads, kv_heads = config_.num_key_value_heads, d = config_.head_dim;
@@ -191,25 +195,32 @@ class DecoderBody {
     act.q.resize(n, heads * d);
     act.k.resize(n, kv_heads * d);
     act.v.resize(n, kv_heads * d);
-    detail::linear_forward<Scalar>(pool, s.h, w.q_proj.value, bias(w.q_bias), act.q);
-    detail::linear_forward<Scalar>(pool, s.h, w.k_proj.value, bias(w.k_bias), act.k);
-    detail::linear_forward<Scalar>(pool, s.h, w.v_proj.value, bias(w.v_bias), act.v);
+    detail::linear_forward<Scalar>(pool, s.h, w.q_proj.value, bias(w.q_bias), act.q,
+                                   pack(&detail::PackedLayerWeights::q));
+    detail::linear_forward<Scalar>(pool, s.h, w.k_proj.value, bias(w.k_bias), act.k,
+                                   pack(&detail::PackedLayerWeights::k));
+    detail::linear_forward<Scalar>(pool, s.h, w.v_proj.value, bias(w.v_bias), act.v,
+                                   pack(&detail::PackedLayerWeights::v));
     RotaryEmbedding<Scalar>::apply(act.q.data(), act.q.cols(), n, heads, d, cos, sin);
     RotaryEmbedding<Scalar>::apply(act.k.data(), act.k.cols(), n, kv_heads, d, cos, sin);
     act.attn.resize(n, heads * d);
     attend(act);
     s.y.resize(n, width);
-    detail::linear_forward<Scalar>(pool, act.attn, w.o_proj.value, bias(w.o_bias), s.y);
+    detail::linear_forward<Scalar>(pool, act.attn, w.o_proj.value, bias(w.o_bias), s.y,
+                                   pack(&detail::PackedLayerWeights::o));
     act.x_mid = act.x + s.y;
     detail::rms_norm_forward<Scalar>(act.x_mid, w.post_attention_layernorm.value, config_.rms_norm_eps, s.h,
                                      act.inv_rms_post);
     const Index inner = config_.intermediate_size;
     act.gate.resize(n, inner);
     act.up.resize(n, inner);
-    detail::linear_forward<Scalar>(pool, s.h, w.gate_proj.value, bias(w.gate_bias), act.gate);
-    detail::linear_forward<Scalar>(pool, s.h, w.up_proj.value, bias(w.up_bias), act.up);
+    detail::linear_forward<Scalar>(pool, s.h, w.gate_proj.value, bias(w.gate_bias), act.gate,
+                                   pack(&detail::PackedLayerWeights::gate));
+    detail::linear_forward<Scalar>(pool, s.h, w.up_proj.value, bias(w.up_bias), act.up,
+                                   pack(&detail::PackedLayerWeights::up));
     swiglu(act.gate, act.up, s.act);
-    detail::linear_forward<Scalar>(pool, s.act, w.down_proj.value, bias(w.down_bias), s.y);
+    detail::linear_forward<Scalar>(pool, s.act, w.down_proj.value, bias(w.down_bias), s.y,
+                                   pack(&detail::PackedLayerWeights::down));
     x_out = act.x_mid + s.y;
   }
 

@@ -1,15 +1,18 @@
 // The key/value cache of incremental decoding: per layer and per sequence, the rotated keys and
 // the values of every token seen so far, (capacity, kv_heads * head_dim) each. One allocation of
-// exactly sum(capacities) * layers * 2 * kv_heads * head_dim scalars: what the shapes require.
+// exactly sum(capacities) * layers * 2 * kv_heads * head_dim scalars: what the shapes require
+// (bytes()). It may also carry the model's weights packed for decoding (packed_weight_bytes()).
 #pragma once
 
 #include <algorithm>
 #include <cstddef>
+#include <memory>
 #include <span>
 #include <vector>
 
 #include "verl/core/error.hpp"
 #include "verl/core/tensor.hpp"
+#include "verl/model/transformer/detail/packed_weights.hpp"
 
 namespace verl::model {
 
@@ -67,6 +70,14 @@ class KvCache {
   }
   void clear(Index sequence) { lengths_[checked(sequence)] = 0; }
 
+  /// The model's weights packed for decoding when the cache was made (float models on AVX2 CPUs):
+  /// the cached keys and values belong to those weights anyway. Null when not packed.
+  [[nodiscard]] const detail::PackedDecoderWeights* packed_weights() const { return packed_weights_.get(); }
+  void set_packed_weights(std::shared_ptr<const detail::PackedDecoderWeights> weights) {
+    packed_weights_ = std::move(weights);
+  }
+  [[nodiscard]] std::size_t packed_weight_bytes() const { return packed_weights_ ? packed_weights_->bytes() : 0; }
+
  private:
   std::size_t checked(Index sequence) const {
     VERL_CHECK_ARG(sequence >= 0 && sequence < num_sequences(), "sequence: expected an index in [0, {}), got {}",
@@ -87,6 +98,7 @@ class KvCache {
   std::vector<Index> capacities_;
   std::vector<Index> offsets_;
   std::vector<Scalar> storage_;
+  std::shared_ptr<const detail::PackedDecoderWeights> packed_weights_;
 };
 
 }  // namespace verl::model

@@ -15,6 +15,7 @@
 #include <concepts>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <set>
 #include <span>
 #include <string>
@@ -293,10 +294,13 @@ class BasicTransformer {
 
   // ---- incremental decoding (rollout) --------------------------------------------------------
 
-  /// A cache for sequences of the given capacities (tokens each).
+  /// A cache for sequences of the given capacities (tokens each). A float model also packs its
+  /// linear weights into the cache once (PackedMatrix), so that decode steps do not re-pack them.
   [[nodiscard]] KvCache<Scalar> make_kv_cache(std::span<const Index> capacities) const {
     const auto& c = body_.config();
-    return KvCache<Scalar>(c.num_hidden_layers, c.num_key_value_heads * c.head_dim, capacities);
+    KvCache<Scalar> cache(c.num_hidden_layers, c.num_key_value_heads * c.head_dim, capacities);
+    if constexpr (std::same_as<Scalar, float>) cache.set_packed_weights(pack_weights());
+    return cache;
   }
 
   /// Appends chunk i, tokens[chunk_offsets[i], chunk_offsets[i + 1]) at `positions`, to cache
@@ -334,6 +338,8 @@ class BasicTransformer {
     const Index kv_width = cache.width();
     const auto scale = static_cast<Scalar>(1.0 / std::sqrt(static_cast<double>(d)));
     auto& act = decode_activations_;
+    const detail::PackedDecoderWeights* packed = nullptr;
+    if constexpr (std::same_as<Scalar, float>) packed = cache.packed_weights();
     body_.rope().tables(positions, decode_cos_, decode_sin_);
     RowMatrix<Scalar> x(m, width);
     body_.embed(tokens, x);
@@ -362,7 +368,8 @@ class BasicTransformer {
                                   count, cache.length(s), d, scale,
                                   {a.attn.data() + begin * a.attn.cols() + h * d, a.attn.cols()}, nullptr, 0, buffer);
                             });
-                          });
+                          },
+                          packed != nullptr ? &packed->layers[static_cast<std::size_t>(layer)] : nullptr);
     }
     RowMatrix<Scalar> last(chunks, width);
     for (Index i = 0; i < chunks; ++i) {
@@ -373,7 +380,7 @@ class BasicTransformer {
     RowMatrix<Scalar> normed;
     body_.final_norm(last, normed);
     RowMatrix<Scalar> logits;
-    chunk_logits(normed, logits);
+    chunk_logits(normed, logits, packed != nullptr ? &packed->head : nullptr);
     return logits;
   }
 
@@ -390,9 +397,32 @@ class BasicTransformer {
   }
 
  private:
-  void chunk_logits(const Eigen::Ref<const RowMatrix<Scalar>>& hidden, RowMatrix<Scalar>& logits) const {
+  void chunk_logits(const Eigen::Ref<const RowMatrix<Scalar>>& hidden, RowMatrix<Scalar>& logits,
+                    const detail::PackedMatrix* packed_head = nullptr) const {
     logits.resize(hidden.rows(), vocab_size());
-    detail::linear_forward<Scalar>(body_.pool(), hidden, head_weight(), nullptr, logits);
+    detail::linear_forward<Scalar>(body_.pool(), hidden, head_weight(), nullptr, logits, packed_head);
+  }
+
+  /// Every linear weight packed for the float kernels (in parallel, one matrix per task).
+  std::shared_ptr<const detail::PackedDecoderWeights> pack_weights() const {
+    auto packed = std::make_shared<detail::PackedDecoderWeights>();
+    const auto& layers = body_.weights().layers;
+    packed->layers.resize(layers.size());
+    std::vector<std::pair<const RowMatrix<float>*, detail::PackedMatrix*>> jobs;
+    for (std::size_t l = 0; l < layers.size(); ++l) {
+      auto& out = packed->layers[l];
+      for (auto [weight, target] : {std::pair{&layers[l].q_proj, &out.q}, std::pair{&layers[l].k_proj, &out.k},
+                                    std::pair{&layers[l].v_proj, &out.v}, std::pair{&layers[l].o_proj, &out.o},
+                                    std::pair{&layers[l].gate_proj, &out.gate}, std::pair{&layers[l].up_proj, &out.up},
+                                    std::pair{&layers[l].down_proj, &out.down}}) {
+        jobs.emplace_back(&weight->value, target);
+      }
+    }
+    jobs.emplace_back(&head_weight(), &packed->head);
+    body_.pool().parallel_for(static_cast<Index>(jobs.size()), [&](Index j) {
+      *jobs[static_cast<std::size_t>(j)].second = detail::pack_linear(*jobs[static_cast<std::size_t>(j)].first);
+    });
+    return packed;
   }
 
   DecoderBody<Scalar> body_;

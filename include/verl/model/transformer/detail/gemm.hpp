@@ -246,6 +246,18 @@ VERL_TARGET_AVX2 inline void kernel_avx2(Index kc, const float* a, const float* 
   store_partial<NR>(tile, c, ldc, mr, nr, accumulate);
 }
 
+/// B already packed in the kernels' layout: for each KC block starting at row pc, every NR-column
+/// panel, kc x NR k-major; blocks are padded_cols * kc apart. `first_panel` offsets a column range.
+struct PackedPanels {
+  const float* data = nullptr;
+  Index padded_cols = 0;
+  Index first_panel = 0;
+  Index nr = 0;
+  [[nodiscard]] const float* panel(Index pc, Index kc, Index p) const {
+    return data + pc * padded_cols + (first_panel + p) * kc * nr;
+  }
+};
+
 /// Columns of C per task when a product has too few row blocks to occupy the pool.
 inline constexpr Index min_columns_per_task = 128;
 
@@ -256,7 +268,7 @@ inline constexpr Index min_columns_per_task = 128;
 /// number of threads or on the other rows of the product.
 template <Index MR, Index NR, class Kernel>
 inline void blocked_gemm(ThreadPool* pool, Index m, Index n, Index k, Operand<float> a, Operand<float> b, float* c,
-                         Index ldc, bool accumulate, Kernel kernel) {
+                         Index ldc, bool accumulate, Kernel kernel, const PackedPanels* prepacked = nullptr) {
   const Index threads = pool != nullptr ? pool->size() : 1;
   if (pool != nullptr && m <= mc_block && n >= 2 * min_columns_per_task) {
     // Few rows (a decode step): independent column ranges, one parallel region in all, each task
@@ -266,15 +278,22 @@ inline void blocked_gemm(ThreadPool* pool, Index m, Index n, Index k, Operand<fl
     const Index panels_per_group = (panels + groups - 1) / groups;
     pool->parallel_for((panels + panels_per_group - 1) / panels_per_group, [&](Index g) {
       const Index j0 = g * panels_per_group * NR, cols = std::min(n, j0 + panels_per_group * NR) - j0;
+      PackedPanels sub;
+      if (prepacked != nullptr) {
+        sub = *prepacked;
+        sub.first_panel += g * panels_per_group;
+      }
       blocked_gemm<MR, NR>(nullptr, m, cols, k, a, {b.data + j0 * b.col_stride, b.row_stride, b.col_stride}, c + j0,
-                           ldc, accumulate, kernel);
+                           ldc, accumulate, kernel, prepacked != nullptr ? &sub : nullptr);
     });
     return;
   }
   thread_local std::vector<float> packed_b;
-  const Index kc_max = std::min(kc_block, k);
-  const Index nc_max = std::min(nc_block, (n + NR - 1) / NR * NR);
-  packed_b.resize(static_cast<std::size_t>(nc_max * kc_max));
+  if (prepacked == nullptr) {
+    const Index kc_max = std::min(kc_block, k);
+    const Index nc_max = std::min(nc_block, (n + NR - 1) / NR * NR);
+    packed_b.resize(static_cast<std::size_t>(nc_max * kc_max));
+  }
   float* shared_b = packed_b.data();
   for (Index jc = 0; jc < n; jc += nc_block) {
     const Index nc = std::min(nc_block, n - jc);
@@ -307,7 +326,7 @@ inline void blocked_gemm(ThreadPool* pool, Index m, Index n, Index k, Operand<fl
         const Index p0 = group * panels_per_group, p1 = std::min(panels, p0 + panels_per_group);
         for (Index p = p0; p < p1; ++p) {
           const Index jr = p * NR;
-          const float* b_panel = shared_b + p * kc * NR;
+          const float* b_panel = prepacked != nullptr ? prepacked->panel(pc, kc, jc / NR + p) : shared_b + p * kc * NR;
           for (Index ir = 0; ir < mc; ir += MR) {
             kernel(kc, packed_a.data() + (ir / MR) * kc * MR, b_panel, c + (ic + ir) * ldc + jc + jr, ldc, add,
                    std::min(MR, mc - ir), std::min(NR, nc - jr));
@@ -315,23 +334,30 @@ inline void blocked_gemm(ThreadPool* pool, Index m, Index n, Index k, Operand<fl
         }
       };
       if (pool != nullptr) {
-        pool->parallel_for(column_groups, pack_panels);
+        if (prepacked == nullptr) pool->parallel_for(column_groups, pack_panels);
         pool->parallel_for(row_blocks * column_groups, compute);
       } else {
-        for (Index g = 0; g < column_groups; ++g) pack_panels(g);
+        if (prepacked == nullptr) {
+          for (Index g = 0; g < column_groups; ++g) pack_panels(g);
+        }
         for (Index t = 0; t < row_blocks * column_groups; ++t) compute(t);
       }
     }
   }
 }
 
+inline constexpr Index avx512_nr = 32;
+inline constexpr Index avx2_nr = 16;
+
 VERL_TARGET_AVX512 inline void sgemm_avx512(ThreadPool* pool, Index m, Index n, Index k, Operand<float> a,
-                                            Operand<float> b, float* c, Index ldc, bool accumulate) {
-  blocked_gemm<8, 32>(pool, m, n, k, a, b, c, ldc, accumulate, kernel_avx512);
+                                            Operand<float> b, float* c, Index ldc, bool accumulate,
+                                            const PackedPanels* prepacked = nullptr) {
+  blocked_gemm<8, avx512_nr>(pool, m, n, k, a, b, c, ldc, accumulate, kernel_avx512, prepacked);
 }
 VERL_TARGET_AVX2 inline void sgemm_avx2(ThreadPool* pool, Index m, Index n, Index k, Operand<float> a,
-                                        Operand<float> b, float* c, Index ldc, bool accumulate) {
-  blocked_gemm<6, 16>(pool, m, n, k, a, b, c, ldc, accumulate, kernel_avx2);
+                                        Operand<float> b, float* c, Index ldc, bool accumulate,
+                                        const PackedPanels* prepacked = nullptr) {
+  blocked_gemm<6, avx2_nr>(pool, m, n, k, a, b, c, ldc, accumulate, kernel_avx2, prepacked);
 }
 
 #endif
@@ -411,6 +437,74 @@ void gemm(ThreadPool* pool, Index m, Index n, Index k, Operand<S> a, Operand<S> 
   }
 #endif
   gemm_detail::eigen_gemm(pool, m, n, k, a, b, c, ldc, accumulate);
+}
+
+/// A constant B operand (a weight) packed once for the float kernels of this CPU, so that products
+/// with few rows (decode steps) read it once instead of re-packing it every call. Empty where the
+/// products use Eigen (no AVX2), and then ignored.
+class PackedMatrix {
+ public:
+  PackedMatrix() = default;
+
+  static PackedMatrix pack(Operand<float> b, Index k, Index n) {
+    PackedMatrix packed;
+#if VERL_HAS_X86_DISPATCH
+    const auto level = algo::detail::simd::best_level();
+    if (level == algo::SimdLevel::avx512) {
+      packed.fill<gemm_detail::avx512_nr>(b, k, n);
+    } else if (level == algo::SimdLevel::avx2) {
+      packed.fill<gemm_detail::avx2_nr>(b, k, n);
+    }
+#else
+    (void)b, (void)k, (void)n;
+#endif
+    return packed;
+  }
+
+  [[nodiscard]] bool empty() const { return data_.empty(); }
+  [[nodiscard]] Index rows() const { return rows_; }
+  [[nodiscard]] Index cols() const { return cols_; }
+  [[nodiscard]] std::size_t bytes() const { return data_.size() * sizeof(float); }
+  [[nodiscard]] gemm_detail::PackedPanels panels() const { return {data_.data(), padded_cols_, 0, nr_}; }
+
+ private:
+  template <Index NR>
+  void fill(Operand<float> b, Index k, Index n) {
+    rows_ = k;
+    cols_ = n;
+    nr_ = NR;
+    padded_cols_ = (n + NR - 1) / NR * NR;
+    data_.assign(static_cast<std::size_t>(k * padded_cols_), 0.0f);
+    for (Index pc = 0; pc < k; pc += gemm_detail::kc_block) {
+      const Index kc = std::min(gemm_detail::kc_block, k - pc);
+      gemm_detail::pack_b<NR>({b.data + pc * b.row_stride, b.row_stride, b.col_stride}, kc, n,
+                              data_.data() + pc * padded_cols_);
+    }
+  }
+
+  std::vector<float> data_;
+  Index rows_ = 0, cols_ = 0, padded_cols_ = 0, nr_ = 0;
+};
+
+/// C (+)= A B with B given both as an operand and, when not empty, packed (see PackedMatrix).
+inline void gemm(ThreadPool* pool, Index m, Index n, Index k, Operand<float> a, Operand<float> b,
+                 const PackedMatrix& packed, float* c, Index ldc, bool accumulate) {
+#if VERL_HAS_X86_DISPATCH
+  if (!packed.empty() && m > 0 && n > 0 && k > 0) {
+    VERL_CHECK_ARG(packed.rows() == k && packed.cols() == n, "packed: expected a ({}, {}) operand, got ({}, {})", k, n,
+                   packed.rows(), packed.cols());
+    if (static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) < gemm_parallel_min_flops) pool = nullptr;
+    const auto panels = packed.panels();
+    const auto level = algo::detail::simd::best_level();
+    if (level == algo::SimdLevel::avx512 && panels.nr == gemm_detail::avx512_nr) {
+      return gemm_detail::sgemm_avx512(pool, m, n, k, a, b, c, ldc, accumulate, &panels);
+    }
+    if (level == algo::SimdLevel::avx2 && panels.nr == gemm_detail::avx2_nr) {
+      return gemm_detail::sgemm_avx2(pool, m, n, k, a, b, c, ldc, accumulate, &panels);
+    }
+  }
+#endif
+  gemm<float>(pool, m, n, k, a, b, c, ldc, accumulate);
 }
 
 /// Single-threaded C (+)= A B.

@@ -4,6 +4,8 @@
 
 #include <Eigen/Core>
 
+#include <concepts>
+
 #include "verl/core/tensor.hpp"
 #include "verl/model/transformer/detail/gemm.hpp"
 #include "verl/model/transformer/detail/thread_pool.hpp"
@@ -22,6 +24,21 @@ void linear_forward(ThreadPool& pool, const ConstRef<S>& x, const RowMatrix<S>& 
   gemm<S>(&pool, x.rows(), weight.rows(), x.cols(), rows_of(x.data(), x.outerStride()),
           transpose_of(weight.data(), weight.cols()), y.data(), y.outerStride(), false);
   if (bias != nullptr && bias->size() > 0) y.rowwise() += bias->row(0);
+}
+
+/// The same with W also given packed (decoding); an empty or null `packed` is ignored.
+template <class S>
+void linear_forward(ThreadPool& pool, const ConstRef<S>& x, const RowMatrix<S>& weight, const RowMatrix<S>* bias,
+                    MutRef<S> y, const PackedMatrix* packed) {
+  if constexpr (std::same_as<S, float>) {
+    if (packed != nullptr && !packed->empty()) {
+      gemm(&pool, x.rows(), weight.rows(), x.cols(), rows_of(x.data(), x.outerStride()),
+           transpose_of(weight.data(), weight.cols()), *packed, y.data(), y.outerStride(), false);
+      if (bias != nullptr && bias->size() > 0) y.rowwise() += bias->row(0);
+      return;
+    }
+  }
+  linear_forward<S>(pool, x, weight, bias, y);
 }
 
 /// dx (M, K) (+)= dy (M, N) W.
