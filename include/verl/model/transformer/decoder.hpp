@@ -35,6 +35,9 @@ struct TransformerOptions {
   /// Threads of the model's pool (the calling thread included); 0 = hardware concurrency.
   /// Results are identical for every thread count.
   unsigned num_threads = 0;
+  /// A training forward pass keeps the LM head's logits for backward when they take at most this
+  /// many bytes (else backward recomputes them chunk by chunk, as verl's fused kernels do).
+  std::size_t max_saved_logits_bytes = std::size_t{512} << 20;
 };
 
 namespace detail {
@@ -85,6 +88,7 @@ class DecoderBody {
   DecoderBody() = default;
   DecoderBody(HfModelConfig config, const TransformerOptions& options)
       : config_(std::move(config)),
+        options_(options),
         weights_(config_),
         rope_(config_),
         pool_(std::make_shared<detail::ThreadPool>(options.num_threads)) {
@@ -92,6 +96,7 @@ class DecoderBody {
   }
 
   [[nodiscard]] const HfModelConfig& config() const { return config_; }
+  [[nodiscard]] const TransformerOptions& options() const { return options_; }
   [[nodiscard]] DecoderWeights<Scalar>& weights() { return weights_; }
   [[nodiscard]] const DecoderWeights<Scalar>& weights() const { return weights_; }
   [[nodiscard]] detail::ThreadPool& pool() const { return *pool_; }
@@ -341,6 +346,7 @@ class DecoderBody {
   }
 
   HfModelConfig config_;
+  TransformerOptions options_;
   DecoderWeights<Scalar> weights_;
   RotaryEmbedding<Scalar> rope_;
   std::shared_ptr<detail::ThreadPool> pool_;

@@ -169,8 +169,12 @@ class BasicTransformer {
     std::vector<Scalar> log_probs(stats_wanted ? static_cast<std::size_t>(n) : 0);
     std::vector<Scalar> entropy(log_probs.size());
     statistics_.clear();
+    saved_logits_.clear();
     const auto slots = batch.slots();
     const Index chunk = detail::lm_head_chunk_rows(vocab);
+    const bool save_logits = options.keep_activations && stats_wanted &&
+                             static_cast<double>(n) * static_cast<double>(vocab) * sizeof(Scalar) <=
+                                 static_cast<double>(body_.options().max_saved_logits_bytes);
     if (options.return_logits || stats_wanted) {
       RowMatrix<Scalar> logits;
       for (Index t0 = 0; t0 < n; t0 += chunk) {
@@ -186,6 +190,7 @@ class BasicTransformer {
                                                     log_probs.data() + t0, entropy.data() + t0);
           if (options.keep_activations) statistics_.push_back(std::move(stats));
         }
+        if (save_logits) saved_logits_.push_back(std::move(logits));
       }
     }
     if (!targets.empty()) out.log_probs = batch.scatter<Scalar>(log_probs);
@@ -237,7 +242,11 @@ class BasicTransformer {
       for (Index t0 = 0, c = 0; t0 < n; t0 += chunk, ++c) {
         const Index rows = std::min(chunk, n - t0);
         if (fused) {
-          chunk_logits(hidden.middleRows(t0, rows), grad);
+          if (static_cast<std::size_t>(c) < saved_logits_.size()) {
+            grad.swap(saved_logits_[static_cast<std::size_t>(c)]);
+          } else {
+            chunk_logits(hidden.middleRows(t0, rows), grad);
+          }
           auto slice = [&](const std::vector<Scalar>& v) {
             return v.empty() ? std::span<const Scalar>{} : std::span<const Scalar>(v).subspan(t0, rows);
           };
@@ -259,6 +268,7 @@ class BasicTransformer {
       }
     }
     statistics_.clear();
+    saved_logits_.clear();
     body_.backward(d_hidden);
   }
 
@@ -289,6 +299,7 @@ class BasicTransformer {
   void release_activations() {
     saved_ = false;
     statistics_.clear();
+    saved_logits_.clear();
     body_.release_activations();
   }
 
@@ -431,6 +442,7 @@ class BasicTransformer {
   // The last forward pass, for backward.
   bool saved_ = false;
   std::vector<detail::HeadStatistics<Scalar>> statistics_;
+  std::vector<RowMatrix<Scalar>> saved_logits_;  ///< per chunk, when they fit max_saved_logits_bytes
   std::vector<TokenId> saved_targets_;
   std::vector<std::int64_t> saved_slots_;
   Index saved_layout_size_ = 0;
