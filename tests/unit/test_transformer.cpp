@@ -349,6 +349,39 @@ TEST(TransformerForward, LogProbsAndEntropyMatchTheLogits) {
   }
 }
 
+TEST(TransformerKvCache, ChunkedExtendMatchesTheFullForward) {
+  Transformer model = Transformer::random(llama_config(), {.initializer_range = 0.5, .seed = 8});
+  const std::vector<TokenId> a = {3, 1, 4, 1, 5, 9, 2, 6}, b = {2, 7, 1, 8, 2};
+  // Reference: each sequence's logits at every position from one forward pass.
+  std::vector<TokenId> ids(a);
+  ids.insert(ids.end(), b.begin(), b.end());
+  const std::vector<std::int64_t> cu = {0, 8, 13};
+  const auto full = model.forward(TokenBatch::packed(ids, cu), {.return_logits = true});
+  // The cache: sequence 0 gets a in chunks of 5 and 3, sequence 1 gets b in chunks of 1 and 4.
+  const std::vector<Index> capacities = {8, 6};
+  auto cache = model.make_kv_cache(capacities);
+  const std::vector<Index> both = {0, 1};
+  const std::vector<TokenId> first = {3, 1, 4, 1, 5, 2};
+  const std::vector<std::int64_t> first_offsets = {0, 5, 6}, first_positions = {0, 1, 2, 3, 4, 0};
+  const MatrixF step1 = model.extend(cache, both, first, first_offsets, first_positions);
+  EXPECT_LT((step1.row(0) - full.logits.row(4)).cwiseAbs().maxCoeff(), 1e-5);
+  EXPECT_LT((step1.row(1) - full.logits.row(8)).cwiseAbs().maxCoeff(), 1e-5);
+  const std::vector<TokenId> second = {9, 2, 6, 7, 1, 8, 2};
+  const std::vector<std::int64_t> second_offsets = {0, 3, 7}, second_positions = {5, 6, 7, 1, 2, 3, 4};
+  const MatrixF step2 = model.extend(cache, both, second, second_offsets, second_positions);
+  EXPECT_LT((step2.row(0) - full.logits.row(7)).cwiseAbs().maxCoeff(), 1e-5);
+  EXPECT_LT((step2.row(1) - full.logits.row(12)).cwiseAbs().maxCoeff(), 1e-5);
+  EXPECT_EQ(cache.length(0), 8);
+  EXPECT_EQ(cache.length(1), 5);
+  EXPECT_EQ(cache.bytes(), std::size_t{14} * 2 * 2 * 2 * 6 * sizeof(float));  // tokens x layers x K,V x kv heads x D
+  // Past its capacity, a sequence is refused before anything is written.
+  const std::vector<Index> one = {1};
+  const std::vector<TokenId> two = {1, 2};
+  const std::vector<std::int64_t> offsets = {0, 2}, positions = {5, 6};
+  EXPECT_THROW(model.extend(cache, one, two, offsets, positions), verl::InvalidArgument);
+  EXPECT_EQ(cache.length(1), 5);
+}
+
 TEST(TransformerStateDict, RoundTripsAndRejectsMismatches) {
   Transformer model = Transformer::random(llama_config(), {.seed = 5});
   StateDict dict = model.state_dict();
@@ -423,6 +456,11 @@ TEST(TransformerErrors, NameTheArgumentAndValue) {
   EXPECT_NE(error_of([&] { model.backward({.log_probs = cot}); }).find("no saved activations"), std::string::npos);
   model.forward(batch, {.return_entropy = true, .keep_activations = true});
   EXPECT_NE(error_of([&] { model.backward({.log_probs = cot}); }).find("no log-probs"), std::string::npos);
+  // A rejected cotangent leaves the forward pass available.
+  const std::vector<float> short_cot(2, 1.0f);
+  EXPECT_NE(error_of([&] { model.backward({.entropy = short_cot}); }).find("cotangents.entropy: expected 3 values"),
+            std::string::npos);
+  EXPECT_NO_THROW(model.backward({.entropy = cot}));
   MatrixF bad_mask = mask;
   bad_mask(0, 1) = 0.5f;
   EXPECT_NE(error_of([&] { TokenBatch::padded(ids, bad_mask); }).find("attention_mask: expected a 0/1 mask"),

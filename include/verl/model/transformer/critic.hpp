@@ -63,7 +63,7 @@ class BasicTransformerCritic {
     VERL_CHECK_ARG(cotangents.values.size() == static_cast<std::size_t>(saved_layout_size_),
                    "cotangents.values: expected {} values (rows * cols), got {}", saved_layout_size_,
                    cotangents.values.size());
-    saved_ = false;
+    saved_ = false;  // the cotangents are valid: this forward pass is consumed
     const auto n = static_cast<Index>(saved_slots_.size());
     Vector<Scalar> d_values(n);
     for (Index t = 0; t < n; ++t) d_values[t] = cotangents.values[static_cast<std::size_t>(saved_slots_[static_cast<std::size_t>(t)])];

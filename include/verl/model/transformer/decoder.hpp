@@ -161,8 +161,9 @@ class DecoderBody {
       if (config_.pad_token_id && id == *config_.pad_token_id) continue;
       grad.row(id) += dx.row(t);
     }
+    // The buffers stay allocated for the next step (first-touch page faults cost more than the
+    // memory); release_activations() frees them.
     saved_ = false;
-    release_activations();
   }
 
   void enable_grad() {

@@ -208,7 +208,6 @@ class BasicTransformer {
 
   void backward(const CausalLMCotangents<Scalar>& cotangents) {
     VERL_CHECK_ARG(saved_, "backward: no saved activations (call forward with keep_activations = true first)");
-    saved_ = false;
     const Index n = static_cast<Index>(saved_slots_.size()), vocab = vocab_size();
     const auto layout = static_cast<std::size_t>(saved_layout_size_);
     auto per_token = [&](std::span<const Scalar> values, std::string_view argument) {
@@ -229,6 +228,7 @@ class BasicTransformer {
     VERL_CHECK_ARG(cotangents.logits.empty() || cotangents.logits.size() == layout * static_cast<std::size_t>(vocab),
                    "cotangents.logits: expected {} values (rows * cols * vocab) or none, got {}",
                    layout * static_cast<std::size_t>(vocab), cotangents.logits.size());
+    saved_ = false;  // the cotangents are valid: this forward pass is consumed
     body_.enable_grad();
     if (lm_head_.present()) lm_head_.enable_grad();
     RowMatrix<Scalar>& head_grad = lm_head_.present() ? lm_head_.grad : body_.weights().embed_tokens.grad;
