@@ -361,6 +361,11 @@ VERL_TARGET_AVX512 inline void sgemm_avx512(ThreadPool* pool, Index m, Index n, 
                                             const PackedPanels* prepacked = nullptr) {
   blocked_gemm<8, avx512_nr>(pool, m, n, k, a, b, c, ldc, accumulate, kernel_avx512<avx512_vectors>, prepacked);
 }
+/// Narrow products (an attention head of 16 or fewer dimensions): one zmm per row, no padding waste.
+VERL_TARGET_AVX512 inline void sgemm_avx512_narrow(ThreadPool* pool, Index m, Index n, Index k, Operand<float> a,
+                                                   Operand<float> b, float* c, Index ldc, bool accumulate) {
+  blocked_gemm<8, 16>(pool, m, n, k, a, b, c, ldc, accumulate, kernel_avx512<1>, nullptr);
+}
 VERL_TARGET_AVX2 inline void sgemm_avx2(ThreadPool* pool, Index m, Index n, Index k, Operand<float> a,
                                         Operand<float> b, float* c, Index ldc, bool accumulate,
                                         const PackedPanels* prepacked = nullptr) {
@@ -439,6 +444,11 @@ void gemm(ThreadPool* pool, Index m, Index n, Index k, Operand<S> a, Operand<S> 
 #if VERL_HAS_X86_DISPATCH
   if constexpr (std::same_as<S, float>) {
     const auto level = algo::detail::simd::best_level();
+    // Every element is the same chain of multiply-adds whatever the tile width, so choosing the
+    // narrow kernel by shape changes no result.
+    if (level == algo::SimdLevel::avx512 && n <= 16) {
+      return gemm_detail::sgemm_avx512_narrow(pool, m, n, k, a, b, c, ldc, accumulate);
+    }
     if (level == algo::SimdLevel::avx512) return gemm_detail::sgemm_avx512(pool, m, n, k, a, b, c, ldc, accumulate);
     if (level == algo::SimdLevel::avx2) return gemm_detail::sgemm_avx2(pool, m, n, k, a, b, c, ldc, accumulate);
   }
