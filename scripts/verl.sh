@@ -54,7 +54,7 @@ case "$mode" in
   test)
     install_missing
     build=${BUILD_DIR:-build}
-    configure_and_build "$build"
+    configure_and_build "$build" -DVERL_BUILD_BENCH=ON  # benchmarks must keep compiling
     ctest --test-dir "$build" -j "$jobs" --output-on-failure --label-exclude long "$@"
     ;;
   sanitize)
