@@ -41,11 +41,10 @@ struct FloatVector {
   float v[size];
 };
 
-/// Loads 16 bytes at `p` (16-byte aligned) through the read-only path.
+/// 16 raw bytes as a vector of floats.
 template <class Scalar>
-__device__ __forceinline__ FloatVector<Scalar> load_vector(const Scalar* p) {
+__device__ __forceinline__ FloatVector<Scalar> bits_to_vector(const uint4& raw) {
   FloatVector<Scalar> out;
-  const uint4 raw = __ldg(reinterpret_cast<const uint4*>(p));
   if constexpr (std::same_as<Scalar, float>) {
     out.v[0] = __uint_as_float(raw.x);
     out.v[1] = __uint_as_float(raw.y);
@@ -55,12 +54,28 @@ __device__ __forceinline__ FloatVector<Scalar> load_vector(const Scalar* p) {
     const std::uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      // bf16 is the upper half of a float: widening is a shift, exact.
+      // bf16 is the upper half of a float: widening is a shift, exact (lower address = low half).
       out.v[2 * i] = __uint_as_float(words[i] << 16);
       out.v[2 * i + 1] = __uint_as_float(words[i] & 0xFFFF0000u);
     }
   }
   return out;
+}
+
+/// Loads 16 bytes at `p` (16-byte aligned) through the read-only path (not for aliased output).
+template <class Scalar>
+__device__ __forceinline__ FloatVector<Scalar> load_vector(const Scalar* p) {
+  return bits_to_vector<Scalar>(__ldg(reinterpret_cast<const uint4*>(p)));
+}
+
+/// A plain (coherent) load of one element as float: for buffers the kernel also writes.
+template <class Scalar>
+__device__ __forceinline__ float plain_load_as_float(const Scalar* p) {
+  if constexpr (std::same_as<Scalar, float>) {
+    return *p;
+  } else {
+    return __bfloat162float(*p);
+  }
 }
 
 /// Stores a vector of floats as Scalar at `p` (16-byte aligned).
