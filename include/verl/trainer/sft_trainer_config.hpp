@@ -1,0 +1,258 @@
+// The configuration of verl's SFT trainer (verl/trainer/config/sft_trainer.yaml) for verl-cpp:
+// the same dotted keys and defaults, loaded from a YAML file and/or key=value overrides with the
+// PPO configuration's parser (override grammar, YAML reader, typed field conversion).
+//
+// Each key given is checked: keys verl-cpp implements are bound with type errors naming the key;
+// verl keys naming Python or FSDP machinery are accepted without effect; verl keys for features
+// verl-cpp lacks (LoRA, multi-turn data, custom dataset classes, ...) are accepted only at verl's
+// default; anything else is an error suggesting the nearest valid key.
+#pragma once
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <array>
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "verl/core/error.hpp"
+#include "verl/trainer/config.hpp"
+#include "verl/trainer/config/detail/config_node.hpp"
+#include "verl/trainer/config/detail/edit_distance.hpp"
+#include "verl/trainer/config/detail/field_conversion.hpp"
+#include "verl/trainer/config/detail/override_parser.hpp"
+
+namespace verl::trainer {
+
+struct SFTConfig {
+  struct Data {
+    std::vector<std::string> train_files;
+    std::vector<std::string> val_files;
+    std::string prompt_key = "question";
+    std::string response_key = "answer";
+    std::int64_t max_length = 1024;
+    std::string truncation = "error";
+    std::int64_t train_batch_size = 256;
+    std::int64_t micro_batch_size_per_gpu = 4;
+  } data;
+  struct Model {
+    std::string partial_pretrain;
+  } model;
+  struct Optim {
+    double lr = 1e-5;
+    std::vector<double> betas = {0.9, 0.95};
+    double weight_decay = 0.01;
+    double warmup_steps_ratio = 0.1;
+    double clip_grad = 1.0;
+    std::string lr_scheduler = "cosine";
+    double min_lr_ratio = 0.0;
+  } optim;
+  struct Trainer {
+    std::string default_local_dir;  ///< empty: checkpoints/<project_name>/<experiment_name>
+    std::string project_name = "gsm8k-sft";
+    std::string experiment_name = "test";
+    std::int64_t total_epochs = 4;
+    std::optional<std::int64_t> total_training_steps;
+    std::vector<std::string> logger = {"console"};
+    std::int64_t seed = 1;
+    std::int64_t save_freq = -1;
+    std::int64_t test_freq = -1;
+    std::string resume_mode = "auto";
+    std::optional<std::string> resume_from_path;
+    std::optional<std::int64_t> max_ckpt_to_keep;
+  } trainer;
+};
+
+/// Every supported key with its field.
+template <class Config, class Fn>
+void visit_sft_fields(Config& c, Fn&& fn) {
+  fn("data.train_files", c.data.train_files);
+  fn("data.val_files", c.data.val_files);
+  fn("data.prompt_key", c.data.prompt_key);
+  fn("data.response_key", c.data.response_key);
+  fn("data.max_length", c.data.max_length);
+  fn("data.truncation", c.data.truncation);
+  fn("data.train_batch_size", c.data.train_batch_size);
+  fn("data.micro_batch_size_per_gpu", c.data.micro_batch_size_per_gpu);
+  fn("model.partial_pretrain", c.model.partial_pretrain);
+  fn("optim.lr", c.optim.lr);
+  fn("optim.betas", c.optim.betas);
+  fn("optim.weight_decay", c.optim.weight_decay);
+  fn("optim.warmup_steps_ratio", c.optim.warmup_steps_ratio);
+  fn("optim.clip_grad", c.optim.clip_grad);
+  fn("optim.lr_scheduler", c.optim.lr_scheduler);
+  fn("optim.min_lr_ratio", c.optim.min_lr_ratio);
+  fn("trainer.default_local_dir", c.trainer.default_local_dir);
+  fn("trainer.project_name", c.trainer.project_name);
+  fn("trainer.experiment_name", c.trainer.experiment_name);
+  fn("trainer.total_epochs", c.trainer.total_epochs);
+  fn("trainer.total_training_steps", c.trainer.total_training_steps);
+  fn("trainer.logger", c.trainer.logger);
+  fn("trainer.seed", c.trainer.seed);
+  fn("trainer.save_freq", c.trainer.save_freq);
+  fn("trainer.test_freq", c.trainer.test_freq);
+  fn("trainer.resume_mode", c.trainer.resume_mode);
+  fn("trainer.resume_from_path", c.trainer.resume_from_path);
+  fn("trainer.max_ckpt_to_keep", c.trainer.max_ckpt_to_keep);
+}
+
+namespace detail {
+
+/// verl SFT keys for Python, FSDP or cluster machinery: accepted, without effect. A trailing
+/// ".*" covers a whole subtree.
+inline constexpr std::array<std::string_view, 20> ignored_sft_keys = {
+    "model.fsdp_config.*",      "model.external_lib",    "model.enable_gradient_checkpointing",
+    "model.trust_remote_code",  "model.use_liger",       "model.strategy",
+    "model.use_shm",            "data.use_shm",          "data.balance_dp_token",
+    "trainer.default_hdfs_dir", "trainer.nnodes",        "trainer.n_gpus_per_node",
+    "trainer.device",           "trainer.checkpoint.*",  "ulysses_sequence_parallel_size",
+    "use_remove_padding",       "optim.betas.*",         "data.custom_cls.path",
+    "trainer.resume_path",      "model.target_modules",
+};
+
+/// verl SFT keys for features verl-cpp does not have: accepted only at verl's default.
+inline constexpr std::array<std::pair<std::string_view, std::string_view>, 8> sft_keys_at_default = {{
+    {"model.lora_rank", "0"},
+    {"model.lora_alpha", "16"},
+    {"data.multiturn.enable", "false"},
+    {"data.multiturn.messages_key", "messages"},
+    {"data.chat_template", "null"},
+    {"data.prompt_dict_keys", "null"},
+    {"data.response_dict_keys", "null"},
+    {"data.custom_cls.name", "null"},
+}};
+
+inline bool is_ignored_sft_key(std::string_view path) {
+  for (const auto pattern : ignored_sft_keys) {
+    if (pattern.ends_with(".*")) {
+      const auto prefix = pattern.substr(0, pattern.size() - 1);  // keeps the dot
+      if (path.starts_with(prefix)) return true;
+    } else if (path == pattern) {
+      return true;
+    }
+  }
+  return false;
+}
+
+/// The leaves of a tree (a mapping's entries recursively; lists and scalars are leaves).
+inline void collect_leaves(const ConfigNode& node, const std::string& path,
+                           std::vector<std::pair<std::string, const ConfigNode*>>& out) {
+  if (node.is_map() && !node.entries.empty()) {
+    for (const auto& [key, value] : node.entries) collect_leaves(value, join_path(path, key), out);
+    return;
+  }
+  if (!path.empty()) out.emplace_back(path, &node);
+}
+
+inline std::vector<std::string> sft_key_names() {
+  std::vector<std::string> names;
+  SFTConfig config;
+  visit_sft_fields(config, [&](std::string_view path, auto&) { names.emplace_back(path); });
+  for (const auto key : ignored_sft_keys) names.emplace_back(key.ends_with(".*") ? key.substr(0, key.size() - 2) : key);
+  for (const auto& [key, value] : sft_keys_at_default) names.emplace_back(key);
+  return names;
+}
+
+inline void validate_sft(const SFTConfig& c, std::vector<std::string>& problems) {
+  auto require = [&](bool ok, std::string message) {
+    if (!ok) problems.push_back(std::move(message));
+  };
+  require(!c.data.train_files.empty(), "data.train_files: expected at least one training file (JSON Lines)");
+  require(!c.model.partial_pretrain.empty(),
+          "model.partial_pretrain: expected the Hugging Face model folder to fine-tune");
+  require(c.data.max_length > 1, fmt::format("data.max_length: expected a value > 1, got {}", c.data.max_length));
+  require(c.data.truncation == "error" || c.data.truncation == "left" || c.data.truncation == "right",
+          fmt::format("data.truncation: expected one of error, left, right, got '{}'", c.data.truncation));
+  require(c.data.train_batch_size > 0,
+          fmt::format("data.train_batch_size: expected a positive size, got {}", c.data.train_batch_size));
+  require(c.data.micro_batch_size_per_gpu > 0,
+          fmt::format("data.micro_batch_size_per_gpu: expected a positive size, got {}", c.data.micro_batch_size_per_gpu));
+  require(c.optim.lr >= 0, fmt::format("optim.lr: expected a value >= 0, got {}", c.optim.lr));
+  require(c.optim.betas.size() == 2, fmt::format("optim.betas: expected two values, got {}", c.optim.betas.size()));
+  require(c.optim.warmup_steps_ratio >= 0 && c.optim.warmup_steps_ratio <= 1,
+          fmt::format("optim.warmup_steps_ratio: expected a value in [0, 1], got {}", c.optim.warmup_steps_ratio));
+  require(c.optim.clip_grad > 0, fmt::format("optim.clip_grad: expected a value > 0, got {}", c.optim.clip_grad));
+  require(c.optim.lr_scheduler == "cosine" || c.optim.lr_scheduler == "constant",
+          fmt::format("optim.lr_scheduler: expected one of cosine, constant, got '{}'", c.optim.lr_scheduler));
+  require(c.trainer.total_epochs > 0,
+          fmt::format("trainer.total_epochs: expected a positive count, got {}", c.trainer.total_epochs));
+  require(c.trainer.resume_mode == "auto" || c.trainer.resume_mode == "disable" ||
+              c.trainer.resume_mode == "resume_path",
+          fmt::format("trainer.resume_mode: expected one of auto, disable, resume_path, got '{}'",
+                      c.trainer.resume_mode));
+  for (const auto& backend : c.trainer.logger) {
+    try {
+      check_logger_name(backend);
+    } catch (const InvalidArgument& error) {
+      problems.emplace_back(error.what());
+    }
+  }
+}
+
+}  // namespace detail
+
+/// Checks every key of `tree`, binds the supported ones and validates; throws ConfigError
+/// listing every problem.
+inline SFTConfig build_sft_config(const detail::ConfigNode& tree) {
+  std::vector<std::string> problems;
+  std::vector<std::pair<std::string, const detail::ConfigNode*>> leaves;
+  detail::collect_leaves(tree, "", leaves);
+  SFTConfig config;
+  const auto names = detail::sft_key_names();
+  for (const auto& [path, node] : leaves) {
+    bool bound = false;
+    visit_sft_fields(config, [&](std::string_view key, auto& field) {
+      if (key != path) return;
+      bound = true;
+      if (const std::string error = detail::read(*node, field); !error.empty()) {
+        problems.push_back(fmt::format("{}: {} ({})", path, error, node->origin));
+      }
+    });
+    if (bound || detail::is_ignored_sft_key(path)) continue;
+    bool at_default_key = false;
+    for (const auto& [key, default_value] : detail::sft_keys_at_default) {
+      if (key != path) continue;
+      at_default_key = true;
+      const std::string given = node->is_null() ? "null" : detail::canonical(*node);
+      if (given != default_value) {
+        problems.push_back(fmt::format("{}: not supported by verl-cpp yet (only verl's default {} is accepted, got {}; {})",
+                                       path, default_value, given, node->origin));
+      }
+    }
+    if (at_default_key) continue;
+    problems.push_back(fmt::format("unknown key '{}' ({}); did you mean '{}'?", path, node->origin,
+                                   detail::nearest(path, names)));
+  }
+  if (!problems.empty()) throw ConfigError(std::move(problems));
+  if (config.trainer.default_local_dir.empty()) {
+    config.trainer.default_local_dir =
+        fmt::format("checkpoints/{}/{}", config.trainer.project_name, config.trainer.experiment_name);
+  }
+  detail::validate_sft(config, problems);
+  if (!problems.empty()) throw ConfigError(std::move(problems));
+  return config;
+}
+
+/// A configuration file's tree (read_config_yaml() from config_yaml.hpp, or empty), then
+/// key=value overrides (later ones win).
+inline SFTConfig load_sft_config(std::span<const std::string> overrides,
+                                 const detail::ConfigNode& file_tree = detail::ConfigNode::map("defaults")) {
+  detail::ConfigNode tree = detail::ConfigNode::map("defaults");
+  try {
+    detail::merge_into(tree, file_tree);
+    apply_overrides(tree, overrides);
+  } catch (const ConfigError&) {
+    throw;
+  } catch (const InvalidArgument& error) {
+    throw ConfigError({error.what()});
+  }
+  return build_sft_config(tree);
+}
+
+}  // namespace verl::trainer

@@ -1,0 +1,82 @@
+// verl_sft: supervised fine-tuning with verl's SFT trainer keys (verl.trainer.fsdp_sft_trainer),
+// on the reference transformer. All logic lives in verl/trainer/sft_trainer.hpp.
+//
+//   verl_sft [--config FILE.yaml] data.train_files=... model.partial_pretrain=DIR key=value ...
+//
+// The fine-tuned model is written as a Hugging Face folder (with the tokenizer files of
+// model.partial_pretrain) to <trainer.default_local_dir>/global_step_<N>/huggingface at every
+// checkpoint; the last one's path is printed at the end.
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "verl/model/checkpoint.hpp"
+#include "verl/model/tokenizer/pretrained.hpp"
+#include "verl/trainer/config_yaml.hpp"
+#include "verl/trainer/sft_trainer.hpp"
+
+namespace {
+
+constexpr std::string_view usage = R"(usage: verl_sft [--config FILE.yaml] key=value ...
+
+verl's SFT trainer keys, e.g.
+  data.train_files=train.jsonl data.val_files=val.jsonl data.prompt_key=question data.response_key=answer
+  data.max_length=64 data.train_batch_size=32 data.micro_batch_size_per_gpu=8
+  model.partial_pretrain=MODEL_DIR optim.lr=1e-3 optim.warmup_steps_ratio=0.1 optim.clip_grad=1.0
+  trainer.total_epochs=2 (or trainer.total_training_steps=N) trainer.default_local_dir=OUT
+  trainer.logger=['console','file'] trainer.seed=1 trainer.save_freq=-1 trainer.test_freq=-1
+)";
+
+int run(int argc, char** argv) {
+  namespace fs = std::filesystem;
+  using namespace verl;
+  const auto args = trainer::parse_config_arguments(argc, argv);
+  if (args.help) {
+    std::fputs(usage.data(), stdout);
+    return 0;
+  }
+  const auto file_tree =
+      args.config_file ? trainer::read_config_yaml(*args.config_file) : trainer::detail::ConfigNode::map("defaults");
+  const trainer::SFTConfig config = trainer::load_sft_config(args.overrides, file_tree);
+
+  const fs::path source = config.model.partial_pretrain;
+  auto policy = model::load_transformer(source);
+  const auto tokenizer = model::load_pretrained_tokenizer(source);
+  auto train = trainer::load_sft_examples(config.data.train_files, tokenizer, config.data);
+  auto val = trainer::load_sft_examples(config.data.val_files, tokenizer, config.data);
+  fmt::print("verl_sft: {} ({} parameters), {} train / {} val examples\n", source.string(),
+             model::parameter_count(policy), train.size(), val.size());
+
+  trainer::SFTTrainer sft(policy, config, std::move(train), std::move(val));
+  fs::path last_hf;
+  sft.set_save_hook([&](const fs::path& folder) {
+    last_hf = folder / "huggingface";
+    model::save_transformer(policy, last_hf);
+    for (const char* name : {"tokenizer.json", "tokenizer_config.json", "generation_config.json"}) {
+      if (fs::exists(source / name)) fs::copy_file(source / name, last_hf / name, fs::copy_options::overwrite_existing);
+    }
+  });
+  if (const auto step = sft.maybe_resume()) fmt::print("verl_sft: resumed from step {}\n", *step);
+  trainer::TrackingOptions tracking_options;
+  tracking_options.console.total_steps = sft.total_steps();
+  trainer::Tracking tracking(config.trainer.project_name, config.trainer.experiment_name, config.trainer.logger,
+                             tracking_options);
+  sft.fit(tracking);
+  tracking.finish();
+  if (!last_hf.empty()) fmt::print("verl_sft: saved {}\n", last_hf.string());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "verl_sft: error: %s\n", error.what());
+    return 1;
+  }
+}
