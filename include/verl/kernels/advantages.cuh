@@ -1,0 +1,703 @@
+// Advantage estimators as CUDA kernels (CPU reference: advantages.hpp / verl::algo).
+//
+// Outcome estimators (GRPO, Dr.GRPO, RLOO, GPG, OPO, REINFORCE++ with baseline) work on one score
+// per response and the int64 group ids:
+//   * row_scores: each response's score (its rewards summed over the whole row, padding
+//     included, as verl's token_level_rewards.sum(-1)) and its valid-token count;
+//   * groups as runs: with GroupLayout::any the (id, row) pairs are radix-sorted first (stable, so
+//     a group keeps batch order); with GroupLayout::contiguous the ids are used as they are. A run
+//     starts where the id changes. One thread per run head walks a short run (<= kSmallGroup rows:
+//     the usual groups of 4..64 cost one pass over their scores); longer runs are queued and a
+//     whole block reduces each of them, so a single huge group is still O(n);
+//   * the scalar of each row (outcome_scalar, shared with the host) and, for full (B, T) outputs,
+//     a broadcast over the mask.
+// Row-wise recurrences (GAE, REINFORCE++ returns, ReMax returns) run backwards over the response as
+// an associative scan: each step is an affine map of the carried state, maps compose, and a block
+// scans its tile of the row with cub::BlockScan. Inside a thread the exact sequential recurrence of
+// the CPU reference runs from the state the scan hands it. The same kernel emits each row's masked
+// moments (count, mean, M2, merged exactly in double), so whitening needs one more pass, not two.
+//
+// Memory: every entry point takes caller-provided device temporary storage, cub-style: call with
+// temp == nullptr to get temp_bytes, then again with a buffer of that size. Nothing synchronises the
+// stream. Masks must be 0/1 (the CPU references check it; the kernels do not).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cub/block/block_reduce.cuh>
+#include <cub/block/block_scan.cuh>
+#include <cub/device/device_radix_sort.cuh>
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstdint>
+
+#include "verl/kernels/advantages.hpp"
+#include "verl/kernels/detail/cuda_b_common.cuh"
+
+namespace verl::kernels {
+
+/// Batch statistics of a masked whitening, left in device memory by the kernels that whiten.
+/// count < 2 is where verl's masked_var raises: the kernels then write NaN advantages, and a caller
+/// that wants verl's error reads `count` back.
+struct WhitenStats {
+  long long count;
+  float mean;
+  float inv_std;
+};
+
+namespace detail {
+
+inline constexpr int kThreads = 256;
+inline constexpr std::int64_t kSmallGroup = 64;  ///< longest run one thread walks
+
+// ---- per-row scores and lengths ----------------------------------------------------------------
+
+/// One warp per row: score = sum of the row's rewards (double, rounded once), length = #(m != 0).
+__global__ void row_scores_kernel(const float* __restrict rewards, const float* __restrict mask, std::int64_t rows,
+                                  std::int64_t cols, float* __restrict scores, std::int32_t* __restrict lengths) {
+  const int lane = threadIdx.x & 31;
+  const std::int64_t warps_per_grid = static_cast<std::int64_t>(gridDim.x) * (blockDim.x / 32);
+  for (std::int64_t row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32; row < rows; row += warps_per_grid) {
+    const float* r = rewards + row * cols;
+    const float* m = mask + row * cols;
+    double sum = 0;
+    long long count = 0;
+    for (std::int64_t t = lane; t < cols; t += 32) {
+      sum += static_cast<double>(r[t]);
+      count += m[t] != 0.0f;
+    }
+    sum = warp_sum(sum);
+    count = warp_sum(count);
+    if (lane == 0) {
+      scores[row] = static_cast<float>(sum);
+      if (lengths != nullptr) lengths[row] = static_cast<std::int32_t>(count);
+    }
+  }
+}
+
+// ---- groups ------------------------------------------------------------------------------------
+
+struct GroupRuns {
+  const float* scores;          ///< by row
+  const std::int32_t* lengths;  ///< by row (opo only)
+  const std::int64_t* keys;     ///< by run position: ids, sorted or already contiguous
+  const std::int32_t* perm;     ///< run position -> row (nullptr: identity)
+  std::int64_t n;
+
+  __device__ std::int64_t row_at(std::int64_t k) const { return perm != nullptr ? perm[k] : k; }
+  __device__ bool is_head(std::int64_t k) const { return k == 0 || keys[k - 1] != keys[k]; }
+};
+
+__global__ void iota_kernel(std::int32_t* out, std::int64_t n) {
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
+    out[i] = static_cast<std::int32_t>(i);
+}
+
+/// GPG's alpha needs the number of nonzero scores in the batch (integer atomics: exact).
+__global__ void count_nonzero_kernel(const float* __restrict scores, std::int64_t n, unsigned long long* count) {
+  using Reduce = cub::BlockReduce<long long, kThreads>;
+  __shared__ typename Reduce::TempStorage temp;
+  long long local = 0;
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
+    local += scores[i] != 0.0f;
+  const long long total = Reduce(temp).Sum(local);
+  if (threadIdx.x == 0 && total != 0) atomicAdd(count, static_cast<unsigned long long>(total));
+}
+
+__device__ __forceinline__ float gpg_alpha_of(const unsigned long long* nonzero, std::int64_t n) {
+  if (nonzero == nullptr) return 1.0f;
+  const unsigned long long c = *nonzero;
+  // verl: bsz / m.clamp(min=1) as torch's reciprocal(m) * bsz, in float32.
+  return (1.0f / static_cast<float>(c > 0 ? c : 1ull)) * static_cast<float>(n);
+}
+
+__device__ __forceinline__ bool needs_std(const OutcomeParams& p) {
+  return p.estimator == OutcomeEstimator::grpo && p.norm_adv_by_std_in_grpo;
+}
+
+/// Statistics of a group from its sums: the mean as torch.mean (float32 sum / n), the baseline of
+/// OPO (float32 weighted sum / float32 total length: 0/0 = NaN as in verl).
+__device__ __forceinline__ void finish_mean(GroupStats& g, double sum, double weighted, long long total_length) {
+  g.mean = g.size > 1 ? static_cast<float>(sum) / static_cast<float>(g.size) : 0.0f;
+  g.baseline = g.size > 1 ? static_cast<float>(weighted) / static_cast<float>(total_length) : 0.0f;
+}
+__device__ __forceinline__ void finish_std(GroupStats& g, double squares) {
+  // torch.std: sum of squares around the float32 mean in double, / (n - 1), sqrt, rounded.
+  g.std = g.size > 1 ? static_cast<float>(sqrt(squares / static_cast<double>(g.size - 1))) : 1.0f;
+}
+
+/// One thread per run head: walks runs of up to kSmallGroup rows; longer runs go to the queue.
+__global__ void small_groups_kernel(GroupRuns in, OutcomeParams p, const unsigned long long* nonzero,
+                                    float* __restrict out, std::int64_t* large_starts, unsigned int* large_count) {
+  const float alpha = gpg_alpha_of(nonzero, in.n);
+  for (std::int64_t k = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; k < in.n;
+       k += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    if (!in.is_head(k)) continue;
+    const std::int64_t key = in.keys[k];
+    std::int64_t end = k + 1;
+    while (end < in.n && end - k <= kSmallGroup && in.keys[end] == key) ++end;
+    if (end - k > kSmallGroup) {
+      large_starts[atomicAdd(large_count, 1u)] = k;
+      continue;
+    }
+    GroupStats g;
+    g.size = end - k;
+    double sum = 0, weighted = 0;
+    long long total_length = 0;
+    for (std::int64_t j = k; j < end; ++j) {
+      const std::int64_t row = in.row_at(j);
+      const float s = in.scores[row];
+      sum += static_cast<double>(s);
+      if (p.estimator == OutcomeEstimator::opo) {
+        const std::int32_t len = in.lengths[row];
+        weighted += static_cast<double>(static_cast<float>(len) * s);
+        total_length += len;
+      }
+    }
+    finish_mean(g, sum, weighted, total_length);
+    if (needs_std(p)) {
+      double squares = 0;
+      for (std::int64_t j = k; j < end; ++j) {
+        const double d = static_cast<double>(in.scores[in.row_at(j)]) - static_cast<double>(g.mean);
+        squares += d * d;
+      }
+      finish_std(g, squares);
+    }
+    for (std::int64_t j = k; j < end; ++j) {
+      const std::int64_t row = in.row_at(j);
+      out[row] = outcome_scalar(p, in.scores[row], g, alpha);
+    }
+  }
+}
+
+/// One block per queued long run: finds its end, reduces it (fixed tree: deterministic), writes it.
+__global__ void large_groups_kernel(GroupRuns in, OutcomeParams p, const unsigned long long* nonzero,
+                                    float* __restrict out, const std::int64_t* large_starts,
+                                    const unsigned int* large_count) {
+  using ReduceD = cub::BlockReduce<double, kThreads>;
+  using ReduceL = cub::BlockReduce<long long, kThreads>;
+  __shared__ union {
+    typename ReduceD::TempStorage d;
+    typename ReduceL::TempStorage l;
+  } temp;
+  __shared__ std::int64_t shared_end;
+  __shared__ float shared_mean, shared_std, shared_baseline;  // GroupStats has initializers: not __shared__
+  const float alpha = gpg_alpha_of(nonzero, in.n);
+  const unsigned int queued = *large_count;
+  for (unsigned int q = blockIdx.x; q < queued; q += gridDim.x) {
+    const std::int64_t start = large_starts[q];
+    const std::int64_t key = in.keys[start];
+    // The run's end: the first position whose key differs, searched one block-width at a time.
+    if (threadIdx.x == 0) shared_end = -1;
+    __syncthreads();
+    for (std::int64_t base = start; ; base += blockDim.x) {
+      const std::int64_t j = base + threadIdx.x;
+      const bool stop = j >= in.n || in.keys[j] != key;
+      const long long candidate = stop ? j : LLONG_MAX;
+      const long long first = ReduceL(temp.l).Reduce(candidate, [](long long a, long long b) { return a < b ? a : b; });
+      if (threadIdx.x == 0 && first != LLONG_MAX) shared_end = first;
+      __syncthreads();
+      if (shared_end >= 0) break;
+    }
+    const std::int64_t end = shared_end;
+    double sum = 0, weighted = 0;
+    long long total_length = 0;
+    for (std::int64_t j = start + threadIdx.x; j < end; j += blockDim.x) {
+      const std::int64_t row = in.row_at(j);
+      const float s = in.scores[row];
+      sum += static_cast<double>(s);
+      if (p.estimator == OutcomeEstimator::opo) {
+        const std::int32_t len = in.lengths[row];
+        weighted += static_cast<double>(static_cast<float>(len) * s);
+        total_length += len;
+      }
+    }
+    sum = ReduceD(temp.d).Sum(sum);
+    __syncthreads();
+    weighted = ReduceD(temp.d).Sum(weighted);
+    __syncthreads();
+    total_length = ReduceL(temp.l).Sum(total_length);
+    if (threadIdx.x == 0) {
+      GroupStats g;
+      g.size = end - start;
+      finish_mean(g, sum, weighted, total_length);
+      shared_mean = g.mean;
+      shared_baseline = g.baseline;
+    }
+    __syncthreads();
+    GroupStats g;
+    g.size = end - start;
+    g.mean = shared_mean;
+    g.baseline = shared_baseline;
+    if (needs_std(p)) {
+      double squares = 0;
+      for (std::int64_t j = start + threadIdx.x; j < end; j += blockDim.x) {
+        const double d = static_cast<double>(in.scores[in.row_at(j)]) - static_cast<double>(g.mean);
+        squares += d * d;
+      }
+      squares = ReduceD(temp.d).Sum(squares);
+      if (threadIdx.x == 0) {
+        finish_std(g, squares);
+        shared_std = g.std;
+      }
+      __syncthreads();
+      g.std = shared_std;
+    }
+    for (std::int64_t j = start + threadIdx.x; j < end; j += blockDim.x) {
+      const std::int64_t row = in.row_at(j);
+      out[row] = outcome_scalar(p, in.scores[row], g, alpha);
+    }
+    __syncthreads();  // shared_end / shared_stats are reused by the next queued run
+  }
+}
+
+/// advantages = returns = a_i * m (returns may be nullptr).
+__global__ void broadcast_kernel(const float* __restrict per_row, const float* __restrict mask, std::int64_t rows,
+                                 std::int64_t cols, float* __restrict advantages, float* __restrict returns) {
+  const std::int64_t n = rows * cols;
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const float v = per_row[i / cols] * mask[i];
+    advantages[i] = v;
+    if (returns != nullptr) returns[i] = v;
+  }
+}
+
+// ---- masked moments and whitening ----------------------------------------------------------------
+
+/// Count, mean and sum of squared deviations of a set of values, merged exactly (Chan et al.).
+struct Moments {
+  double count;
+  double mean;
+  double m2;
+};
+
+__host__ __device__ __forceinline__ Moments merge(const Moments& a, const Moments& b) {
+  const double n = a.count + b.count;
+  if (n == 0) return {0, 0, 0};
+  const double delta = b.mean - a.mean;
+  return {n, a.mean + delta * (b.count / n), a.m2 + b.m2 + delta * delta * (a.count * b.count / n)};
+}
+__device__ __forceinline__ void add_value(Moments& m, double x) {
+  m.count += 1;
+  const double delta = x - m.mean;
+  m.mean += delta / m.count;
+  m.m2 += delta * (x - m.mean);
+}
+struct MergeMoments {
+  __device__ Moments operator()(const Moments& a, const Moments& b) const { return merge(a, b); }
+};
+
+/// One block merges the per-row moments in a fixed order and finishes verl's masked_whiten
+/// statistics in float32: mean = sum / (n + 1e-8), var = squares / (n + 1e-8) * n / (n - 1),
+/// inv_std = 1 / sqrt(var + 1e-8).
+__global__ void finish_whiten_kernel(const Moments* __restrict rows_moments, std::int64_t rows, WhitenStats* stats) {
+  using Reduce = cub::BlockReduce<Moments, kThreads>;
+  __shared__ typename Reduce::TempStorage temp;
+  Moments local{0, 0, 0};
+  for (std::int64_t i = threadIdx.x; i < rows; i += blockDim.x) local = merge(local, rows_moments[i]);
+  const Moments total = Reduce(temp).Reduce(local, MergeMoments{});
+  if (threadIdx.x != 0) return;
+  const float count = static_cast<float>(total.count);
+  const float mean = static_cast<float>(total.mean * total.count) / (count + 1e-8f);
+  // Squares around the float32 mean: M2 shifted exactly from the double mean.
+  const double shift = total.mean - static_cast<double>(mean);
+  const double squares = total.m2 + total.count * shift * shift;
+  const long long n = static_cast<long long>(total.count);
+  float inv_std = __int_as_float(0x7fc00000);  // NaN: verl raises for fewer than 2 valid tokens
+  if (n >= 2) {
+    const float bessel = count / static_cast<float>(n - 1);
+    const float var = (static_cast<float>(squares) / (count + 1e-8f)) * bessel;
+    inv_std = 1.0f / sqrtf(var + 1e-8f);
+  }
+  *stats = WhitenStats{n, mean, inv_std};
+}
+
+/// out = (v - mean) * inv_std, times the mask when `zero_masked` (REINFORCE++), else not (GAE).
+__global__ void whiten_apply_kernel(const float* values, const float* __restrict mask, std::int64_t n,
+                                    const WhitenStats* stats, bool zero_masked, float* out) {  // out may be values
+  const float mean = stats->mean, inv_std = stats->inv_std;
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const float w = (values[i] - mean) * inv_std;
+    out[i] = zero_masked ? w * mask[i] : w;
+  }
+}
+
+/// Per-row moments of a_i broadcast over the mask: n_i copies of a_i (REINFORCE++ with baseline).
+__global__ void broadcast_moments_kernel(const float* __restrict per_row, const std::int32_t* __restrict lengths,
+                                         std::int64_t rows, Moments* __restrict out) {
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < rows;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
+    out[i] = Moments{static_cast<double>(lengths[i]), lengths[i] > 0 ? static_cast<double>(per_row[i]) : 0.0, 0.0};
+}
+
+/// out = ((a_i * m) - mean) * inv_std * m: verl's masked_whiten(a * m, m) * m.
+__global__ void whiten_broadcast_kernel(const float* __restrict per_row, const float* __restrict mask,
+                                        std::int64_t rows, std::int64_t cols, const WhitenStats* stats,
+                                        float* __restrict advantages, float* __restrict returns) {
+  const float mean = stats->mean, inv_std = stats->inv_std;
+  const std::int64_t n = rows * cols;
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const float m = mask[i];
+    const float w = ((per_row[i / cols] * m - mean) * inv_std) * m;
+    advantages[i] = w;
+    if (returns != nullptr) returns[i] = w;
+  }
+}
+
+// ---- reverse recurrences as a block scan --------------------------------------------------------
+
+/// GAE with verl's mask skipping. State (next_value, advantage); a valid token maps it to
+/// (v_t, (r_t - v_t) + gamma next_value + gamma*lam advantage), a masked token leaves it alone.
+/// As a matrix: s' = [[p, 0], [q, w]] s + c, and such matrices compose into the same form.
+struct GaeRecurrence {
+  GaeParams params;
+  struct State {
+    float next_value, advantage;
+  };
+  struct Map {
+    float p, q, w, c0, c1;
+  };
+  static constexpr bool kHasMoments = true;
+  __device__ static Map identity() { return {1.0f, 0.0f, 1.0f, 0.0f, 0.0f}; }
+  __device__ static State initial() { return {0.0f, 0.0f}; }
+  __device__ Map token_map(float r, float v, float m) const {
+    if (m == 0.0f) return identity();
+    return {0.0f, params.discount, params.trace_decay, v, r - v};
+  }
+  /// `first` applied, then `second`.
+  __device__ static Map then(const Map& first, const Map& second) {
+    return {second.p * first.p, second.q * first.p + second.w * first.q, second.w * first.w,
+            second.p * first.c0 + second.c0, second.q * first.c0 + second.w * first.c1 + second.c1};
+  }
+  __device__ static State apply(const Map& f, const State& s) {
+    return {f.p * s.next_value + f.c0, f.q * s.next_value + f.w * s.advantage + f.c1};
+  }
+  /// The CPU reference's exact step: outputs advantage (pre-whitening) and returns.
+  __device__ State step(State s, float r, float v, float m, std::int64_t, float& out0, float& out1) const {
+    const float delta = (r + params.discount * s.next_value) - v;
+    const float candidate = delta + params.trace_decay * s.advantage;
+    const bool valid = m != 0.0f;
+    const State next{valid ? v : s.next_value, valid ? candidate : s.advantage};
+    out0 = next.advantage;
+    out1 = next.advantage + v;
+    return next;
+  }
+};
+
+/// REINFORCE++ discounted returns: g_t = r_t + gamma * s, then s = g_t * m_t (reset after EOS).
+struct ReinforceRecurrence {
+  float discount;
+  struct State {
+    float running;
+  };
+  struct Map {
+    float a, b;
+  };
+  static constexpr bool kHasMoments = true;
+  __device__ static Map identity() { return {1.0f, 0.0f}; }
+  __device__ static State initial() { return {0.0f}; }
+  __device__ Map token_map(float r, float, float m) const { return {m * discount, m * r}; }
+  __device__ static Map then(const Map& first, const Map& second) {
+    return {second.a * first.a, second.a * first.b + second.b};
+  }
+  __device__ static State apply(const Map& f, const State& s) { return {f.a * s.running + f.b}; }
+  __device__ State step(State s, float r, float, float m, std::int64_t, float& out0, float& out1) const {
+    const float g = r + discount * s.running;
+    out0 = g;
+    out1 = g;
+    return {g * m};
+  }
+};
+
+/// ReMax: returns = reverse cumsum of r * m (double running sum, as the CPU reference), advantages
+/// = returns - baseline_i * m.
+struct RemaxRecurrence {
+  const float* baselines;
+  struct State {
+    double running;
+  };
+  struct Map {
+    double b;
+  };
+  static constexpr bool kHasMoments = false;
+  __device__ static Map identity() { return {0.0}; }
+  __device__ static State initial() { return {0.0}; }
+  __device__ Map token_map(float r, float, float m) const { return {static_cast<double>(r * m)}; }
+  __device__ static Map then(const Map& first, const Map& second) { return {first.b + second.b}; }
+  __device__ static State apply(const Map& f, const State& s) { return {s.running + f.b}; }
+  __device__ State step(State s, float r, float, float m, std::int64_t row, float& out0, float& out1) const {
+    const double running = s.running + static_cast<double>(r * m);
+    const float ret = static_cast<float>(running);
+    out0 = ret - baselines[row] * m;  // advantages
+    out1 = ret;                       // returns
+    return {running};
+  }
+};
+
+template <class R>
+struct ThenOp {
+  __device__ typename R::Map operator()(const typename R::Map& a, const typename R::Map& b) const {
+    return R::then(a, b);
+  }
+};
+
+inline constexpr int kScanItems = 8;
+inline constexpr int kScanTile = kThreads * kScanItems;
+
+/// Shared-memory index with one pad per 32 floats: thread k touches j ~ c - 8k, conflict-free.
+__device__ __forceinline__ int padded(int j) { return j + (j >> 5); }
+
+/// One block per row (grid-stride), tiles of kScanTile tokens from the end of the row. Inputs
+/// in0..in2 (rewards, values or nullptr, mask); outputs out0 (advantage-like), out1 (returns).
+/// When R::kHasMoments, the masked moments of out0 of each row go to row_moments.
+template <class R>
+__global__ void __launch_bounds__(kThreads) reverse_scan_kernel(R rec, std::int64_t rows, std::int64_t cols,
+                                                                const float* __restrict rewards,
+                                                                const float* __restrict values,
+                                                                const float* __restrict mask, float* __restrict out0,
+                                                                float* __restrict out1, Moments* __restrict row_moments) {
+  using Map = typename R::Map;
+  using State = typename R::State;
+  using Scan = cub::BlockScan<Map, kThreads>;
+  using Reduce = cub::BlockReduce<Moments, kThreads>;
+  constexpr int kPadded = kScanTile + kScanTile / 32;
+  __shared__ float tile_r[kPadded], tile_v[kPadded], tile_m[kPadded];
+  __shared__ union {
+    typename Scan::TempStorage scan;
+    typename Reduce::TempStorage reduce;
+  } temp;
+  const int tid = threadIdx.x;
+  for (std::int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    const std::int64_t base = row * cols;
+    State carry = R::initial();
+    Moments moments{0, 0, 0};
+    for (std::int64_t tile_end = cols; tile_end > 0; tile_end -= kScanTile) {
+      const std::int64_t tile_begin = tile_end > kScanTile ? tile_end - kScanTile : 0;
+      const int width = static_cast<int>(tile_end - tile_begin);
+      for (int j = tid; j < width; j += kThreads) {
+        tile_r[padded(j)] = rewards[base + tile_begin + j];
+        tile_v[padded(j)] = values != nullptr ? values[base + tile_begin + j] : 0.0f;
+        tile_m[padded(j)] = mask[base + tile_begin + j];
+      }
+      __syncthreads();
+      // Thread k owns [hi - kScanItems, hi) counted from the tile's end: thread 0 the last tokens.
+      const int hi = width - tid * kScanItems;
+      const int lo = hi - kScanItems > 0 ? hi - kScanItems : 0;
+      Map own = R::identity();
+      for (int j = hi - 1; j >= lo; --j)
+        own = R::then(own, rec.token_map(tile_r[padded(j)], tile_v[padded(j)], tile_m[padded(j)]));
+      Map prefix, whole;
+      Scan(temp.scan).ExclusiveScan(own, prefix, R::identity(), ThenOp<R>{}, whole);
+      State s = R::apply(prefix, carry);
+      for (int j = hi - 1; j >= lo; --j) {
+        float o0, o1;
+        const float m = tile_m[padded(j)];
+        s = rec.step(s, tile_r[padded(j)], tile_v[padded(j)], m, row, o0, o1);
+        if constexpr (R::kHasMoments) {
+          if (m != 0.0f) add_value(moments, static_cast<double>(o0));
+        }
+        tile_r[padded(j)] = o0;  // this thread alone reads and writes j
+        tile_v[padded(j)] = o1;
+      }
+      carry = R::apply(whole, carry);
+      __syncthreads();
+      for (int j = tid; j < width; j += kThreads) {
+        out0[base + tile_begin + j] = tile_r[padded(j)];
+        out1[base + tile_begin + j] = tile_v[padded(j)];
+      }
+      __syncthreads();
+    }
+    if constexpr (R::kHasMoments) {
+      const Moments total = Reduce(temp.reduce).Reduce(moments, MergeMoments{});
+      if (tid == 0) row_moments[row] = total;
+      __syncthreads();
+    }
+  }
+}
+
+inline unsigned row_grid(std::int64_t rows) {
+  return static_cast<unsigned>(rows < 65535 * 16 ? (rows > 0 ? rows : 1) : 65535 * 16);
+}
+
+/// GAE/REINFORCE++ tail: finish the whitening statistics and write the whitened advantages.
+inline void whiten_rows(const Moments* row_moments, std::int64_t rows, std::int64_t cols, const float* values,
+                        const float* mask, bool zero_masked, WhitenStats* stats, float* out, cudaStream_t stream) {
+  finish_whiten_kernel<<<1, kThreads, 0, stream>>>(row_moments, rows, stats);
+  whiten_apply_kernel<<<grid_for(rows * cols, kThreads), kThreads, 0, stream>>>(values, mask, rows * cols, stats,
+                                                                                 zero_masked, out);
+}
+
+}  // namespace detail
+
+// ---- entry points --------------------------------------------------------------------------------
+
+/// Per-response outcome scalars: scalars[i] from scores[i] and the group of ids[i]. `lengths`
+/// (valid tokens per row) is read by OPO only. With GroupLayout::contiguous each id must form one
+/// run. Not for reinforce_plus_plus_baseline's whitening (see outcome_advantages); its scalar here
+/// is s - mean.
+inline void outcome_scalars(void* temp, std::size_t& temp_bytes, const OutcomeParams& params, GroupLayout layout,
+                            const float* scores, const std::int32_t* lengths, const std::int64_t* ids,
+                            std::int64_t rows, float* scalars, cudaStream_t stream = nullptr) {
+  check_batch_shape(rows, 1);
+  VERL_CHECK_ARG(params.estimator != OutcomeEstimator::opo || lengths != nullptr || temp == nullptr,
+                 "lengths: expected the valid-token count of each row for opo, got nullptr");
+  detail::TempCarver carve(temp);
+  auto* large_starts = carve.take<std::int64_t>(static_cast<std::size_t>(rows / (detail::kSmallGroup + 1) + 1));
+  auto* counters = carve.take<unsigned long long>(2);  // [0]: queued long runs (as unsigned int), [1]: nonzero
+  std::int64_t* sorted_keys = nullptr;
+  std::int32_t* perm = nullptr;
+  std::int32_t* iota = nullptr;
+  void* sort_temp = nullptr;
+  std::size_t sort_bytes = 0;
+  if (layout == GroupLayout::any) {
+    sorted_keys = carve.take<std::int64_t>(static_cast<std::size_t>(rows));
+    perm = carve.take<std::int32_t>(static_cast<std::size_t>(rows));
+    iota = carve.take<std::int32_t>(static_cast<std::size_t>(rows));
+    VERL_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, ids, sorted_keys, iota, perm,
+                                                      static_cast<int>(rows > 0 ? rows : 1), 0, 64, stream));
+    sort_temp = carve.take<unsigned char>(sort_bytes);
+  }
+  if (carve.querying()) {
+    temp_bytes = carve.bytes();
+    return;
+  }
+  VERL_CHECK_ARG(temp_bytes >= carve.bytes(), "temp_bytes: expected at least {} (the size query), got {}",
+                 carve.bytes(), temp_bytes);
+  if (rows == 0) return;
+  auto* large_count = reinterpret_cast<unsigned int*>(counters);
+  unsigned long long* nonzero = params.estimator == OutcomeEstimator::gpg ? counters + 1 : nullptr;
+  VERL_CUDA_CHECK(cudaMemsetAsync(counters, 0, 2 * sizeof(unsigned long long), stream));
+  detail::GroupRuns runs{scores, lengths, ids, nullptr, rows};
+  if (layout == GroupLayout::any) {
+    detail::iota_kernel<<<detail::grid_for(rows, detail::kThreads), detail::kThreads, 0, stream>>>(iota, rows);
+    VERL_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(sort_temp, sort_bytes, ids, sorted_keys, iota, perm,
+                                                      static_cast<int>(rows), 0, 64, stream));
+    runs.keys = sorted_keys;
+    runs.perm = perm;
+  }
+  if (nonzero != nullptr)
+    detail::count_nonzero_kernel<<<detail::grid_for(rows, detail::kThreads, 1024), detail::kThreads, 0, stream>>>(
+        scores, rows, nonzero);
+  detail::small_groups_kernel<<<detail::grid_for(rows, detail::kThreads), detail::kThreads, 0, stream>>>(
+      runs, params, nonzero, scalars, large_starts, large_count);
+  // Enough blocks for every queued run when there are few, a grid-stride loop when there are many.
+  const auto large_blocks = static_cast<unsigned>(std::min<std::int64_t>(rows / (detail::kSmallGroup + 1) + 1, 1024));
+  detail::large_groups_kernel<<<large_blocks, detail::kThreads, 0, stream>>>(runs, params, nonzero, scalars,
+                                                                               large_starts, large_count);
+  VERL_CUDA_CHECK(cudaGetLastError());
+}
+
+/// verl's outcome estimators on a full batch: token_level_rewards and response_mask (B, T)
+/// row-major, ids (B). advantages and returns (B, T) (returns equal the advantages for all of them).
+/// `stats` (optional, device) receives reinforce_plus_plus_baseline's whitening statistics.
+inline void outcome_advantages(void* temp, std::size_t& temp_bytes, const OutcomeParams& params, GroupLayout layout,
+                               const float* token_level_rewards, const float* response_mask, const std::int64_t* ids,
+                               std::int64_t rows, std::int64_t cols, float* advantages, float* returns,
+                               cudaStream_t stream = nullptr, WhitenStats* stats = nullptr) {
+  check_batch_shape(rows, cols);
+  detail::TempCarver carve(temp);
+  float* scores = carve.take<float>(static_cast<std::size_t>(rows));
+  auto* lengths = carve.take<std::int32_t>(static_cast<std::size_t>(rows));
+  float* scalars = carve.take<float>(static_cast<std::size_t>(rows));
+  auto* moments = carve.take<detail::Moments>(static_cast<std::size_t>(rows));
+  auto* own_stats = carve.take<WhitenStats>(1);
+  std::size_t group_bytes = 0;
+  outcome_scalars(nullptr, group_bytes, params, layout, nullptr, nullptr, nullptr, rows, nullptr, stream);
+  void* group_temp = carve.take<unsigned char>(group_bytes);
+  if (carve.querying()) {
+    temp_bytes = carve.bytes();
+    return;
+  }
+  VERL_CHECK_ARG(temp_bytes >= carve.bytes(), "temp_bytes: expected at least {} (the size query), got {}",
+                 carve.bytes(), temp_bytes);
+  if (rows == 0) return;
+  if (stats == nullptr) stats = own_stats;
+  detail::row_scores_kernel<<<detail::grid_for(rows * 32, detail::kThreads), detail::kThreads, 0, stream>>>(
+      token_level_rewards, response_mask, rows, cols, scores, lengths);
+  outcome_scalars(group_temp, group_bytes, params, layout, scores, lengths, ids, rows, scalars, stream);
+  if (cols == 0) return;
+  const unsigned grid = detail::grid_for(rows * cols, detail::kThreads);
+  if (params.estimator == OutcomeEstimator::reinforce_plus_plus_baseline) {
+    detail::broadcast_moments_kernel<<<detail::grid_for(rows, detail::kThreads), detail::kThreads, 0, stream>>>(
+        scalars, lengths, rows, moments);
+    detail::finish_whiten_kernel<<<1, detail::kThreads, 0, stream>>>(moments, rows, stats);
+    detail::whiten_broadcast_kernel<<<grid, detail::kThreads, 0, stream>>>(scalars, response_mask, rows, cols, stats,
+                                                                            advantages, returns);
+  } else {
+    detail::broadcast_kernel<<<grid, detail::kThreads, 0, stream>>>(scalars, response_mask, rows, cols, advantages,
+                                                                     returns);
+  }
+  VERL_CUDA_CHECK(cudaGetLastError());
+}
+
+/// verl's GAE: advantages = masked_whiten(A, mask) (not masked), returns = A + values.
+inline void gae_advantages(void* temp, std::size_t& temp_bytes, GaeParams params, const float* token_level_rewards,
+                           const float* values, const float* response_mask, std::int64_t rows, std::int64_t cols,
+                           float* advantages, float* returns, cudaStream_t stream = nullptr,
+                           WhitenStats* stats = nullptr) {
+  check_batch_shape(rows, cols);
+  detail::TempCarver carve(temp);
+  auto* moments = carve.take<detail::Moments>(static_cast<std::size_t>(rows));
+  auto* own_stats = carve.take<WhitenStats>(1);
+  if (carve.querying()) {
+    temp_bytes = carve.bytes();
+    return;
+  }
+  VERL_CHECK_ARG(temp_bytes >= carve.bytes(), "temp_bytes: expected at least {} (the size query), got {}",
+                 carve.bytes(), temp_bytes);
+  if (rows == 0) return;
+  if (stats == nullptr) stats = own_stats;
+  detail::reverse_scan_kernel<detail::GaeRecurrence><<<detail::row_grid(rows), detail::kThreads, 0, stream>>>(
+      detail::GaeRecurrence{params}, rows, cols, token_level_rewards, values, response_mask, advantages, returns,
+      moments);
+  detail::whiten_rows(moments, rows, cols, advantages, response_mask, /*zero_masked=*/false, stats, advantages, stream);
+  VERL_CUDA_CHECK(cudaGetLastError());
+}
+
+/// verl's REINFORCE++: returns = discounted returns with a reset after each masked token,
+/// advantages = masked_whiten(returns, mask) * mask.
+inline void reinforce_plus_plus_advantages(void* temp, std::size_t& temp_bytes, float gamma,
+                                           const float* token_level_rewards, const float* response_mask,
+                                           std::int64_t rows, std::int64_t cols, float* advantages, float* returns,
+                                           cudaStream_t stream = nullptr, WhitenStats* stats = nullptr) {
+  check_batch_shape(rows, cols);
+  detail::TempCarver carve(temp);
+  auto* moments = carve.take<detail::Moments>(static_cast<std::size_t>(rows));
+  auto* own_stats = carve.take<WhitenStats>(1);
+  if (carve.querying()) {
+    temp_bytes = carve.bytes();
+    return;
+  }
+  VERL_CHECK_ARG(temp_bytes >= carve.bytes(), "temp_bytes: expected at least {} (the size query), got {}",
+                 carve.bytes(), temp_bytes);
+  if (rows == 0) return;
+  if (stats == nullptr) stats = own_stats;
+  // out0 and out1 both receive the returns; out0 is then whitened in place into `advantages`.
+  detail::reverse_scan_kernel<detail::ReinforceRecurrence><<<detail::row_grid(rows), detail::kThreads, 0, stream>>>(
+      detail::ReinforceRecurrence{gamma}, rows, cols, token_level_rewards, nullptr, response_mask, advantages, returns,
+      moments);
+  detail::whiten_rows(moments, rows, cols, returns, response_mask, /*zero_masked=*/true, stats, advantages, stream);
+  VERL_CUDA_CHECK(cudaGetLastError());
+}
+
+/// verl's ReMax: returns = reverse cumsum of r * m, advantages = returns - baseline_i * m.
+/// No temporary storage.
+inline void remax_advantages(const float* token_level_rewards, const float* response_mask,
+                             const float* reward_baselines, std::int64_t rows, std::int64_t cols, float* advantages,
+                             float* returns, cudaStream_t stream = nullptr) {
+  check_batch_shape(rows, cols);
+  if (rows == 0) return;
+  detail::reverse_scan_kernel<detail::RemaxRecurrence><<<detail::row_grid(rows), detail::kThreads, 0, stream>>>(
+      detail::RemaxRecurrence{reward_baselines}, rows, cols, token_level_rewards, nullptr, response_mask, advantages,
+      returns, nullptr);
+  VERL_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace verl::kernels

@@ -1,0 +1,109 @@
+// Host side of the advantage kernels (advantages.cuh): the estimator choices and parameters, the
+// per-response formula shared with the kernels, launch-shape helpers and the CPU reference (the
+// verl::algo estimators, golden-exact) that the CUDA tests and the conformance runner compare to.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <string_view>
+
+#include "verl/algo/advantages.hpp"
+#include "verl/core/error.hpp"
+#include "verl/kernels/detail/cuda_b_hd.hpp"
+
+namespace verl::kernels {
+
+/// The outcome estimators: one scalar per response from its score and its group, broadcast over
+/// the response's valid tokens.
+enum class OutcomeEstimator {
+  grpo,                          ///< (s - mean) / (std + eps), or s - mean (Dr.GRPO)
+  rloo,                          ///< leave-one-out baseline (verl's per-group loop)
+  gpg,                           ///< alpha (s - mean) / f_norm, alpha = B / #nonzero scores
+  opo,                           ///< s - length-weighted group mean
+  reinforce_plus_plus_baseline,  ///< s - mean, then masked whitening over the batch
+};
+
+constexpr std::string_view to_string(OutcomeEstimator e) {
+  switch (e) {
+    case OutcomeEstimator::grpo: return "grpo";
+    case OutcomeEstimator::rloo: return "rloo";
+    case OutcomeEstimator::gpg: return "gpg";
+    case OutcomeEstimator::opo: return "opo";
+    case OutcomeEstimator::reinforce_plus_plus_baseline: return "reinforce_plus_plus_baseline";
+  }
+  return "?";
+}
+
+/// How group ids are laid out. `contiguous` promises that the rows of each id form one run (verl's
+/// usual repeat-interleave layout); a run boundary is then a change of id. `any` sorts (id, row)
+/// pairs first, which groups equal ids wherever they are and keeps batch order inside a group.
+enum class GroupLayout { contiguous, any };
+
+struct OutcomeParams {
+  OutcomeEstimator estimator = OutcomeEstimator::grpo;
+  float epsilon = 1e-6f;                 ///< grpo: added to the std (verl's Python float, as float32)
+  bool norm_adv_by_std_in_grpo = true;   ///< false: Dr.GRPO
+  float f_norm = 1.0f;                   ///< gpg
+};
+
+/// What the kernels know about one group when they compute its rows' scalars.
+struct GroupStats {
+  std::int64_t size = 0;
+  float mean = 0;      ///< float32 mean (0 for a group of one)
+  float std = 1;       ///< unbiased std as torch.std (1 for a group of one)
+  float baseline = 0;  ///< opo: sum(len * s) / sum(len) (0 for a group of one)
+};
+
+/// The per-response scalar of each outcome estimator, float32 step by step as verl (and
+/// verl::algo) compute it. `gpg_alpha` = B / max(#nonzero scores, 1), computed once per batch.
+VERL_KERNELS_HD float outcome_scalar(const OutcomeParams& p, float score, const GroupStats& g, float gpg_alpha) {
+  switch (p.estimator) {
+    case OutcomeEstimator::grpo: {
+      const float centered = score - g.mean;
+      return p.norm_adv_by_std_in_grpo ? centered / (g.std + p.epsilon) : centered;
+    }
+    case OutcomeEstimator::rloo: {
+      if (g.size <= 1) return score;
+      const float n = static_cast<float>(g.size), n1 = static_cast<float>(g.size - 1);
+      return (score * n) / n1 - (g.mean * n) / n1;
+    }
+    case OutcomeEstimator::gpg: return (gpg_alpha * (score - g.mean)) / p.f_norm;
+    case OutcomeEstimator::opo: return score - g.baseline;
+    case OutcomeEstimator::reinforce_plus_plus_baseline: return score - g.mean;
+  }
+  return 0.0f;
+}
+
+/// GAE's knobs as the kernels take them: gamma and gamma*lam (multiplied in double, then
+/// rounded, as a Python float meets a float32 tensor).
+struct GaeParams {
+  float discount = 1.0f;
+  float trace_decay = 1.0f;
+  static GaeParams from(double gamma, double lam) {
+    return {static_cast<float>(gamma), static_cast<float>(gamma * lam)};
+  }
+};
+
+/// Checks shared by every host entry point: sizes are non-negative and fit the kernels' 32-bit
+/// in-group offsets.
+inline void check_batch_shape(std::int64_t rows, std::int64_t cols) {
+  VERL_CHECK_ARG(rows >= 0, "rows: expected >= 0, got {}", rows);
+  VERL_CHECK_ARG(cols >= 0, "cols: expected >= 0, got {}", cols);
+  VERL_CHECK_ARG(rows <= (std::int64_t{1} << 31) - 1, "rows: expected < 2^31 (32-bit row indices), got {}", rows);
+}
+
+/// The CPU reference of an outcome estimator on a full (B, T) batch: verl::algo's estimator.
+inline algo::AdvantageResult reference_outcome(const OutcomeParams& p, const algo::AdvantageBatch& batch) {
+  switch (p.estimator) {
+    case OutcomeEstimator::grpo:
+      return algo::GRPO{.epsilon = static_cast<double>(p.epsilon), .norm_adv_by_std_in_grpo = p.norm_adv_by_std_in_grpo}
+          .compute(batch);
+    case OutcomeEstimator::rloo: return algo::RLOO{}.compute(batch);
+    case OutcomeEstimator::gpg: return algo::GPG{.f_norm = static_cast<double>(p.f_norm)}.compute(batch);
+    case OutcomeEstimator::opo: return algo::OPO{}.compute(batch);
+    case OutcomeEstimator::reinforce_plus_plus_baseline: return algo::ReinforcePlusPlusBaseline{}.compute(batch);
+  }
+  verl::detail::throw_invalid_argument("estimator: unknown value {}", static_cast<int>(p.estimator));
+}
+
+}  // namespace verl::kernels
