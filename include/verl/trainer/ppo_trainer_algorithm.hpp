@@ -1,0 +1,111 @@
+// PPOAlgorithm: the algorithmic choices of one PPO-family run — advantage estimator, policy loss,
+// loss aggregation, KL in the reward (with its controller) and/or as a loss, entropy bonus, and
+// DAPO's dynamic sampling and overlong penalty — as run-time values of the library's policy
+// types. from_config() reads them from verl's keys (algorithm.adv_estimator,
+// actor.policy_loss.loss_mode, actor.loss_agg_mode, actor.kl_loss_type, algorithm.use_kl_in_reward,
+// algorithm.kl_ctrl.type, ...) through the registries; recipes.hpp builds the same value from
+// compile-time policy types. The trainer only ever sees a PPOAlgorithm.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "verl/algo/advantage_registry.hpp"
+#include "verl/algo/kl_controller.hpp"
+#include "verl/algo/kl_registry.hpp"
+#include "verl/algo/loss_aggregation.hpp"
+#include "verl/algo/policy_loss_registry.hpp"
+#include "verl/core/error.hpp"
+#include "verl/trainer/config/ppo_config.hpp"
+
+namespace verl::trainer {
+
+/// DAPO's overlong reward shaping (reward_model.overlong_buffer): a response longer than
+/// max_response_length - len is penalised linearly, down to -penalty_factor at the limit.
+struct OverlongPenalty {
+  std::int64_t buffer_length = 0;
+  double penalty_factor = 0.0;
+};
+
+/// DAPO's dynamic sampling (algorithm.filter_groups): groups whose `metric` is the same for all
+/// their responses are dropped and the batch is refilled from the next generation batches.
+struct GroupFilter {
+  std::string metric = "acc";          ///< "acc" (falls back to the score when absent) or "score"
+  std::int64_t max_num_gen_batches = 0;  ///< <= 0: unlimited
+};
+
+struct PPOAlgorithm {
+  algo::AnyAdvantageEstimator estimator = algo::GRPO{};
+  algo::AnyPolicyLoss policy_loss = algo::VanillaPPO{0.2, 0.2, 3.0};
+  algo::LossAggMode loss_agg_mode = algo::LossAggMode::token_mean;
+  double entropy_coeff = 0.0;
+  /// KL to the reference as a loss term (actor.use_kl_loss).
+  std::optional<algo::AnyKLEstimator> kl_loss = std::nullopt;
+  double kl_loss_coef = 0.001;
+  /// KL in the reward (algorithm.use_kl_in_reward), with algorithm.kl_penalty and kl_ctrl.
+  bool use_kl_in_reward = false;
+  std::string kl_penalty = "kl";
+  algo::KLControlConfig kl_ctrl{};
+  std::optional<GroupFilter> filter_groups = std::nullopt;
+  std::optional<OverlongPenalty> overlong_penalty = std::nullopt;
+
+  [[nodiscard]] bool needs_reference() const { return kl_loss.has_value() || use_kl_in_reward; }
+  [[nodiscard]] bool needs_critic() const { return estimator.needs_critic(); }
+
+  /// verl's names from a PPOConfig; unknown names throw naming the key and the valid names.
+  static PPOAlgorithm from_config(const PPOConfig& config) {
+    const auto& actor = config.actor_rollout_ref.actor;
+    const auto& al = config.algorithm;
+    PPOAlgorithm out;
+    out.estimator = algo::make_advantage_estimator(
+        al.adv_estimator, {.gamma = al.gamma, .lam = al.lam, .norm_adv_by_std_in_grpo = al.norm_adv_by_std_in_grpo});
+    VERL_CHECK_ARG(!out.estimator.needs_old_log_probs(),
+                   "algorithm.adv_estimator: '{}' needs sum_pi_squared, which the trainer does not compute yet",
+                   al.adv_estimator);
+    algo::PolicyLossConfig loss;
+    loss.clip_ratio = actor.clip_ratio;
+    loss.clip_ratio_low = actor.clip_ratio_low;
+    loss.clip_ratio_high = actor.clip_ratio_high;
+    loss.clip_ratio_c = actor.clip_ratio_c;
+    loss.tau_pos = actor.tau_pos;
+    loss.tau_neg = actor.tau_neg;
+    loss.policy_loss.loss_mode = actor.policy_loss.loss_mode;
+    loss.policy_loss.clip_cov_ratio = actor.policy_loss.clip_cov_ratio;
+    loss.policy_loss.clip_cov_lb = actor.policy_loss.clip_cov_lb;
+    loss.policy_loss.clip_cov_ub = actor.policy_loss.clip_cov_ub;
+    loss.policy_loss.kl_cov_ratio = actor.policy_loss.kl_cov_ratio;
+    loss.policy_loss.ppo_kl_coef = actor.policy_loss.ppo_kl_coef;
+    VERL_CHECK_ARG(actor.policy_loss.loss_mode != "bypass_mode",
+                   "actor_rollout_ref.actor.policy_loss.loss_mode: 'bypass_mode' needs rollout log-probs, which the "
+                   "trainer does not keep yet; use one of vanilla, gspo, sapo, gpg, clip_cov, kl_cov, geo_mean, cispo");
+    out.policy_loss = algo::make_policy_loss(loss);
+    out.loss_agg_mode = algo::parse_loss_agg_mode(actor.loss_agg_mode);
+    out.entropy_coeff = actor.entropy_coeff;
+    if (actor.use_kl_loss) out.kl_loss = algo::make_kl_estimator(actor.kl_loss_type);
+    out.kl_loss_coef = actor.kl_loss_coef;
+    out.use_kl_in_reward = al.use_kl_in_reward;
+    out.kl_penalty = al.kl_penalty;
+    out.kl_ctrl = {.type = al.kl_ctrl.type, .kl_coef = al.kl_ctrl.kl_coef, .target_kl = al.kl_ctrl.target_kl,
+                   .horizon = al.kl_ctrl.horizon};
+    if (out.use_kl_in_reward) {
+      (void)algo::get_kl_controller(out.kl_ctrl);    // validates type and horizon now
+      (void)algo::make_kl_estimator(out.kl_penalty);  // and the KL type
+    }
+    if (al.filter_groups.enable) {
+      out.filter_groups = GroupFilter{.metric = al.filter_groups.metric.value_or("acc"),
+                                      .max_num_gen_batches = al.filter_groups.max_num_gen_batches};
+    }
+    if (config.reward_model.overlong_buffer.enable) {
+      VERL_CHECK_ARG(config.reward_model.overlong_buffer.len > 0 &&
+                         config.reward_model.overlong_buffer.len <= config.data.max_response_length,
+                     "reward_model.overlong_buffer.len: expected a length in [1, data.max_response_length = {}], got {}",
+                     config.data.max_response_length, config.reward_model.overlong_buffer.len);
+      out.overlong_penalty = OverlongPenalty{config.reward_model.overlong_buffer.len,
+                                             config.reward_model.overlong_buffer.penalty_factor};
+    }
+    return out;
+  }
+};
+
+}  // namespace verl::trainer

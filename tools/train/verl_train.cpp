@@ -1,0 +1,183 @@
+// verl_train: verl's PPO-family trainer, configured as verl's main_ppo is:
+//
+//   verl_train [--config FILE.yaml | --config-path DIR --config-name NAME] key=value ...
+//
+// e.g. verl_train algorithm.adv_estimator=grpo data.train_files=train.jsonl data.val_files=test.jsonl
+//        actor_rollout_ref.model.path=MODEL_DIR actor_rollout_ref.rollout.n=8 trainer.total_training_steps=20
+//
+// The policy (and the reference, when a KL term needs one) comes from actor_rollout_ref.model.path
+// (a Hugging Face folder: config.json, model.safetensors, tokenizer.json [+ tokenizer_config.json]);
+// a critic, when the estimator needs one (gae), from critic.model.path (its value head is
+// initialised when the folder has none). The final actor is written as a Hugging Face folder to
+// <trainer.default_local_dir>/global_step_<N>/actor/huggingface. Under mpirun, ranks split each
+// batch (data parallel). All logic lives in the library; this file wires the pieces.
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "verl/data/prompt_formatter.hpp"
+#include "verl/data/rl_dataset.hpp"
+#include "verl/model/checkpoint.hpp"
+#include "verl/model/tokenizer/pretrained.hpp"
+#include "verl/trainer/config.hpp"
+#include "verl/trainer/config_yaml.hpp"
+#include "verl/trainer/ppo_trainer.hpp"
+
+#ifdef VERL_TRAIN_WITH_MPI
+#include "verl/parallel/mpi_communicator.hpp"
+#endif
+
+namespace {
+
+namespace fs = std::filesystem;
+using namespace verl;
+
+constexpr std::string_view usage = R"(usage: verl_train [--config FILE.yaml | --config-path DIR --config-name NAME] key=value ...
+
+Trains a Hugging Face model folder with verl's PPO-family algorithms, configured with verl's keys, e.g.
+  verl_train algorithm.adv_estimator=grpo data.train_files=train.jsonl data.val_files=test.jsonl \
+      actor_rollout_ref.model.path=MODEL_DIR actor_rollout_ref.rollout.n=8 data.train_batch_size=16 \
+      trainer.total_training_steps=20 trainer.logger=[console,file]
+Run under `mpirun -np N` for data parallelism.
+)";
+
+#ifdef VERL_TRAIN_WITH_MPI
+using Communicator = parallel::MpiCommunicator;
+Communicator make_communicator() { return parallel::MpiCommunicator::world(); }
+#else
+using Communicator = parallel::SelfCommunicator;
+Communicator make_communicator() { return {}; }
+#endif
+
+fs::path expand_home(const std::string& path) {
+  if (path.starts_with("~/")) {
+    if (const char* home = std::getenv("HOME")) return fs::path(home) / path.substr(2);
+  }
+  return path;
+}
+
+std::vector<fs::path> paths_of(const std::vector<std::string>& files) {
+  std::vector<fs::path> out;
+  for (const auto& f : files) out.push_back(expand_home(f));
+  return out;
+}
+
+/// The chat template of the tokenizer folder (or data.custom_chat_template's family), else the
+/// messages' contents joined: what RLHFDataset renders prompts with.
+struct Formatter {
+  std::optional<model::AnyChatTemplate> chat;
+  [[nodiscard]] std::string render(std::span<const model::ChatMessage> messages, bool add_generation_prompt) const {
+    if (chat) return chat->render(messages, add_generation_prompt);
+    return data::ContentOnlyFormatter{"\n"}.render(messages, add_generation_prompt);
+  }
+};
+
+template <class Critic>
+int train(const trainer::PPOConfig& config, const trainer::PPOAlgorithm& algorithm, const fs::path& model_path,
+          Critic critic, const model::PretrainedTokenizer& tokenizer, const Formatter& formatter, Communicator comm) {
+  const int rank = comm.rank();
+  const auto& special = tokenizer.tokenizer.special_ids();
+  model::Transformer actor = model::load_transformer(model_path);
+  std::optional<model::Transformer> reference;
+  if (algorithm.needs_reference()) reference = model::load_transformer(model_path);
+
+  trainer::TokenizerHooks hooks;
+  const auto vocab = static_cast<model::TokenId>(tokenizer.tokenizer.vocab_size());
+  hooks.decode = [&tokenizer, vocab](std::span<const model::TokenId> ids) {
+    // Model vocabularies are often padded past the tokenizer's; those ids have no text.
+    std::vector<model::TokenId> known;
+    for (const auto id : ids)
+      if (id >= 0 && id < vocab) known.push_back(id);
+    return tokenizer.tokenizer.decode(known, true);
+  };
+  hooks.eos_token_ids = actor.config().eos_token_ids;
+  if (special.eos) hooks.eos_token_ids.push_back(*special.eos);
+  hooks.pad_token_id = special.pad.value_or(actor.config().pad_token_id.value_or(special.eos.value_or(0)));
+
+  const auto train_files = paths_of(config.data.train_files);
+  data::RLHFDataset train =
+      data::RLHFDataset::load(train_files, tokenizer.tokenizer, formatter, trainer::dataset_options(config.data));
+  data::RLHFDataset val;
+  if (!config.data.val_files.empty()) {
+    const auto val_files = paths_of(config.data.val_files);
+    val = data::RLHFDataset::load(val_files, tokenizer.tokenizer, formatter, trainer::dataset_options(config.data, true));
+  }
+  if (rank == 0) {
+    fmt::print("verl_train: {} ({} parameters), {} train prompts ({} filtered as overlong), {} validation prompts, "
+               "adv_estimator={}, loss_mode={}, {} rank(s)\n",
+               model_path.string(), model::parameter_count(actor), train.size(), train.filtered_count(), val.size(),
+               algorithm.estimator.name(), algorithm.policy_loss.name(), comm.size());
+    std::fflush(stdout);
+  }
+  trainer::PPOTrainer<model::Transformer, Critic, reward::DefaultRewardFunction, Communicator> ppo(
+      config, algorithm, std::move(actor), std::move(reference), std::move(critic), reward::DefaultRewardFunction{},
+      std::move(hooks), std::move(train), std::move(val), std::move(comm));
+  ppo.fit();
+  if (rank == 0) {
+    const fs::path out = fs::path(expand_home(config.trainer.default_local_dir)) /
+                         fmt::format("global_step_{}", ppo.global_step()) / "actor" / "huggingface";
+    model::save_transformer(ppo.actor(), out);
+    for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json"}) {
+      const fs::path from = (config.actor_rollout_ref.model.tokenizer_path ? expand_home(*config.actor_rollout_ref.model.tokenizer_path)
+                                                                          : model_path) / name;
+      if (fs::exists(from)) fs::copy_file(from, out / name, fs::copy_options::overwrite_existing);
+    }
+    fmt::print("verl_train: saved the final actor to {}\n", out.string());
+  }
+  return 0;
+}
+
+int run(int argc, char** argv) {
+  const trainer::ConfigArguments args = trainer::parse_config_arguments(argc, argv);
+  if (args.help) {
+    std::fputs(usage.data(), stdout);
+    return 0;
+  }
+  const trainer::PPOConfig config = args.config_file ? trainer::load_ppo_config(*args.config_file, args.overrides)
+                                                     : trainer::load_ppo_config(args.overrides);
+  const trainer::PPOAlgorithm algorithm = trainer::PPOAlgorithm::from_config(config);
+  const fs::path model_path = expand_home(config.actor_rollout_ref.model.path);
+  VERL_CHECK_ARG(fs::is_directory(model_path),
+                 "actor_rollout_ref.model.path: expected a Hugging Face model folder, got '{}' (not a folder)",
+                 model_path.string());
+  const fs::path tokenizer_path = config.actor_rollout_ref.model.tokenizer_path
+                                      ? expand_home(*config.actor_rollout_ref.model.tokenizer_path)
+                                      : model_path;
+  const model::PretrainedTokenizer tokenizer = model::load_pretrained_tokenizer(tokenizer_path);
+  Formatter formatter{tokenizer.chat_template};
+  if (config.actor_rollout_ref.model.custom_chat_template)
+    formatter.chat = model::make_chat_template(*config.actor_rollout_ref.model.custom_chat_template);
+
+  const bool use_critic = config.critic.enable.value_or(algorithm.needs_critic());
+  VERL_CHECK_ARG(use_critic || !algorithm.needs_critic(),
+                 "critic.enable: algorithm.adv_estimator '{}' needs a critic, but critic.enable=False",
+                 algorithm.estimator.name());
+  if (use_critic) {
+    const fs::path critic_path = expand_home(config.critic.model.path);
+    VERL_CHECK_ARG(fs::is_directory(critic_path),
+                   "critic.model.path: expected a Hugging Face model folder for the critic, got '{}' (not a folder)",
+                   critic_path.string());
+    return train(config, algorithm, model_path, model::load_critic(critic_path), tokenizer, formatter,
+                 make_communicator());
+  }
+  return train(config, algorithm, model_path, trainer::NoCritic{}, tokenizer, formatter, make_communicator());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+#ifdef VERL_TRAIN_WITH_MPI
+  verl::parallel::MpiEnvironment mpi(argc, argv);
+#endif
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "verl_train: error: %s\n", error.what());
+    return 1;
+  }
+}
