@@ -1,0 +1,226 @@
+// Masked reductions and verl's loss aggregation as CUDA kernels (CPU reference:
+// masked_reductions.hpp / verl::algo masked_stats and loss_aggregation).
+//
+// Shape: one warp per row reduces the row (double accumulators, the CPU references' precision);
+// one block then combines the per-row results in a fixed order, so every result is deterministic.
+// Results stay in device memory (no synchronisation); temporary storage is caller-provided,
+// cub-style (temp == nullptr: size query). Masks must be 0/1.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cub/block/block_reduce.cuh>
+
+#include <cstdint>
+
+#include "verl/kernels/advantages.cuh"  // detail::Moments, merge, whitening kernels
+#include "verl/kernels/detail/cuda_b_common.cuh"
+#include "verl/kernels/masked_reductions.hpp"
+
+namespace verl::kernels {
+
+/// masked_sum / masked_mean / masked_var (unbiased) of a whole batch. var is NaN for fewer than 2
+/// valid elements, where verl raises.
+struct MaskedStats {
+  double sum;
+  double count;
+  double mean;  ///< sum / (count + 1e-8), as verl::algo::masked_mean
+  float var;    ///< unbiased, around the float32 mean
+};
+
+/// agg_loss's result and what its gradient needs.
+struct AggLossState {
+  float loss;
+  Aggregation aggregation;
+  long long tokens;
+  long long nonempty_rows;
+};
+
+namespace detail {
+
+/// One warp per row: Welford moments of where(mask, v, 0) over the valid positions (lanes merged).
+__global__ void row_moments_kernel(const float* __restrict values, const float* __restrict mask, std::int64_t rows,
+                                   std::int64_t cols, Moments* __restrict out) {
+  const int lane = threadIdx.x & 31;
+  const std::int64_t warps = static_cast<std::int64_t>(gridDim.x) * (blockDim.x / 32);
+  for (std::int64_t row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32; row < rows; row += warps) {
+    Moments m{0, 0, 0};
+    for (std::int64_t t = lane; t < cols; t += 32)
+      if (mask[row * cols + t] != 0.0f) add_value(m, static_cast<double>(values[row * cols + t]));
+    for (int offset = 16; offset > 0; offset >>= 1) {
+      const Moments other{__shfl_xor_sync(0xffffffffu, m.count, offset), __shfl_xor_sync(0xffffffffu, m.mean, offset),
+                          __shfl_xor_sync(0xffffffffu, m.m2, offset)};
+      // Lanes merge in a butterfly; merge() is symmetric up to rounding, so order by lane index.
+      m = (lane & offset) ? merge(other, m) : merge(m, other);
+    }
+    if (lane == 0) out[row] = m;
+  }
+}
+
+__global__ void finish_stats_kernel(const Moments* __restrict rows_moments, std::int64_t rows, MaskedStats* stats) {
+  using Reduce = cub::BlockReduce<Moments, kThreads>;
+  __shared__ typename Reduce::TempStorage temp;
+  Moments local{0, 0, 0};
+  for (std::int64_t i = threadIdx.x; i < rows; i += blockDim.x) local = merge(local, rows_moments[i]);
+  const Moments total = Reduce(temp).Reduce(local, MergeMoments{});
+  if (threadIdx.x != 0) return;
+  const double sum = total.mean * total.count;
+  const double denominator = static_cast<double>(static_cast<float>(total.count) + 1e-8f);
+  const float mean = static_cast<float>(sum / denominator);
+  const double shift = total.mean - static_cast<double>(mean);
+  const double squares = total.m2 + total.count * shift * shift;
+  float var = __int_as_float(0x7fc00000);
+  if (total.count >= 2) {
+    const double bessel = static_cast<double>(static_cast<float>(total.count) / static_cast<float>(total.count - 1));
+    var = static_cast<float>(squares / denominator * bessel);
+  }
+  *stats = MaskedStats{sum, total.count, sum / denominator, var};
+}
+
+/// One warp per row: valid-token count and the masked loss sum (where(m, L, 0) under token-mean,
+/// L * m otherwise). loss == nullptr: counts only.
+__global__ void agg_rows_kernel(const float* __restrict loss, const float* __restrict mask, std::int64_t rows,
+                                std::int64_t cols, bool select_valid, std::int32_t* __restrict lengths,
+                                double* __restrict row_sums) {
+  const int lane = threadIdx.x & 31;
+  const std::int64_t warps = static_cast<std::int64_t>(gridDim.x) * (blockDim.x / 32);
+  for (std::int64_t row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32; row < rows; row += warps) {
+    double sum = 0;
+    long long count = 0;
+    for (std::int64_t t = lane; t < cols; t += 32) {
+      const float m = mask[row * cols + t];
+      count += m != 0.0f;
+      if (loss != nullptr) {
+        const float l = loss[row * cols + t];
+        sum += (select_valid && m == 0.0f) ? 0.0 : static_cast<double>(l) * static_cast<double>(m);
+      }
+    }
+    count = warp_sum(count);
+    if (loss != nullptr) sum = warp_sum(sum);
+    if (lane == 0) {
+      lengths[row] = static_cast<std::int32_t>(count);
+      if (row_sums != nullptr) row_sums[row] = sum;
+    }
+  }
+}
+
+/// One block: the batch counts, the aggregation, and (row_sums != nullptr) the loss
+/// scale * sum_i row_weight_i * rowsum_i, rows combined in a fixed order.
+__global__ void finish_agg_kernel(const std::int32_t* __restrict lengths, const double* __restrict row_sums,
+                                  std::int64_t rows, std::int64_t cols, AggregationParams params, AggLossState* state) {
+  using ReduceL = cub::BlockReduce<long long, kThreads>;
+  using ReduceD = cub::BlockReduce<double, kThreads>;
+  __shared__ union {
+    typename ReduceL::TempStorage l;
+    typename ReduceD::TempStorage d;
+  } temp;
+  __shared__ long long shared_tokens, shared_nonempty;
+  long long tokens = 0, nonempty = 0;
+  for (std::int64_t i = threadIdx.x; i < rows; i += blockDim.x) {
+    tokens += lengths[i];
+    nonempty += lengths[i] > 0;
+  }
+  tokens = ReduceL(temp.l).Sum(tokens);
+  __syncthreads();
+  nonempty = ReduceL(temp.l).Sum(nonempty);
+  if (threadIdx.x == 0) {
+    shared_tokens = tokens;
+    shared_nonempty = nonempty;
+  }
+  __syncthreads();
+  const Aggregation a = make_aggregation(params, shared_tokens, shared_nonempty, cols);
+  double total = 0;
+  if (row_sums != nullptr)
+    for (std::int64_t i = threadIdx.x; i < rows; i += blockDim.x)
+      if (!a.drops(lengths[i])) total += row_sums[i] * static_cast<double>(a.row_weight(lengths[i]));
+  total = ReduceD(temp.d).Sum(total);
+  if (threadIdx.x == 0)
+    *state = AggLossState{static_cast<float>(total * static_cast<double>(a.scale)), a, shared_tokens, shared_nonempty};
+}
+
+__global__ void agg_weights_kernel(const float* __restrict mask, const std::int32_t* __restrict lengths,
+                                   std::int64_t rows, std::int64_t cols, const AggLossState* state,
+                                   float* __restrict weights) {
+  const Aggregation a = state->aggregation;
+  const std::int64_t n = rows * cols;
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
+    weights[i] = mask[i] != 0.0f ? a.gradient_weight(lengths[i / cols]) : 0.0f;
+}
+
+inline unsigned warp_rows_grid(std::int64_t rows) { return grid_for(rows * 32, kThreads); }
+
+}  // namespace detail
+
+/// masked_sum, masked_mean and the unbiased masked_var of values (B, T) under mask (B, T).
+inline void masked_stats(void* temp, std::size_t& temp_bytes, const float* values, const float* mask,
+                         std::int64_t rows, std::int64_t cols, MaskedStats* stats, cudaStream_t stream = nullptr) {
+  check_batch_shape(rows, cols);
+  detail::TempCarver carve(temp);
+  auto* moments = carve.take<detail::Moments>(static_cast<std::size_t>(rows));
+  if (carve.querying()) {
+    temp_bytes = carve.bytes();
+    return;
+  }
+  VERL_CHECK_ARG(temp_bytes >= carve.bytes(), "temp_bytes: expected at least {} (the size query), got {}",
+                 carve.bytes(), temp_bytes);
+  if (rows > 0)
+    detail::row_moments_kernel<<<detail::warp_rows_grid(rows), detail::kThreads, 0, stream>>>(values, mask, rows, cols,
+                                                                                             moments);
+  detail::finish_stats_kernel<<<1, detail::kThreads, 0, stream>>>(moments, rows, stats);
+  VERL_CUDA_CHECK(cudaGetLastError());
+}
+
+/// verl's masked_whiten: (v - mean) * rsqrt(var + 1e-8), plus the mean unless shift_mean; not
+/// masked. `out` may be `values`. Fewer than 2 valid elements give NaN (verl raises).
+inline void masked_whiten(void* temp, std::size_t& temp_bytes, const float* values, const float* mask,
+                          std::int64_t rows, std::int64_t cols, float* out, bool shift_mean = true,
+                          cudaStream_t stream = nullptr) {
+  check_batch_shape(rows, cols);
+  VERL_CHECK_ARG(shift_mean, "shift_mean: only true (verl's default, used by every caller) is supported on cuda, got {}",
+                 shift_mean);
+  detail::TempCarver carve(temp);
+  auto* moments = carve.take<detail::Moments>(static_cast<std::size_t>(rows));
+  auto* stats = carve.take<WhitenStats>(1);
+  if (carve.querying()) {
+    temp_bytes = carve.bytes();
+    return;
+  }
+  VERL_CHECK_ARG(temp_bytes >= carve.bytes(), "temp_bytes: expected at least {} (the size query), got {}",
+                 carve.bytes(), temp_bytes);
+  if (rows == 0 || cols == 0) return;
+  detail::row_moments_kernel<<<detail::warp_rows_grid(rows), detail::kThreads, 0, stream>>>(values, mask, rows, cols,
+                                                                                           moments);
+  detail::whiten_rows(moments, rows, cols, values, mask, /*zero_masked=*/false, stats, out, stream);
+  VERL_CUDA_CHECK(cudaGetLastError());
+}
+
+/// verl's agg_loss of loss (B, T) under mask (B, T): state->loss on the device. With
+/// `weights` != nullptr also d loss / d loss_mat (B, T).
+inline void agg_loss(void* temp, std::size_t& temp_bytes, const float* loss, const float* mask, std::int64_t rows,
+                     std::int64_t cols, LossAggMode mode, const GlobalBatchInfo& info, AggLossState* state,
+                     float* weights = nullptr, cudaStream_t stream = nullptr) {
+  check_batch_shape(rows, cols);
+  detail::TempCarver carve(temp);
+  auto* lengths = carve.take<std::int32_t>(static_cast<std::size_t>(rows));
+  auto* row_sums = carve.take<double>(static_cast<std::size_t>(rows));
+  if (carve.querying()) {
+    temp_bytes = carve.bytes();
+    return;
+  }
+  VERL_CHECK_ARG(temp_bytes >= carve.bytes(), "temp_bytes: expected at least {} (the size query), got {}",
+                 carve.bytes(), temp_bytes);
+  const auto params = AggregationParams::from(mode, info);
+  const bool select_valid = Aggregation{mode, 1.0f}.selects_valid();
+  if (rows > 0)
+    detail::agg_rows_kernel<<<detail::warp_rows_grid(rows), detail::kThreads, 0, stream>>>(
+        loss, mask, rows, cols, select_valid, lengths, loss != nullptr ? row_sums : nullptr);
+  detail::finish_agg_kernel<<<1, detail::kThreads, 0, stream>>>(lengths, loss != nullptr ? row_sums : nullptr, rows,
+                                                                 cols, params, state);
+  if (weights != nullptr && rows * cols > 0)
+    detail::agg_weights_kernel<<<detail::grid_for(rows * cols, detail::kThreads), detail::kThreads, 0, stream>>>(
+        mask, lengths, rows, cols, state, weights);
+  VERL_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace verl::kernels

@@ -1,0 +1,325 @@
+// CUDA masked reductions, loss aggregation, vanilla PPO policy loss and KL penalties vs the CPU
+// references (verl::algo), on random batches with fully masked rows, single-token rows and garbage
+// (inf/NaN) at masked positions, plus host-side checks of the element-wise math the kernels share
+// with the host (these run without a GPU).
+// Tolerances: sums are in double on both sides but in another order: 1e-5 relative; element-wise
+// results use expf on the device (<= 2 ulp): 1e-6 relative + 1e-6 absolute.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cuda_test_support.hpp"
+#include "verl/kernels/kl_penalty.cuh"
+#include "verl/kernels/masked_reductions.cuh"
+#include "verl/kernels/policy_loss.cuh"
+
+namespace {
+
+using verl::Index;
+using verl::MatrixF;
+namespace k = verl::kernels;
+using verl::algo::GlobalBatchInfo;
+using verl::algo::LossAggMode;
+
+template <class T>
+struct DeviceBuffer {
+  T* data = nullptr;
+  std::size_t size = 0;
+  explicit DeviceBuffer(std::size_t n) : size(n) {
+    if (n > 0) VERL_CUDA_CHECK(cudaMalloc(&data, n * sizeof(T)));
+  }
+  DeviceBuffer(DeviceBuffer&& other) noexcept : data(other.data), size(other.size) { other.data = nullptr; }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer() { cudaFree(data); }
+  void upload(const T* host) {
+    if (size > 0) VERL_CUDA_CHECK(cudaMemcpy(data, host, size * sizeof(T), cudaMemcpyHostToDevice));
+  }
+  std::vector<T> download() const {
+    std::vector<T> out(size);
+    if (size > 0) VERL_CUDA_CHECK(cudaMemcpy(out.data(), data, size * sizeof(T), cudaMemcpyDeviceToHost));
+    return out;
+  }
+  T value() const { return download().at(0); }
+};
+
+DeviceBuffer<float> upload(const MatrixF& m) {
+  DeviceBuffer<float> d(static_cast<std::size_t>(m.size()));
+  d.upload(m.data());
+  return d;
+}
+
+void expect_close(const std::vector<float>& actual, const MatrixF& expected, float atol, float rtol,
+                  const std::string& what) {
+  ASSERT_EQ(actual.size(), static_cast<std::size_t>(expected.size())) << what;
+  for (std::size_t i = 0; i < actual.size(); ++i) {
+    const float e = expected.data()[i], a = actual[i];
+    if (std::isnan(e) && std::isnan(a)) continue;
+    ASSERT_LE(std::abs(a - e), atol + rtol * std::abs(e)) << what << ": element " << i << ": got " << a
+                                                          << ", expected " << e;
+  }
+}
+
+void expect_scalar(double actual, double expected, double rtol, const std::string& what) {
+  if (std::isnan(expected)) {
+    EXPECT_TRUE(std::isnan(actual)) << what << ": got " << actual << ", expected NaN";
+    return;
+  }
+  EXPECT_LE(std::abs(actual - expected), 1e-7 + rtol * std::abs(expected))
+      << what << ": got " << actual << ", expected " << expected;
+}
+
+MatrixF random_matrix(Index rows, Index cols, std::mt19937& rng, float scale = 1.0f) {
+  std::normal_distribution<float> normal(0.0f, scale);
+  MatrixF m(rows, cols);
+  for (Index i = 0; i < m.size(); ++i) m.data()[i] = normal(rng);
+  return m;
+}
+
+/// Random lengths with fully masked rows (every 5th), single tokens and full rows.
+MatrixF random_mask(Index rows, Index cols, std::mt19937& rng) {
+  MatrixF m = MatrixF::Zero(rows, cols);
+  std::uniform_int_distribution<Index> length(0, cols);
+  for (Index i = 0; i < rows; ++i) {
+    Index n = length(rng);
+    if (i % 5 == 0) n = 0;
+    if (i % 5 == 1) n = std::min<Index>(cols, 1);
+    if (i % 5 == 2) n = cols;
+    for (Index j = 0; j < n; ++j) m(i, j) = 1.0f;
+  }
+  return m;
+}
+
+// ---- host-side checks of the shared element-wise math (no GPU needed) --------------------------
+
+TEST(CudaLossesHost, KlElementMathMatchesReference) {
+  std::mt19937 rng(1);
+  std::normal_distribution<float> normal(0.0f, 8.0f);  // wide: hits the +-20 and +-10 clamps of k3
+  for (const auto type : {k::KlType::kl, k::KlType::abs, k::KlType::mse, k::KlType::low_var_kl}) {
+    k::with_reference_estimator(type, [&](const auto& estimator) {
+      for (int n = 0; n < 2000; ++n) {
+        const float lp = normal(rng), ref = normal(rng), cot = normal(rng);
+        EXPECT_EQ(k::kl_value(type, lp, ref), estimator.value(lp, ref));
+        EXPECT_EQ(k::kl_grad_logprob(type, lp, ref, cot), estimator.grad_logprob(lp, ref, cot));
+      }
+      EXPECT_EQ(k::kl_grad_logprob(type, 1.0f, 1.0f, 2.0f), estimator.grad_logprob(1.0f, 1.0f, 2.0f));
+      return 0;
+    });
+  }
+  EXPECT_EQ(k::parse_kl_type("k3"), k::KlType::low_var_kl);
+  EXPECT_THROW((void)k::parse_kl_type("k3+"), verl::InvalidArgument);
+}
+
+TEST(CudaLossesHost, AggregationMatchesReference) {
+  std::mt19937 rng(2);
+  const MatrixF mask = random_mask(37, 11, rng);
+  const verl::algo::detail::MaskCounts counts = verl::algo::detail::count_mask("loss_mask", mask);
+  GlobalBatchInfo custom;
+  custom.dp_size = 4;
+  custom.batch_num_tokens = 123;
+  custom.global_batch_size = 50;
+  custom.loss_scale_factor = 7;
+  for (const auto mode : {LossAggMode::token_mean, LossAggMode::seq_mean_token_sum, LossAggMode::seq_mean_token_mean,
+                          LossAggMode::seq_mean_token_sum_norm})
+    for (const GlobalBatchInfo& info : {GlobalBatchInfo{}, custom}) {
+      const auto expected = verl::algo::detail::make_aggregation<float>(mode, counts, info);
+      const auto actual = k::make_aggregation(k::AggregationParams::from(mode, info), counts.tokens,
+                                              counts.nonempty_rows, counts.cols);
+      EXPECT_EQ(actual.scale, expected.scale) << verl::algo::to_string(mode);
+      for (Index len : {0, 1, 5, 11}) {
+        EXPECT_EQ(actual.drops(len), expected.drops(len));
+        EXPECT_EQ(actual.row_weight(len), expected.row_weight(len));
+        EXPECT_EQ(actual.gradient_weight(len), expected.gradient_weight(len));
+      }
+    }
+}
+
+TEST(CudaLossesHost, VanillaTokenMathMatchesReferenceLoss) {
+  // One row at a time through verl::algo::VanillaPPO with seq-mean-token-sum-norm (scale 1/T,
+  // no dropped rows): the gradient of a single-token batch is the token's own gradient.
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal(0.0f, 0.4f);
+  const auto params = k::VanillaPPOParams::from(0.2, 0.28, 3.0);
+  verl::algo::VanillaPPO reference{.clip_ratio_low = 0.2, .clip_ratio_high = 0.28, .clip_ratio_c = 3.0};
+  const verl::algo::AggregationContext context{LossAggMode::seq_mean_token_sum_norm, {}};
+  for (int n = 0; n < 500; ++n) {
+    MatrixF lp(1, 1), old(1, 1), adv(1, 1), mask = MatrixF::Ones(1, 1);
+    lp(0, 0) = normal(rng);
+    old(0, 0) = normal(rng);
+    adv(0, 0) = 3.0f * normal(rng);
+    if (n % 50 == 0) old(0, 0) = lp(0, 0) - 30.0f;  // the +-20 clamp
+    const auto expected = reference.compute({old, lp, adv, mask}, context);
+    const auto tok = k::vanilla_ppo_token(params, lp(0, 0), old(0, 0), adv(0, 0), 1.0f, 1.0f, 1.0f, false);
+    EXPECT_FLOAT_EQ(tok.loss_term, expected.pg_loss);
+    EXPECT_FLOAT_EQ(tok.grad, expected.grad_log_prob(0, 0));
+    EXPECT_EQ(tok.clipped ? 1.0 : 0.0, std::round(expected.metrics.at("actor/pg_clipfrac")));
+    EXPECT_EQ(tok.clipped_lower ? 1.0 : 0.0, std::round(expected.metrics.at("actor/pg_clipfrac_lower")));
+  }
+  EXPECT_THROW((void)k::VanillaPPOParams::from(0.2, 0.2, 1.0), verl::InvalidArgument);
+}
+
+// ---- kernels ---------------------------------------------------------------------------------
+
+TEST(CudaLosses, MaskedStatsAndWhitenMatchReference) {
+  VERL_REQUIRE_GPU();
+  for (const auto& [rows, cols] : {std::pair<Index, Index>{1, 2}, {37, 11}, {300, 1000}}) {
+    std::mt19937 rng(static_cast<std::uint32_t>(rows + cols));
+    MatrixF values = random_matrix(rows, cols, rng, 3.0f);
+    MatrixF mask = random_mask(rows, cols, rng);
+    mask(0, 0) = 1.0f;
+    if (cols > 1) mask(0, 1) = 1.0f;  // at least two valid elements
+    for (Index i = 0; i < rows; ++i)
+      for (Index j = 0; j < cols; ++j)
+        if (mask(i, j) == 0.0f && (i + j) % 3 == 0) values(i, j) = std::numeric_limits<float>::infinity();
+    auto d_v = upload(values), d_m = upload(mask);
+    DeviceBuffer<k::MaskedStats> d_stats(1);
+    std::size_t bytes = 0;
+    k::masked_stats(nullptr, bytes, nullptr, nullptr, rows, cols, nullptr);
+    DeviceBuffer<unsigned char> temp(bytes);
+    k::masked_stats(temp.data, bytes, d_v.data, d_m.data, rows, cols, d_stats.data);
+    const k::MaskedStats s = d_stats.value();
+    expect_scalar(s.sum, verl::algo::masked_sum(values, mask), 1e-9, "masked_sum");
+    expect_scalar(s.mean, verl::algo::masked_mean(values, mask), 1e-9, "masked_mean");
+    expect_scalar(s.var, verl::algo::masked_var(values, mask, true), 1e-6, "masked_var");
+
+    // Whitening reads every element: finite values only.
+    const MatrixF finite = random_matrix(rows, cols, rng, 3.0f);
+    auto d_f = upload(finite);
+    DeviceBuffer<float> d_out(static_cast<std::size_t>(rows * cols));
+    k::masked_whiten(nullptr, bytes, nullptr, nullptr, rows, cols, nullptr);
+    DeviceBuffer<unsigned char> temp2(bytes);
+    k::masked_whiten(temp2.data, bytes, d_f.data, d_m.data, rows, cols, d_out.data);
+    VERL_CUDA_EXPECT_OK(cudaDeviceSynchronize());
+    expect_close(d_out.download(), verl::algo::masked_whiten(finite, mask), 1e-5f, 1e-5f, "masked_whiten");
+  }
+}
+
+TEST(CudaLosses, MaskedVarOfFewerThanTwoTokensIsNaN) {
+  VERL_REQUIRE_GPU();
+  MatrixF values = MatrixF::Ones(2, 3), mask = MatrixF::Zero(2, 3);
+  mask(1, 2) = 1.0f;
+  auto d_v = upload(values), d_m = upload(mask);
+  DeviceBuffer<k::MaskedStats> d_stats(1);
+  std::size_t bytes = 0;
+  k::masked_stats(nullptr, bytes, nullptr, nullptr, 2, 3, nullptr);
+  DeviceBuffer<unsigned char> temp(bytes);
+  k::masked_stats(temp.data, bytes, d_v.data, d_m.data, 2, 3, d_stats.data);
+  const k::MaskedStats s = d_stats.value();
+  EXPECT_EQ(s.count, 1.0);
+  EXPECT_TRUE(std::isnan(s.var));  // verl raises; the CPU reference throws
+  EXPECT_THROW((void)verl::algo::masked_var(values, mask, true), verl::InvalidArgument);
+}
+
+TEST(CudaLosses, AggLossAndWeightsMatchReference) {
+  VERL_REQUIRE_GPU();
+  GlobalBatchInfo custom;
+  custom.dp_size = 2;
+  custom.batch_num_tokens = 500;
+  custom.global_batch_size = 64;
+  custom.loss_scale_factor = 100;
+  for (const auto& [rows, cols] : {std::pair<Index, Index>{1, 1}, {45, 13}, {256, 700}}) {
+    std::mt19937 rng(static_cast<std::uint32_t>(7 * rows + cols));
+    MatrixF loss = random_matrix(rows, cols, rng);
+    const MatrixF mask = random_mask(rows, cols, rng);
+    // NaN at a masked position: token-mean ignores it (where), the seq-mean modes do not (L * m).
+    if (rows > 5 && cols > 3 && mask(5, 3) == 0.0f) loss(5, 3) = std::numeric_limits<float>::quiet_NaN();
+    auto d_l = upload(loss), d_m = upload(mask);
+    for (const auto mode : {LossAggMode::token_mean, LossAggMode::seq_mean_token_sum,
+                            LossAggMode::seq_mean_token_mean, LossAggMode::seq_mean_token_sum_norm})
+      for (const GlobalBatchInfo& info : {GlobalBatchInfo{}, custom}) {
+        const std::string what = std::string(verl::algo::to_string(mode)) + " B=" + std::to_string(rows);
+        DeviceBuffer<k::AggLossState> d_state(1);
+        DeviceBuffer<float> d_w(static_cast<std::size_t>(rows * cols));
+        std::size_t bytes = 0;
+        k::agg_loss(nullptr, bytes, nullptr, nullptr, rows, cols, mode, info, nullptr);
+        DeviceBuffer<unsigned char> temp(bytes);
+        k::agg_loss(temp.data, bytes, d_l.data, d_m.data, rows, cols, mode, info, d_state.data, d_w.data);
+        const k::AggLossState state = d_state.value();
+        expect_scalar(state.loss, verl::algo::agg_loss(loss, mask, mode, info), 1e-6, what + " loss");
+        expect_close(d_w.download(), verl::algo::agg_loss_weights(mask, mode, info), 0.0f, 0.0f, what + " weights");
+      }
+  }
+}
+
+void run_vanilla(Index rows, Index cols, LossAggMode mode, bool per_row_advantages, bool weights, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  const MatrixF old = random_matrix(rows, cols, rng, 1.0f);
+  MatrixF lp = old + random_matrix(rows, cols, rng, 0.3f);
+  if (rows > 2 && cols > 2) lp(2, 2) = old(2, 2) + 25.0f;  // beyond the +-20 clamp
+  const MatrixF mask = random_mask(rows, cols, rng);
+  const MatrixF per_row = random_matrix(rows, 1, rng, 2.0f);
+  MatrixF advantages = random_matrix(rows, cols, rng, 2.0f);
+  if (per_row_advantages) advantages = per_row.replicate(1, cols);
+  MatrixF is_weights = random_matrix(rows, cols, rng, 0.2f).array().abs() + 0.5f;
+  verl::algo::PolicyLossBatch batch{old, lp, advantages, mask};
+  if (weights) batch.rollout_is_weights.emplace(is_weights);
+  GlobalBatchInfo info;
+  const verl::algo::VanillaPPO reference{.clip_ratio_low = 0.2, .clip_ratio_high = 0.28, .clip_ratio_c = 3.0};
+  const auto expected = reference.compute(batch, {mode, info});
+
+  auto d_old = upload(old), d_lp = upload(lp), d_mask = upload(mask), d_w = upload(is_weights);
+  auto d_adv = upload(per_row_advantages ? per_row : advantages);
+  DeviceBuffer<float> d_grad(static_cast<std::size_t>(rows * cols));
+  DeviceBuffer<k::PolicyLossState> d_state(1);
+  k::PolicyLossInputs in;
+  in.old_log_prob = d_old.data;
+  in.log_prob = d_lp.data;
+  in.advantages = d_adv.data;
+  in.advantages_per_row = per_row_advantages;
+  in.response_mask = d_mask.data;
+  in.rollout_is_weights = weights ? d_w.data : nullptr;
+  in.rows = rows;
+  in.cols = cols;
+  const auto params = k::VanillaPPOParams::from(0.2, 0.28, 3.0);
+  std::size_t bytes = 0;
+  k::vanilla_policy_loss(nullptr, bytes, in, params, mode, info, nullptr, nullptr);
+  DeviceBuffer<unsigned char> temp(bytes);
+  k::vanilla_policy_loss(temp.data, bytes, in, params, mode, info, d_grad.data, d_state.data);
+  const k::PolicyLossState s = d_state.value();
+  const std::string what = std::string(verl::algo::to_string(mode)) + (per_row_advantages ? " per-row A" : "") +
+                           (weights ? " IS weights" : "");
+  expect_scalar(s.pg_loss, expected.pg_loss, 1e-5, what + " pg_loss");
+  expect_scalar(s.pg_clipfrac, expected.metrics.at("actor/pg_clipfrac"), 1e-6, what + " pg_clipfrac");
+  expect_scalar(s.ppo_kl, expected.metrics.at("actor/ppo_kl"), 1e-5, what + " ppo_kl");
+  expect_scalar(s.pg_clipfrac_lower, expected.metrics.at("actor/pg_clipfrac_lower"), 1e-6, what + " clipfrac_lower");
+  expect_close(d_grad.download(), expected.grad_log_prob, 1e-7f, 1e-6f, what + " grad");
+}
+
+TEST(CudaLosses, VanillaPolicyLossMatchesReference) {
+  VERL_REQUIRE_GPU();
+  std::uint32_t seed = 1;
+  for (const auto mode : {LossAggMode::token_mean, LossAggMode::seq_mean_token_sum, LossAggMode::seq_mean_token_mean,
+                          LossAggMode::seq_mean_token_sum_norm})
+    for (const bool per_row : {false, true})
+      for (const bool weights : {false, true}) {
+        run_vanilla(1, 1, mode, per_row, weights, seed++);
+        run_vanilla(33, 70, mode, per_row, weights, seed++);
+        run_vanilla(128, 1024, mode, per_row, weights, seed++);
+      }
+}
+
+TEST(CudaLosses, KlPenaltyMatchesReference) {
+  VERL_REQUIRE_GPU();
+  std::mt19937 rng(9);
+  const Index rows = 61, cols = 333;
+  const MatrixF lp = random_matrix(rows, cols, rng, 8.0f), ref = random_matrix(rows, cols, rng, 8.0f);
+  const MatrixF cot = random_matrix(rows, cols, rng);
+  auto d_lp = upload(lp), d_ref = upload(ref), d_cot = upload(cot);
+  DeviceBuffer<float> d_kl(static_cast<std::size_t>(rows * cols)), d_grad(static_cast<std::size_t>(rows * cols));
+  for (const auto type : {k::KlType::kl, k::KlType::abs, k::KlType::mse, k::KlType::low_var_kl}) {
+    k::kl_penalty(type, d_lp.data, d_ref.data, rows * cols, d_kl.data, d_grad.data, d_cot.data);
+    k::with_reference_estimator(type, [&](const auto& estimator) {
+      expect_close(d_kl.download(), verl::algo::kl_penalty(lp, ref, estimator), 1e-6f, 1e-6f, "kl");
+      expect_close(d_grad.download(), verl::algo::kl_penalty_backward(lp, ref, cot, estimator).logprob, 1e-6f, 1e-6f,
+                   "kl grad");
+      return 0;
+    });
+  }
+}
+
+}  // namespace
