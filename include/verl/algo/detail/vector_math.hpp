@@ -278,6 +278,80 @@ VERL_FORCE_INLINE FloatPack<W> exp_nonpositive(FloatPack<W> x) {
   }
 }
 
+/// exp(x) for |x| <= 87 (the callers clamp first; verl clamps log-ratios to +-20), NaN gives NaN.
+/// The polynomial of exp_nonpositive with n = round(x log2 e). Within about 1 ulp of std::exp but
+/// not always equal to it: a kernel whose branch decisions depend on the value recomputes the lanes
+/// near a threshold with std::exp (see near_any).
+template <int W>
+VERL_FORCE_INLINE FloatPack<W> exp_bounded(FloatPack<W> x) {
+  if constexpr (W == 1) {
+    return std::exp(x);
+  } else {
+    using F = FloatPack<W>;
+    using I = IntPack<W>;
+    const F t = x * 1.44269504088896341f;
+    const I n = __builtin_convertvector(t + (t < 0.0f ? F{} - 0.5f : F{} + 0.5f), I);  // rounds half away
+    const F nf = __builtin_convertvector(n, F);
+    F r = x - nf * 0.693359375f;
+    r = r - nf * -2.12194440e-4f;
+    F p = F{} + 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * (r * r) + r + 1.0f;
+    return p * bit_cast<F>((n + 127) << 23);  // n in [-126, 126]: 2^n is a normal float
+  }
+}
+
+/// x & y and x | y of comparison results. Written on unsigned lanes: `(a < b) & (c < d)` on
+/// packs wider than the build's baseline is lowered lane by lane by GCC (the boolean-vector
+/// combination is expanded before the kernel is inlined into its AVX2 / AVX-512 function).
+template <int W>
+VERL_FORCE_INLINE IntPack<W> both(IntPack<W> x, IntPack<W> y) {
+  return bit_cast<IntPack<W>>(bit_cast<UIntPack<W>>(x) & bit_cast<UIntPack<W>>(y));
+}
+template <int W>
+VERL_FORCE_INLINE IntPack<W> either(IntPack<W> x, IntPack<W> y) {
+  return bit_cast<IntPack<W>>(bit_cast<UIntPack<W>>(x) | bit_cast<UIntPack<W>>(y));
+}
+
+/// c ? x : y lane-wise for a comparison result c (all ones or zero per lane), as bit operations:
+/// GCC lowers a ?: on float packs lane by lane.
+template <int W>
+VERL_FORCE_INLINE FloatPack<W> pick(IntPack<W> c, FloatPack<W> x, FloatPack<W> y) {
+  return bit_cast<FloatPack<W>>((bit_cast<IntPack<W>>(x) & c) | (bit_cast<IntPack<W>>(y) & ~c));
+}
+
+/// c ? x : 0 lane-wise.
+template <int W>
+VERL_FORCE_INLINE FloatPack<W> keep(IntPack<W> c, FloatPack<W> x) {
+  return bit_cast<FloatPack<W>>(bit_cast<IntPack<W>>(x) & c);
+}
+
+/// Lanes of `v` within a relative distance `rel` of `threshold` (threshold > 0).
+template <int W>
+VERL_FORCE_INLINE IntPack<W> near(FloatPack<W> v, float threshold, float rel) {
+  const FloatPack<W> d = v - threshold;
+  const IntPack<W> below = d <= threshold * rel, above = d >= -threshold * rel;
+  return both<W>(below, above);
+}
+
+/// Whether any lane of a comparison result is set.
+template <int W>
+VERL_FORCE_INLINE bool any(IntPack<W> c) {
+  if constexpr (W == 1) {
+    return c != 0;
+  } else {
+    std::uint64_t words[sizeof(c) / sizeof(std::uint64_t)];
+    std::memcpy(words, &c, sizeof(c));
+    std::uint64_t bits = 0;
+    for (const std::uint64_t w : words) bits |= w;
+    return bits != 0;
+  }
+}
+
 // ---- instruction-set detection -----------------------------------------------------------------
 
 inline bool cpu_supports(SimdLevel level) {
