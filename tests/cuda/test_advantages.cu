@@ -162,6 +162,132 @@ void run_outcome(const OutcomeCase& c, k::GroupLayout layout, Index rows, Index 
   expect_close(d_ret.download(), expected.returns, 2e-5f * scale, 2e-5f, what + " returns");
 }
 
+
+// ---- host-side simulation of the reverse scan (runs without a GPU) --------------------------------
+// The kernel's decomposition replayed on the host: tiles from the row's end, kThreads "threads" of
+// kScanItems tokens each (thread 0 the last tokens), each thread's composed map, the exclusive scan
+// of the maps in thread order, the exact recursion inside a thread from the scanned state, and the
+// per-row moments merged into the whitening statistics. It checks the map algebra (composition,
+// identity, the carry between tiles) and the statistics against verl::algo without a device.
+template <class R>
+void simulate_reverse_scan(const R& rec, const MatrixF& rewards, const MatrixF* values, const MatrixF& mask,
+                           MatrixF& out0, MatrixF& out1, k::detail::Moments& batch_moments) {
+  namespace d = k::detail;
+  const Index rows = rewards.rows(), cols = rewards.cols();
+  out0.resize(rows, cols);
+  out1.resize(rows, cols);
+  batch_moments = {0, 0, 0};
+  for (Index row = 0; row < rows; ++row) {
+    typename R::State carry = R::initial();
+    std::vector<d::Moments> thread_moments(d::kThreads, d::Moments{0, 0, 0});
+    for (Index tile_end = cols; tile_end > 0; tile_end -= d::kScanTile) {
+      const Index tile_begin = std::max<Index>(tile_end - d::kScanTile, 0);
+      const int width = static_cast<int>(tile_end - tile_begin);
+      const auto at = [&](const MatrixF& m, int j) { return m(row, tile_begin + j); };
+      std::vector<typename R::Map> own(d::kThreads, R::identity());
+      for (int tid = 0; tid < d::kThreads; ++tid) {
+        const int hi = width - tid * d::kScanItems, lo = std::max(hi - d::kScanItems, 0);
+        for (int j = hi - 1; j >= lo; --j)
+          own[tid] = R::then(own[tid], rec.token_map(at(rewards, j), values ? at(*values, j) : 0.0f, at(mask, j)));
+      }
+      typename R::Map prefix = R::identity();
+      for (int tid = 0; tid < d::kThreads; ++tid) {
+        typename R::State s = R::apply(prefix, carry);
+        const int hi = width - tid * d::kScanItems, lo = std::max(hi - d::kScanItems, 0);
+        for (int j = hi - 1; j >= lo; --j) {
+          float o0, o1;
+          const float m = at(mask, j);
+          s = rec.step(s, at(rewards, j), values ? at(*values, j) : 0.0f, m, row, o0, o1);
+          if (m != 0.0f) d::add_value(thread_moments[tid], o0);
+          out0(row, tile_begin + j) = o0;
+          out1(row, tile_begin + j) = o1;
+        }
+        prefix = R::then(prefix, own[tid]);
+      }
+      carry = R::apply(prefix, carry);  // prefix now holds the whole tile
+    }
+    d::Moments row_total{0, 0, 0};
+    for (const auto& m : thread_moments) row_total = d::merge(row_total, m);
+    batch_moments = d::merge(batch_moments, row_total);
+  }
+}
+
+MatrixF whiten_with(const k::WhitenStats& st, const MatrixF& values, const MatrixF& mask, bool zero_masked) {
+  MatrixF out = ((values.array() - st.mean) * st.inv_std).matrix();
+  if (zero_masked) out = out.cwiseProduct(mask);
+  return out;
+}
+
+TEST(CudaAdvantagesHost, SimulatedGaeScanMatchesReference) {
+  for (const auto& [rows, cols, gamma, lam] :
+       {std::tuple<Index, Index, double, double>{7, 1, 0.99, 0.95}, {5, 2048, 0.99, 0.95}, {4, 2049, 1.0, 1.0},
+        {3, 5000, 0.99, 0.9}, {9, 300, 0.5, 0.0}}) {
+    std::mt19937 rng(static_cast<std::uint32_t>(rows * 31 + cols));
+    const MatrixF mask = random_mask(rows, cols, rng, /*holes=*/true);
+    const MatrixF rewards = random_matrix(rows, cols, rng, 0.5f);
+    const MatrixF values = random_matrix(rows, cols, rng, 1.0f);
+    verl::algo::AdvantageBatch batch{rewards, mask};
+    batch.values.emplace(values);
+    const auto expected = verl::algo::GAE{.gamma = gamma, .lam = lam}.compute(batch);
+    MatrixF advantages, returns;
+    k::detail::Moments moments;
+    simulate_reverse_scan(k::detail::GaeRecurrence{k::GaeParams::from(gamma, lam)}, rewards, &values, mask, advantages,
+                          returns, moments);
+    const std::string what = "simulated gae T=" + std::to_string(cols);
+    const float scale = std::max(1.0f, max_abs(expected.returns));
+    std::vector<float> flat(returns.data(), returns.data() + returns.size());
+    expect_close(flat, expected.returns, 2e-5f * scale, 2e-5f, what + " returns");
+    const MatrixF whitened = whiten_with(k::detail::whiten_stats_of(moments), advantages, mask, false);
+    flat.assign(whitened.data(), whitened.data() + whitened.size());
+    expect_close(flat, expected.advantages, 1e-4f, 1e-4f, what + " advantages");
+  }
+}
+
+TEST(CudaAdvantagesHost, SimulatedReinforceAndRemaxScansMatchReference) {
+  std::mt19937 rng(8);
+  const Index rows = 6, cols = 4300;
+  const MatrixF mask = random_mask(rows, cols, rng, /*holes=*/true);
+  const MatrixF rewards = random_matrix(rows, cols, rng, 0.3f);
+  const auto expected = verl::algo::ReinforcePlusPlus{.gamma = 0.99}.compute({rewards, mask});
+  MatrixF out0, out1;
+  k::detail::Moments moments;
+  simulate_reverse_scan(k::detail::ReinforceRecurrence{0.99f}, rewards, nullptr, mask, out0, out1, moments);
+  std::vector<float> flat(out1.data(), out1.data() + out1.size());
+  expect_close(flat, expected.returns, 2e-5f * std::max(1.0f, max_abs(expected.returns)), 2e-5f, "reinforce++ returns");
+  const MatrixF whitened = whiten_with(k::detail::whiten_stats_of(moments), out1, mask, true);
+  flat.assign(whitened.data(), whitened.data() + whitened.size());
+  expect_close(flat, expected.advantages, 1e-4f, 1e-4f, "reinforce++ advantages");
+
+  const MatrixF outcome_mask = random_mask(rows, cols, rng, /*holes=*/false);
+  const MatrixF outcome = outcome_rewards(outcome_mask, rng);
+  const VectorF baselines = random_matrix(rows, 1, rng).col(0);
+  verl::algo::AdvantageBatch batch{outcome, outcome_mask};
+  batch.reward_baselines.emplace(baselines);
+  const auto remax = verl::algo::ReMax{}.compute(batch);
+  simulate_reverse_scan(k::detail::RemaxRecurrence{baselines.data()}, outcome, nullptr, outcome_mask, out0, out1,
+                        moments);
+  flat.assign(out1.data(), out1.data() + out1.size());
+  expect_close(flat, remax.returns, 1e-6f, 1e-6f, "remax returns");
+  flat.assign(out0.data(), out0.data() + out0.size());
+  expect_close(flat, remax.advantages, 1e-6f, 1e-6f, "remax advantages");
+}
+
+TEST(CudaAdvantagesHost, OutcomeScalarMatchesReferenceFormulas) {
+  // A group of one: GRPO divides by (1 + eps), RLOO keeps the score, the others subtract 0.
+  const k::GroupStats single{1, 0.0f, 1.0f, 0.0f};
+  k::OutcomeParams p;
+  EXPECT_EQ(k::outcome_scalar(p, 2.0f, single, 1.0f), 2.0f / (1.0f + 1e-6f));
+  p.estimator = k::OutcomeEstimator::rloo;
+  EXPECT_EQ(k::outcome_scalar(p, 2.0f, single, 1.0f), 2.0f);
+  const k::GroupStats four{4, 0.5f, 0.25f, 0.75f};
+  EXPECT_EQ(k::outcome_scalar(p, 2.0f, four, 1.0f), (2.0f * 4.0f) / 3.0f - (0.5f * 4.0f) / 3.0f);
+  p.estimator = k::OutcomeEstimator::opo;
+  EXPECT_EQ(k::outcome_scalar(p, 2.0f, four, 1.0f), 2.0f - 0.75f);
+  p.estimator = k::OutcomeEstimator::gpg;
+  p.f_norm = 2.0f;
+  EXPECT_EQ(k::outcome_scalar(p, 2.0f, four, 3.0f), (3.0f * 1.5f) / 2.0f);
+}
+
 TEST(CudaAdvantages, OutcomeEstimatorsMatchReferenceOnContiguousGroups) {
   VERL_REQUIRE_GPU();
   for (const auto& c : outcome_cases())

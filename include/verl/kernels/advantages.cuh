@@ -32,6 +32,7 @@
 #include <climits>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 
 #include "verl/kernels/advantages.hpp"
 #include "verl/kernels/detail/cuda_b_common.cuh"
@@ -282,7 +283,7 @@ __host__ __device__ __forceinline__ Moments merge(const Moments& a, const Moment
   const double delta = b.mean - a.mean;
   return {n, a.mean + delta * (b.count / n), a.m2 + b.m2 + delta * delta * (a.count * b.count / n)};
 }
-__device__ __forceinline__ void add_value(Moments& m, double x) {
+__host__ __device__ __forceinline__ void add_value(Moments& m, double x) {
   m.count += 1;
   const double delta = x - m.mean;
   m.mean += delta / m.count;
@@ -295,26 +296,29 @@ struct MergeMoments {
 /// One block merges the per-row moments in a fixed order and finishes verl's masked_whiten
 /// statistics in float32: mean = sum / (n + 1e-8), var = squares / (n + 1e-8) * n / (n - 1),
 /// inv_std = 1 / sqrt(var + 1e-8).
-__global__ void finish_whiten_kernel(const Moments* __restrict rows_moments, std::int64_t rows, WhitenStats* stats) {
-  using Reduce = cub::BlockReduce<Moments, kThreads>;
-  __shared__ typename Reduce::TempStorage temp;
-  Moments local{0, 0, 0};
-  for (std::int64_t i = threadIdx.x; i < rows; i += blockDim.x) local = merge(local, rows_moments[i]);
-  const Moments total = Reduce(temp).Reduce(local, MergeMoments{});
-  if (threadIdx.x != 0) return;
+__host__ __device__ inline WhitenStats whiten_stats_of(const Moments& total) {
   const float count = static_cast<float>(total.count);
   const float mean = static_cast<float>(total.mean * total.count) / (count + 1e-8f);
   // Squares around the float32 mean: M2 shifted exactly from the double mean.
   const double shift = total.mean - static_cast<double>(mean);
   const double squares = total.m2 + total.count * shift * shift;
   const long long n = static_cast<long long>(total.count);
-  float inv_std = __int_as_float(0x7fc00000);  // NaN: verl raises for fewer than 2 valid tokens
+  float inv_std = std::numeric_limits<float>::quiet_NaN();  // verl raises for fewer than 2 valid tokens
   if (n >= 2) {
     const float bessel = count / static_cast<float>(n - 1);
     const float var = (static_cast<float>(squares) / (count + 1e-8f)) * bessel;
     inv_std = 1.0f / sqrtf(var + 1e-8f);
   }
-  *stats = WhitenStats{n, mean, inv_std};
+  return WhitenStats{n, mean, inv_std};
+}
+
+__global__ void finish_whiten_kernel(const Moments* __restrict rows_moments, std::int64_t rows, WhitenStats* stats) {
+  using Reduce = cub::BlockReduce<Moments, kThreads>;
+  __shared__ typename Reduce::TempStorage temp;
+  Moments local{0, 0, 0};
+  for (std::int64_t i = threadIdx.x; i < rows; i += blockDim.x) local = merge(local, rows_moments[i]);
+  const Moments total = Reduce(temp).Reduce(local, MergeMoments{});
+  if (threadIdx.x == 0) *stats = whiten_stats_of(total);
 }
 
 /// out = (v - mean) * inv_std, times the mask when `zero_masked` (REINFORCE++), else not (GAE).
@@ -365,22 +369,22 @@ struct GaeRecurrence {
     float p, q, w, c0, c1;
   };
   static constexpr bool kHasMoments = true;
-  __device__ static Map identity() { return {1.0f, 0.0f, 1.0f, 0.0f, 0.0f}; }
-  __device__ static State initial() { return {0.0f, 0.0f}; }
-  __device__ Map token_map(float r, float v, float m) const {
+  __host__ __device__ static Map identity() { return {1.0f, 0.0f, 1.0f, 0.0f, 0.0f}; }
+  __host__ __device__ static State initial() { return {0.0f, 0.0f}; }
+  __host__ __device__ Map token_map(float r, float v, float m) const {
     if (m == 0.0f) return identity();
     return {0.0f, params.discount, params.trace_decay, v, r - v};
   }
   /// `first` applied, then `second`.
-  __device__ static Map then(const Map& first, const Map& second) {
+  __host__ __device__ static Map then(const Map& first, const Map& second) {
     return {second.p * first.p, second.q * first.p + second.w * first.q, second.w * first.w,
             second.p * first.c0 + second.c0, second.q * first.c0 + second.w * first.c1 + second.c1};
   }
-  __device__ static State apply(const Map& f, const State& s) {
+  __host__ __device__ static State apply(const Map& f, const State& s) {
     return {f.p * s.next_value + f.c0, f.q * s.next_value + f.w * s.advantage + f.c1};
   }
   /// The CPU reference's exact step: outputs advantage (pre-whitening) and returns.
-  __device__ State step(State s, float r, float v, float m, std::int64_t, float& out0, float& out1) const {
+  __host__ __device__ State step(State s, float r, float v, float m, std::int64_t, float& out0, float& out1) const {
     const float delta = (r + params.discount * s.next_value) - v;
     const float candidate = delta + params.trace_decay * s.advantage;
     const bool valid = m != 0.0f;
@@ -401,14 +405,14 @@ struct ReinforceRecurrence {
     float a, b;
   };
   static constexpr bool kHasMoments = true;
-  __device__ static Map identity() { return {1.0f, 0.0f}; }
-  __device__ static State initial() { return {0.0f}; }
-  __device__ Map token_map(float r, float, float m) const { return {m * discount, m * r}; }
-  __device__ static Map then(const Map& first, const Map& second) {
+  __host__ __device__ static Map identity() { return {1.0f, 0.0f}; }
+  __host__ __device__ static State initial() { return {0.0f}; }
+  __host__ __device__ Map token_map(float r, float, float m) const { return {m * discount, m * r}; }
+  __host__ __device__ static Map then(const Map& first, const Map& second) {
     return {second.a * first.a, second.a * first.b + second.b};
   }
-  __device__ static State apply(const Map& f, const State& s) { return {f.a * s.running + f.b}; }
-  __device__ State step(State s, float r, float, float m, std::int64_t, float& out0, float& out1) const {
+  __host__ __device__ static State apply(const Map& f, const State& s) { return {f.a * s.running + f.b}; }
+  __host__ __device__ State step(State s, float r, float, float m, std::int64_t, float& out0, float& out1) const {
     const float g = r + discount * s.running;
     out0 = g;
     out1 = g;
@@ -427,12 +431,12 @@ struct RemaxRecurrence {
     double b;
   };
   static constexpr bool kHasMoments = false;
-  __device__ static Map identity() { return {0.0}; }
-  __device__ static State initial() { return {0.0}; }
-  __device__ Map token_map(float r, float, float m) const { return {static_cast<double>(r * m)}; }
-  __device__ static Map then(const Map& first, const Map& second) { return {first.b + second.b}; }
-  __device__ static State apply(const Map& f, const State& s) { return {s.running + f.b}; }
-  __device__ State step(State s, float r, float, float m, std::int64_t row, float& out0, float& out1) const {
+  __host__ __device__ static Map identity() { return {0.0}; }
+  __host__ __device__ static State initial() { return {0.0}; }
+  __host__ __device__ Map token_map(float r, float, float m) const { return {static_cast<double>(r * m)}; }
+  __host__ __device__ static Map then(const Map& first, const Map& second) { return {first.b + second.b}; }
+  __host__ __device__ static State apply(const Map& f, const State& s) { return {s.running + f.b}; }
+  __host__ __device__ State step(State s, float r, float, float m, std::int64_t row, float& out0, float& out1) const {
     const double running = s.running + static_cast<double>(r * m);
     const float ret = static_cast<float>(running);
     out0 = ret - baselines[row] * m;  // advantages
