@@ -14,6 +14,9 @@
 #include <string_view>
 #include <type_traits>
 
+#include "verl/algo/advantages/detail/output_buffers.hpp"  // advise_huge_pages
+#include "verl/algo/detail/parallel_rows.hpp"
+#include "verl/algo/detail/vector_math.hpp"
 #include "verl/algo/kl_estimator.hpp"
 #include "verl/algo/loss_aggregation.hpp"  // detail::RowMajorView
 #include "verl/config.hpp"
@@ -133,6 +136,81 @@ constexpr void require_log_prob_types() {
                      KL_PENALTY_LOG_PROBS_MUST_SHARE_ONE_SCALAR_TYPE);
 }
 
+
+/// low_var_kl's forward on W lanes at a time: std::clamp(x), exp (simd::exp_bounded, within about
+/// an ulp of std::exp, far inside the estimate's tolerance), (e - x) - 1 and std::clamp(k) in the
+/// scalar value()'s order; the row's tail goes through value() itself.
+template <int W>
+VERL_FORCE_INLINE void low_var_kl_row(const float* __restrict logprob, const float* __restrict ref, float* __restrict out,
+                                      Index cols, const LowVarKL& estimator) {
+  Index j = 0;
+#if VERL_HAS_VECTOR_EXTENSIONS
+  if constexpr (W > 1) {
+    using F = simd::FloatPack<W>;
+    const float log_bound = static_cast<float>(estimator.log_ratio_bound), kl_bound = static_cast<float>(estimator.kl_bound);
+    const F lo = F{} - log_bound, hi = F{} + log_bound, kl_lo = F{} - kl_bound, kl_hi = F{} + kl_bound;
+    for (; j + W <= cols; j += W) {
+      const F raw = simd::load<W>(ref + j) - simd::load<W>(logprob + j);
+      F x = simd::pick<W>(raw < lo, lo, raw);  // std::clamp: NaN stays NaN
+      x = simd::pick<W>(hi < x, hi, x);
+      const F k = (simd::exp_bounded<W>(x) - x) - 1.0f;
+      F clamped = simd::pick<W>(k < kl_lo, kl_lo, k);
+      clamped = simd::pick<W>(kl_hi < clamped, kl_hi, clamped);
+      simd::store<W>(out + j, clamped);
+    }
+  }
+#endif
+  for (; j < cols; ++j) out[j] = estimator.value(logprob[j], ref[j]);
+}
+
+struct LowVarKLJob {
+  const RowMajorView<float>* logprob;
+  const RowMajorView<float>* ref;
+  RowMatrix<float>* out;
+  const LowVarKL* estimator;
+};
+
+template <int W>
+VERL_FORCE_INLINE void low_var_kl_rows(const LowVarKLJob& job, Index begin, Index end) {
+  const Index cols = job.out->cols();
+  for (Index i = begin; i < end; ++i)
+    low_var_kl_row<W>(job.logprob->data() + i * job.logprob->outerStride(), job.ref->data() + i * job.ref->outerStride(),
+                      job.out->data() + i * cols, cols, *job.estimator);
+}
+inline void low_var_kl_rows_baseline(const LowVarKLJob& job, Index begin, Index end) {
+  low_var_kl_rows<simd::baseline_width>(job, begin, end);
+}
+#if VERL_HAS_X86_DISPATCH
+VERL_TARGET_AVX2 inline void low_var_kl_rows_avx2(const LowVarKLJob& job, Index begin, Index end) {
+  low_var_kl_rows<8>(job, begin, end);
+}
+VERL_TARGET_AVX512 inline void low_var_kl_rows_avx512(const LowVarKLJob& job, Index begin, Index end) {
+  low_var_kl_rows<16>(job, begin, end);
+}
+#endif
+
+/// low_var_kl over a float batch: vector rows (when the log-ratio bound keeps exp's argument in
+/// exp_bounded's range) split over threads, into a fresh matrix advised onto huge pages.
+inline RowMatrix<float> low_var_kl_forward(const RowMajorView<float>& logprob, const RowMajorView<float>& ref,
+                                           const LowVarKL& estimator) {
+  RowMatrix<float> kl(logprob.rows(), logprob.cols());
+  advise_huge_pages(kl.data(), static_cast<std::size_t>(kl.size()) * sizeof(float));
+  const LowVarKLJob job{&logprob, &ref, &kl, &estimator};
+  using Kernel = void (*)(const LowVarKLJob&, Index, Index);
+  Kernel kernel = &low_var_kl_rows<1>;
+  // exp_bounded needs |x| <= 87 (a NaN bound, or none, keeps the scalar path).
+  if (std::abs(static_cast<float>(estimator.log_ratio_bound)) <= 87.0f) {
+    kernel = &low_var_kl_rows_baseline;
+#if VERL_HAS_X86_DISPATCH
+    const SimdLevel level = simd::best_level();
+    if (level == SimdLevel::avx2) kernel = &low_var_kl_rows_avx2;
+    if (level == SimdLevel::avx512) kernel = &low_var_kl_rows_avx512;
+#endif
+  }
+  parallel_rows(kl.rows(), kl.cols(), [&](Index b, Index e) { kernel(job, b, e); });
+  return kl;
+}
+
 }  // namespace detail
 
 /// verl's kl_penalty_forward: the element-wise estimate, (B, T) like the inputs.
@@ -144,6 +222,9 @@ RowMatrix<typename LD::Scalar> kl_penalty_forward(const Eigen::MatrixBase<LD>& l
   verl::detail::require_same_shape("ref_logprob", shape_of(ref_logprob), "logprob", shape_of(logprob));
   const detail::RowMajorView<Scalar> lp(logprob.derived());
   const detail::RowMajorView<Scalar> ref(ref_logprob.derived());
+  if constexpr (std::is_same_v<Scalar, float> && std::is_base_of_v<LowVarKL, E>) {
+    return detail::low_var_kl_forward(lp, ref, estimator);
+  }
   RowMatrix<Scalar> kl(lp.rows(), lp.cols());
   for (Index i = 0; i < lp.rows(); ++i) {
     const Scalar* a = lp.data() + i * lp.outerStride();
