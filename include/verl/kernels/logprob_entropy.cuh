@@ -129,7 +129,7 @@ __device__ __forceinline__ SoftmaxState block_merge(SoftmaxState s) {
 inline constexpr int logits_unroll = 4;
 
 template <class Scalar, bool Scaled>
-__global__ void __launch_bounds__(logits_max_threads)
+__global__ void __launch_bounds__(logits_max_threads, 3)  // <= 42 registers: 3 rows per SM in flight
     logprob_entropy_forward_kernel(const Scalar* __restrict__ logits, LogitsShape shape,
                                    const std::int64_t* __restrict__ labels, float temperature,
                                    LogprobEntropyOutputs out) {
@@ -202,7 +202,7 @@ __device__ __forceinline__ float backward_element(float x, const BackwardConstan
 }
 
 template <class Scalar, bool Scaled>
-__global__ void __launch_bounds__(logits_max_threads)
+__global__ void __launch_bounds__(logits_max_threads, 2)  // <= 64 registers: 2 rows per SM in flight
     logprob_entropy_backward_kernel(const Scalar* logits, LogitsShape shape, const std::int64_t* __restrict__ labels,
                                     float temperature, LogprobEntropySaved saved,
                                     LogprobEntropyCotangentPointers cotangents, Scalar* grad,
@@ -235,8 +235,12 @@ __global__ void __launch_bounds__(logits_max_threads)
       c.floor = fminf(fmaxf(logf(FLT_MIN / factor_bound) + 1.0f, logits_shift_floor), 0.0f);
       label_extra = g_lp * inv_temperature;
     }
+    if (zero) {
+      // All cotangents zero: exactly 0 (even for NaN logits), without reading the row.
+      for (std::int64_t j = threadIdx.x; j < shape.vocab; j += blockDim.x) target[j] = float_to<Scalar>(0.0f);
+      continue;
+    }
     auto gradient_at = [&](float raw, std::int64_t j) {
-      if (zero) return 0.0f;
       const float g = backward_element(scale_logit<Scaled>(raw, temperature), c);
       return j == label ? g + label_extra : g;
     };
@@ -247,29 +251,39 @@ __global__ void __launch_bounds__(logits_max_threads)
                             reinterpret_cast<std::uintptr_t>(target) % 16;
     if (!same_phase) {
       for (std::int64_t j = threadIdx.x; j < shape.vocab; j += step) {
-        const float raw = zero ? 0.0f : plain_load_as_float(source + j);
+        const float raw = plain_load_as_float(source + j);
         target[j] = float_to<Scalar>(gradient_at(raw, j));
       }
       continue;
     }
     if (threadIdx.x < split.head) {
       const std::int64_t j = threadIdx.x;
-      const float raw = zero ? 0.0f : plain_load_as_float(source + j);
+      const float raw = plain_load_as_float(source + j);
       target[j] = float_to<Scalar>(gradient_at(raw, j));
     }
-    for (std::int64_t v = threadIdx.x; v < split.vectors; v += step) {
-      const std::int64_t first = split.head + v * size;
-      FloatVector<Scalar> x{};
-      if (!zero) {
-        const uint4 raw = *reinterpret_cast<const uint4*>(source + first);  // plain load: may alias grad
-        x = bits_to_vector<Scalar>(raw);
-      }
+    auto write_vector = [&](std::int64_t first, const uint4& raw) {
+      FloatVector<Scalar> x = bits_to_vector<Scalar>(raw);
 #pragma unroll
       for (int i = 0; i < size; ++i) x.v[i] = gradient_at(x.v[i], first + i);
       store_vector(target + first, x);
+    };
+    std::int64_t v = threadIdx.x;
+    for (; v + (logits_unroll - 1) * step < split.vectors; v += logits_unroll * step) {
+      // All loads before any store (program order is kept: the pointers may alias), so several
+      // 16-byte reads are in flight per thread. Plain loads: `grad` may be the logits.
+      uint4 raw[logits_unroll];
+#pragma unroll
+      for (int u = 0; u < logits_unroll; ++u)
+        raw[u] = *reinterpret_cast<const uint4*>(source + split.head + (v + u * step) * size);
+#pragma unroll
+      for (int u = 0; u < logits_unroll; ++u) write_vector(split.head + (v + u * step) * size, raw[u]);
+    }
+    for (; v < split.vectors; v += step) {
+      const std::int64_t first = split.head + v * size;
+      write_vector(first, *reinterpret_cast<const uint4*>(source + first));
     }
     for (std::int64_t j = split.tail_begin + threadIdx.x; j < shape.vocab; j += step) {
-      const float raw = zero ? 0.0f : plain_load_as_float(source + j);
+      const float raw = plain_load_as_float(source + j);
       target[j] = float_to<Scalar>(gradient_at(raw, j));
     }
   }

@@ -39,7 +39,7 @@ inline constexpr int row_block_threads(std::int64_t vocab, int element_bytes, in
 
 /// Elements before the first 16-byte boundary at or after `address` (which is aligned to the
 /// element size), capped at `count`: the scalar head of a vectorized row.
-inline constexpr std::int64_t misaligned_head(std::uintptr_t address, int element_bytes, std::int64_t count) {
+VERL_HOST_DEVICE inline constexpr std::int64_t misaligned_head(std::uintptr_t address, int element_bytes, std::int64_t count) {
   const std::uintptr_t offset = address % 16;
   const std::int64_t head = offset == 0 ? 0 : static_cast<std::int64_t>((16 - offset) / static_cast<std::uintptr_t>(element_bytes));
   return std::min(head, count);
