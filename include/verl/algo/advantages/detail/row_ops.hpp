@@ -3,6 +3,7 @@
 // outcome-reward estimator ends with.
 #pragma once
 
+#include <atomic>
 #include <bit>
 #include <cmath>
 #include <cstddef>
@@ -16,6 +17,7 @@
 #include "verl/algo/advantage_estimator.hpp"
 #include "verl/algo/advantages/detail/output_buffers.hpp"
 #include "verl/algo/advantages/detail/torch_sum.hpp"
+#include "verl/algo/detail/parallel_rows.hpp"
 #include "verl/algo/detail/rows.hpp"  // row_of, shared with the other algo kernels
 #include "verl/core/error.hpp"
 #include "verl/core/tensor.hpp"
@@ -62,10 +64,12 @@ inline Index row_count(const float* mask, Index n) {
 }
 
 /// verl's `scores = token_level_rewards.sum(dim=-1)`: every position counts, padding included,
-/// summed in torch's float32 order.
+/// summed in torch's float32 order (rows split over threads for large batches).
 inline VectorF response_scores(const ConstMatrixRefF& rewards) {
   VectorF scores(rewards.rows());
-  for (Index i = 0; i < rewards.rows(); ++i) scores[i] = torch_sum(row_of(rewards, i), rewards.cols());
+  parallel_rows(rewards.rows(), rewards.cols(), [&](Index begin, Index end) {
+    for (Index i = begin; i < end; ++i) scores[i] = torch_sum(row_of(rewards, i), rewards.cols());
+  });
   return scores;
 }
 
@@ -124,23 +128,35 @@ inline void broadcast_over_mask(const VectorF& per_row, const ConstMatrixRefF& m
   const std::size_t bytes = static_cast<std::size_t>(rows * cols) * sizeof(float) * (returns_equal_advantages ? 2 : 1);
   streaming = bytes >= kStreamingStoreBytes && cols % 4 == 0 && aligned(out.advantages.data()) && aligned(returns);
 #endif
-  for (Index i = 0; i < rows; ++i) {
-    const float* m = row_of(mask, i);
-    float* adv = row_of(out.advantages, i);
-    float* ret = returns != nullptr ? returns + i * cols : nullptr;
-    unsigned bad = 0;
+  // Rows split over threads (first-touch page faults of fresh outputs included); each block
+  // notes its first row with a non-0/1 mask and the first such row overall is reported, as a
+  // sequential pass would.
+  std::atomic<Index> first_bad{rows};
+  parallel_rows(rows, cols, [&](Index begin, Index end) {
+    Index bad_row = rows;
+    for (Index i = begin; i < end; ++i) {
+      const float* m = row_of(mask, i);
+      float* adv = row_of(out.advantages, i);
+      float* ret = returns != nullptr ? returns + i * cols : nullptr;
+      unsigned bad = 0;
 #if defined(__SSE2__)
-    if (streaming)
-      bad = broadcast_row_streaming(per_row[i], m, adv, ret, cols);
-    else
+      if (streaming)
+        bad = broadcast_row_streaming(per_row[i], m, adv, ret, cols);
+      else
 #endif
-      bad = broadcast_row(per_row[i], m, adv, ret, cols);
-    if (bad != 0) [[unlikely]]
-      throw_non_binary_mask("response_mask", m, cols, i);
-  }
+        bad = broadcast_row(per_row[i], m, adv, ret, cols);
+      if (bad != 0 && bad_row == rows) bad_row = i;
+    }
 #if defined(__SSE2__)
-  if (streaming) _mm_sfence();  // order the streamed stores before anyone reads the result
+    if (streaming) _mm_sfence();  // order this thread's streamed stores before anyone reads them
 #endif
+    Index seen = first_bad.load();
+    while (bad_row < seen && !first_bad.compare_exchange_weak(seen, bad_row)) {
+    }
+  });
+  const Index bad_row = first_bad.load();
+  if (bad_row < rows) [[unlikely]]
+    throw_non_binary_mask("response_mask", row_of(mask, bad_row), cols, bad_row);
 }
 
 /// out[t] = sum_{s >= t} r[s] * m[s] (verl's `(r * m).flip(-1).cumsum(-1).flip(-1)`): torch's CPU
