@@ -277,9 +277,11 @@ class SFTTrainer {
 
   /// Trains to total_steps, validating every trainer.test_freq steps and at the end (when there
   /// is validation data) and checkpointing every trainer.save_freq steps and at the end.
-  void fit(Tracking& tracking) {
+  /// `stop_after` ends the run early at that step without the final validation and checkpoint
+  /// (what a killed run leaves behind).
+  void fit(Tracking& tracking, std::optional<std::int64_t> stop_after = std::nullopt) {
     const auto& t = config_.trainer;
-    while (global_step_ < total_steps_) {
+    while (global_step_ < total_steps_ && (!stop_after || global_step_ < *stop_after)) {
       auto batch = loader_.next();
       if (!batch) continue;  // an epoch ended; the loader stands at the next one
       Metrics metrics = train_step(*batch);

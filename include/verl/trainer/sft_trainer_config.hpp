@@ -219,10 +219,9 @@ inline SFTConfig build_sft_config(const detail::ConfigNode& tree) {
     for (const auto& [key, default_value] : detail::sft_keys_at_default) {
       if (key != path) continue;
       at_default_key = true;
-      const std::string given = node->is_null() ? "null" : detail::canonical(*node);
-      if (given != default_value) {
+      if (detail::canonical(*node) != detail::canonical(detail::parse_value(default_value, "verl's default"))) {
         problems.push_back(fmt::format("{}: not supported by verl-cpp yet (only verl's default {} is accepted, got {}; {})",
-                                       path, default_value, given, node->origin));
+                                       path, default_value, detail::to_text(*node), node->origin));
       }
     }
     if (at_default_key) continue;
