@@ -224,4 +224,29 @@ TEST(CudaLogprobEntropy, NoRowsLaunchesNothing) {
   EXPECT_NO_THROW(verl::kernels::logprob_entropy_forward<float>(nullptr, LogitsShape{0, 5, 5}, nullptr, 1.0f, {}));
 }
 
+TEST(CudaLogprobEntropy, HostConveniencesMatchTheReference) {
+  VERL_REQUIRE_GPU();
+  // A block of a wider matrix: rows are strided on the host and copied packed.
+  const verl::RowMatrix<float> wide = random_logits<float>(6, 523, 71);
+  const auto logits = wide.leftCols(517);
+  const std::vector<std::int64_t> labels = random_labels(6, 517, 72);
+  const auto ref = verl::kernels::logprob_entropy_reference(logits, labels, 0.9f);
+  const auto got = verl::kernels::logprob_entropy_on_device(logits, labels, 0.9f);
+  for (Index i = 0; i < 6; ++i) {
+    expect_close(got.log_probs[i], ref.log_probs[i], 2e-5f, 2e-5f, "log_probs", i);
+    expect_close(got.entropy[i], ref.entropy[i], 2e-5f, 2e-5f, "entropy", i);
+    EXPECT_EQ(got.row_max[i], ref.row_max[i]);
+  }
+  const std::vector<float> g_lp = random_cotangent(6, 73);
+  const verl::algo::LogprobEntropyCotangents cot{g_lp, {}, {}};  // log-probs only, as verl's functional case
+  const auto ref_grad = verl::kernels::logprob_entropy_backward_reference(logits, labels, ref, cot, 0.9f);
+  const auto grad = verl::kernels::logprob_entropy_backward_on_device(logits, labels, cot, 0.9f);
+  ASSERT_EQ(grad.rows(), 6);
+  ASSERT_EQ(grad.cols(), 517);
+  for (Index i = 0; i < 6; ++i)
+    for (Index j = 0; j < 517; ++j) EXPECT_NEAR(grad(i, j), ref_grad(i, j), 1e-6f + 1e-4f * std::abs(ref_grad(i, j)));
+  EXPECT_THROW(verl::kernels::logprob_entropy_on_device(logits, std::vector<std::int64_t>(6, 517), 1.0f),
+               verl::InvalidArgument);
+}
+
 }  // namespace

@@ -21,6 +21,8 @@
 #include <cfloat>
 #include <climits>
 #include <cstdint>
+#include <span>
+#include <type_traits>
 
 #include "verl/kernels/detail/cuda_check.cuh"
 #include "verl/kernels/detail/launch.hpp"
@@ -338,6 +340,118 @@ void logprob_entropy_backward(const Scalar* logits, const LogitsShape& shape, co
         <<<blocks, threads, 0, stream>>>(logits, shape, labels, temperature, saved, cotangents, grad, grad_stride);
   }
   VERL_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace verl::kernels
+
+namespace verl::kernels {
+namespace detail {
+
+/// The device element type of a host logits type (same bits).
+template <class Host>
+using DeviceScalarOf = std::conditional_t<std::is_same_v<Host, float>, float, __nv_bfloat16>;
+
+/// Host logits and labels copied to the device, with the forward pass's per-row outputs.
+template <class Host>
+struct DeviceLogprobEntropy {
+  LogitsShape shape;
+  DeviceBuffer<DeviceScalarOf<Host>> logits;
+  DeviceBuffer<std::int64_t> labels;
+  DeviceBuffer<float> log_probs, entropy, sum_pi_squared, row_max, log_normalizer;
+
+  DeviceLogprobEntropy(const ConstMatrixRef<Host>& x, std::span<const std::int64_t> host_labels)
+      : shape{x.rows(), x.cols(), x.cols()},
+        logits(static_cast<std::size_t>(x.size())),
+        labels(host_labels.size()),
+        log_probs(host_labels.empty() ? 0 : static_cast<std::size_t>(x.rows())),
+        entropy(static_cast<std::size_t>(x.rows())),
+        sum_pi_squared(static_cast<std::size_t>(x.rows())),
+        row_max(static_cast<std::size_t>(x.rows())),
+        log_normalizer(static_cast<std::size_t>(x.rows())) {
+    // Rows of a ConstMatrixRef may be strided: copy them packed.
+    if (shape.rows > 0)
+      VERL_CUDA_CHECK(cudaMemcpy2D(logits.data(), shape.vocab * sizeof(Host), x.data(), x.outerStride() * sizeof(Host),
+                                   shape.vocab * sizeof(Host), shape.rows, cudaMemcpyHostToDevice));
+    labels.upload(host_labels.data());
+  }
+
+  void forward(float temperature) {
+    logprob_entropy_forward(logits.data(), shape, labels.size() > 0 ? labels.data() : nullptr, temperature,
+                            {log_probs.size() > 0 ? log_probs.data() : nullptr, entropy.data(), sum_pi_squared.data(),
+                             row_max.data(), log_normalizer.data()});
+  }
+};
+
+inline VectorF download_vector(const DeviceBuffer<float>& buffer) {
+  VectorF v(static_cast<Index>(buffer.size()));
+  buffer.download(v.data());
+  return v;
+}
+
+}  // namespace detail
+
+/// Convenience (synchronous, allocates): the forward kernel on host logits (N, V), returning what
+/// algo::fused_logprob_entropy returns. For conformance runs and tests, not for hot loops. Labels
+/// are checked on the host (as the reference does) before the copy.
+template <class Derived>
+algo::LogprobEntropy logprob_entropy_on_device(const Eigen::MatrixBase<Derived>& logits,
+                                               std::span<const std::int64_t> labels, float temperature = 1.0f) {
+  using Host = typename Derived::Scalar;
+  VERL_STATIC_ASSERT(algo::LogitScalar<Host>, LOGITS_MUST_BE_FLOAT_OR_BFLOAT16);
+  const ConstMatrixRef<Host> x(logits.derived());
+  VERL_CHECK_ARG(x.cols() > 0, "logits: expected at least one column (vocab size V), got shape ({}, {})", x.rows(),
+                 x.cols());
+  if (!labels.empty()) algo::detail::require_labels(labels, x.rows(), x.cols());
+  detail::DeviceLogprobEntropy<Host> device(x, labels);
+  device.forward(temperature);
+  VERL_CUDA_CHECK(cudaDeviceSynchronize());
+  algo::LogprobEntropy out;
+  out.log_probs = detail::download_vector(device.log_probs);
+  out.entropy = detail::download_vector(device.entropy);
+  out.sum_pi_squared = detail::download_vector(device.sum_pi_squared);
+  out.row_max = detail::download_vector(device.row_max);
+  out.log_normalizer = detail::download_vector(device.log_normalizer);
+  return out;
+}
+
+/// Convenience (synchronous, allocates): forward then backward on the device, returning
+/// d(loss)/d(logits) in the logits' element type for the given cotangents (each empty = zero).
+template <class Derived>
+RowMatrix<typename Derived::Scalar> logprob_entropy_backward_on_device(const Eigen::MatrixBase<Derived>& logits,
+                                                                       std::span<const std::int64_t> labels,
+                                                                       const algo::LogprobEntropyCotangents& cotangents,
+                                                                       float temperature = 1.0f) {
+  using Host = typename Derived::Scalar;
+  VERL_STATIC_ASSERT(algo::LogitScalar<Host>, LOGITS_MUST_BE_FLOAT_OR_BFLOAT16);
+  const ConstMatrixRef<Host> x(logits.derived());
+  const Index rows = x.rows();
+  VERL_CHECK_ARG(x.cols() > 0, "logits: expected at least one column (vocab size V), got shape ({}, {})", rows, x.cols());
+  algo::detail::require_cotangent("cotangents.log_probs", cotangents.log_probs, rows);
+  algo::detail::require_cotangent("cotangents.entropy", cotangents.entropy, rows);
+  algo::detail::require_cotangent("cotangents.sum_pi_squared", cotangents.sum_pi_squared, rows);
+  const bool with_labels = !cotangents.log_probs.empty();
+  if (with_labels) algo::detail::require_labels(labels, rows, x.cols());
+  detail::DeviceLogprobEntropy<Host> device(x, with_labels ? labels : std::span<const std::int64_t>{});
+  device.forward(temperature);
+  auto upload = [](std::span<const float> host) {
+    DeviceBuffer<float> buffer(host.size());
+    buffer.upload(host.data());
+    return buffer;
+  };
+  DeviceBuffer<float> g_lp = upload(cotangents.log_probs), g_h = upload(cotangents.entropy),
+                      g_q = upload(cotangents.sum_pi_squared);
+  RowMatrix<Host> grad(rows, x.cols());
+  DeviceBuffer<detail::DeviceScalarOf<Host>> d_grad(static_cast<std::size_t>(grad.size()));
+  logprob_entropy_backward(device.logits.data(), device.shape, with_labels ? device.labels.data() : nullptr,
+                           temperature,
+                           {device.row_max.data(), device.log_normalizer.data(), device.entropy.data(),
+                            device.sum_pi_squared.data()},
+                           {g_lp.size() > 0 ? g_lp.data() : nullptr, g_h.size() > 0 ? g_h.data() : nullptr,
+                            g_q.size() > 0 ? g_q.data() : nullptr},
+                           d_grad.data(), device.shape.vocab);
+  VERL_CUDA_CHECK(cudaDeviceSynchronize());
+  d_grad.download(grad.data());
+  return grad;
 }
 
 }  // namespace verl::kernels

@@ -4,8 +4,11 @@
 
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <stdexcept>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace verl::kernels {
 
@@ -39,3 +42,43 @@ namespace detail {
 
 /// After a kernel launch: a bad configuration surfaces here rather than at the next sync.
 #define VERL_CUDA_CHECK_LAUNCH() VERL_CUDA_CHECK(cudaGetLastError())
+
+namespace verl::kernels {
+
+/// An owning device array for host-side conveniences and tests (synchronous copies; kernels
+/// themselves take caller-provided pointers).
+template <class T>
+class DeviceBuffer {
+ public:
+  explicit DeviceBuffer(std::size_t size) : size_(size) {
+    if (size_ > 0) VERL_CUDA_CHECK(cudaMalloc(&data_, size_ * sizeof(T)));
+  }
+  DeviceBuffer(const T* host, std::size_t size) : DeviceBuffer(size) { upload(host); }
+  DeviceBuffer(DeviceBuffer&& other) noexcept
+      : data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)) {}
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(DeviceBuffer&&) = delete;
+  ~DeviceBuffer() {
+    if (data_ != nullptr) cudaFree(data_);  // no throw from a destructor
+  }
+  [[nodiscard]] T* data() const { return data_; }
+  [[nodiscard]] std::size_t size() const { return size_; }
+  void upload(const void* host) {
+    if (size_ > 0) VERL_CUDA_CHECK(cudaMemcpy(data_, host, size_ * sizeof(T), cudaMemcpyHostToDevice));
+  }
+  void download(void* host) const {
+    if (size_ > 0) VERL_CUDA_CHECK(cudaMemcpy(host, data_, size_ * sizeof(T), cudaMemcpyDeviceToHost));
+  }
+  [[nodiscard]] std::vector<T> download() const {
+    std::vector<T> out(size_);
+    download(out.data());
+    return out;
+  }
+
+ private:
+  T* data_ = nullptr;
+  std::size_t size_ = 0;
+};
+
+}  // namespace verl::kernels
