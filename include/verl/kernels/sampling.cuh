@@ -46,6 +46,13 @@ struct ArgMaxOp {
   }
 };
 
+/// Sum over the warp, in every lane (integer: exact in any order).
+__device__ __forceinline__ std::uint64_t warp_sum(std::uint64_t v) {
+  for (int offset = warp_size / 2; offset > 0; offset /= 2)
+    v += __shfl_xor_sync(0xffffffffu, static_cast<unsigned long long>(v), offset);
+  return v;
+}
+
 struct MaxOp {
   __device__ std::uint64_t operator()(std::uint64_t a, std::uint64_t b) const { return a > b ? a : b; }
 };
@@ -122,18 +129,41 @@ __global__ void __launch_bounds__(sampling_threads)
     }
     __syncthreads();
 
-    // One radix pass: histogram of keys >= key_floor sharing st.prefix above `pass`.
+    // One radix pass: histogram of keys >= key_floor sharing st.prefix above `pass`. The loop
+    // runs the same trip count on every thread (warp-uniform), so that lanes falling into the
+    // same bin add their count and mass once per warp: the first pass bins by sign and exponent,
+    // a handful of hot bins that per-lane shared atomics would serialize on.
     auto histogram = [&](int pass, std::uint32_t key_floor) {
       for (int b = tid; b < radix_bins; b += sampling_threads) counts[b] = 0, masses[b] = 0;
       __syncthreads();
       const std::uint32_t prefix = st.prefix;
-      for (std::int64_t i = tid; i < vocab; i += sampling_threads) {
-        const float x = x_at(i);
-        const std::uint32_t key = order_key(x);
-        if (key < key_floor || !in_radix_prefix(key, prefix, pass)) continue;
-        const int bin = radix_bin(key, pass);
-        atomicAdd(&counts[bin], 1u);
-        atomicAdd(reinterpret_cast<unsigned long long*>(&masses[bin]), static_cast<unsigned long long>(mass_at(x)));
+      const int lane = tid % warp_size;
+      for (std::int64_t base = 0; base < vocab; base += sampling_threads) {
+        const std::int64_t i = base + tid;
+        int bin = -1;
+        std::uint64_t m = 0;
+        if (i < vocab) {
+          const float x = x_at(i);
+          const std::uint32_t key = order_key(x);
+          if (key >= key_floor && in_radix_prefix(key, prefix, pass)) {
+            bin = radix_bin(key, pass);
+            m = mass_at(x);
+          }
+        }
+        unsigned pending = __ballot_sync(0xffffffffu, bin >= 0);
+        while (pending != 0) {  // one round per distinct bin in this warp
+          const int leader = __ffs(pending) - 1;
+          const int leader_bin = __shfl_sync(0xffffffffu, bin, leader);
+          const bool mine = bin == leader_bin;
+          const unsigned group = __ballot_sync(0xffffffffu, mine);
+          const std::uint64_t group_mass = warp_sum(mine ? m : 0);
+          if (lane == leader) {
+            atomicAdd(&counts[leader_bin], static_cast<unsigned>(__popc(group)));
+            atomicAdd(reinterpret_cast<unsigned long long*>(&masses[leader_bin]),
+                      static_cast<unsigned long long>(group_mass));
+          }
+          pending &= ~group;
+        }
       }
       __syncthreads();
     };
