@@ -5,7 +5,9 @@
 // Targets on an H100 (issue 4): forward >= 0.90, backward >= 0.85 at 8192 x 151936 bf16.
 //
 //   cuda_bench_logprob_entropy [--rows N] [--vocab V] [--iters K] [--dtype bf16|fp32|both]
-// Without --rows it runs 8192 and 4096 rows. One JSON line per case on stdout (prefix "JSON ").
+//                              [--temperature T] [--sampling-rows R]
+// Without --rows it runs 8192 and 4096 rows; then the rollout sampler (sampling.cuh) on R rows
+// (512 by default, 0 skips it) of fp32 logits, one decode step per configuration. One JSON line per case on stdout (prefix "JSON ").
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -19,6 +21,7 @@
 #include <vector>
 
 #include "verl/kernels/logprob_entropy.cuh"
+#include "verl/kernels/sampling.cuh"
 
 namespace {
 
@@ -177,6 +180,51 @@ void run_case(std::int64_t rows, std::int64_t vocab, int iters, float temperatur
   std::fflush(stdout);
 }
 
+/// The rollout sampler on `rows` x `vocab` fp32 logits for a few configurations: tokens of the
+/// first rows checked against the kernel's sequential model, then timed (one decode step).
+void run_sampling(std::int64_t rows, std::int64_t vocab, int iters) {
+  const std::size_t count = static_cast<std::size_t>(rows * vocab);
+  DeviceBuffer<float> logits(count);
+  fill_logits<<<4096, 256>>>(logits.data, static_cast<std::int64_t>(count), 7);
+  VERL_CUDA_CHECK_LAUNCH();
+  std::vector<std::uint64_t> seeds(static_cast<std::size_t>(rows)), streams(seeds.size(), 0);
+  for (std::size_t i = 0; i < seeds.size(); ++i) seeds[i] = verl::rollout::derive_seed(5, i);
+  DeviceBuffer<std::uint64_t> d_seeds(seeds.size()), d_streams(seeds.size());
+  VERL_CUDA_CHECK(cudaMemcpy(d_seeds.data, seeds.data(), seeds.size() * 8, cudaMemcpyHostToDevice));
+  VERL_CUDA_CHECK(cudaMemcpy(d_streams.data, streams.data(), streams.size() * 8, cudaMemcpyHostToDevice));
+  DeviceBuffer<std::int64_t> tokens(seeds.size());
+  DeviceBuffer<float> log_probs(seeds.size());
+  const verl::kernels::SamplingConfig configs[] = {{0.0f, -1, 1.0f}, {1.0f, -1, 1.0f}, {0.7f, 50, 1.0f}, {1.0f, -1, 0.9f},
+                                                   {0.7f, 50, 0.95f}};
+  for (const auto& config : configs) {
+    auto sample = [&] {
+      verl::kernels::sample_tokens(logits.data, LogitsShape{rows, vocab, vocab}, config, d_seeds.data, d_streams.data, 3,
+                                   tokens.data, log_probs.data);
+    };
+    sample();
+    VERL_CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<std::int64_t> got(seeds.size());
+    VERL_CUDA_CHECK(cudaMemcpy(got.data(), tokens.data, got.size() * 8, cudaMemcpyDeviceToHost));
+    int matches = 0;
+    const int checked = static_cast<int>(std::min<std::int64_t>(rows, 4));
+    std::vector<float> row(static_cast<std::size_t>(vocab));
+    for (int r = 0; r < checked; ++r) {
+      VERL_CUDA_CHECK(cudaMemcpy(row.data(), logits.data + r * vocab, vocab * sizeof(float), cudaMemcpyDeviceToHost));
+      const double u = verl::kernels::detail::counter_uniform(seeds[static_cast<std::size_t>(r)], 0, 3);
+      matches += verl::kernels::sample_token_model(row, config, u).token == got[static_cast<std::size_t>(r)];
+    }
+    const float ms = time_ms(sample, iters);
+    std::printf("sampling %lld x %lld T=%.1f top_k=%lld top_p=%.2f: %d/%d rows match the model, %.3f ms\n",
+                static_cast<long long>(rows), static_cast<long long>(vocab), config.temperature,
+                static_cast<long long>(config.top_k), config.top_p, matches, checked, ms);
+    std::printf("JSON {\"bench\":\"cuda_sampling\",\"rows\":%lld,\"vocab\":%lld,\"temperature\":%g,\"top_k\":%lld,"
+                "\"top_p\":%g,\"valid\":%s,\"ms\":%.4f}\n",
+                static_cast<long long>(rows), static_cast<long long>(vocab), config.temperature,
+                static_cast<long long>(config.top_k), config.top_p, matches == checked ? "true" : "false", ms);
+    std::fflush(stdout);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -185,6 +233,7 @@ int main(int argc, char** argv) {
   int iters = 20;
   std::string dtype = "both";
   float temperature = 1.0f;
+  std::int64_t sampling_rows = 512;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     if (flag == "--rows") row_counts = {std::stoll(argv[i + 1])};
@@ -192,6 +241,7 @@ int main(int argc, char** argv) {
     else if (flag == "--iters") iters = std::stoi(argv[i + 1]);
     else if (flag == "--dtype") dtype = argv[i + 1];
     else if (flag == "--temperature") temperature = std::stof(argv[i + 1]);
+    else if (flag == "--sampling-rows") sampling_rows = std::stoll(argv[i + 1]);  // 0: skip
     else {
       std::fprintf(stderr, "unknown flag %s\n", flag.c_str());
       return 2;
@@ -209,5 +259,6 @@ int main(int argc, char** argv) {
     if (dtype == "bf16" || dtype == "both") run_case<Eigen::bfloat16>(rows, vocab, iters, temperature);
     if (dtype == "fp32" || dtype == "both") run_case<float>(rows, vocab, iters, temperature);
   }
+  if (sampling_rows > 0) run_sampling(sampling_rows, vocab, iters);
   return 0;
 }
