@@ -1,0 +1,318 @@
+// The PPO trainer on a tiny random transformer (2 layers, hidden 32, a character vocabulary) and
+// synthetic prompts: the update's independence of the micro-batch size, ppo_epochs and
+// mini-batch counts, the critic's value loss, dynamic sampling, KL in the reward with the adaptive
+// controller, resume == uninterrupted, configuration errors, and a GRPO run whose reward rises.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "verl/data/prompt_formatter.hpp"
+#include "verl/data/rl_dataset.hpp"
+#include "verl/model/tokenizer/char_tokenizer.hpp"
+#include "verl/model/transformer/critic.hpp"
+#include "verl/model/transformer/transformer.hpp"
+#include "verl/trainer/config.hpp"
+#include "verl/trainer/ppo_trainer.hpp"
+#include "verl/trainer/recipes.hpp"
+
+namespace {
+
+using namespace verl;
+using namespace verl::trainer;
+using model::CharTokenizer;
+using model::Transformer;
+namespace fs = std::filesystem;
+
+const CharTokenizer& tokenizer() {
+  static const CharTokenizer tok("0123456789+= ");
+  return tok;
+}
+
+model::HfModelConfig tiny_config() {
+  const nlohmann::json json = {{"model_type", "llama"},     {"hidden_size", 32},          {"intermediate_size", 64},
+                               {"num_hidden_layers", 2},    {"num_attention_heads", 2},   {"num_key_value_heads", 1},
+                               {"vocab_size", tokenizer().vocab_size()}, {"rms_norm_eps", 1e-5},
+                               {"max_position_embeddings", 64}, {"eos_token_id", CharTokenizer::eos_id},
+                               {"pad_token_id", CharTokenizer::pad_id}};
+  return model::HfModelConfig::from_json(json, "tiny trainer config");
+}
+
+Transformer tiny_policy() { return Transformer::random(tiny_config(), {.initializer_range = 0.2, .seed = 11}, {.num_threads = 1}); }
+
+/// Prompts "a+b=" with ground truth (a + b) mod 10; `constant_every` > 0 marks every k-th prompt
+/// "const" (its reward does not depend on the response).
+data::RLHFDataset prompts(int count, int constant_every = 0) {
+  std::vector<data::RLHFRow> rows;
+  for (int i = 0; i < count; ++i) {
+    data::RLHFRow row;
+    row.data_source = "synthetic";
+    const int a = i % 10, b = (i * 7 + 3) % 10;
+    row.prompt = {{"user", std::to_string(a) + "+" + std::to_string(b) + "="}};
+    row.reward_model.ground_truth = constant_every > 0 && i % constant_every == 0 ? "const" : std::to_string((a + b) % 10);
+    row.extra_info = {{"index", i}};
+    rows.push_back(std::move(row));
+  }
+  data::RLHFDatasetOptions options;
+  options.max_prompt_length = 8;
+  return data::RLHFDataset::from_rows(std::move(rows), tokenizer(), data::ContentOnlyFormatter{}, options);
+}
+
+/// 1 when the response starts with '7': learnable from any prompt.
+struct StartsWithSeven {
+  double operator()(std::string_view, std::string_view text, std::string_view) const {
+    return !text.empty() && text.front() == '7' ? 1.0 : 0.0;
+  }
+};
+
+/// The parity of the first digit (about half the responses score 1); "const" prompts always 0.5.
+struct FirstDigitParity {
+  double operator()(std::string_view, std::string_view text, std::string_view truth) const {
+    if (truth == "const") return 0.5;
+    return !text.empty() && text.front() >= '0' && text.front() <= '9' && (text.front() - '0') % 2 == 1 ? 1.0 : 0.0;
+  }
+};
+
+TokenizerHooks hooks() {
+  return {.decode = [](std::span<const model::TokenId> ids) { return tokenizer().decode(ids, true); },
+          .eos_token_ids = {CharTokenizer::eos_id},
+          .pad_token_id = CharTokenizer::pad_id};
+}
+
+std::vector<std::string> base_overrides() {
+  return {"algorithm.adv_estimator=grpo",
+          "data.train_batch_size=4",
+          "data.max_prompt_length=8",
+          "data.max_response_length=3",
+          "actor_rollout_ref.rollout.n=4",
+          "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+          "actor_rollout_ref.actor.optim.lr=0.01",
+          "trainer.total_training_steps=4",
+          "trainer.val_before_train=False",
+          "trainer.logger=[file]"};
+}
+
+template <class Critic = NoCritic, class Reward = StartsWithSeven>
+PPOTrainer<Transformer, Critic, Reward> make_trainer(std::vector<std::string> extra, Critic critic = {}, Reward reward = {},
+                                                     int dataset_size = 16, int constant_every = 0) {
+  std::vector<std::string> overrides = base_overrides();
+  overrides.insert(overrides.end(), extra.begin(), extra.end());
+  const PPOConfig config = load_ppo_config(overrides);
+  const PPOAlgorithm algorithm = PPOAlgorithm::from_config(config);
+  std::optional<Transformer> reference;
+  if (algorithm.needs_reference()) reference = tiny_policy();
+  return PPOTrainer<Transformer, Critic, Reward>(config, algorithm, tiny_policy(), std::move(reference), std::move(critic),
+                                                 reward, hooks(), prompts(dataset_size, constant_every), data::RLHFDataset{});
+}
+
+std::vector<float> parameters(Transformer& model) {
+  std::vector<float> out;
+  model.for_each_parameter([&](const auto& p) { out.insert(out.end(), p.value.begin(), p.value.end()); });
+  return out;
+}
+
+fs::path temp_dir(const std::string& name) {
+  const fs::path dir = fs::temp_directory_path() / ("verl_test_ppo_trainer_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+TEST(PPOTrainer, UpdateDoesNotDependOnTheMicroBatchSize) {
+  for (const std::string mode : {"token-mean", "seq-mean-token-mean"}) {
+    auto whole = make_trainer({"actor_rollout_ref.actor.loss_agg_mode=" + mode,
+                               "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8"},
+                              NoCritic{}, FirstDigitParity{});
+    auto split = make_trainer({"actor_rollout_ref.actor.loss_agg_mode=" + mode,
+                               "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=3"},
+                              NoCritic{}, FirstDigitParity{});
+    const Metrics a = whole.step();
+    const Metrics b = split.step();
+    EXPECT_NEAR(a.at("actor/pg_loss"), b.at("actor/pg_loss"), 1e-6) << mode;
+    EXPECT_NEAR(a.at("actor/grad_norm"), b.at("actor/grad_norm"), 1e-5 * std::max(1.0, a.at("actor/grad_norm"))) << mode;
+    EXPECT_GT(a.at("actor/grad_norm"), 0.0) << mode;
+    const auto pa = parameters(whole.actor()), pb = parameters(split.actor());
+    ASSERT_EQ(pa.size(), pb.size());
+    double worst = 0;
+    for (std::size_t i = 0; i < pa.size(); ++i) worst = std::max(worst, static_cast<double>(std::abs(pa[i] - pb[i])));
+    // AdamW's first step moves every parameter by about lr * sign(g) = 0.01; float rounding of
+    // near-zero gradients summed in another order shows through g / sqrt(v), so allow 0.5% of it.
+    EXPECT_LT(worst, 5e-5) << mode;
+  }
+}
+
+TEST(PPOTrainer, PpoEpochsAndMiniBatchesCountOptimizerSteps) {
+  // 4 prompts, mini-batches of 2 prompts: 2 mini-batches per epoch, 3 epochs, 2 steps -> 12.
+  auto trainer = make_trainer({"actor_rollout_ref.actor.ppo_epochs=3"});
+  trainer.step();
+  EXPECT_EQ(trainer.actor_optimizer().state().step, 6);
+  trainer.step();
+  EXPECT_EQ(trainer.actor_optimizer().state().step, 12);
+  EXPECT_EQ(trainer.global_step(), 2);
+}
+
+TEST(PPOTrainer, CriticUpdatesReduceTheValueLoss) {
+  auto critic = model::BasicTransformerCritic<float>::random(tiny_config(), {.initializer_range = 0.2, .seed = 5}, {.num_threads = 1});
+  auto trainer = make_trainer({"algorithm.adv_estimator=gae", "actor_rollout_ref.actor.optim.lr=0", "critic.optim.lr=0.01",
+                               "critic.ppo_epochs=4", "trainer.total_training_steps=10"},
+                              std::move(critic), FirstDigitParity{});
+  std::vector<double> losses;
+  for (int s = 0; s < 10; ++s) {
+    const Metrics m = trainer.step();
+    ASSERT_TRUE(m.contains("critic/vf_loss"));
+    ASSERT_TRUE(m.contains("critic/values/mean"));
+    losses.push_back(m.at("critic/vf_loss"));
+  }
+  const double first = (losses[0] + losses[1]) / 2, last = (losses[8] + losses[9]) / 2;
+  EXPECT_LT(last, 0.5 * first) << "vf_loss " << first << " -> " << last;
+  EXPECT_EQ(trainer.critic_optimizer().state().step, 10 * 4 * 2);
+}
+
+TEST(PPOTrainer, DynamicSamplingDropsGroupsWithEqualRewards) {
+  // Every other prompt has a constant reward: its group is always dropped.
+  auto trainer = make_trainer({"algorithm.filter_groups.enable=True", "algorithm.filter_groups.metric=score",
+                               "algorithm.filter_groups.max_num_gen_batches=50"},
+                              NoCritic{}, FirstDigitParity{}, 16, 2);
+  for (int s = 0; s < 2; ++s) {
+    const Metrics m = trainer.step();
+    const Trajectories& batch = trainer.last_batch();
+    ASSERT_EQ(batch.rows(), 16);
+    EXPECT_GE(m.at("train/num_gen_batches"), 2.0);  // half the prompts are always dropped
+    for (Index g = 0; g < 4; ++g) {
+      double lo = 1e9, hi = -1e9;
+      for (Index j = 0; j < 4; ++j) {
+        const double score = batch.reward_outputs[static_cast<std::size_t>(g * 4 + j)].score;
+        lo = std::min(lo, score);
+        hi = std::max(hi, score);
+        EXPECT_EQ(batch.uid[static_cast<std::size_t>(g * 4 + j)], batch.uid[static_cast<std::size_t>(g * 4)]);
+      }
+      EXPECT_LT(lo, hi) << "group " << g << " has equal rewards";
+    }
+  }
+}
+
+TEST(PPOTrainer, KLInRewardWithAdaptiveController) {
+  auto trainer = make_trainer({"algorithm.use_kl_in_reward=True", "algorithm.kl_ctrl.type=adaptive",
+                               "algorithm.kl_ctrl.kl_coef=0.1", "algorithm.kl_ctrl.target_kl=0.01",
+                               "algorithm.kl_ctrl.horizon=100", "actor_rollout_ref.actor.optim.lr=0.05"});
+  const Metrics first = trainer.step();
+  EXPECT_DOUBLE_EQ(first.at("actor/reward_kl_penalty_coeff"), 0.1);
+  EXPECT_NEAR(first.at("actor/reward_kl_penalty"), 0.0, 1e-6);  // the actor equals the reference
+  // Observed KL 0 < target: beta *= 1 + clip(0 / 0.01 - 1, -0.2, 0.2) * 16 / 100.
+  EXPECT_NEAR(trainer.kl_coefficient(), 0.1 * (1 - 0.2 * 16 / 100.0), 1e-12);
+  const double before = trainer.kl_coefficient();
+  const Metrics second = trainer.step();
+  EXPECT_DOUBLE_EQ(second.at("actor/reward_kl_penalty_coeff"), before);
+  EXPECT_GT(std::abs(second.at("actor/reward_kl_penalty")), 0.0);
+  EXPECT_NE(trainer.kl_coefficient(), before);
+}
+
+std::vector<nlohmann::json> comparable_lines(const fs::path& file) {
+  std::vector<nlohmann::json> out;
+  std::ifstream in(file);
+  for (std::string line; std::getline(in, line);) {
+    nlohmann::json j = nlohmann::json::parse(line);
+    nlohmann::json kept = nlohmann::json::object();
+    for (const auto& [k, v] : j["data"].items())
+      if (!k.starts_with("timing_s/") && !k.starts_with("timing_per_token_ms/") && !k.starts_with("perf/")) kept[k] = v;
+    out.push_back({{"step", j["step"]}, {"data", kept}});
+  }
+  return out;
+}
+
+TEST(PPOTrainer, ResumedRunLogsExactlyTheMetricsOfAnUninterruptedOne) {
+  const fs::path dir = temp_dir("resume");
+  const std::vector<std::string> common = {"trainer.save_freq=2", "trainer.resume_mode=auto", "actor_rollout_ref.actor.optim.lr_warmup_steps=2",
+                                           "actor_rollout_ref.actor.optim.lr_scheduler_type=cosine",
+                                           "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=3"};
+  auto with = [&](std::string key) {
+    auto v = common;
+    v.push_back(std::move(key));
+    return v;
+  };
+  ::setenv("VERL_FILE_LOGGER_PATH", (dir / "full.jsonl").c_str(), 1);
+  {
+    auto trainer = make_trainer(with("trainer.default_local_dir=" + (dir / "full").string()), NoCritic{}, FirstDigitParity{});
+    std::ostringstream quiet;
+    trainer.fit(std::nullopt, quiet);
+  }
+  ::setenv("VERL_FILE_LOGGER_PATH", (dir / "resumed.jsonl").c_str(), 1);
+  {
+    auto trainer = make_trainer(with("trainer.default_local_dir=" + (dir / "resumed").string()), NoCritic{}, FirstDigitParity{});
+    std::ostringstream quiet;
+    trainer.fit(2, quiet);  // "killed" after the checkpoint of step 2
+  }
+  {
+    auto trainer = make_trainer(with("trainer.default_local_dir=" + (dir / "resumed").string()), NoCritic{}, FirstDigitParity{});
+    std::ostringstream quiet;
+    const auto history = trainer.fit(std::nullopt, quiet);
+    EXPECT_EQ(history.size(), 2u);  // steps 3 and 4 only
+  }
+  ::unsetenv("VERL_FILE_LOGGER_PATH");
+  const auto full = comparable_lines(dir / "full.jsonl");
+  const auto resumed = comparable_lines(dir / "resumed.jsonl");
+  ASSERT_EQ(full.size(), 4u);
+  ASSERT_EQ(resumed.size(), 4u);
+  EXPECT_GT(full[3]["data"]["actor/grad_norm"].get<double>(), 0.0);  // the runs did learn something
+  for (std::size_t i = 0; i < full.size(); ++i) EXPECT_EQ(full[i].dump(), resumed[i].dump()) << "line " << i;
+  EXPECT_TRUE(fs::exists(dir / "resumed" / "global_step_4" / "actor" / "model.safetensors"));
+  fs::remove_all(dir);
+}
+
+TEST(PPOTrainer, BadConfigurationsAreErrorsNamingTheKey) {
+  auto message_of = [](auto&& f) -> std::string {
+    try {
+      f();
+    } catch (const std::exception& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  EXPECT_NE(message_of([] { (void)load_ppo_config({"algorithm.adv_estimatr=grpo"}); }).find("algorithm.adv_estimator"),
+            std::string::npos);
+  const std::string type_error = message_of([] { (void)load_ppo_config({"data.train_batch_size=many"}); });
+  EXPECT_NE(type_error.find("data.train_batch_size"), std::string::npos) << type_error;
+  const std::string no_critic = message_of([] { (void)make_trainer({"algorithm.adv_estimator=gae"}); });
+  EXPECT_NE(no_critic.find("needs a critic"), std::string::npos) << no_critic;
+  const std::string mini = message_of([] { (void)make_trainer({"actor_rollout_ref.actor.ppo_mini_batch_size=8"}); });
+  EXPECT_NE(mini.find("actor_rollout_ref.actor.ppo_mini_batch_size"), std::string::npos) << mini;
+  const std::string loss = message_of([] { (void)make_trainer({"actor_rollout_ref.actor.policy_loss.loss_mode=ppo2"}); });
+  EXPECT_NE(loss.find("loss_mode"), std::string::npos) << loss;
+}
+
+TEST(PPOTrainer, RecipesComposeAtCompileTime) {
+  using namespace recipes;
+  static_assert(PPO::needs_critic && !GRPO::needs_critic && GRPO::needs_reference && !DAPO::needs_reference);
+  static_assert(ReMax::needs_reference && !DrGRPO::needs_reference);
+  const PPOConfig config = load_ppo_config(base_overrides());
+  const PPOAlgorithm dapo = DAPO::algorithm(config);
+  ASSERT_TRUE(dapo.filter_groups.has_value());
+  ASSERT_TRUE(dapo.overlong_penalty.has_value());
+  EXPECT_EQ(dapo.overlong_penalty->buffer_length, 1);  // max_response_length 3 / 4, at least 1
+  const auto* clip = dapo.policy_loss.get_if<algo::VanillaPPO>();
+  ASSERT_NE(clip, nullptr);
+  const PPOAlgorithm dr = DrGRPO::algorithm(config);
+  EXPECT_EQ(dr.loss_agg_mode, algo::LossAggMode::seq_mean_token_sum_norm);
+  EXPECT_NE(dr.estimator.get_if<algo::DrGRPO>(), nullptr);
+  RecipeTrainer<GRPO, Transformer, NoCritic, StartsWithSeven> grpo(config, tiny_policy(), tiny_policy(), NoCritic{},
+                                                                   StartsWithSeven{}, hooks(), prompts(16), {});
+  const Metrics m = grpo.step();
+  EXPECT_TRUE(m.contains("actor/kl_loss"));
+  EXPECT_TRUE(grpo.algorithm().kl_loss.has_value());
+}
+
+TEST(PPOTrainer, GrpoRaisesTheMeanRewardOnALearnableTask) {
+  auto trainer = make_trainer({"trainer.total_training_steps=30", "actor_rollout_ref.actor.optim.lr=0.02",
+                               "actor_rollout_ref.rollout.n=8", "data.train_batch_size=4"});
+  std::vector<double> scores;
+  for (int s = 0; s < 30; ++s) scores.push_back(trainer.step().at("critic/score/mean"));
+  const double first = (scores[0] + scores[1] + scores[2]) / 3, last = (scores[27] + scores[28] + scores[29]) / 3;
+  EXPECT_GT(last, first + 0.3) << "mean score " << first << " -> " << last;
+}
+
+}  // namespace
