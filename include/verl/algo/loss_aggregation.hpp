@@ -8,6 +8,7 @@
 // reads the mask twice.
 #pragma once
 
+#include <atomic>
 #include <bit>
 #include <concepts>
 #include <cstdint>
@@ -15,6 +16,8 @@
 #include <string_view>
 #include <type_traits>
 
+#include "verl/algo/detail/parallel_rows.hpp"
+#include "verl/algo/detail/vector_math.hpp"
 #include "verl/config.hpp"
 #include "verl/core/error.hpp"
 #include "verl/core/tensor.hpp"
@@ -272,6 +275,101 @@ MaskedRowSum masked_row_sum(const L* loss_row, const M* mask_row, Index cols) {
   return {count.ones, sum, count.non_binary};
 }
 
+/// masked_row_sum for float loss and mask, W lanes at a time: the count and the sum in one pass
+/// (per-lane int counts and double sums), the row's tail through masked_row_sum itself.
+template <int W, bool kSelectValid>
+VERL_FORCE_INLINE MaskedRowSum masked_row_sum_simd(const float* __restrict loss_row, const float* __restrict mask_row,
+                                                   Index cols) {
+  Index j = 0;
+  MaskedRowSum result{0, 0.0, false};
+#if VERL_HAS_VECTOR_EXTENSIONS
+  if constexpr (W > 1) {
+    using F = simd::FloatPack<W>;
+    using I = simd::IntPack<W>;
+    using D = typename simd::HalfDoublePack<W>::Type;
+    const F zero{}, one = F{} + 1.0f;
+    I ones{}, non_binary{};
+    D low{}, high{};
+    for (; j + W <= cols; j += W) {
+      const F m = simd::load<W>(mask_row + j), l = simd::load<W>(loss_row + j);
+      const I valid = m != zero, not_one = m != one;
+      ones -= valid;
+      non_binary = simd::either<W>(non_binary, simd::both<W>(valid, not_one));
+      const F kept = kSelectValid ? simd::keep<W>(valid, l) : l;
+      simd::accumulate_double<W>(kept * m, low, high);
+    }
+    for (int k = 0; k < W; ++k) result.length += ones[k];
+    for (int k = 0; k < W / 2; ++k) result.sum += low[k] + high[k];
+    result.non_binary_mask = simd::any<W>(non_binary);
+  }
+#endif
+  if (j < cols) {
+    const MaskedRowSum tail = masked_row_sum<kSelectValid>(loss_row + j, mask_row + j, cols - j);
+    result.length += tail.length;
+    result.sum += tail.sum;
+    result.non_binary_mask = result.non_binary_mask || tail.non_binary_mask;
+  }
+  return result;
+}
+
+/// Row lengths and masked row sums of a float batch, for agg_loss.
+struct MaskedRowSumsJob {
+  const RowMajorView<float>* loss;
+  const RowMajorView<float>* mask;
+  Index* lengths;
+  double* sums;
+  std::atomic<Index>* first_bad_row;  ///< smallest row whose mask is not 0/1
+};
+
+template <int W, bool kSelectValid>
+VERL_FORCE_INLINE void masked_row_sums(const MaskedRowSumsJob& job, Index begin, Index end) {
+  const Index cols = job.loss->cols();
+  Index bad_row = job.loss->rows();
+  for (Index i = begin; i < end; ++i) {
+    const MaskedRowSum row = masked_row_sum_simd<W, kSelectValid>(job.loss->data() + i * job.loss->outerStride(),
+                                                                  job.mask->data() + i * job.mask->outerStride(), cols);
+    job.lengths[i] = row.length;
+    job.sums[i] = row.sum;
+    if (row.non_binary_mask && bad_row == job.loss->rows()) bad_row = i;
+  }
+  Index seen = job.first_bad_row->load();
+  while (bad_row < seen && !job.first_bad_row->compare_exchange_weak(seen, bad_row)) {
+  }
+}
+template <bool kSelectValid>
+void masked_row_sums_baseline(const MaskedRowSumsJob& job, Index begin, Index end) {
+  masked_row_sums<simd::baseline_width, kSelectValid>(job, begin, end);
+}
+#if VERL_HAS_X86_DISPATCH
+template <bool kSelectValid>
+VERL_TARGET_AVX2 void masked_row_sums_avx2(const MaskedRowSumsJob& job, Index begin, Index end) {
+  masked_row_sums<8, kSelectValid>(job, begin, end);
+}
+template <bool kSelectValid>
+VERL_TARGET_AVX512 void masked_row_sums_avx512(const MaskedRowSumsJob& job, Index begin, Index end) {
+  masked_row_sums<16, kSelectValid>(job, begin, end);
+}
+#endif
+
+/// Fills counts.row_lengths and row_sums for a float batch: vector rows split over threads;
+/// throws for the first row (in row order) whose mask is not 0/1.
+inline void float_masked_row_sums(const RowMajorView<float>& loss, const RowMajorView<float>& mask, bool select_valid,
+                                  MaskCounts& counts, VectorD& row_sums) {
+  std::atomic<Index> first_bad{loss.rows()};
+  const MaskedRowSumsJob job{&loss, &mask, counts.row_lengths.data(), row_sums.data(), &first_bad};
+  using Kernel = void (*)(const MaskedRowSumsJob&, Index, Index);
+  Kernel kernel = select_valid ? &masked_row_sums_baseline<true> : &masked_row_sums_baseline<false>;
+#if VERL_HAS_X86_DISPATCH
+  const SimdLevel level = simd::best_level();
+  if (level == SimdLevel::avx2) kernel = select_valid ? &masked_row_sums_avx2<true> : &masked_row_sums_avx2<false>;
+  if (level == SimdLevel::avx512)
+    kernel = select_valid ? &masked_row_sums_avx512<true> : &masked_row_sums_avx512<false>;
+#endif
+  parallel_rows(loss.rows(), loss.cols(), [&](Index b, Index e) { kernel(job, b, e); });
+  const Index bad = first_bad.load();
+  if (bad < loss.rows()) throw_non_binary_mask("loss_mask", mask.data() + bad * mask.outerStride(), loss.cols(), bad);
+}
+
 template <class Derived>
 constexpr void require_floating_loss() {
   VERL_STATIC_ASSERT(std::is_floating_point_v<typename Derived::Scalar>, AGG_LOSS_NEEDS_A_FLOATING_POINT_LOSS_MATRIX);
@@ -296,14 +394,19 @@ typename LossDerived::Scalar agg_loss(const Eigen::MatrixBase<LossDerived>& loss
   counts.cols = loss.cols();
   counts.row_lengths.resize(loss.rows());
   VectorD row_sums(loss.rows());
-  for (Index i = 0; i < loss.rows(); ++i) {
-    const auto* loss_row = loss.data() + i * loss.outerStride();
-    const auto* mask_row = mask.data() + i * mask.outerStride();
-    const auto row = detail::selects_valid_tokens(mode) ? detail::masked_row_sum<true>(loss_row, mask_row, loss.cols())
-                                                        : detail::masked_row_sum<false>(loss_row, mask_row, loss.cols());
-    if (row.non_binary_mask) detail::throw_non_binary_mask("loss_mask", mask_row, loss.cols(), i);
-    counts.row_lengths[i] = row.length;
-    row_sums[i] = row.sum;
+  if constexpr (std::is_same_v<Scalar, float> && std::is_same_v<typename MaskDerived::Scalar, float>) {
+    detail::float_masked_row_sums(loss, mask, detail::selects_valid_tokens(mode), counts, row_sums);
+  } else {
+    for (Index i = 0; i < loss.rows(); ++i) {
+      const auto* loss_row = loss.data() + i * loss.outerStride();
+      const auto* mask_row = mask.data() + i * mask.outerStride();
+      const auto row = detail::selects_valid_tokens(mode)
+                           ? detail::masked_row_sum<true>(loss_row, mask_row, loss.cols())
+                           : detail::masked_row_sum<false>(loss_row, mask_row, loss.cols());
+      if (row.non_binary_mask) detail::throw_non_binary_mask("loss_mask", mask_row, loss.cols(), i);
+      counts.row_lengths[i] = row.length;
+      row_sums[i] = row.sum;
+    }
   }
   counts.finish();
 

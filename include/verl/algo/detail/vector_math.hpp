@@ -352,6 +352,41 @@ VERL_FORCE_INLINE bool any(IntPack<W> c) {
   }
 }
 
+#if VERL_HAS_VECTOR_EXTENSIONS
+/// Half a float pack's lanes as doubles: one register at every width (a wider generic vector
+/// would be lowered lane by lane).
+template <int W>
+struct HalfDoublePack;
+template <>
+struct HalfDoublePack<4> {
+  typedef double Type __attribute__((vector_size(16)));
+};
+template <>
+struct HalfDoublePack<8> {
+  typedef double Type __attribute__((vector_size(32)));
+};
+template <>
+struct HalfDoublePack<16> {
+  typedef double Type __attribute__((vector_size(64)));
+};
+
+/// Adds the lanes of `v` to two double accumulators (low half, high half).
+template <int W>
+VERL_FORCE_INLINE void accumulate_double(FloatPack<W> v, typename HalfDoublePack<W>::Type& low,
+                                         typename HalfDoublePack<W>::Type& high) {
+  if constexpr (W == 4) {  // no 2-lane float pack: SSE2 converts two lanes at a time anyway
+    low += typename HalfDoublePack<W>::Type{static_cast<double>(v[0]), static_cast<double>(v[1])};
+    high += typename HalfDoublePack<W>::Type{static_cast<double>(v[2]), static_cast<double>(v[3])};
+  } else {
+    FloatPack<W / 2> a, b;
+    split_halves<W>(v, a, b);
+    low += __builtin_convertvector(a, typename HalfDoublePack<W>::Type);
+    high += __builtin_convertvector(b, typename HalfDoublePack<W>::Type);
+  }
+}
+
+#endif
+
 // ---- instruction-set detection -----------------------------------------------------------------
 
 inline bool cpu_supports(SimdLevel level) {

@@ -88,38 +88,6 @@ inline DualClipRowSums dual_clip_ppo_row_scalar(const float* lp, const float* ol
 }
 
 #if VERL_HAS_VECTOR_EXTENSIONS
-/// Half a float pack's lanes as doubles: one register at every width (a wider generic vector
-/// would be lowered lane by lane).
-template <int W>
-struct HalfDoublePack;
-template <>
-struct HalfDoublePack<4> {
-  typedef double Type __attribute__((vector_size(16)));
-};
-template <>
-struct HalfDoublePack<8> {
-  typedef double Type __attribute__((vector_size(32)));
-};
-template <>
-struct HalfDoublePack<16> {
-  typedef double Type __attribute__((vector_size(64)));
-};
-
-/// Adds the lanes of `v` to two double accumulators (low half, high half).
-template <int W>
-VERL_FORCE_INLINE void accumulate_double(simd::FloatPack<W> v, typename HalfDoublePack<W>::Type& low,
-                                         typename HalfDoublePack<W>::Type& high) {
-  if constexpr (W == 4) {  // no 2-lane float pack: SSE2 converts two lanes at a time anyway
-    low += typename HalfDoublePack<W>::Type{static_cast<double>(v[0]), static_cast<double>(v[1])};
-    high += typename HalfDoublePack<W>::Type{static_cast<double>(v[2]), static_cast<double>(v[3])};
-  } else {
-    simd::FloatPack<W / 2> a, b;
-    simd::split_halves<W>(v, a, b);
-    low += __builtin_convertvector(a, typename HalfDoublePack<W>::Type);
-    high += __builtin_convertvector(b, typename HalfDoublePack<W>::Type);
-  }
-}
-
 /// dual_clip_ppo_row on W lanes at a time, with the ratios' exp computed in the same pass
 /// (simd::exp_bounded). Lanes whose ratio lands within 8 ulp of a threshold its branches compare
 /// against (1 - clip_low, 1 + clip_high, clip_ratio_c) are recomputed with std::exp, so every clip
@@ -135,7 +103,7 @@ VERL_FORCE_INLINE DualClipRowSums dual_clip_ppo_row_simd(const float* __restrict
                                                         RowScratch& scratch) {
   using F = simd::FloatPack<W>;
   using I = simd::IntPack<W>;
-  using D = typename HalfDoublePack<W>::Type;
+  using D = typename simd::HalfDoublePack<W>::Type;
   constexpr float kNear = 1.0f / (1 << 20);  // 8 ulp of a float near 1
   const F zero{}, one = F{} + 1.0f, half = F{} + 0.5f, lo = F{} + range.low, hi = F{} + range.high;
   const F bound = F{} + kLogRatioBound, neg_bound = F{} - kLogRatioBound, dual_factor = F{} + dual_clip;
@@ -179,8 +147,8 @@ VERL_FORCE_INLINE DualClipRowSums dual_clip_ppo_row_simd(const float* __restrict
     if constexpr (kWeights) weighted = loss * simd::load<W>(weights + j);
     const F loss_term = simd::keep<W>(simd::either<W>(valid, keep_all), weighted * m);
     const F kl_term = simd::keep<W>(valid, -c * m);
-    accumulate_double<W>(loss_term, loss_low, loss_high);
-    accumulate_double<W>(kl_term, kl_low, kl_high);
+    simd::accumulate_double<W>(loss_term, loss_low, loss_high);
+    simd::accumulate_double<W>(kl_term, kl_low, kl_high);
     const I clip_active = clipped_loss > unclipped, dual_active = surrogate > dual;
     clipped -= simd::both<W>(valid, clip_active);
     clipped_lower -= simd::both<W>(simd::both<W>(valid, negative), dual_active);
