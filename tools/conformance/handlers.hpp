@@ -30,6 +30,24 @@ struct Registrar {
   explicit Registrar(void (*register_family)(HandlerTable&)) { register_family(handler_table()); }
 };
 
+/// The CUDA path (`--device cuda`): cuda_handlers.cpp registers it when the build has CUDA. A
+/// function without a handler here, or whose `supports` predicate rejects the case, is reported
+/// as unsupported on cuda (neither passed nor failed).
+struct CudaSupport {
+  std::string (*unavailable_reason)() = nullptr;  ///< null: this build has no CUDA path
+  HandlerTable handlers;
+  std::map<std::string, bool (*)(const GoldenCase&), std::less<>> supports;
+};
+
+inline CudaSupport& cuda_support() {
+  static CudaSupport support;
+  return support;
+}
+
+struct CudaRegistrar {
+  explicit CudaRegistrar(void (*register_cuda)(CudaSupport&)) { register_cuda(cuda_support()); }
+};
+
 /// Optional JSON number (absent or null -> nullopt).
 inline std::optional<double> optional_number(const json& object, const char* key) {
   if (!object.contains(key) || object.at(key).is_null()) return std::nullopt;

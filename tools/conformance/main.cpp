@@ -1,6 +1,9 @@
 // verl_conformance PATH... — runs every golden case (files, or folders of *.json fixtures) through
 // the C++ implementation and reports per-family pass/fail counts, the worst error of each failing
 // case and a closing "N passed, M failed" line. Exits 1 if any case fails.
+// --device cuda (builds with CUDA only) runs the cases through the CUDA kernels; a case without a
+// kernel is counted as "unsupported on cuda", apart from passed and failed. Without a usable GPU
+// it exits 2 with the reason.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -25,8 +28,10 @@ struct Options {
 };
 
 void usage(std::ostream& out) {
-  out << "usage: verl_conformance [--device cpu] [--filter SUBSTRING] [--verbose] PATH...\n"
-         "  PATH: a golden fixture file (*.json) or a folder of them\n";
+  out << "usage: verl_conformance [--device cpu|cuda] [--filter SUBSTRING] [--verbose] PATH...\n"
+         "  PATH: a golden fixture file (*.json) or a folder of them\n"
+         "  --device cuda: the CUDA kernels (builds with CUDA); cases without a kernel are reported\n"
+         "                 as unsupported on cuda\n";
 }
 
 std::vector<std::string> expand(const std::vector<std::string>& paths) {
@@ -87,18 +92,27 @@ int main(int argc, char** argv) {
     usage(std::cerr);
     return 2;
   }
-  if (opt.device != "cpu") {
+  const bool on_cuda = opt.device == "cuda";
+  const auto& cuda = conformance::cuda_support();
+  if (opt.device != "cpu" && !(on_cuda && cuda.unavailable_reason != nullptr)) {
     fmt::print(stderr, "verl_conformance: --device {}: this build has only the cpu device\n", opt.device);
     return 2;
   }
+  if (on_cuda) {
+    if (const std::string why = cuda.unavailable_reason(); !why.empty()) {
+      fmt::print(stderr, "verl_conformance: --device cuda: {}\n", why);
+      return 2;
+    }
+  }
 
-  const auto& handlers = conformance::handler_table();
+  const auto& handlers = on_cuda ? cuda.handlers : conformance::handler_table();
   struct Tally {
     int passed = 0;
     int failed = 0;
+    int unsupported = 0;
   };
   std::map<std::string, Tally> per_family;
-  int passed = 0, failed = 0;
+  int passed = 0, failed = 0, unsupported = 0;
 
   std::vector<std::string> files;
   try {
@@ -121,6 +135,17 @@ int main(int argc, char** argv) {
       if (!opt.filter.empty() && name.find(opt.filter) == std::string::npos) continue;
       testing::CaseCheck check(c);
       const auto handler = handlers.find(c.fn());
+      if (on_cuda) {
+        const auto predicate = cuda.supports.find(c.fn());
+        const bool has_kernel =
+            handler != handlers.end() && (predicate == cuda.supports.end() || predicate->second(c));
+        if (!has_kernel) {
+          ++per_family[file.family().empty() ? fs::path(path).stem().string() : file.family()].unsupported;
+          ++unsupported;
+          if (opt.verbose) fmt::print("  {}: unsupported on cuda ({})\n", name, c.fn());
+          continue;
+        }
+      }
       if (handler == handlers.end()) {
         check.fail("", fmt::format("no C++ implementation registered for '{}'", c.fn()));
       } else if (c.raises()) {
@@ -151,8 +176,16 @@ int main(int argc, char** argv) {
     }
   }
 
-  for (const auto& [family, tally] : per_family)
-    fmt::print("{:<18} {:>5} passed, {:>5} failed\n", family, tally.passed, tally.failed);
-  fmt::print("{} passed, {} failed\n", passed, failed);
+  for (const auto& [family, tally] : per_family) {
+    if (on_cuda)
+      fmt::print("{:<18} {:>5} passed, {:>5} failed, {:>5} unsupported on cuda\n", family, tally.passed, tally.failed,
+                 tally.unsupported);
+    else
+      fmt::print("{:<18} {:>5} passed, {:>5} failed\n", family, tally.passed, tally.failed);
+  }
+  if (on_cuda)
+    fmt::print("{} passed, {} failed, {} unsupported on cuda\n", passed, failed, unsupported);
+  else
+    fmt::print("{} passed, {} failed\n", passed, failed);
   return failed == 0 ? 0 : 1;
 }

@@ -1,0 +1,201 @@
+// The CUDA path of verl_conformance (declared in cuda_runner.hpp): each function uploads the case's
+// tensors, runs the kernels and downloads the results, synchronously. Argument checks that verl
+// raises for (shapes, masks) happen on the host in cuda_handlers.cpp before these run.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "cuda_runner.hpp"
+#include "verl/kernels/advantages.cuh"
+#include "verl/kernels/kl_penalty.cuh"
+#include "verl/kernels/masked_reductions.cuh"
+#include "verl/kernels/policy_loss.cuh"
+
+namespace verl::conformance::cuda_path {
+namespace {
+
+template <class T>
+struct DeviceBuffer {
+  T* data = nullptr;
+  std::size_t size = 0;
+  explicit DeviceBuffer(std::size_t n) : size(n) {
+    if (n > 0) VERL_CUDA_CHECK(cudaMalloc(&data, n * sizeof(T)));
+  }
+  DeviceBuffer(DeviceBuffer&& other) noexcept : data(other.data), size(other.size) { other.data = nullptr; }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer() { cudaFree(data); }
+  void upload(const T* host) {
+    if (size > 0) VERL_CUDA_CHECK(cudaMemcpy(data, host, size * sizeof(T), cudaMemcpyHostToDevice));
+  }
+  void download(T* host) const {
+    if (size > 0) VERL_CUDA_CHECK(cudaMemcpy(host, data, size * sizeof(T), cudaMemcpyDeviceToHost));
+  }
+  T value() const {
+    T v{};
+    VERL_CUDA_CHECK(cudaMemcpy(&v, data, sizeof(T), cudaMemcpyDeviceToHost));
+    return v;
+  }
+};
+
+DeviceBuffer<float> to_device(const MatrixF& m) {
+  DeviceBuffer<float> d(static_cast<std::size_t>(m.size()));
+  d.upload(m.data());
+  return d;
+}
+
+MatrixF to_host(const DeviceBuffer<float>& d, Index rows, Index cols) {
+  MatrixF m(rows, cols);
+  d.download(m.data());
+  return m;
+}
+
+/// verl's masked_var raises for fewer than 2 valid tokens; the kernels leave NaN and the count.
+void require_whitening_count(const DeviceBuffer<kernels::WhitenStats>& stats) {
+  const long long valid = stats.value().count;
+  VERL_CHECK_ARG(valid >= 2,
+                 "response_mask: whitening needs at least 2 valid tokens in the batch (verl's masked_var raises), "
+                 "got {}",
+                 valid);
+}
+
+}  // namespace
+
+std::string unavailable_reason() {
+  int count = 0;
+  const cudaError_t status = cudaGetDeviceCount(&count);
+  if (status != cudaSuccess) return std::string("no usable CUDA device: ") + cudaGetErrorString(status);
+  if (count == 0) return "no CUDA device present";
+  return {};
+}
+
+algo::AdvantageResult outcome_advantages(const kernels::OutcomeParams& params, const MatrixF& rewards,
+                                         const MatrixF& mask, const std::vector<std::int64_t>& ids) {
+  const Index rows = rewards.rows(), cols = rewards.cols();
+  auto d_r = to_device(rewards), d_m = to_device(mask);
+  DeviceBuffer<std::int64_t> d_ids(ids.size());
+  d_ids.upload(ids.data());
+  DeviceBuffer<float> d_adv(static_cast<std::size_t>(rows * cols)), d_ret(static_cast<std::size_t>(rows * cols));
+  DeviceBuffer<kernels::WhitenStats> stats(1);
+  std::size_t bytes = 0;
+  kernels::outcome_advantages(nullptr, bytes, params, kernels::GroupLayout::any, nullptr, nullptr, nullptr, rows, cols,
+                              nullptr, nullptr);
+  DeviceBuffer<unsigned char> temp(bytes);
+  kernels::outcome_advantages(temp.data, bytes, params, kernels::GroupLayout::any, d_r.data, d_m.data, d_ids.data, rows,
+                              cols, d_adv.data, d_ret.data, nullptr, stats.data);
+  VERL_CUDA_CHECK(cudaDeviceSynchronize());
+  if (params.estimator == kernels::OutcomeEstimator::reinforce_plus_plus_baseline && rows > 0 && cols > 0)
+    require_whitening_count(stats);
+  return {to_host(d_adv, rows, cols), to_host(d_ret, rows, cols)};
+}
+
+algo::AdvantageResult gae(double gamma, double lam, const MatrixF& rewards, const MatrixF& values,
+                          const MatrixF& mask) {
+  const Index rows = rewards.rows(), cols = rewards.cols();
+  auto d_r = to_device(rewards), d_v = to_device(values), d_m = to_device(mask);
+  DeviceBuffer<float> d_adv(static_cast<std::size_t>(rows * cols)), d_ret(static_cast<std::size_t>(rows * cols));
+  DeviceBuffer<kernels::WhitenStats> stats(1);
+  const auto params = kernels::GaeParams::from(gamma, lam);
+  std::size_t bytes = 0;
+  kernels::gae_advantages(nullptr, bytes, params, nullptr, nullptr, nullptr, rows, cols, nullptr, nullptr);
+  DeviceBuffer<unsigned char> temp(bytes);
+  kernels::gae_advantages(temp.data, bytes, params, d_r.data, d_v.data, d_m.data, rows, cols, d_adv.data, d_ret.data,
+                          nullptr, stats.data);
+  VERL_CUDA_CHECK(cudaDeviceSynchronize());
+  VERL_CHECK_ARG(rows > 0, "response_mask: whitening needs at least 2 valid tokens in the batch, got an empty batch");
+  require_whitening_count(stats);
+  return {to_host(d_adv, rows, cols), to_host(d_ret, rows, cols)};
+}
+
+algo::AdvantageResult reinforce_plus_plus(double gamma, const MatrixF& rewards, const MatrixF& mask) {
+  const Index rows = rewards.rows(), cols = rewards.cols();
+  auto d_r = to_device(rewards), d_m = to_device(mask);
+  DeviceBuffer<float> d_adv(static_cast<std::size_t>(rows * cols)), d_ret(static_cast<std::size_t>(rows * cols));
+  DeviceBuffer<kernels::WhitenStats> stats(1);
+  std::size_t bytes = 0;
+  kernels::reinforce_plus_plus_advantages(nullptr, bytes, static_cast<float>(gamma), nullptr, nullptr, rows, cols,
+                                          nullptr, nullptr);
+  DeviceBuffer<unsigned char> temp(bytes);
+  kernels::reinforce_plus_plus_advantages(temp.data, bytes, static_cast<float>(gamma), d_r.data, d_m.data, rows, cols,
+                                          d_adv.data, d_ret.data, nullptr, stats.data);
+  VERL_CUDA_CHECK(cudaDeviceSynchronize());
+  VERL_CHECK_ARG(rows > 0, "response_mask: whitening needs at least 2 valid tokens in the batch, got an empty batch");
+  require_whitening_count(stats);
+  return {to_host(d_adv, rows, cols), to_host(d_ret, rows, cols)};
+}
+
+algo::AdvantageResult remax(const MatrixF& rewards, const MatrixF& mask, const VectorF& baselines) {
+  const Index rows = rewards.rows(), cols = rewards.cols();
+  auto d_r = to_device(rewards), d_m = to_device(mask);
+  DeviceBuffer<float> d_b(static_cast<std::size_t>(baselines.size()));
+  d_b.upload(baselines.data());
+  DeviceBuffer<float> d_adv(static_cast<std::size_t>(rows * cols)), d_ret(static_cast<std::size_t>(rows * cols));
+  kernels::remax_advantages(d_r.data, d_m.data, d_b.data, rows, cols, d_adv.data, d_ret.data);
+  VERL_CUDA_CHECK(cudaDeviceSynchronize());
+  return {to_host(d_adv, rows, cols), to_host(d_ret, rows, cols)};
+}
+
+AggLossOutput agg_loss(const MatrixF& loss, const MatrixF& mask, algo::LossAggMode mode,
+                       const algo::GlobalBatchInfo& info) {
+  const Index rows = loss.rows(), cols = loss.cols();
+  auto d_l = to_device(loss), d_m = to_device(mask);
+  DeviceBuffer<float> d_w(static_cast<std::size_t>(rows * cols));
+  DeviceBuffer<kernels::AggLossState> state(1);
+  std::size_t bytes = 0;
+  kernels::agg_loss(nullptr, bytes, nullptr, nullptr, rows, cols, mode, info, nullptr);
+  DeviceBuffer<unsigned char> temp(bytes);
+  kernels::agg_loss(temp.data, bytes, d_l.data, d_m.data, rows, cols, mode, info, state.data, d_w.data);
+  VERL_CUDA_CHECK(cudaDeviceSynchronize());
+  return {state.value().loss, to_host(d_w, rows, cols)};
+}
+
+KlOutput kl_penalty(kernels::KlType type, const MatrixF& logprob, const MatrixF& ref_logprob,
+                    const MatrixF* cotangent) {
+  const Index rows = logprob.rows(), cols = logprob.cols();
+  auto d_lp = to_device(logprob), d_ref = to_device(ref_logprob);
+  DeviceBuffer<float> d_kl(static_cast<std::size_t>(rows * cols)), d_grad(cotangent ? d_kl.size : 0);
+  DeviceBuffer<float> d_cot(cotangent ? d_kl.size : 0);
+  if (cotangent) d_cot.upload(cotangent->data());
+  kernels::kl_penalty(type, d_lp.data, d_ref.data, rows * cols, d_kl.data, cotangent ? d_grad.data : nullptr,
+                      cotangent ? d_cot.data : nullptr);
+  VERL_CUDA_CHECK(cudaDeviceSynchronize());
+  KlOutput out{to_host(d_kl, rows, cols), {}};
+  if (cotangent) out.grad_logprob = to_host(d_grad, rows, cols);
+  return out;
+}
+
+algo::PolicyLossResult vanilla_policy_loss(const MatrixF& old_log_prob, const MatrixF& log_prob,
+                                           const MatrixF& advantages, const MatrixF& mask,
+                                           const MatrixF* rollout_is_weights, const kernels::VanillaPPOParams& params,
+                                           algo::LossAggMode mode, const algo::GlobalBatchInfo& info) {
+  const Index rows = log_prob.rows(), cols = log_prob.cols();
+  auto d_old = to_device(old_log_prob), d_lp = to_device(log_prob), d_adv = to_device(advantages),
+       d_m = to_device(mask);
+  DeviceBuffer<float> d_w(rollout_is_weights ? static_cast<std::size_t>(rows * cols) : 0);
+  if (rollout_is_weights) d_w.upload(rollout_is_weights->data());
+  DeviceBuffer<float> d_grad(static_cast<std::size_t>(rows * cols));
+  DeviceBuffer<kernels::PolicyLossState> state(1);
+  kernels::PolicyLossInputs in;
+  in.old_log_prob = d_old.data;
+  in.log_prob = d_lp.data;
+  in.advantages = d_adv.data;
+  in.response_mask = d_m.data;
+  in.rollout_is_weights = rollout_is_weights ? d_w.data : nullptr;
+  in.rows = rows;
+  in.cols = cols;
+  std::size_t bytes = 0;
+  kernels::vanilla_policy_loss(nullptr, bytes, in, params, mode, info, nullptr, nullptr);
+  DeviceBuffer<unsigned char> temp(bytes);
+  kernels::vanilla_policy_loss(temp.data, bytes, in, params, mode, info, d_grad.data, state.data);
+  VERL_CUDA_CHECK(cudaDeviceSynchronize());
+  const kernels::PolicyLossState s = state.value();
+  algo::PolicyLossResult result{s.pg_loss, to_host(d_grad, rows, cols), {}};
+  result.metrics["actor/pg_clipfrac"] = s.pg_clipfrac;
+  result.metrics["actor/ppo_kl"] = s.ppo_kl;
+  result.metrics["actor/pg_clipfrac_lower"] = s.pg_clipfrac_lower;
+  return result;
+}
+
+}  // namespace verl::conformance::cuda_path

@@ -1,0 +1,239 @@
+// verl_conformance --device cuda: the golden cases that have a kernel (advantages, agg_loss,
+// kl_penalty, vanilla PPO) run through cuda_runner.hpp. Host-side argument checks come first
+// (verl raises there; the kernels do not check), then the kernels, then the same comparisons as
+// the CPU handlers. A case whose function (or configuration) has no kernel is reported as
+// "unsupported on cuda" by main.cpp; this file only registers what it really runs.
+// Linked into verl_conformance only when the build has CUDA (tools/conformance/CMakeLists.txt).
+#include <fmt/format.h>
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "cuda_runner.hpp"
+#include "handlers.hpp"
+#include "verl/algo/advantages.hpp"
+#include "verl/algo/advantages/detail/row_ops.hpp"
+#include "verl/algo/kl_registry.hpp"
+#include "verl/algo/loss_aggregation.hpp"
+#include "verl/algo/policy_losses.hpp"
+
+namespace verl::conformance {
+namespace {
+
+void require_known_outputs(const GoldenCase& c, CaseCheck& check, std::initializer_list<std::string_view> known) {
+  for (auto it = c.outputs().begin(); it != c.outputs().end(); ++it) {
+    bool listed = false;
+    for (auto k : known) listed = listed || k == it.key();
+    if (!listed) check.fail(it.key(), fmt::format("output '{}' is not compared by the cuda handler", it.key()));
+  }
+}
+
+std::optional<bool> optional_bool(const json& object, const char* key) {
+  if (!object.contains(key) || object.at(key).is_null()) return std::nullopt;
+  return object.at(key).get<bool>();
+}
+
+void require_binary_mask(const MatrixF& mask, std::string_view argument) {
+  for (Index i = 0; i < mask.rows(); ++i)
+    algo::detail::require_binary_mask_row(argument, mask.data() + i * mask.cols(), mask.cols(), i);
+}
+
+// ---- advantages ----------------------------------------------------------------------------------
+
+void compare_advantages(const GoldenCase& c, CaseCheck& check, const algo::AdvantageResult& result) {
+  require_known_outputs(c, check, {"advantages", "returns"});
+  if (c.outputs().contains("advantages")) check.tensor("advantages", result.advantages, c.tolerance());
+  if (c.outputs().contains("returns")) check.tensor("returns", result.returns, c.tolerance());
+}
+
+struct AdvantageInputs {
+  MatrixF rewards, mask;
+  std::vector<std::int64_t> index;
+  std::optional<MatrixF> values;
+  std::optional<VectorF> baselines;
+
+  explicit AdvantageInputs(const GoldenCase& c)
+      : rewards(c.input_tensor("token_level_rewards").matrix<float>()),
+        mask(c.input_tensor("response_mask").matrix<float>()) {
+    if (c.has_input("index")) index = c.input_tensor("index").int64s();
+    if (c.has_input("values")) values = c.input_tensor("values").matrix<float>();
+    if (c.has_input("reward_baselines")) baselines = c.input_tensor("reward_baselines").vector<float>();
+  }
+  /// The CPU estimator's argument checks (shapes, presence, 0/1 mask), on the host.
+  template <class E>
+  void validate() const {
+    algo::AdvantageBatch batch{.token_level_rewards = rewards, .response_mask = mask, .index = index};
+    if (values) batch.values.emplace(*values);
+    if (baselines) batch.reward_baselines.emplace(*baselines);
+    algo::detail::validate_advantage_batch<E>(batch);
+    require_binary_mask(mask, "response_mask");
+  }
+};
+
+template <class E>
+void outcome_case(const GoldenCase& c, CaseCheck& check, kernels::OutcomeEstimator estimator) {
+  const AdvantageInputs in(c);
+  in.template validate<E>();
+  kernels::OutcomeParams params;
+  params.estimator = estimator;
+  const json& args = c.args();
+  if (auto v = optional_number(args, "epsilon")) params.epsilon = static_cast<float>(*v);
+  if (auto v = optional_bool(args, "norm_adv_by_std_in_grpo")) params.norm_adv_by_std_in_grpo = *v;
+  if (auto v = optional_number(args, "f_norm")) params.f_norm = static_cast<float>(*v);
+  compare_advantages(c, check, cuda_path::outcome_advantages(params, in.rewards, in.mask, in.index));
+}
+
+void gae_case(const GoldenCase& c, CaseCheck& check) {
+  const AdvantageInputs in(c);
+  in.validate<algo::GAE>();
+  const double gamma = optional_number(c.args(), "gamma").value_or(1.0);
+  const double lam = optional_number(c.args(), "lam").value_or(1.0);
+  compare_advantages(c, check, cuda_path::gae(gamma, lam, in.rewards, *in.values, in.mask));
+}
+
+void reinforce_case(const GoldenCase& c, CaseCheck& check) {
+  const AdvantageInputs in(c);
+  in.validate<algo::ReinforcePlusPlus>();
+  VERL_CHECK_ARG(c.has_arg("config"), "config: verl's reinforce_plus_plus needs the algorithm config, got None");
+  const double gamma = c.args().at("config").at("gamma").get<double>();
+  compare_advantages(c, check, cuda_path::reinforce_plus_plus(gamma, in.rewards, in.mask));
+}
+
+void remax_case(const GoldenCase& c, CaseCheck& check) {
+  const AdvantageInputs in(c);
+  in.validate<algo::ReMax>();
+  compare_advantages(c, check, cuda_path::remax(in.rewards, in.mask, *in.baselines));
+}
+
+// ---- agg_loss, kl ----------------------------------------------------------------------------------
+
+void agg_loss_case(const GoldenCase& c, CaseCheck& check) {
+  require_known_outputs(c, check, {"loss", "grad:loss_mat"});
+  const auto mode = algo::parse_loss_agg_mode(c.args().at("loss_agg_mode").get<std::string>());
+  algo::GlobalBatchInfo info;
+  if (auto v = optional_number(c.args(), "dp_size")) info.dp_size = *v;
+  info.batch_num_tokens = optional_number(c.args(), "batch_num_tokens");
+  info.global_batch_size = optional_number(c.args(), "global_batch_size");
+  info.loss_scale_factor = optional_number(c.args(), "loss_scale_factor");
+  const MatrixF loss_mat = c.input_tensor("loss_mat").matrix<float>();
+  const MatrixF loss_mask = c.input_tensor("loss_mask").matrix<float>();
+  verl::detail::require_same_shape("loss_mask", shape_of(loss_mask), "loss_mat", shape_of(loss_mat));
+  (void)algo::detail::count_mask("loss_mask", loss_mask);  // the 0/1 check, as agg_loss raises
+  const auto out = cuda_path::agg_loss(loss_mat, loss_mask, mode, info);
+  check.scalar("loss", out.loss, c.tolerance());
+  check.tensor("grad:loss_mat", out.weights, c.grad_tolerance(), c.grad_tie_indices());
+}
+
+void kl_case(const GoldenCase& c, CaseCheck& check) {
+  require_known_outputs(c, check, {"kl", "grad:logprob", "grad:ref_logprob"});
+  // verl's names, with its errors for the names it knows but rejects ('k3+', 'full').
+  (void)algo::make_kl_estimator(c.args().at("kl_penalty").get<std::string>());
+  const auto type = kernels::parse_kl_type(c.args().at("kl_penalty").get<std::string>());
+  const MatrixF logprob = c.input_tensor("logprob").matrix<float>();
+  const MatrixF ref_logprob = c.input_tensor("ref_logprob").matrix<float>();
+  verl::detail::require_same_shape("ref_logprob", shape_of(ref_logprob), "logprob", shape_of(logprob));
+  std::optional<MatrixF> cotangent;
+  if (c.has_input("cotangent")) {
+    cotangent = c.input_tensor("cotangent").matrix<float>();
+    verl::detail::require_same_shape("cotangent", shape_of(*cotangent), "logprob", shape_of(logprob));
+  }
+  const auto out = cuda_path::kl_penalty(type, logprob, ref_logprob, cotangent ? &*cotangent : nullptr);
+  check.tensor("kl", out.kl, c.tolerance());
+  if (cotangent) {
+    const auto ties = c.grad_tie_indices();
+    check.tensor("grad:logprob", out.grad_logprob, c.grad_tolerance(), ties);
+    check.tensor("grad:ref_logprob", MatrixF(-out.grad_logprob), c.grad_tolerance(), ties);
+  } else if (c.outputs().contains("grad:logprob")) {
+    check.fail("grad:logprob", "the case has gradients but no cotangent");
+  }
+}
+
+// ---- vanilla PPO -----------------------------------------------------------------------------------
+
+algo::GlobalBatchInfo global_batch_info_from(const json& actor) {
+  algo::GlobalBatchInfo info;
+  if (!actor.contains("global_batch_info") || actor.at("global_batch_info").is_null()) return info;
+  const json& g = actor.at("global_batch_info");
+  if (const auto dp = optional_number(g, "dp_size")) info.dp_size = *dp;
+  info.batch_num_tokens = optional_number(g, "batch_num_tokens");
+  info.global_batch_size = optional_number(g, "global_batch_size");
+  info.loss_scale_factor = optional_number(g, "loss_scale_factor");
+  return info;
+}
+
+void vanilla_case(const GoldenCase& c, CaseCheck& check) {
+  const json& args = c.args();
+  const json& actor = args.at("config");
+  // clip_ratio_low / _high fall back to clip_ratio, as verl's config (PolicyLossConfig) does.
+  algo::PolicyLossConfig config;
+  if (const auto v = optional_number(actor, "clip_ratio")) config.clip_ratio = *v;
+  if (actor.contains("clip_ratio_low")) config.clip_ratio_low = optional_number(actor, "clip_ratio_low");
+  if (actor.contains("clip_ratio_high")) config.clip_ratio_high = optional_number(actor, "clip_ratio_high");
+  if (const auto v = optional_number(actor, "clip_ratio_c")) config.clip_ratio_c = *v;
+  const auto params = kernels::VanillaPPOParams::from(config.resolved_clip_ratio_low(),
+                                                      config.resolved_clip_ratio_high(), config.clip_ratio_c);
+  const MatrixF old = c.input_tensor("old_log_prob").matrix<float>();
+  const MatrixF lp = c.input_tensor("log_prob").matrix<float>();
+  const MatrixF adv = c.input_tensor("advantages").matrix<float>();
+  const MatrixF mask = c.input_tensor("response_mask").matrix<float>();
+  std::optional<MatrixF> weights;
+  if (c.has_input("rollout_is_weights")) weights = c.input_tensor("rollout_is_weights").matrix<float>();
+  algo::PolicyLossBatch batch{old, lp, adv, mask};
+  if (weights) batch.rollout_is_weights.emplace(*weights);
+  (void)algo::detail::validate_policy_loss_batch(batch);  // shapes and the 0/1 mask, as verl raises
+  const auto mode = c.has_arg("loss_agg_mode") ? algo::parse_loss_agg_mode(args.at("loss_agg_mode").get<std::string>())
+                                               : algo::LossAggMode::token_mean;
+  const auto result = cuda_path::vanilla_policy_loss(old, lp, adv, mask, weights ? &*weights : nullptr, params, mode,
+                                                     global_batch_info_from(actor));
+  for (auto it = c.outputs().begin(); it != c.outputs().end(); ++it) {
+    const std::string& key = it.key();
+    if (key == "pg_loss") {
+      check.scalar(key, result.pg_loss, c.tolerance());
+    } else if (key == "grad:log_prob") {
+      check.tensor(key, result.grad_log_prob, c.grad_tolerance(), c.grad_tie_indices());
+    } else if (const auto found = result.metrics.find(key); found != result.metrics.end()) {
+      check.scalar(key, found->second, c.tolerance());
+    } else if (c.output_is_checkable(key)) {
+      check.fail(key, "verl reports '" + key + "', the cuda result has no such metric");
+    }
+  }
+}
+
+/// The policy-loss cases the vanilla kernel covers: no rollout-correction options (they change the
+/// loss; the kernel has none).
+bool vanilla_supported(const GoldenCase& c) {
+  if (!c.registry_name().empty() && c.registry_name() != "vanilla") return false;
+  if (!c.has_arg("config")) return false;
+  const json& actor = c.args().at("config");
+  if (!actor.contains("policy_loss") || actor.at("policy_loss").is_null()) return true;
+  const json& pl = actor.at("policy_loss");
+  return !pl.contains("rollout_correction") || pl.at("rollout_correction").is_null();
+}
+
+void register_cuda(CudaSupport& cuda) {
+  cuda.unavailable_reason = cuda_path::unavailable_reason;
+  HandlerTable& t = cuda.handlers;
+  using E = kernels::OutcomeEstimator;
+  t["compute_grpo_outcome_advantage"] = [](const GoldenCase& c, CaseCheck& k) { outcome_case<algo::GRPO>(c, k, E::grpo); };
+  t["compute_rloo_outcome_advantage"] = [](const GoldenCase& c, CaseCheck& k) { outcome_case<algo::RLOO>(c, k, E::rloo); };
+  t["compute_gpg_outcome_advantage"] = [](const GoldenCase& c, CaseCheck& k) { outcome_case<algo::GPG>(c, k, E::gpg); };
+  t["compute_opo_outcome_advantage"] = [](const GoldenCase& c, CaseCheck& k) { outcome_case<algo::OPO>(c, k, E::opo); };
+  t["compute_reinforce_plus_plus_baseline_outcome_advantage"] = [](const GoldenCase& c, CaseCheck& k) {
+    outcome_case<algo::ReinforcePlusPlusBaseline>(c, k, E::reinforce_plus_plus_baseline);
+  };
+  t["compute_gae_advantage_return"] = gae_case;
+  t["compute_reinforce_plus_plus_outcome_advantage"] = reinforce_case;
+  t["compute_remax_outcome_advantage"] = remax_case;
+  t["agg_loss"] = agg_loss_case;
+  t["kl_penalty"] = kl_case;
+  t["kl_penalty_forward"] = kl_case;
+  t["compute_policy_loss_vanilla"] = vanilla_case;
+  cuda.supports["compute_policy_loss_vanilla"] = vanilla_supported;
+}
+
+const CudaRegistrar registrar{register_cuda};
+
+}  // namespace
+}  // namespace verl::conformance

@@ -1,0 +1,50 @@
+// The CUDA path of verl_conformance: host functions (defined in cuda_families.cu, compiled by
+// nvcc) that upload a golden case's tensors, run the kernels of include/verl/kernels and download
+// the results. g++-compilable: cuda_handlers.cpp translates the JSON cases and calls these.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "verl/algo/advantage_estimator.hpp"
+#include "verl/algo/policy_loss.hpp"
+#include "verl/kernels/advantages.hpp"
+#include "verl/kernels/kl_penalty.hpp"
+#include "verl/kernels/masked_reductions.hpp"
+#include "verl/kernels/policy_loss.hpp"
+
+namespace verl::conformance::cuda_path {
+
+/// "" when a CUDA device is usable, else why not.
+std::string unavailable_reason();
+
+/// Outcome estimators on (B, T) rewards and mask; ids of any layout (sorted on the device).
+/// Throws where verl raises (whitening of fewer than 2 valid tokens).
+algo::AdvantageResult outcome_advantages(const kernels::OutcomeParams& params, const MatrixF& rewards,
+                                         const MatrixF& mask, const std::vector<std::int64_t>& ids);
+algo::AdvantageResult gae(double gamma, double lam, const MatrixF& rewards, const MatrixF& values, const MatrixF& mask);
+algo::AdvantageResult reinforce_plus_plus(double gamma, const MatrixF& rewards, const MatrixF& mask);
+algo::AdvantageResult remax(const MatrixF& rewards, const MatrixF& mask, const VectorF& baselines);
+
+struct AggLossOutput {
+  float loss;
+  MatrixF weights;  ///< d loss / d loss_mat
+};
+AggLossOutput agg_loss(const MatrixF& loss, const MatrixF& mask, algo::LossAggMode mode,
+                       const algo::GlobalBatchInfo& info);
+
+struct KlOutput {
+  MatrixF kl;
+  MatrixF grad_logprob;  ///< cotangent * d kl / d logprob (empty without a cotangent)
+};
+KlOutput kl_penalty(kernels::KlType type, const MatrixF& logprob, const MatrixF& ref_logprob,
+                    const MatrixF* cotangent);
+
+/// verl's compute_policy_loss_vanilla: pg_loss, grad w.r.t. log_prob, verl's three metrics.
+algo::PolicyLossResult vanilla_policy_loss(const MatrixF& old_log_prob, const MatrixF& log_prob,
+                                           const MatrixF& advantages, const MatrixF& mask,
+                                           const MatrixF* rollout_is_weights, const kernels::VanillaPPOParams& params,
+                                           algo::LossAggMode mode, const algo::GlobalBatchInfo& info);
+
+}  // namespace verl::conformance::cuda_path
