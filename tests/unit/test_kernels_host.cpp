@@ -127,6 +127,47 @@ TEST(KernelsHost, SamplerModelMatchesTheRolloutSampler) {
   EXPECT_EQ(mismatches, 0) << "of " << draws << " draws";
 }
 
+/// True when `token` is what `sampler(u')` returns for some u' within `delta` of u: the token
+/// is the inverse CDF over the kept tokens in index order, nondecreasing in u, so it suffices to
+/// bracket it between the draws at u - delta and u + delta.
+template <class Sampler>
+bool within_draw_rounding(std::int64_t token, double u, double delta, Sampler&& sampler) {
+  const double lo = std::max(0.0, u - delta), hi = std::min(std::nextafter(1.0, 0.0), u + delta);
+  return sampler(lo) <= token && token <= sampler(hi);
+}
+
+TEST(KernelsHost, SamplerModelMatchesTheRolloutSamplerAtQwenVocabulary) {
+  // V = 151936. The rollout sampler sums exp() in float lanes (about 10k terms each here), so its
+  // total mass is off by ~1e-5 relative and with token masses ~1/V its draw can land a few tokens
+  // away from an exact inverse CDF; the model's sums are exact integers. So the model's token must
+  // be the reference's for some u' within 1e-4 of u, and the log-probs agree to 1e-4.
+  const std::int64_t vocab = 151936;
+  const std::vector<SamplingConfig> configs = {{1.0f, -1, 1.0f}, {0.7f, 50, 1.0f}, {1.0f, -1, 0.9f}, {0.6f, 1000, 0.95f}};
+  int exact = 0, draws = 0;
+  for (std::uint64_t row = 0; row < 2; ++row) {
+    const auto logits = sampling_row(vocab, static_cast<std::uint32_t>(100 + row), row == 1);
+    for (std::size_t c = 0; c < configs.size(); ++c) {
+      verl::rollout::SamplingParams params;
+      params.temperature = configs[c].temperature;
+      params.top_k = configs[c].top_k;
+      params.top_p = configs[c].top_p;
+      const double u = kd::counter_uniform(77, row, c);
+      const auto expected = verl::rollout::sample_token(logits, params, u);
+      const auto actual = verl::kernels::sample_token_model(logits, configs[c], u);
+      EXPECT_TRUE(within_draw_rounding(actual.token, u, 1e-4, [&](double v) {
+        return verl::rollout::sample_token(logits, params, v).token;
+      })) << "config " << c << " row " << row << ": " << actual.token << " vs " << expected.token;
+      if (actual.token == expected.token) {
+        EXPECT_NEAR(actual.log_prob, expected.log_prob, 1e-4f);
+      }
+      exact += actual.token == expected.token;
+      ++draws;
+    }
+  }
+  // Top-k / top-p draws (fewer, heavier tokens) match exactly.
+  EXPECT_GE(exact, draws / 2);
+}
+
 TEST(KernelsHost, SamplerModelTopKOneIsGreedy) {
   const auto logits = sampling_row(4000, 5, false);
   const auto greedy = verl::kernels::sample_token_model(logits, {0.0f, -1, 1.0f}, 0.5);
