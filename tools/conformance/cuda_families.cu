@@ -10,6 +10,7 @@
 #include "cuda_runner.hpp"
 #include "verl/kernels/advantages.cuh"
 #include "verl/kernels/kl_penalty.cuh"
+#include "verl/kernels/logprob_entropy.cuh"
 #include "verl/kernels/masked_reductions.cuh"
 #include "verl/kernels/policy_loss.cuh"
 
@@ -196,6 +197,50 @@ algo::PolicyLossResult vanilla_policy_loss(const MatrixF& old_log_prob, const Ma
   result.metrics["actor/ppo_kl"] = s.ppo_kl;
   result.metrics["actor/pg_clipfrac_lower"] = s.pg_clipfrac_lower;
   return result;
+}
+
+LogitsOutput logprob_entropy(const MatrixF& logits, const std::vector<std::int64_t>* labels,
+                             const VectorF* log_prob_cotangent, const VectorF* entropy_cotangent) {
+  const Index rows = logits.rows(), vocab = logits.cols();
+  const auto n = static_cast<std::size_t>(rows);
+  auto d_logits = to_device(logits);
+  DeviceBuffer<std::int64_t> d_labels(labels ? labels->size() : 0);
+  if (labels) d_labels.upload(labels->data());
+  DeviceBuffer<float> d_lp(n), d_h(n), d_q(n), d_max(n), d_lse(n), d_cot_lp(n), d_cot_h(n);
+  const kernels::LogitsShape shape{rows, vocab, vocab};
+  kernels::LogprobEntropyOutputs outputs;
+  outputs.log_probs = labels ? d_lp.data : nullptr;
+  outputs.entropy = d_h.data;
+  outputs.sum_pi_squared = d_q.data;
+  outputs.row_max = d_max.data;
+  outputs.log_normalizer = d_lse.data;
+  const std::int64_t* label_ptr = labels ? d_labels.data : nullptr;
+  kernels::logprob_entropy_forward(d_logits.data, shape, label_ptr, 1.0f, outputs);
+  LogitsOutput out;
+  out.log_probs.resize(rows);
+  out.entropy.resize(rows);
+  out.sum_pi_squared.resize(rows);
+  VERL_CUDA_CHECK(cudaDeviceSynchronize());
+  if (labels) d_lp.download(out.log_probs.data());
+  d_h.download(out.entropy.data());
+  d_q.download(out.sum_pi_squared.data());
+  if (log_prob_cotangent || entropy_cotangent) {
+    kernels::LogprobEntropyCotangentPointers cotangents;
+    if (log_prob_cotangent) {
+      d_cot_lp.upload(log_prob_cotangent->data());
+      cotangents.log_probs = d_cot_lp.data;
+    }
+    if (entropy_cotangent) {
+      d_cot_h.upload(entropy_cotangent->data());
+      cotangents.entropy = d_cot_h.data;
+    }
+    const kernels::LogprobEntropySaved saved{d_max.data, d_lse.data, d_h.data, d_q.data};
+    DeviceBuffer<float> d_grad(static_cast<std::size_t>(rows * vocab));
+    kernels::logprob_entropy_backward(d_logits.data, shape, label_ptr, 1.0f, saved, cotangents, d_grad.data, vocab);
+    VERL_CUDA_CHECK(cudaDeviceSynchronize());
+    out.grad_logits = to_host(d_grad, rows, vocab);
+  }
+  return out;
 }
 
 }  // namespace verl::conformance::cuda_path

@@ -1,5 +1,5 @@
 // verl_conformance --device cuda: the golden cases that have a kernel (advantages, agg_loss,
-// kl_penalty, vanilla PPO) run through cuda_runner.hpp. Host-side argument checks come first
+// kl_penalty, vanilla PPO, log-probs / entropy / sum p^2 of the functional family) run through cuda_runner.hpp. Host-side argument checks come first
 // (verl raises there; the kernels do not check), then the kernels, then the same comparisons as
 // the CPU handlers. A case whose function (or configuration) has no kernel is reported as
 // "unsupported on cuda" by main.cpp; this file only registers what it really runs.
@@ -212,6 +212,39 @@ bool vanilla_supported(const GoldenCase& c) {
   return !pl.contains("rollout_correction") || pl.at("rollout_correction").is_null();
 }
 
+// ---- functional: log-probs, entropy, sum p^2 (kernels/logprob_entropy.cuh) ---------------------------
+
+void logprobs_case(const GoldenCase& c, CaseCheck& check) {
+  require_known_outputs(c, check, {"logprobs", "grad:logits"});
+  const MatrixF logits = c.input_tensor("logits").matrix<float>();
+  const std::vector<std::int64_t> labels = c.input_tensor("labels").int64s();
+  verl::detail::require_length("labels", static_cast<Index>(labels.size()), logits.rows());
+  for (const std::int64_t label : labels)
+    VERL_CHECK_ARG(label >= 0 && label < logits.cols(), "labels: expected values in [0, {}), got {}", logits.cols(),
+                   label);
+  std::optional<VectorF> cotangent;
+  if (c.has_input("cotangent")) cotangent = c.input_tensor("cotangent").vector<float>();
+  const auto out = cuda_path::logprob_entropy(logits, &labels, cotangent ? &*cotangent : nullptr, nullptr);
+  check.tensor("logprobs", out.log_probs, c.tolerance());
+  if (cotangent) check.tensor("grad:logits", out.grad_logits, c.grad_tolerance(), c.grad_tie_indices());
+}
+
+void entropy_case(const GoldenCase& c, CaseCheck& check) {
+  require_known_outputs(c, check, {"entropy", "grad:logits"});
+  const MatrixF logits = c.input_tensor("logits").matrix<float>();
+  std::optional<VectorF> cotangent;
+  if (c.has_input("cotangent")) cotangent = c.input_tensor("cotangent").vector<float>();
+  const auto out = cuda_path::logprob_entropy(logits, nullptr, nullptr, cotangent ? &*cotangent : nullptr);
+  check.tensor("entropy", out.entropy, c.tolerance());
+  if (cotangent) check.tensor("grad:logits", out.grad_logits, c.grad_tolerance(), c.grad_tie_indices());
+}
+
+void sum_pi_squared_case(const GoldenCase& c, CaseCheck& check) {
+  require_known_outputs(c, check, {"sum_pi_squared"});
+  const auto out = cuda_path::logprob_entropy(c.input_tensor("logits").matrix<float>(), nullptr, nullptr, nullptr);
+  check.tensor("sum_pi_squared", out.sum_pi_squared, c.tolerance());
+}
+
 void register_cuda(CudaSupport& cuda) {
   cuda.unavailable_reason = cuda_path::unavailable_reason;
   HandlerTable& t = cuda.handlers;
@@ -231,6 +264,11 @@ void register_cuda(CudaSupport& cuda) {
   t["kl_penalty_forward"] = kl_case;
   t["compute_policy_loss_vanilla"] = vanilla_case;
   cuda.supports["compute_policy_loss_vanilla"] = vanilla_supported;
+  for (const char* fn : {"logprobs_from_logits", "logprobs_from_logits_v2", "logprobs_from_logits_naive"})
+    t[fn] = logprobs_case;
+  t["entropy_from_logits"] = entropy_case;
+  t["entropy_from_logits_with_chunking"] = entropy_case;
+  t["calculate_sum_pi_squared_from_logits"] = sum_pi_squared_case;
 }
 
 const CudaRegistrar registrar{register_cuda};

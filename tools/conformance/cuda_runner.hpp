@@ -47,4 +47,14 @@ algo::PolicyLossResult vanilla_policy_loss(const MatrixF& old_log_prob, const Ma
                                            const MatrixF* rollout_is_weights, const kernels::VanillaPPOParams& params,
                                            algo::LossAggMode mode, const algo::GlobalBatchInfo& info);
 
+/// Log-probs of `labels` (nullptr: none), entropy and sum p^2 of each row of `logits`, through
+/// kernels/logprob_entropy.cuh; with a cotangent of the log-probs or of the entropy, also
+/// d(sum cot * output)/d logits.
+struct LogitsOutput {
+  VectorF log_probs, entropy, sum_pi_squared;
+  MatrixF grad_logits;  ///< empty without a cotangent
+};
+LogitsOutput logprob_entropy(const MatrixF& logits, const std::vector<std::int64_t>* labels,
+                             const VectorF* log_prob_cotangent, const VectorF* entropy_cotangent);
+
 }  // namespace verl::conformance::cuda_path
