@@ -1,13 +1,12 @@
 // CUDA rollout sampler vs its CPU references: the kernel's algorithm run sequentially
 // (kernels::sample_token_model) and the rollout sampler (rollout::sample_token), with the same
-// u = counter_uniform(seed, stream, step). The token is the inverse CDF over the kept tokens in
-// index order, nondecreasing in u; the GPU's exp differs from the host's by a few ulp, and the
-// rollout sampler sums its masses in float lanes (~1e-5 relative at V = 152k), so the check is
-// that the GPU token is what the reference returns for some u' within 1e-6 of u (the model,
-// exact integer sums) or 1e-4 of u (the rollout sampler); at small V nearly all draws match
-// exactly and at least 90% must. Log-probs: 1e-5 + 1e-6 relative vs the model, 1e-4 vs the
-// rollout sampler. Determinism: the same call twice and a row sampled alone give the same tokens
-// as in the batch.
+// u = counter_uniform(seed, stream, step). The model computes the kernel's masses bit for bit
+// (portable_exp, integer sums), so its token must be the kernel's, exactly, and its log-prob
+// within 1e-6 (only log() of a double may differ by an ulp). The rollout sampler sums its masses
+// in float lanes (~1e-5 relative at V = 152k); the token is the inverse CDF over the kept tokens
+// in index order, nondecreasing in u, so the check there is that the GPU token is what the
+// rollout sampler returns for some u' within 1e-4 of u, with log-probs within 1e-4.
+// Determinism: the same call twice and a row sampled alone give the same tokens as in the batch.
 #include <cuda_bf16.h>
 #include <gtest/gtest.h>
 
@@ -120,7 +119,6 @@ Result check_batch(const Batch& b, const SamplingConfig& config, std::uint64_t s
   params.temperature = config.temperature;
   params.top_k = config.top_k;
   params.top_p = config.top_p;
-  int exact = 0;
   for (std::int64_t r = 0; r < b.rows; ++r) {
     const auto k = static_cast<std::size_t>(r);
     const std::span<const float> row(b.logits.data() + r * b.stride, static_cast<std::size_t>(b.vocab));
@@ -128,22 +126,14 @@ Result check_batch(const Batch& b, const SamplingConfig& config, std::uint64_t s
     const auto model = verl::kernels::sample_token_model(row, config, u);
     const auto reference = verl::rollout::sample_token(row, params, u);
     const std::int64_t token = gpu.tokens[k];
-    EXPECT_TRUE(within_draw_rounding(token, u, 1e-6, [&](double v) {
-      return verl::kernels::sample_token_model(row, config, v).token;
-    })) << "row " << r << ": " << token << " vs model " << model.token << describe(config);
+    EXPECT_EQ(token, model.token) << "row " << r << describe(config);
     EXPECT_TRUE(within_draw_rounding(token, u, 1e-4, [&](double v) {
       return verl::rollout::sample_token(row, params, v).token;
     })) << "row " << r << ": " << token << " vs rollout " << reference.token << describe(config);
-    if (token == model.token) {
-      EXPECT_NEAR(gpu.log_probs[k], model.log_prob, 1e-5f + 1e-6f * std::abs(model.log_prob)) << "row " << r;
-    }
+    EXPECT_NEAR(gpu.log_probs[k], model.log_prob, 1e-6f + 1e-7f * std::abs(model.log_prob)) << "row " << r;
     if (token == reference.token) {
       EXPECT_NEAR(gpu.log_probs[k], reference.log_prob, 1e-4f) << "row " << r;
     }
-    exact += token == model.token;
-  }
-  if (b.vocab <= 4096) {
-    EXPECT_GE(exact * 10, b.rows * 9) << describe(config);
   }
   return gpu;
 }

@@ -63,6 +63,23 @@ TEST(KernelsHost, FixedPointMassesFitAndRoundToNearest) {
   EXPECT_EQ(kd::fixed_mass(std::ldexp(3.0f, -45), 44), 2u);  // 1.5: to even (2)
 }
 
+TEST(KernelsHost, PortableExpIsAccurate) {
+  // Within 2 ulp of exp over [-87, 0] (relative 2.4e-7), exact at 0, flushed to 0 below -87.
+  float worst = 0;
+  for (float d = 0.0f; d >= -87.0f; d -= 0.000731f) {
+    const double exact = std::exp(static_cast<double>(d));
+    const float got = kd::portable_exp(d);
+    worst = std::max(worst, static_cast<float>(std::abs(got - exact) / exact));
+  }
+  EXPECT_LT(worst, 2.4e-7f);
+  EXPECT_EQ(kd::portable_exp(0.0f), 1.0f);
+  EXPECT_EQ(kd::portable_exp(-87.5f), 0.0f);
+  EXPECT_EQ(kd::portable_exp(-std::numeric_limits<float>::infinity()), 0.0f);
+  EXPECT_TRUE(std::isnan(kd::portable_exp(std::numeric_limits<float>::quiet_NaN())));
+  EXPECT_EQ(kd::shifted_exp(3.0f, 3.0f), 1.0f);
+  EXPECT_EQ(kd::shifted_exp(4.0f, 3.0f), 1.0f);  // min(x - max, 0)
+}
+
 TEST(KernelsHost, TieInclusionMatchesASequentialScan) {
   std::mt19937_64 rng(11);
   for (int i = 0; i < 20000; ++i) {

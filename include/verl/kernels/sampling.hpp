@@ -11,16 +11,18 @@
 // boundaries by radix selection over an order-preserving 32-bit key of x, 8 bits per pass, with
 // histograms of counts and masses. Masses are fixed-point integers (exp(x - max) * 2^S, S chosen so
 // that a whole row's sum fits 62 bits): integer sums are exact in any order, which makes every
-// decision deterministic and independent of the block size. `sample_token_model` below is the same
-// algorithm run sequentially on the host; the unit tests check it against rollout::sample_token
-// (it differs only where the reference's double rounding and the 2^-S quantization put u on the
-// other side of a cumulative-mass boundary: measure ~1e-12 per draw).
+// decision deterministic and independent of the block size, and the exponentials are computed by
+// portable_exp, bit-identical on host and device. `sample_token_model` below is the same algorithm
+// run sequentially on the host: it returns the kernel's token exactly. Against rollout::sample_token
+// it differs only where that sampler's rounding (float-lane sums of its vectorized exp, ~1e-5
+// relative at V = 152k) puts u on the other side of a cumulative-mass boundary.
 #pragma once
 
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <span>
+#include <vector>
 
 #if !defined(__CUDA_ARCH__)
 #include <bit>
@@ -96,10 +98,42 @@ VERL_HOST_DEVICE inline std::uint64_t fixed_mass(float e, int shift) {
 #endif
 }
 
+/// Arguments below this give exp < FLT_MIN: flushed to exactly 0, like the reference's floor.
+inline constexpr float portable_exp_floor = -87.0f;
+
+/// exp(d) for d <= 0 from IEEE basic operations, rintf and fmaf only (each correctly rounded on
+/// host and device), so the host model and the kernel compute the same bits, hence the same
+/// masses and the same token: Cody-Waite reduction d = n ln2 + r, |r| <= ln2/2, a degree-7
+/// Taylor polynomial (truncation < 6e-9 relative), times 2^n. About 1-2 ulp from exp(). Needs
+/// IEEE denormals and no fast-math on either side (the project's defaults).
+VERL_HOST_DEVICE inline float portable_exp(float d) {
+  if (d != d) return d;
+  if (d < portable_exp_floor) return 0.0f;
+  const float n = rintf(d * 1.44269504088896341f);
+  float r = fmaf(n, -0.693145751953125f, d);  // ln2's upper bits: n * hi is exact
+  r = fmaf(n, -1.42860682030941723e-06f, r);  // ln2 - hi
+  float p = 1.0f / 5040.0f;
+  p = fmaf(p, r, 1.0f / 720.0f);
+  p = fmaf(p, r, 1.0f / 120.0f);
+  p = fmaf(p, r, 1.0f / 24.0f);
+  p = fmaf(p, r, 1.0f / 6.0f);
+  p = fmaf(p, r, 0.5f);
+  p = fmaf(p, r, 1.0f);
+  p = fmaf(p, r, 1.0f);
+  const int exponent = static_cast<int>(n);  // in [-126, 0] for d in [-87, 0]
+  const std::uint32_t scale_bits = static_cast<std::uint32_t>(exponent + 127) << 23;
+#if defined(__CUDA_ARCH__)
+  const float scale = __uint_as_float(scale_bits);
+#else
+  const float scale = std::bit_cast<float>(scale_bits);
+#endif
+  return p * scale;
+}
+
 /// exp(x - max) as the reference computes it (exp of min(x - max, 0)).
 VERL_HOST_DEVICE inline float shifted_exp(float x, float max) {
   const float d = x - max;
-  return expf(d < 0.0f ? d : 0.0f);
+  return portable_exp(d < 0.0f ? d : 0.0f);
 }
 
 /// Keys sharing `prefix` on the bits above pass `pass` (pass 0 = the top 8 bits).
@@ -192,13 +226,17 @@ inline rollout::SampledToken sample_token_model(std::span<const float> logits, c
   check_sampling_config(config);
   const auto vocab = static_cast<std::int64_t>(logits.size());
   const float temperature = config.greedy() ? 1.0f : config.temperature;
-  auto x_at = [&](std::int64_t i) { return logits[static_cast<std::size_t>(i)] / temperature; };
+  std::vector<float> xs(logits.size());
+  for (std::size_t i = 0; i < xs.size(); ++i) xs[i] = logits[i] / temperature;
+  auto x_at = [&](std::int64_t i) { return xs[static_cast<std::size_t>(i)]; };
   std::int64_t best = 0;
   for (std::int64_t i = 1; i < vocab; ++i)
     if (x_at(i) > x_at(best)) best = i;
   const float max = x_at(best);
   const int shift = mass_shift(vocab);
-  auto mass_at = [&](std::int64_t i) { return fixed_mass(shifted_exp(x_at(i), max), shift); };
+  std::vector<std::uint64_t> ms(logits.size());
+  for (std::size_t i = 0; i < ms.size(); ++i) ms[i] = fixed_mass(shifted_exp(xs[i], max), shift);
+  auto mass_at = [&](std::int64_t i) { return ms[static_cast<std::size_t>(i)]; };
   std::uint64_t total = 0;
   for (std::int64_t i = 0; i < vocab; ++i) total += mass_at(i);
   const double log_normalizer = static_cast<double>(max) + std::log(std::ldexp(static_cast<double>(total), -shift));
