@@ -80,6 +80,11 @@ MatrixF random_mask(Index rows, Index cols, std::mt19937& rng, bool holes) {
     if (i % 7 == 3) n = cols;
     for (Index j = 0; j < n; ++j) m(i, j) = (holes && hole(rng)) ? 0.0f : 1.0f;
   }
+  // Whitening (GAE, REINFORCE++) needs two valid tokens in the batch, as verl's masked_var.
+  if (m.sum() < 2.0f && m.size() >= 2) {
+    m.data()[0] = 1.0f;
+    m.data()[m.size() - 1] = 1.0f;
+  }
   return m;
 }
 
