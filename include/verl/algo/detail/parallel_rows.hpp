@@ -5,6 +5,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cstdlib>
 #include <system_error>
 #include <thread>
 #include <vector>
@@ -17,9 +18,24 @@ namespace verl::algo::detail {
 /// another core) than it saves.
 inline constexpr Index kParallelMinElementsPerThread = Index{1} << 17;
 
-/// Threads for a (rows, cols) element-wise pass: the hardware's, fewer for small inputs.
+/// Most threads one pass may use: the environment variable VERL_ALGO_THREADS when it holds a
+/// positive integer (to compare with a framework run at a given thread count, or to leave cores
+/// to other work), else the hardware's thread count. Read once.
+inline Index algo_thread_limit() {
+  static const Index limit = [] {
+    if (const char* text = std::getenv("VERL_ALGO_THREADS")) {
+      char* end = nullptr;
+      const long value = std::strtol(text, &end, 10);
+      if (end != text && *end == '\0' && value > 0) return static_cast<Index>(value);
+    }
+    return static_cast<Index>(std::max(1u, std::thread::hardware_concurrency()));
+  }();
+  return limit;
+}
+
+/// Threads for a (rows, cols) element-wise pass: algo_thread_limit(), fewer for small inputs.
 inline unsigned parallel_thread_count(Index rows, Index cols) {
-  const Index hardware = std::max(1u, std::thread::hardware_concurrency());
+  const Index hardware = algo_thread_limit();
   const Index by_work = std::max<Index>(1, rows * cols / kParallelMinElementsPerThread);
   return static_cast<unsigned>(std::max<Index>(1, std::min({hardware, by_work, rows})));
 }
