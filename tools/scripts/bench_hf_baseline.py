@@ -6,6 +6,11 @@
     VERL_BENCH_THREADS=2 python3 tools/scripts/bench_hf_baseline.py
     VERL_BENCH_THREADS=2 build/bench/bench_model
 
+or, side by side in one run (rounds alternate between the two, so that a busy machine slows both
+alike; the ratio reported is the median of the per-round ratios):
+
+    python3 tools/scripts/bench_hf_baseline.py --ours build/bench/bench_model --threads 2 --rounds 3
+
 Reports, per config (tiny = tests/data/models/tiny-qwen2's shapes, 30M = a narrow Qwen2 with a
 32000-token vocabulary):
   generate           model.generate, greedy with the KV cache, 8 prompts x 16 tokens -> 64 new
@@ -14,7 +19,11 @@ Reports, per config (tiny = tests/data/models/tiny-qwen2's shapes, 30M = a narro
                      tokens per second.
 """
 
+import argparse
+import json
 import os
+import statistics
+import subprocess
 import time
 
 import torch
@@ -46,13 +55,33 @@ def timed(fn, min_seconds=2.0):
             return elapsed / runs
 
 
+def ours(binary, threads, config_index):
+    """Our bench_model's generate and forward+backward rates (tokens/s) for one config."""
+    env = dict(os.environ, VERL_BENCH_THREADS=str(threads))
+    out = subprocess.run([binary, f"--benchmark_filter=BM_(Generate|ForwardBackward)/{config_index}/",
+                          "--benchmark_format=json", "--benchmark_min_time=1"],
+                         check=True, env=env, capture_output=True, text=True).stdout
+    rates = {}
+    for bench in json.loads(out)["benchmarks"]:
+        kind = "generate" if bench["name"].startswith("BM_Generate/") else "forward_backward"
+        rates[kind] = bench["tokens_per_s"]
+    return rates
+
+
 def main():
-    threads = int(os.environ.get("VERL_BENCH_THREADS", "0")) or os.cpu_count()
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--ours", help="path of bench_model: alternate rounds with it and report ratios")
+    parser.add_argument("--threads", type=int, default=int(os.environ.get("VERL_BENCH_THREADS", "0")) or os.cpu_count())
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--json", help="write the side-by-side results here")
+    args = parser.parse_args()
+    threads = args.threads
     torch.set_num_threads(threads)
     torch.manual_seed(0)
     print(f"torch {torch.__version__}, transformers {transformers.__version__}, threads {torch.get_num_threads()}, "
           f"cpu capability {torch.backends.cpu.get_cpu_capability()}")
-    for name, shape in CONFIGS.items():
+    results = {}
+    for config_index, (name, shape) in enumerate(CONFIGS.items()):
         config = transformers.Qwen2Config(max_position_embeddings=4096, tie_word_embeddings=True, **shape)
         model = transformers.AutoModelForCausalLM.from_config(config).float()
         parameters = sum(p.numel() for p in model.parameters())
@@ -81,10 +110,31 @@ def main():
             loss = torch.gather(log_probs, -1, targets.unsqueeze(-1)).sum() / tokens
             loss.backward()
 
+        if args.ours:
+            rounds = []
+            for _ in range(args.rounds):
+                hf = {"generate": GENERATE_BATCH * NEW_TOKENS / timed(generate),
+                      "forward_backward": tokens / timed(forward_backward)}
+                mine = ours(args.ours, threads, config_index)
+                rounds.append({"hf": hf, "verl_cpp": mine,
+                               "ratio": {k: mine[k] / hf[k] for k in hf}})
+                print(f"{name:>5} round {len(rounds)}: generate {mine['generate']:,.0f} vs {hf['generate']:,.0f} tokens/s "
+                      f"({rounds[-1]['ratio']['generate']:.2f}x), forward+backward {mine['forward_backward']:,.0f} vs "
+                      f"{hf['forward_backward']:,.0f} tokens/s ({rounds[-1]['ratio']['forward_backward']:.2f}x)", flush=True)
+            median = {k: statistics.median(r["ratio"][k] for r in rounds) for k in ("generate", "forward_backward")}
+            print(f"{name:>5} ({parameters / 1e6:.1f}M parameters): median ratio verl-cpp / transformers: "
+                  f"generate {median['generate']:.2f}x, forward+backward {median['forward_backward']:.2f}x", flush=True)
+            results[name] = {"parameters": parameters, "rounds": rounds, "median_ratio": median}
+            continue
+
         train_seconds = timed(forward_backward)
         print(f"{name:>5} ({parameters / 1e6:.1f}M parameters): generate {GENERATE_BATCH * NEW_TOKENS / generate_seconds:,.0f} "
               f"tokens/s ({generate_seconds * 1e3:.1f} ms per call), forward+backward {tokens / train_seconds:,.0f} tokens/s "
               f"({train_seconds * 1e3:.1f} ms per step)")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump({"threads": threads, "torch": torch.__version__, "transformers": transformers.__version__,
+                       "configs": results}, f, indent=2)
 
 
 if __name__ == "__main__":
