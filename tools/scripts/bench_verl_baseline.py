@@ -56,6 +56,9 @@ What is timed (wall clock, torch.set_num_threads(--threads), median of --repeats
 On a shared machine (load above the core count) torch's intra-op thread pool suffers badly: an
 op split over 2 threads waits for whichever thread is descheduled, and medians at --threads 2
 were seen 2-10x above the same run at --threads 1. Run both and compare verl's better figure.
+verl-cpp's element-wise kernels (policy losses, agg_loss, KL, the outcome-advantage broadcast)
+split rows over the hardware's threads; VERL_ALGO_THREADS=N caps them, so the C++ side can be
+run at the same thread count as --threads N (bench/RESULTS.md lists the command lines).
 The 4096 x 151936 backward needs ~20 GB; --logits-rows 512 times the same code on 1/8 of the rows
 (the cost is linear in the rows, as bench_logits assumes for its naive reference).
 
