@@ -4,6 +4,7 @@
 // controller, resume == uninterrupted, configuration errors, and a GRPO run whose reward rises.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -304,6 +305,46 @@ TEST(PPOTrainer, RecipesComposeAtCompileTime) {
   const Metrics m = grpo.step();
   EXPECT_TRUE(m.contains("actor/kl_loss"));
   EXPECT_TRUE(grpo.algorithm().kl_loss.has_value());
+}
+
+TEST(PPOTrainer, EveryRuntimeEstimatorAndLossRunsAStep) {
+  const std::vector<std::vector<std::string>> cases = {
+      {"algorithm.adv_estimator=rloo", "actor_rollout_ref.actor.use_kl_loss=True"},
+      {"algorithm.adv_estimator=reinforce_plus_plus", "actor_rollout_ref.actor.use_kl_loss=True",
+       "actor_rollout_ref.actor.kl_loss_type=mse"},
+      {"algorithm.adv_estimator=reinforce_plus_plus_baseline"},
+      {"algorithm.adv_estimator=remax", "algorithm.use_kl_in_reward=True"},
+      {"algorithm.adv_estimator=grpo", "algorithm.norm_adv_by_std_in_grpo=False",
+       "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-sum-norm"},
+      {"algorithm.adv_estimator=opo"},
+      {"algorithm.adv_estimator=gpg", "actor_rollout_ref.actor.policy_loss.loss_mode=gpg"},
+      {"algorithm.adv_estimator=grpo_passk"},
+      {"algorithm.adv_estimator=grpo", "actor_rollout_ref.actor.policy_loss.loss_mode=gspo",
+       "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean"},
+      {"algorithm.adv_estimator=grpo", "actor_rollout_ref.actor.policy_loss.loss_mode=cispo",
+       "actor_rollout_ref.actor.entropy_coeff=0.01"},
+      {"algorithm.adv_estimator=rloo", "algorithm.filter_groups.enable=True", "algorithm.filter_groups.metric=score",
+       "reward_model.overlong_buffer.enable=True", "reward_model.overlong_buffer.len=2",
+       "reward_model.overlong_buffer.penalty_factor=1.0", "actor_rollout_ref.actor.clip_ratio_high=0.28"},
+  };
+  for (const auto& overrides : cases) {
+    auto trainer = make_trainer(overrides, NoCritic{}, FirstDigitParity{});
+    const Metrics m = trainer.step();
+    const std::string label = overrides.front() + " " + overrides.back();
+    for (const char* key : {"actor/pg_loss", "actor/grad_norm", "actor/entropy", "critic/score/mean", "critic/advantages/mean",
+                            "response_length/mean", "timing_s/gen", "timing_s/old_log_prob", "timing_s/adv",
+                            "timing_s/update_actor", "timing_s/step", "perf/throughput", "actor/lr"}) {
+      ASSERT_TRUE(m.contains(key)) << key << " missing for " << label;
+      EXPECT_TRUE(std::isfinite(m.at(key))) << key << " for " << label;
+    }
+    EXPECT_EQ(trainer.actor_optimizer().state().step, 2) << label;
+  }
+  // DAPO's overlong penalty reaches the scores: responses of 3 tokens with a buffer of 2 past 1.
+  auto dapo = make_trainer({"reward_model.overlong_buffer.enable=True", "reward_model.overlong_buffer.len=2",
+                            "reward_model.overlong_buffer.penalty_factor=1.0"},
+                           NoCritic{}, FirstDigitParity{});
+  const Metrics m = dapo.step();
+  EXPECT_LT(m.at("reward/overlong_penalty/mean"), 0.0);
 }
 
 TEST(PPOTrainer, GrpoRaisesTheMeanRewardOnALearnableTask) {
