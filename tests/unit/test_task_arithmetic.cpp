@@ -62,11 +62,16 @@ TEST(ArithmeticTask, RowsFollowVerlSchemaAndTheReferenceAnswerScoresOne) {
 TEST(ArithmeticTask, InvalidOptionsNameTheArgument) {
   EXPECT_THROW(generate_arithmetic_problems({.digits = 0}), verl::InvalidArgument);
   try {
-    generate_arithmetic_problems({.digits = 1, .operands = 2, .train_size = 60, .val_size = 10});
-    FAIL() << "expected a throw: 70 of 100 problems is more than half";
+    generate_arithmetic_problems({.digits = 1, .operands = 2, .train_size = 95, .val_size = 10});
+    FAIL() << "expected a throw: there are only 100 problems";
   } catch (const verl::InvalidArgument& error) {
     EXPECT_NE(std::string(error.what()).find("train_size + val_size"), std::string::npos) << error.what();
   }
+  // Dense requests (every problem) are drawn without repetition.
+  const auto all = generate_arithmetic_problems({.digits = 1, .operands = 2, .train_size = 90, .val_size = 10});
+  std::set<ArithmeticProblem> distinct(all.train.begin(), all.train.end());
+  distinct.insert(all.val.begin(), all.val.end());
+  EXPECT_EQ(distinct.size(), 100u);
 }
 
 TEST(ArithmeticTask, WritesFilesAndALoadableModelFolder) {

@@ -1,7 +1,7 @@
 // verl_make_task: writes the built-in verifiable task (multi-digit addition graded by verl's gsm8k
 // rule scorer) and the tiny model to start from. All logic lives in verl/data/tasks/arithmetic.hpp.
 //
-//   verl_make_task --out DIR [--seed S] [--train N] [--val M] [--digits D] [--operands K]
+//   verl_make_task --out DIR [--seed S] [--train N] [--val M] [--digits D] [--operands K] [--sft-carry-slip P]
 //                  [--hidden-size H] [--intermediate-size I] [--layers L] [--heads A] [--kv-heads G]
 #include <charconv>
 #include <cstdio>
@@ -27,6 +27,8 @@ Qwen2 with random weights, a byte-level tokenizer.json and a ChatML tokenizer_co
   --val M                validation problems (default 200)
   --digits D             digits per operand: the difficulty (default 2)
   --operands K           numbers added (default 2)
+  --sft-carry-slip P     probability that an SFT demonstration with a carry keeps only the sum's
+                         last digit (an imperfect demonstrator; RL rows stay exact; default 0)
   --hidden-size H        model width (default 64)
   --intermediate-size I  MLP width (default 192)
   --layers L             decoder layers (default 2)
@@ -71,6 +73,16 @@ int run(int argc, char** argv) {
       task.digits = parse_number<std::int64_t>(flag, value());
     } else if (flag == "--operands") {
       task.operands = parse_number<std::int64_t>(flag, value());
+    } else if (flag == "--sft-carry-slip") {
+      const std::string text(value());
+      std::size_t used = 0;
+      try {
+        task.sft_carry_slip = std::stod(text, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (used != text.size() || text.empty())
+        throw verl::InvalidArgument(fmt::format("--sft-carry-slip: expected a probability, got '{}'", text));
     } else if (flag == "--hidden-size") {
       model.hidden_size = parse_number<std::int64_t>(flag, value());
     } else if (flag == "--intermediate-size") {

@@ -41,18 +41,28 @@ struct ArithmeticTaskOptions {
   std::int64_t train_size = 2000;
   std::int64_t val_size = 200;
   std::uint64_t seed = 1;
+  /// The SFT demonstrations come from an imperfect demonstrator: for a problem whose sum has
+  /// more than one digit, it writes only the last digit (forgets the carry) with this
+  /// probability. The RL rows always carry the true answer, so the rule-based reward can teach
+  /// what the demonstrations got wrong (what RL with verifiable rewards is for).
+  double sft_carry_slip = 0.0;
+
+  /// 10^(digits * operands).
+  [[nodiscard]] double distinct_problems() const {
+    return std::pow(10.0, static_cast<double>(digits * operands));
+  }
 
   void validate() const {
     VERL_CHECK_ARG(digits >= 1 && digits <= 9, "digits: expected 1 to 9 digits per operand, got {}", digits);
     VERL_CHECK_ARG(operands >= 2 && operands <= 8, "operands: expected 2 to 8 operands, got {}", operands);
     VERL_CHECK_ARG(train_size >= 1, "train_size: expected at least 1 problem, got {}", train_size);
     VERL_CHECK_ARG(val_size >= 1, "val_size: expected at least 1 problem, got {}", val_size);
-    // Rejection sampling of distinct problems needs room: at most half of all problems.
-    double distinct = 1.0;
-    for (std::int64_t i = 0; i < operands; ++i) distinct *= std::pow(10.0, static_cast<double>(digits));
-    VERL_CHECK_ARG(static_cast<double>(train_size + val_size) * 2.0 <= distinct,
-                   "train_size + val_size: expected at most half of the {} distinct problems ({} operands of {} "
-                   "digits), got {}",
+    VERL_CHECK_ARG(sft_carry_slip >= 0.0 && sft_carry_slip <= 1.0,
+                   "sft_carry_slip: expected a probability in [0, 1], got {}", sft_carry_slip);
+    const double distinct = distinct_problems();
+    VERL_CHECK_ARG(static_cast<double>(train_size + val_size) <= distinct,
+                   "train_size + val_size: expected at most the {} distinct problems ({} operands of {} digits), "
+                   "got {}",
                    distinct, operands, digits, train_size + val_size);
   }
 };
@@ -83,18 +93,30 @@ inline ArithmeticSplits generate_arithmetic_problems(const ArithmeticTaskOptions
   std::mt19937_64 engine = seeded_engine(options.seed);
   std::uint64_t bound = 1;
   for (std::int64_t i = 0; i < options.digits; ++i) bound *= 10;
-  std::set<ArithmeticProblem> seen;
-  auto draw = [&] {
-    while (true) {
+  const std::int64_t wanted = options.train_size + options.val_size;
+  std::vector<ArithmeticProblem> drawn;
+  auto decode = [&](std::uint64_t code) {
+    ArithmeticProblem problem;
+    for (std::int64_t i = 0; i < options.operands; ++i, code /= bound)
+      problem.operands.push_back(static_cast<std::int64_t>(code % bound));
+    return problem;
+  };
+  if (static_cast<double>(wanted) * 2.0 > options.distinct_problems()) {
+    // Dense: a random permutation of every problem (rejection sampling would stall).
+    const auto order = random_permutation(static_cast<std::int64_t>(options.distinct_problems()), engine);
+    for (std::int64_t i = 0; i < wanted; ++i) drawn.push_back(decode(static_cast<std::uint64_t>(order[static_cast<std::size_t>(i)])));
+  } else {
+    std::set<ArithmeticProblem> seen;
+    while (static_cast<std::int64_t>(drawn.size()) < wanted) {
       ArithmeticProblem problem;
       for (std::int64_t i = 0; i < options.operands; ++i)
         problem.operands.push_back(static_cast<std::int64_t>(uniform_below(engine, bound)));
-      if (seen.insert(problem).second) return problem;
+      if (seen.insert(problem).second) drawn.push_back(std::move(problem));
     }
-  };
+  }
   ArithmeticSplits splits;
-  for (std::int64_t i = 0; i < options.train_size; ++i) splits.train.push_back(draw());
-  for (std::int64_t i = 0; i < options.val_size; ++i) splits.val.push_back(draw());
+  splits.train.assign(drawn.begin(), drawn.begin() + options.train_size);
+  splits.val.assign(drawn.begin() + options.train_size, drawn.end());
   return splits;
 }
 
@@ -109,9 +131,11 @@ inline nlohmann::json rl_row(const ArithmeticProblem& problem, std::string_view 
 }
 
 /// One SFT row: verl's SFT dataset reads the prompt and the response from the columns named by
-/// data.prompt_key and data.response_key (defaults "question" and "answer").
-inline nlohmann::json sft_row(const ArithmeticProblem& problem) {
-  return {{"question", problem.question()}, {"answer", problem.response()}};
+/// data.prompt_key and data.response_key (defaults "question" and "answer"). `slip`: the
+/// demonstrator forgot the carry and wrote only the sum's last digit.
+inline nlohmann::json sft_row(const ArithmeticProblem& problem, bool slip = false) {
+  return {{"question", problem.question()},
+          {"answer", slip ? fmt::format("#### {}", problem.answer() % 10) : problem.response()}};
 }
 
 // ---- the initial model folder -------------------------------------------------------------------
@@ -242,19 +266,25 @@ struct ArithmeticTaskFiles {
   std::filesystem::path train, val, sft_train, sft_val, model;
 };
 
-/// train.jsonl, val.jsonl (RL rows), sft_train.jsonl, sft_val.jsonl (SFT pairs) and model/.
+/// train.jsonl, val.jsonl (RL rows), sft_train.jsonl, sft_val.jsonl (SFT pairs, from the
+/// demonstrator) and model/.
 inline ArithmeticTaskFiles write_arithmetic_task(const std::filesystem::path& out, const ArithmeticTaskOptions& task,
                                                  const TinyModelOptions& model_options) {
   const ArithmeticSplits splits = generate_arithmetic_problems(task);
   std::filesystem::create_directories(out);
   ArithmeticTaskFiles files{out / "train.jsonl", out / "val.jsonl", out / "sft_train.jsonl", out / "sft_val.jsonl",
                             out / "model"};
-  auto write = [](const std::filesystem::path& rl_path, const std::filesystem::path& sft_path,
-                  const std::vector<ArithmeticProblem>& problems, std::string_view split) {
+  // The demonstrator's slips are drawn from their own stream: the problems do not depend on them.
+  std::mt19937_64 slips = seeded_engine(task.seed, 1);
+  // A uniform double in [0, 1) from the top 53 bits (the same on every standard library).
+  auto uniform = [](std::mt19937_64& engine) { return static_cast<double>(engine() >> 11) * 0x1.0p-53; };
+  auto write = [&](const std::filesystem::path& rl_path, const std::filesystem::path& sft_path,
+                   const std::vector<ArithmeticProblem>& problems, std::string_view split) {
     std::vector<nlohmann::json> rl, sft;
     for (std::size_t i = 0; i < problems.size(); ++i) {
       rl.push_back(rl_row(problems[i], split, static_cast<std::int64_t>(i)));
-      sft.push_back(sft_row(problems[i]));
+      const bool slip = problems[i].answer() >= 10 && uniform(slips) < task.sft_carry_slip;
+      sft.push_back(sft_row(problems[i], slip));
     }
     write_jsonl(rl_path, rl);
     write_jsonl(sft_path, sft);
