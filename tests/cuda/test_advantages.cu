@@ -136,7 +136,10 @@ std::vector<OutcomeCase> outcome_cases() {
   using E = k::OutcomeEstimator;
   return {{{E::grpo, 1e-6f, true, 1.0f}, "grpo"},
           {{E::grpo, 1e-6f, false, 1.0f}, "dr_grpo"},
+          {{E::grpo_vectorized, 1e-6f, true, 1.0f}, "grpo_vectorized"},
+          {{E::grpo_vectorized, 1e-6f, false, 1.0f}, "grpo_vectorized (no std)"},
           {{E::rloo, 1e-6f, true, 1.0f}, "rloo"},
+          {{E::rloo_vectorized, 1e-6f, true, 1.0f}, "rloo_vectorized"},
           {{E::gpg, 1e-6f, true, 2.0f}, "gpg"},
           {{E::opo, 1e-6f, true, 1.0f}, "opo"},
           {{E::reinforce_plus_plus_baseline, 1e-6f, true, 1.0f}, "reinforce_plus_plus_baseline"}};
@@ -291,6 +294,10 @@ TEST(CudaAdvantagesHost, OutcomeScalarMatchesReferenceFormulas) {
   p.estimator = k::OutcomeEstimator::gpg;
   p.f_norm = 2.0f;
   EXPECT_EQ(k::outcome_scalar(p, 2.0f, four, 3.0f), (3.0f * 1.5f) / 2.0f);
+  p.estimator = k::OutcomeEstimator::rloo_vectorized;
+  const k::GroupStats summed{4, 0.5f, 0.25f, 0.75f, 2.0f};
+  EXPECT_EQ(k::outcome_scalar(p, 3.0f, summed, 1.0f), (4.0f * 3.0f - 2.0f) / 3.0f);
+  EXPECT_EQ(k::outcome_scalar(p, 3.0f, k::GroupStats{1, 0.0f, 1.0f, 0.0f, 3.0f}, 1.0f), 0.0f);  // a group of one
 }
 
 TEST(CudaAdvantages, OutcomeEstimatorsMatchReferenceOnContiguousGroups) {

@@ -250,6 +250,12 @@ void register_cuda(CudaSupport& cuda) {
   HandlerTable& t = cuda.handlers;
   using E = kernels::OutcomeEstimator;
   t["compute_grpo_outcome_advantage"] = [](const GoldenCase& c, CaseCheck& k) { outcome_case<algo::GRPO>(c, k, E::grpo); };
+  t["compute_grpo_vectorized_outcome_advantage"] = [](const GoldenCase& c, CaseCheck& k) {
+    outcome_case<algo::GRPOVectorized>(c, k, E::grpo_vectorized);
+  };
+  t["compute_rloo_vectorized_outcome_advantage"] = [](const GoldenCase& c, CaseCheck& k) {
+    outcome_case<algo::RLOOVectorized>(c, k, E::rloo_vectorized);
+  };
   t["compute_rloo_outcome_advantage"] = [](const GoldenCase& c, CaseCheck& k) { outcome_case<algo::RLOO>(c, k, E::rloo); };
   t["compute_gpg_outcome_advantage"] = [](const GoldenCase& c, CaseCheck& k) { outcome_case<algo::GPG>(c, k, E::gpg); };
   t["compute_opo_outcome_advantage"] = [](const GoldenCase& c, CaseCheck& k) { outcome_case<algo::OPO>(c, k, E::opo); };

@@ -117,7 +117,7 @@ __device__ __forceinline__ float gpg_alpha_of(const unsigned long long* nonzero,
 }
 
 __device__ __forceinline__ bool needs_std(const OutcomeParams& p) {
-  return p.estimator == OutcomeEstimator::grpo && p.norm_adv_by_std_in_grpo;
+  return p.estimator == OutcomeEstimator::grpo && p.norm_adv_by_std_in_grpo;  // grpo_vectorized: its own
 }
 
 /// Statistics of a group from its sums: the mean as torch.mean (float32 sum / n), the baseline of
@@ -129,6 +129,34 @@ __device__ __forceinline__ void finish_mean(GroupStats& g, double sum, double we
 __device__ __forceinline__ void finish_std(GroupStats& g, double squares) {
   // torch.std: sum of squares around the float32 mean in double, / (n - 1), sqrt, rounded.
   g.std = g.size > 1 ? static_cast<float>(sqrt(squares / static_cast<double>(g.size - 1))) : 1.0f;
+}
+
+__device__ __forceinline__ bool is_vectorized(const OutcomeParams& p) {
+  return p.estimator == OutcomeEstimator::grpo_vectorized || p.estimator == OutcomeEstimator::rloo_vectorized;
+}
+
+/// verl.utils.groupwise.group_mean_std and rloo_vectorized's bincount: float32 sums in batch order
+/// (the run order: the radix sort is stable), every step rounded as torch does (no FMA):
+/// var = (S2 - S1^2 / n) / (n - 1), std = sqrt(max(var, eps)) (NaN kept); a group of one has mean
+/// 0 and std 1.
+__device__ __forceinline__ void finish_batch_order(GroupStats& g, const GroupRuns& in, std::int64_t start,
+                                                   std::int64_t end, float eps) {
+  float s1 = 0.0f, s2 = 0.0f;
+  for (std::int64_t j = start; j < end; ++j) {
+    const float s = in.scores[in.row_at(j)];
+    s1 = add_rn(s1, s);
+    s2 = add_rn(s2, mul_rn(s, s));
+  }
+  g.sum = s1;
+  if (g.size <= 1) {
+    g.mean = 0.0f;
+    g.std = 1.0f;
+    return;
+  }
+  const float n = static_cast<float>(g.size);
+  g.mean = s1 / n;
+  const float var = add_rn(s2, -(mul_rn(s1, s1) / n)) / (n - 1.0f);
+  g.std = sqrtf(isnan(var) ? var : fmaxf(var, eps));
 }
 
 /// One thread per run head: walks runs of up to kSmallGroup rows; longer runs go to the queue.
@@ -160,6 +188,7 @@ __global__ void small_groups_kernel(GroupRuns in, OutcomeParams p, const unsigne
       }
     }
     finish_mean(g, sum, weighted, total_length);
+    if (is_vectorized(p)) finish_batch_order(g, in, k, end, p.epsilon);
     if (needs_std(p)) {
       double squares = 0;
       for (std::int64_t j = k; j < end; ++j) {
@@ -234,6 +263,21 @@ __global__ void large_groups_kernel(GroupRuns in, OutcomeParams p, const unsigne
     g.size = end - start;
     g.mean = shared_mean;
     g.baseline = shared_baseline;
+    if (is_vectorized(p)) {
+      __syncthreads();  // every thread has read the shared statistics above
+      // A long run is reduced by the block, not in batch order: thread 0 replays the float32 sums
+      // serially so that the vectorized estimators keep verl's rounding (long runs are rare).
+      if (threadIdx.x == 0) {
+        finish_batch_order(g, in, start, end, p.epsilon);
+        shared_mean = g.mean;
+        shared_std = g.std;
+        shared_baseline = g.sum;
+      }
+      __syncthreads();
+      g.mean = shared_mean;
+      g.std = shared_std;
+      g.sum = shared_baseline;
+    }
     if (needs_std(p)) {
       double squares = 0;
       for (std::int64_t j = start + threadIdx.x; j < end; j += blockDim.x) {

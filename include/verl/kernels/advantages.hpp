@@ -17,7 +17,9 @@ namespace verl::kernels {
 /// the response's valid tokens.
 enum class OutcomeEstimator {
   grpo,                          ///< (s - mean) / (std + eps), or s - mean (Dr.GRPO)
+  grpo_vectorized,               ///< grpo with float32 batch-order sums, std = sqrt(max(var, eps))
   rloo,                          ///< leave-one-out baseline (verl's per-group loop)
+  rloo_vectorized,               ///< (c s - sum) / max(c - 1, 1), 0 for a group of one
   gpg,                           ///< alpha (s - mean) / f_norm, alpha = B / #nonzero scores
   opo,                           ///< s - length-weighted group mean
   reinforce_plus_plus_baseline,  ///< s - mean, then masked whitening over the batch
@@ -26,7 +28,9 @@ enum class OutcomeEstimator {
 constexpr std::string_view to_string(OutcomeEstimator e) {
   switch (e) {
     case OutcomeEstimator::grpo: return "grpo";
+    case OutcomeEstimator::grpo_vectorized: return "grpo_vectorized";
     case OutcomeEstimator::rloo: return "rloo";
+    case OutcomeEstimator::rloo_vectorized: return "rloo_vectorized";
     case OutcomeEstimator::gpg: return "gpg";
     case OutcomeEstimator::opo: return "opo";
     case OutcomeEstimator::reinforce_plus_plus_baseline: return "reinforce_plus_plus_baseline";
@@ -52,15 +56,22 @@ struct GroupStats {
   float mean = 0;      ///< float32 mean (0 for a group of one)
   float std = 1;       ///< unbiased std as torch.std (1 for a group of one)
   float baseline = 0;  ///< opo: sum(len * s) / sum(len) (0 for a group of one)
+  float sum = 0;       ///< rloo_vectorized: float32 sum of the scores in batch order
 };
 
 /// The per-response scalar of each outcome estimator, float32 step by step as verl (and
 /// verl::algo) compute it. `gpg_alpha` = B / max(#nonzero scores, 1), computed once per batch.
 VERL_KERNELS_HD float outcome_scalar(const OutcomeParams& p, float score, const GroupStats& g, float gpg_alpha) {
   switch (p.estimator) {
-    case OutcomeEstimator::grpo: {
+    case OutcomeEstimator::grpo:
+    case OutcomeEstimator::grpo_vectorized: {
       const float centered = score - g.mean;
       return p.norm_adv_by_std_in_grpo ? centered / (g.std + p.epsilon) : centered;
+    }
+    case OutcomeEstimator::rloo_vectorized: {
+      const float c = static_cast<float>(g.size);
+      const float leave_one_out = detail::add_rn(detail::mul_rn(c, score), -g.sum) / (c - 1.0f > 1.0f ? c - 1.0f : 1.0f);
+      return leave_one_out * (c > 1.0f ? 1.0f : 0.0f);
     }
     case OutcomeEstimator::rloo: {
       if (g.size <= 1) return score;
@@ -98,7 +109,12 @@ inline algo::AdvantageResult reference_outcome(const OutcomeParams& p, const alg
     case OutcomeEstimator::grpo:
       return algo::GRPO{.epsilon = static_cast<double>(p.epsilon), .norm_adv_by_std_in_grpo = p.norm_adv_by_std_in_grpo}
           .compute(batch);
+    case OutcomeEstimator::grpo_vectorized:
+      return algo::GRPOVectorized{.epsilon = static_cast<double>(p.epsilon),
+                                  .norm_adv_by_std_in_grpo = p.norm_adv_by_std_in_grpo}
+          .compute(batch);
     case OutcomeEstimator::rloo: return algo::RLOO{}.compute(batch);
+    case OutcomeEstimator::rloo_vectorized: return algo::RLOOVectorized{}.compute(batch);
     case OutcomeEstimator::gpg: return algo::GPG{.f_norm = static_cast<double>(p.f_norm)}.compute(batch);
     case OutcomeEstimator::opo: return algo::OPO{}.compute(batch);
     case OutcomeEstimator::reinforce_plus_plus_baseline: return algo::ReinforcePlusPlusBaseline{}.compute(batch);

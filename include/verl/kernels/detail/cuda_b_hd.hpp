@@ -7,3 +7,17 @@
 #else
 #define VERL_KERNELS_HD inline
 #endif
+
+namespace verl::kernels::detail {
+
+/// a * b and a + b rounded on their own, never contracted into an FMA by nvcc: where verl's
+/// float32 arithmetic is reproduced step by step (sums of squares in batch order).
+#if defined(__CUDA_ARCH__)
+__device__ __forceinline__ float mul_rn(float a, float b) { return __fmul_rn(a, b); }
+__device__ __forceinline__ float add_rn(float a, float b) { return __fadd_rn(a, b); }
+#else
+inline float mul_rn(float a, float b) { return a * b; }
+inline float add_rn(float a, float b) { return a + b; }
+#endif
+
+}  // namespace verl::kernels::detail
