@@ -12,7 +12,7 @@ set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 bin=${VERL_BIN:-$here/build/bin}
-out=$here/outputs/main_job
+out=$here/out/main_job
 smoke=0
 extra=()
 while [ $# -gt 0 ]; do

@@ -2,7 +2,7 @@
 # One entry point for a fresh Debian 12 machine: installs what is missing (apt), configures,
 # builds, then runs the main job (`run`) or every test (`test`).
 #
-#   scripts/verl.sh run     # build and run the main job
+#   scripts/verl.sh run     # build and run the main job (scripts/main_job.sh: task, SFT, GRPO)
 #   scripts/verl.sh test    # build and run the whole test suite (what CI runs)
 #   scripts/verl.sh sanitize  # ASan+UBSan build of the tests, then run them
 #
@@ -48,8 +48,11 @@ case "$mode" in
   run)
     install_missing
     build=${BUILD_DIR:-build}
-    configure_and_build "$build" -DVERL_BUILD_BENCH=OFF
-    "$build/bin/verl_example_grpo" "$@"
+    cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DVERL_BUILD_BENCH=OFF
+    # Only the main job's programs (the tests are built by `test`).
+    cmake --build "$build" -j "$jobs" --target verl_make_task verl_sft verl_train verl_task_report
+    # Task -> SFT warm start -> GRPO, outputs in out/main_job (see scripts/main_job.sh).
+    VERL_BIN="$build/bin" scripts/main_job.sh "$@"
     ;;
   test)
     install_missing

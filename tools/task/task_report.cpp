@@ -3,8 +3,13 @@
 // accuracy before the first step (val_before_train) and after the last.
 //
 //   verl_task_report --metrics METRICS.jsonl --svg PLOT.svg [--metric NAME]
+//                    [--require-before-max A] [--require-after-min B]
+//
+// The --require flags make it a check (exit status 2 when the accuracy before training is above
+// A or the one after is below B), for the main job's test.
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -20,6 +25,7 @@ int run(int argc, char** argv) {
   using namespace verl;
   std::filesystem::path metrics, svg;
   std::string val_metric;
+  std::optional<double> before_max, after_min;
   for (int i = 1; i < argc; ++i) {
     const std::string_view flag = argv[i];
     auto value = [&]() -> std::string {
@@ -32,9 +38,22 @@ int run(int argc, char** argv) {
       svg = value();
     } else if (flag == "--metric") {
       val_metric = value();
+    } else if (flag == "--require-before-max" || flag == "--require-after-min") {
+      const std::string text = value();
+      std::size_t used = 0;
+      double bound = 0.0;
+      try {
+        bound = std::stod(text, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (text.empty() || used != text.size()) throw InvalidArgument(fmt::format("{}: expected a number, got '{}'", flag, text));
+      (flag == "--require-before-max" ? before_max : after_min) = bound;
     } else {
       throw InvalidArgument(fmt::format(
-          "unknown flag '{}' (usage: verl_task_report --metrics METRICS.jsonl --svg PLOT.svg [--metric NAME])", flag));
+          "unknown flag '{}' (usage: verl_task_report --metrics METRICS.jsonl --svg PLOT.svg [--metric NAME] "
+          "[--require-before-max A] [--require-after-min B])",
+          flag));
     }
   }
   if (metrics.empty() || svg.empty()) throw InvalidArgument("--metrics and --svg are required");
@@ -60,7 +79,7 @@ int run(int argc, char** argv) {
   fmt::print("reward curve: {}\n", svg.string());
   if (val_metric.empty()) {
     fmt::print("no validation metric (val-core/*/mean@1) in {}\n", metrics.string());
-    return 0;
+    return before_max || after_min ? 2 : 0;
   }
   const auto series = trainer::metric_series_from_jsonl(metrics, val_metric);
   const auto rewards = trainer::metric_series_from_jsonl(metrics, "critic/score/mean");
@@ -73,7 +92,17 @@ int run(int argc, char** argv) {
                val_metric, series.points.front().x, 100.0 * series.points.front().y, series.points.back().x,
                100.0 * series.points.back().y);
   }
-  return 0;
+  if (series.points.empty()) return before_max || after_min ? 2 : 0;
+  bool ok = true;
+  if (before_max && series.points.front().y > *before_max) {
+    fmt::print("check failed: accuracy before GRPO {:.3f} > {}\n", series.points.front().y, *before_max);
+    ok = false;
+  }
+  if (after_min && series.points.back().y < *after_min) {
+    fmt::print("check failed: accuracy after GRPO {:.3f} < {}\n", series.points.back().y, *after_min);
+    ok = false;
+  }
+  return ok ? 0 : 2;
 }
 
 }  // namespace
