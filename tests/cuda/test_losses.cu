@@ -202,6 +202,42 @@ TEST(CudaLosses, MaskedStatsAndWhitenMatchReference) {
   }
 }
 
+TEST(CudaLosses, MaskedSumAndMeanAlongAxesMatchReference) {
+  VERL_REQUIRE_GPU();
+  std::mt19937 rng(17);
+  const Index rows = 70, cols = 45;
+  const MatrixF values = random_matrix(rows, cols, rng, 2.0f), mask = random_mask(rows, cols, rng);
+  auto d_v = upload(values), d_m = upload(mask);
+  DeviceBuffer<float> d_grad(static_cast<std::size_t>(rows * cols));
+  for (const int axis : {-1, 0})
+    for (const bool mean : {false, true}) {
+      const Index length = axis == -1 ? rows : cols;
+      const std::string what = std::string(mean ? "masked_mean" : "masked_sum") + " axis=" + std::to_string(axis);
+      const MatrixF cot = random_matrix(length, 1, rng);
+      auto d_cot = upload(cot);
+      DeviceBuffer<float> d_out(static_cast<std::size_t>(length));
+      k::masked_reduce_axis(d_v.data, d_m.data, rows, cols, axis, mean, d_out.data);
+      k::masked_reduce_axis_backward(d_m.data, rows, cols, axis, mean, d_cot.data, d_grad.data);
+      const verl::VectorF expected = mean ? verl::algo::masked_mean(values, mask, axis)
+                                          : verl::algo::masked_sum(values, mask, axis);
+      expect_close(d_out.download(), MatrixF(expected), 1e-5f, 1e-5f, what);
+      const verl::VectorF cot_vector = cot.col(0);
+      const MatrixF expected_grad = mean ? verl::algo::masked_mean_backward(mask, cot_vector, axis)
+                                         : verl::algo::masked_sum_backward(mask, cot_vector, axis);
+      expect_close(d_grad.download(), expected_grad, 0.0f, 0.0f, what + " grad");
+    }
+  // Whole batch: the gradient of the scalar sum / mean.
+  DeviceBuffer<k::MaskedStats> d_stats(1);
+  std::size_t bytes = 0;
+  k::masked_stats(nullptr, bytes, nullptr, nullptr, rows, cols, nullptr);
+  DeviceBuffer<unsigned char> temp(bytes);
+  k::masked_stats(temp.data, bytes, d_v.data, d_m.data, rows, cols, d_stats.data);
+  k::masked_reduce_backward(d_m.data, rows, cols, true, d_stats.data, d_grad.data);
+  expect_close(d_grad.download(), verl::algo::masked_mean_backward(mask), 0.0f, 0.0f, "masked_mean grad");
+  k::masked_reduce_backward(d_m.data, rows, cols, false, d_stats.data, d_grad.data);
+  expect_close(d_grad.download(), verl::algo::masked_sum_backward(mask), 0.0f, 0.0f, "masked_sum grad");
+}
+
 TEST(CudaLosses, MaskedVarOfFewerThanTwoTokensIsNaN) {
   VERL_REQUIRE_GPU();
   MatrixF values = MatrixF::Ones(2, 3), mask = MatrixF::Zero(2, 3);

@@ -243,4 +243,40 @@ LogitsOutput logprob_entropy(const MatrixF& logits, const std::vector<std::int64
   return out;
 }
 
+MaskedReduceOutput masked_reduce(const MatrixF& values, const MatrixF& mask, const int* axis, bool mean,
+                                 const VectorF* cotangent) {
+  const Index rows = values.rows(), cols = values.cols();
+  auto d_v = to_device(values), d_m = to_device(mask);
+  MaskedReduceOutput out;
+  DeviceBuffer<float> d_grad(static_cast<std::size_t>(rows * cols));
+  if (axis == nullptr) {
+    DeviceBuffer<kernels::MaskedStats> stats(1);
+    std::size_t bytes = 0;
+    kernels::masked_stats(nullptr, bytes, nullptr, nullptr, rows, cols, nullptr);
+    DeviceBuffer<unsigned char> temp(bytes);
+    kernels::masked_stats(temp.data, bytes, d_v.data, d_m.data, rows, cols, stats.data);
+    kernels::masked_reduce_backward(d_m.data, rows, cols, mean, stats.data, d_grad.data);
+    VERL_CUDA_CHECK(cudaDeviceSynchronize());
+    const kernels::MaskedStats s = stats.value();
+    out.scalar = mean ? s.mean : s.sum;
+    out.grad = to_host(d_grad, rows, cols);
+    return out;
+  }
+  const bool by_rows = algo::detail::reduces_rows(*axis);
+  const Index length = by_rows ? rows : cols;
+  DeviceBuffer<float> d_out(static_cast<std::size_t>(length));
+  kernels::masked_reduce_axis(d_v.data, d_m.data, rows, cols, *axis, mean, d_out.data);
+  if (cotangent) {
+    DeviceBuffer<float> d_cot(static_cast<std::size_t>(length));
+    d_cot.upload(cotangent->data());
+    kernels::masked_reduce_axis_backward(d_m.data, rows, cols, *axis, mean, d_cot.data, d_grad.data);
+    VERL_CUDA_CHECK(cudaDeviceSynchronize());
+    out.grad = to_host(d_grad, rows, cols);
+  }
+  VERL_CUDA_CHECK(cudaDeviceSynchronize());
+  out.along_axis.resize(length);
+  d_out.download(out.along_axis.data());
+  return out;
+}
+
 }  // namespace verl::conformance::cuda_path

@@ -1,11 +1,12 @@
 // verl_conformance --device cuda: the golden cases that have a kernel (advantages, agg_loss,
-// kl_penalty, vanilla PPO, log-probs / entropy / sum p^2 of the functional family) run through cuda_runner.hpp. Host-side argument checks come first
+// kl_penalty, vanilla PPO, log-probs / entropy / sum p^2 / masked_sum / masked_mean of the functional family) run through cuda_runner.hpp. Host-side argument checks come first
 // (verl raises there; the kernels do not check), then the kernels, then the same comparisons as
 // the CPU handlers. A case whose function (or configuration) has no kernel is reported as
 // "unsupported on cuda" by main.cpp; this file only registers what it really runs.
 // Linked into verl_conformance only when the build has CUDA (tools/conformance/CMakeLists.txt).
 #include <fmt/format.h>
 
+#include <cstdlib>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -17,6 +18,7 @@
 #include "verl/algo/advantages/detail/row_ops.hpp"
 #include "verl/algo/kl_registry.hpp"
 #include "verl/algo/loss_aggregation.hpp"
+#include "verl/algo/masked_stats.hpp"
 #include "verl/algo/policy_losses.hpp"
 
 namespace verl::conformance {
@@ -245,6 +247,35 @@ void sum_pi_squared_case(const GoldenCase& c, CaseCheck& check) {
   check.tensor("sum_pi_squared", out.sum_pi_squared, c.tolerance());
 }
 
+// ---- functional: masked_sum / masked_mean (kernels/masked_reductions.cuh) -----------------------------
+
+void masked_reduction_case(const GoldenCase& c, CaseCheck& check) {
+  require_known_outputs(c, check, {"result", "grad:values"});
+  const MatrixF values = c.input_tensor("values").matrix<float>();
+  const MatrixF mask = c.input_tensor("mask").matrix<float>();
+  verl::detail::require_same_shape("mask", shape_of(mask), "values", shape_of(values));
+  algo::detail::require_binary(mask);
+  const bool mean = c.fn() == "masked_mean";
+  if (!c.has_arg("axis")) {
+    const auto out = cuda_path::masked_reduce(values, mask, nullptr, mean, nullptr);
+    // verl returns a 0-d float32 tensor; the fixture stores its shortest decimal (as the CPU handler).
+    check.scalar("result", std::strtod(fmt::format("{}", static_cast<float>(out.scalar)).c_str(), nullptr),
+                 c.tolerance());
+    check.tensor("grad:values", out.grad, c.grad_tolerance(), c.grad_tie_indices());
+    return;
+  }
+  const int axis = c.args().at("axis").get<int>();
+  (void)algo::detail::reduces_rows(axis);  // verl's axis check
+  std::optional<VectorF> cotangent;
+  if (c.has_input("cotangent")) cotangent = c.input_tensor("cotangent").vector<float>();
+  if (cotangent)
+    verl::detail::require_length("cotangent", cotangent->size(),
+                                 algo::detail::reduces_rows(axis) ? values.rows() : values.cols());
+  const auto out = cuda_path::masked_reduce(values, mask, &axis, mean, cotangent ? &*cotangent : nullptr);
+  check.tensor("result", out.along_axis, c.tolerance());
+  if (cotangent) check.tensor("grad:values", out.grad, c.grad_tolerance(), c.grad_tie_indices());
+}
+
 void register_cuda(CudaSupport& cuda) {
   cuda.unavailable_reason = cuda_path::unavailable_reason;
   HandlerTable& t = cuda.handlers;
@@ -275,6 +306,8 @@ void register_cuda(CudaSupport& cuda) {
   t["entropy_from_logits"] = entropy_case;
   t["entropy_from_logits_with_chunking"] = entropy_case;
   t["calculate_sum_pi_squared_from_logits"] = sum_pi_squared_case;
+  t["masked_sum"] = masked_reduction_case;
+  t["masked_mean"] = masked_reduction_case;
 }
 
 const CudaRegistrar registrar{register_cuda};

@@ -57,4 +57,14 @@ struct LogitsOutput {
 LogitsOutput logprob_entropy(const MatrixF& logits, const std::vector<std::int64_t>* labels,
                              const VectorF* log_prob_cotangent, const VectorF* entropy_cotangent);
 
+/// masked_sum / masked_mean over the whole batch (axis none: `scalar` and the gradient of it) or
+/// along an axis (`along_axis`, and with a cotangent the VJP), through masked_reductions.cuh.
+struct MaskedReduceOutput {
+  double scalar = 0;
+  VectorF along_axis;
+  MatrixF grad;  ///< empty for an axis without a cotangent
+};
+MaskedReduceOutput masked_reduce(const MatrixF& values, const MatrixF& mask, const int* axis, bool mean,
+                                 const VectorF* cotangent);
+
 }  // namespace verl::conformance::cuda_path

@@ -150,6 +150,87 @@ __global__ void agg_weights_kernel(const float* __restrict mask, const std::int3
 
 inline unsigned warp_rows_grid(std::int64_t rows) { return grid_for(rows * 32, kThreads); }
 
+/// verl's count denominator: float32(count) + 1e-8, used in double as the CPU reference does.
+__device__ __forceinline__ double count_denominator(double count) {
+  return static_cast<double>(static_cast<float>(count) + 1e-8f);
+}
+
+/// One warp per row: masked_sum / masked_mean of where(mask, v, 0) along the row.
+__global__ void masked_rows_kernel(const float* __restrict values, const float* __restrict mask, std::int64_t rows,
+                                   std::int64_t cols, bool mean, float* __restrict out) {
+  const int lane = threadIdx.x & 31;
+  const std::int64_t warps = static_cast<std::int64_t>(gridDim.x) * (blockDim.x / 32);
+  for (std::int64_t row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32; row < rows; row += warps) {
+    double sum = 0;
+    long long count = 0;
+    for (std::int64_t t = lane; t < cols; t += 32) {
+      const bool valid = mask[row * cols + t] != 0.0f;
+      sum += valid ? static_cast<double>(values[row * cols + t]) : 0.0;
+      count += valid;
+    }
+    sum = warp_sum(sum);
+    count = warp_sum(count);
+    if (lane == 0)
+      out[row] = static_cast<float>(mean ? sum / count_denominator(static_cast<double>(count)) : sum);
+  }
+}
+
+/// One thread per column (coalesced across the threads of a warp): the same along columns.
+__global__ void masked_cols_kernel(const float* __restrict values, const float* __restrict mask, std::int64_t rows,
+                                   std::int64_t cols, bool mean, float* __restrict out) {
+  for (std::int64_t col = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; col < cols;
+       col += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    double sum = 0;
+    long long count = 0;
+    for (std::int64_t i = 0; i < rows; ++i) {
+      const bool valid = mask[i * cols + col] != 0.0f;
+      sum += valid ? static_cast<double>(values[i * cols + col]) : 0.0;
+      count += valid;
+    }
+    out[col] = static_cast<float>(mean ? sum / count_denominator(static_cast<double>(count)) : sum);
+  }
+}
+
+/// VJP along rows: grad = m * cot_row (/ (count_row + 1e-8) for the mean).
+__global__ void masked_rows_backward_kernel(const float* __restrict mask, std::int64_t rows, std::int64_t cols,
+                                            bool mean, const float* __restrict cotangent, float* __restrict grad) {
+  const int lane = threadIdx.x & 31;
+  const std::int64_t warps = static_cast<std::int64_t>(gridDim.x) * (blockDim.x / 32);
+  for (std::int64_t row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32; row < rows; row += warps) {
+    float scale = cotangent[row];
+    if (mean) {
+      long long count = 0;
+      for (std::int64_t t = lane; t < cols; t += 32) count += mask[row * cols + t] != 0.0f;
+      count = warp_sum(count);
+      scale = static_cast<float>(static_cast<double>(scale) / count_denominator(static_cast<double>(count)));
+    }
+    for (std::int64_t t = lane; t < cols; t += 32) grad[row * cols + t] = mask[row * cols + t] * scale;
+  }
+}
+
+__global__ void masked_cols_backward_kernel(const float* __restrict mask, std::int64_t rows, std::int64_t cols,
+                                            bool mean, const float* __restrict cotangent, float* __restrict grad) {
+  for (std::int64_t col = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; col < cols;
+       col += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    float scale = cotangent[col];
+    if (mean) {
+      long long count = 0;
+      for (std::int64_t i = 0; i < rows; ++i) count += mask[i * cols + col] != 0.0f;
+      scale = static_cast<float>(static_cast<double>(scale) / count_denominator(static_cast<double>(count)));
+    }
+    for (std::int64_t i = 0; i < rows; ++i) grad[i * cols + col] = mask[i * cols + col] * scale;
+  }
+}
+
+/// VJP of the whole-batch masked_sum (1) or masked_mean (1 / (count + 1e-8)), count from `stats`.
+__global__ void masked_all_backward_kernel(const float* __restrict mask, std::int64_t n, bool mean,
+                                           const MaskedStats* stats, float* __restrict grad) {
+  const float scale = mean ? static_cast<float>(1.0 / count_denominator(stats->count)) : 1.0f;
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
+    grad[i] = mask[i] * scale;
+}
+
 }  // namespace detail
 
 /// masked_sum, masked_mean and the unbiased masked_var of values (B, T) under mask (B, T).
@@ -168,6 +249,46 @@ inline void masked_stats(void* temp, std::size_t& temp_bytes, const float* value
     detail::row_moments_kernel<<<detail::warp_rows_grid(rows), detail::kThreads, 0, stream>>>(values, mask, rows, cols,
                                                                                              moments);
   detail::finish_stats_kernel<<<1, detail::kThreads, 0, stream>>>(moments, rows, stats);
+  VERL_CUDA_CHECK(cudaGetLastError());
+}
+
+/// verl's masked_sum / masked_mean along `axis` (-1/1: one value per row into out[rows]; 0/-2: one
+/// per column into out[cols]), as float32; an empty row/column gives 0 for the mean.
+inline void masked_reduce_axis(const float* values, const float* mask, std::int64_t rows, std::int64_t cols, int axis,
+                               bool mean, float* out, cudaStream_t stream = nullptr) {
+  check_batch_shape(rows, cols);
+  const bool by_rows = algo::detail::reduces_rows(axis);
+  if (by_rows && rows > 0)
+    detail::masked_rows_kernel<<<detail::warp_rows_grid(rows), detail::kThreads, 0, stream>>>(values, mask, rows, cols,
+                                                                                             mean, out);
+  if (!by_rows && cols > 0)
+    detail::masked_cols_kernel<<<detail::grid_for(cols, detail::kThreads), detail::kThreads, 0, stream>>>(
+        values, mask, rows, cols, mean, out);
+  VERL_CUDA_CHECK(cudaGetLastError());
+}
+
+/// The VJP of masked_reduce_axis with `cotangent` (one value per reduced row/column): grad (B, T).
+inline void masked_reduce_axis_backward(const float* mask, std::int64_t rows, std::int64_t cols, int axis, bool mean,
+                                        const float* cotangent, float* grad, cudaStream_t stream = nullptr) {
+  check_batch_shape(rows, cols);
+  const bool by_rows = algo::detail::reduces_rows(axis);
+  if (by_rows && rows > 0)
+    detail::masked_rows_backward_kernel<<<detail::warp_rows_grid(rows), detail::kThreads, 0, stream>>>(
+        mask, rows, cols, mean, cotangent, grad);
+  if (!by_rows && cols > 0)
+    detail::masked_cols_backward_kernel<<<detail::grid_for(cols, detail::kThreads), detail::kThreads, 0, stream>>>(
+        mask, rows, cols, mean, cotangent, grad);
+  VERL_CUDA_CHECK(cudaGetLastError());
+}
+
+/// The gradient of the whole-batch masked_sum (mean = false) or masked_mean of a batch whose
+/// statistics masked_stats left in `stats`: grad (B, T).
+inline void masked_reduce_backward(const float* mask, std::int64_t rows, std::int64_t cols, bool mean,
+                                   const MaskedStats* stats, float* grad, cudaStream_t stream = nullptr) {
+  check_batch_shape(rows, cols);
+  if (rows * cols == 0) return;
+  detail::masked_all_backward_kernel<<<detail::grid_for(rows * cols, detail::kThreads), detail::kThreads, 0, stream>>>(
+      mask, rows * cols, mean, stats, grad);
   VERL_CUDA_CHECK(cudaGetLastError());
 }
 
