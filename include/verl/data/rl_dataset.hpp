@@ -1,5 +1,6 @@
-// verl's RLHFDataset: rows in verl's schema read from JSON Lines files, optionally reduced to
-// `max_samples` (a seeded random choice when shuffling, else the first rows), prompts rendered
+// verl's RLHFDataset: rows in verl's schema read from JSON Lines or Parquet files (by extension,
+// data/parquet.hpp), optionally reduced to `max_samples` (a seeded random choice when shuffling,
+// else the first rows), prompts rendered
 // by a formatter (a chat template) and tokenized, overlong prompts filtered
 // (`filter_overlong_prompts`) or truncated (`truncation`), and batches collated into a
 // DataProto with left-padded `input_ids`, `attention_mask`, `position_ids` and the row's columns
@@ -25,6 +26,7 @@
 #include "verl/data/data_proto.hpp"
 #include "verl/data/dataloader.hpp"
 #include "verl/data/jsonl.hpp"
+#include "verl/data/parquet.hpp"
 #include "verl/data/prompt_formatter.hpp"
 #include "verl/data/random_permutation.hpp"
 #include "verl/data/rlhf_row.hpp"
@@ -66,7 +68,7 @@ class RLHFDataset {
     VERL_CHECK_ARG(!files.empty(), "data files: expected at least one file, got none");
     std::vector<std::pair<RLHFRow, SourceLocation>> rows;
     for (const auto& file : files) {
-      for_each_json_row(file, [&](nlohmann::json&& value, const SourceLocation& where) {
+      for_each_dataset_row(file, [&](nlohmann::json&& value, const SourceLocation& where) {
         rows.emplace_back(parse_rlhf_row(std::move(value), where, options.prompt_key, options.data_source_key), where);
       });
     }
