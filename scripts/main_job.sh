@@ -34,7 +34,7 @@ seed=1
 # that have one (verl_make_task --sft-carry-slip): SFT learns the sums' digits and the demonstrator's
 # habit; GRPO, rewarded by the gsm8k scorer against the true sums, unlearns the habit.
 digits=1 operands=3 train=800 val=200 slip=0.6
-sft_steps=600 sft_lr=3e-3
+sft_steps=600
 grpo=()
 if [ "$smoke" = 1 ]; then
   train=64 val=16 sft_steps=3
@@ -51,15 +51,11 @@ echo "== 1/3 task: sums of ${operands} numbers of ${digits} digit(s), $train tra
 "$bin/verl_make_task" --out "$out/task" --seed "$seed" --digits "$digits" --operands "$operands" \
   --train "$train" --val "$val" --sft-carry-slip "$slip"
 
-echo "== 2/3 SFT warm start ($sft_steps steps)"
-VERL_FILE_LOGGER_PATH="$out/sft_metrics.jsonl" "$bin/verl_sft" \
+echo "== 2/3 SFT warm start ($sft_steps steps, examples/config/main_job_sft.yaml)"
+VERL_FILE_LOGGER_PATH="$out/sft_metrics.jsonl" "$bin/verl_sft" --config "$here/examples/config/main_job_sft.yaml" \
   data.train_files="$out/task/sft_train.jsonl" data.val_files="$out/task/sft_val.jsonl" \
-  data.max_length=48 data.train_batch_size=64 data.micro_batch_size_per_gpu=64 \
-  model.partial_pretrain="$out/task/model" \
-  optim.lr="$sft_lr" optim.weight_decay=0 optim.warmup_steps_ratio=0.05 \
-  trainer.total_training_steps="$sft_steps" trainer.default_local_dir="$out/sft" \
-  trainer.logger=[console,file] trainer.seed="$seed" trainer.resume_mode=disable \
-  trainer.project_name=verl_cpp_main_job trainer.experiment_name=sft
+  model.partial_pretrain="$out/task/model" trainer.default_local_dir="$out/sft" \
+  trainer.total_training_steps="$sft_steps"
 sft_model="$out/sft/global_step_$(cat "$out/sft/latest_checkpointed_iteration.txt")/huggingface"
 
 echo "== 3/3 GRPO from $sft_model"
