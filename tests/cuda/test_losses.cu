@@ -236,6 +236,14 @@ TEST(CudaLosses, MaskedSumAndMeanAlongAxesMatchReference) {
   expect_close(d_grad.download(), verl::algo::masked_mean_backward(mask), 0.0f, 0.0f, "masked_mean grad");
   k::masked_reduce_backward(d_m.data, rows, cols, false, d_stats.data, d_grad.data);
   expect_close(d_grad.download(), verl::algo::masked_sum_backward(mask), 0.0f, 0.0f, "masked_sum grad");
+  const k::MaskedStats st = d_stats.value();
+  for (const bool unbiased : {true, false}) {
+    expect_scalar(unbiased ? st.var : st.var_biased, verl::algo::masked_var(values, mask, unbiased), 1e-5,
+                  unbiased ? "masked_var" : "masked_var (biased)");
+    k::masked_var_backward(d_v.data, d_m.data, rows, cols, unbiased, d_stats.data, d_grad.data);
+    expect_close(d_grad.download(), verl::algo::masked_var_backward(values, mask, unbiased), 1e-7f, 1e-5f,
+                 unbiased ? "masked_var grad" : "masked_var (biased) grad");
+  }
 }
 
 TEST(CudaLosses, MaskedVarOfFewerThanTwoTokensIsNaN) {

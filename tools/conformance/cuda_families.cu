@@ -279,4 +279,19 @@ MaskedReduceOutput masked_reduce(const MatrixF& values, const MatrixF& mask, con
   return out;
 }
 
+MaskedVarOutput masked_var(const MatrixF& values, const MatrixF& mask, bool unbiased) {
+  const Index rows = values.rows(), cols = values.cols();
+  auto d_v = to_device(values), d_m = to_device(mask);
+  DeviceBuffer<float> d_grad(static_cast<std::size_t>(rows * cols));
+  DeviceBuffer<kernels::MaskedStats> stats(1);
+  std::size_t bytes = 0;
+  kernels::masked_stats(nullptr, bytes, nullptr, nullptr, rows, cols, nullptr);
+  DeviceBuffer<unsigned char> temp(bytes);
+  kernels::masked_stats(temp.data, bytes, d_v.data, d_m.data, rows, cols, stats.data);
+  kernels::masked_var_backward(d_v.data, d_m.data, rows, cols, unbiased, stats.data, d_grad.data);
+  VERL_CUDA_CHECK(cudaDeviceSynchronize());
+  const kernels::MaskedStats s = stats.value();
+  return {unbiased ? s.var : s.var_biased, s.count, to_host(d_grad, rows, cols)};
+}
+
 }  // namespace verl::conformance::cuda_path

@@ -1,5 +1,5 @@
 // verl_conformance --device cuda: the golden cases that have a kernel (advantages, agg_loss,
-// kl_penalty, vanilla PPO, log-probs / entropy / sum p^2 / masked_sum / masked_mean of the functional family) run through cuda_runner.hpp. Host-side argument checks come first
+// kl_penalty, vanilla PPO, log-probs / entropy / sum p^2 / masked_sum / masked_mean / masked_var of the functional family) run through cuda_runner.hpp. Host-side argument checks come first
 // (verl raises there; the kernels do not check), then the kernels, then the same comparisons as
 // the CPU handlers. A case whose function (or configuration) has no kernel is reported as
 // "unsupported on cuda" by main.cpp; this file only registers what it really runs.
@@ -276,6 +276,19 @@ void masked_reduction_case(const GoldenCase& c, CaseCheck& check) {
   if (cotangent) check.tensor("grad:values", out.grad, c.grad_tolerance(), c.grad_tie_indices());
 }
 
+void masked_var_case(const GoldenCase& c, CaseCheck& check) {
+  require_known_outputs(c, check, {"result", "grad:values"});
+  const MatrixF values = c.input_tensor("values").matrix<float>();
+  const MatrixF mask = c.input_tensor("mask").matrix<float>();
+  verl::detail::require_same_shape("mask", shape_of(mask), "values", shape_of(values));
+  algo::detail::require_binary(mask);
+  const bool unbiased = c.has_arg("unbiased") ? c.args().at("unbiased").get<bool>() : true;
+  const auto out = cuda_path::masked_var(values, mask, unbiased);
+  if (unbiased) algo::detail::require_unbiased_count(out.count);  // verl raises for fewer than 2
+  check.scalar("result", std::strtod(fmt::format("{}", out.var).c_str(), nullptr), c.tolerance());
+  check.tensor("grad:values", out.grad, c.grad_tolerance(), c.grad_tie_indices());
+}
+
 void register_cuda(CudaSupport& cuda) {
   cuda.unavailable_reason = cuda_path::unavailable_reason;
   HandlerTable& t = cuda.handlers;
@@ -308,6 +321,7 @@ void register_cuda(CudaSupport& cuda) {
   t["calculate_sum_pi_squared_from_logits"] = sum_pi_squared_case;
   t["masked_sum"] = masked_reduction_case;
   t["masked_mean"] = masked_reduction_case;
+  t["masked_var"] = masked_var_case;
 }
 
 const CudaRegistrar registrar{register_cuda};

@@ -67,4 +67,12 @@ struct MaskedReduceOutput {
 MaskedReduceOutput masked_reduce(const MatrixF& values, const MatrixF& mask, const int* axis, bool mean,
                                  const VectorF* cotangent);
 
+/// masked_var and its gradient (cotangent 1); `count` is the number of valid elements.
+struct MaskedVarOutput {
+  float var;
+  double count;
+  MatrixF grad;
+};
+MaskedVarOutput masked_var(const MatrixF& values, const MatrixF& mask, bool unbiased);
+
 }  // namespace verl::conformance::cuda_path

@@ -24,8 +24,11 @@ namespace verl::kernels {
 struct MaskedStats {
   double sum;
   double count;
-  double mean;  ///< sum / (count + 1e-8), as verl::algo::masked_mean
-  float var;    ///< unbiased, around the float32 mean
+  double mean;          ///< sum / (count + 1e-8), as verl::algo::masked_mean
+  float var;            ///< unbiased, around the float32 mean
+  float var_biased;     ///< masked_var(unbiased=False)
+  float mean_f;         ///< the float32 mean verl keeps for the variance
+  double centered_sum;  ///< sum of m (v - mean_f): 0 up to rounding, part of masked_var's gradient
 };
 
 /// agg_loss's result and what its gradient needs.
@@ -37,6 +40,11 @@ struct AggLossState {
 };
 
 namespace detail {
+
+/// verl's count denominator: float32(count) + 1e-8, used in double as the CPU reference does.
+__device__ __forceinline__ double count_denominator(double count) {
+  return static_cast<double>(static_cast<float>(count) + 1e-8f);
+}
 
 /// One warp per row: Welford moments of where(mask, v, 0) over the valid positions (lanes merged).
 __global__ void row_moments_kernel(const float* __restrict values, const float* __restrict mask, std::int64_t rows,
@@ -74,7 +82,26 @@ __global__ void finish_stats_kernel(const Moments* __restrict rows_moments, std:
     const double bessel = static_cast<double>(static_cast<float>(total.count) / static_cast<float>(total.count - 1));
     var = static_cast<float>(squares / denominator * bessel);
   }
-  *stats = MaskedStats{sum, total.count, sum / denominator, var};
+  *stats = MaskedStats{sum,  total.count, sum / denominator, var, static_cast<float>(squares / denominator),
+                       mean, total.count * shift};
+}
+
+/// d masked_var / d v (cotangent 1): with z = v - mean, D = n + 1e-8 and k the Bessel factor,
+/// k 2 m z / D plus the path through the mean, k (-2 sum(m z) / D) m / D; 0 at masked positions.
+__global__ void masked_var_backward_kernel(const float* __restrict values, const float* __restrict mask, std::int64_t n,
+                                           bool unbiased, const MaskedStats* stats, float* __restrict grad) {
+  const double count = stats->count;
+  const double denominator = count_denominator(count);
+  const double bessel =
+      unbiased ? static_cast<double>(static_cast<float>(count) / static_cast<float>(count - 1)) : 1.0;
+  const float direct = static_cast<float>(bessel * 2.0 / denominator);
+  const float through_mean = static_cast<float>(bessel * (-2.0 * stats->centered_sum / denominator) / denominator);
+  const float mean = stats->mean_f;
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const float m = mask[i];
+    grad[i] = m != 0.0f ? mul_rn(add_rn(mul_rn(values[i] - mean, direct), through_mean), m) : 0.0f;
+  }
 }
 
 /// One warp per row: valid-token count and the masked loss sum (where(m, L, 0) under token-mean,
@@ -149,11 +176,6 @@ __global__ void agg_weights_kernel(const float* __restrict mask, const std::int3
 }
 
 inline unsigned warp_rows_grid(std::int64_t rows) { return grid_for(rows * 32, kThreads); }
-
-/// verl's count denominator: float32(count) + 1e-8, used in double as the CPU reference does.
-__device__ __forceinline__ double count_denominator(double count) {
-  return static_cast<double>(static_cast<float>(count) + 1e-8f);
-}
 
 /// One warp per row: masked_sum / masked_mean of where(mask, v, 0) along the row.
 __global__ void masked_rows_kernel(const float* __restrict values, const float* __restrict mask, std::int64_t rows,
@@ -289,6 +311,17 @@ inline void masked_reduce_backward(const float* mask, std::int64_t rows, std::in
   if (rows * cols == 0) return;
   detail::masked_all_backward_kernel<<<detail::grid_for(rows * cols, detail::kThreads), detail::kThreads, 0, stream>>>(
       mask, rows * cols, mean, stats, grad);
+  VERL_CUDA_CHECK(cudaGetLastError());
+}
+
+/// The gradient of masked_var (unbiased or not) of a batch whose statistics masked_stats left in
+/// `stats`: grad (B, T). Unbiased with fewer than 2 valid elements gives NaN (verl raises).
+inline void masked_var_backward(const float* values, const float* mask, std::int64_t rows, std::int64_t cols,
+                                bool unbiased, const MaskedStats* stats, float* grad, cudaStream_t stream = nullptr) {
+  check_batch_shape(rows, cols);
+  if (rows * cols == 0) return;
+  detail::masked_var_backward_kernel<<<detail::grid_for(rows * cols, detail::kThreads), detail::kThreads, 0, stream>>>(
+      values, mask, rows * cols, unbiased, stats, grad);
   VERL_CUDA_CHECK(cudaGetLastError());
 }
 
