@@ -760,7 +760,8 @@ class PPOTrainer {
                          m1 - m0, comm_.size());
           const algo::GlobalBatchInfo info{.dp_size = static_cast<double>(comm_.size()),
                                            .batch_num_tokens = static_cast<double>(t.response_mask.middleRows(m0, m1 - m0).sum()),
-                                           .global_batch_size = static_cast<double>(m1 - m0)};
+                                           .global_batch_size = static_cast<double>(m1 - m0),
+                                           .loss_scale_factor = std::nullopt};
           const Index share = (m1 - m0) / comm_.size();
           const Index lo = m0 + share * comm_.rank(), hi = lo + share;
           const Index micro = cfg.ppo_micro_batch_size_per_gpu.value_or(
