@@ -1,7 +1,7 @@
 // JSON Lines files (one JSON value per line), the form verl's row schema takes without Arrow.
 // Errors name the file and the 1-based line; a leading "~" in a path is the home folder. A ".json" file may also hold one top-level array
-// of rows (what Hugging Face's "json" loader accepts besides JSON Lines). Parquet needs Apache
-// Arrow, which verl-cpp does not use yet: such files are rejected with that explanation.
+// of rows (what Hugging Face's "json" loader accepts besides JSON Lines). Parquet files are read by
+// for_each_dataset_row (verl/data/parquet.hpp, with Apache Arrow); this reader rejects them.
 #pragma once
 
 #include <fmt/format.h>
@@ -38,7 +38,8 @@ inline bool has_extension(const std::filesystem::path& path, std::string_view ex
 inline void reject_unsupported_format(const std::filesystem::path& path) {
   if (has_extension(path, ".parquet")) {
     ::verl::detail::throw_invalid_argument(
-        "data file '{}': Parquet needs Apache Arrow, which verl-cpp does not use; convert it to JSON Lines "
+        "data file '{}': this reader takes JSON Lines, not Parquet (RL datasets read Parquet through Apache Arrow, "
+        "verl/data/parquet.hpp); convert it to JSON Lines "
         "(e.g. pandas.read_parquet(path).to_json(out, orient='records', lines=True))",
         path.string());
   }
