@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "cuda_test_support.hpp"
+#include "verl/algo/kl_rewards.hpp"
 #include "verl/kernels/kl_penalty.cuh"
 #include "verl/kernels/masked_reductions.cuh"
 #include "verl/kernels/policy_loss.cuh"
@@ -348,6 +349,19 @@ TEST(CudaLosses, VanillaPolicyLossMatchesReference) {
         run_vanilla(33, 70, mode, per_row, weights, seed++);
         run_vanilla(128, 1024, mode, per_row, weights, seed++);
       }
+}
+
+TEST(CudaLosses, KlRewardsMatchReferenceExactly) {
+  VERL_REQUIRE_GPU();
+  std::mt19937 rng(12);
+  const Index rows = 19, cols = 257;
+  const MatrixF scores = random_matrix(rows, cols, rng), old = random_matrix(rows, cols, rng, 3.0f);
+  const MatrixF ref = random_matrix(rows, cols, rng, 3.0f);
+  auto d_s = upload(scores), d_old = upload(old), d_ref = upload(ref);
+  DeviceBuffer<float> d_out(static_cast<std::size_t>(rows * cols));
+  k::kl_rewards(d_s.data, d_old.data, d_ref.data, rows * cols, 0.1, d_out.data);
+  // Every step rounded as torch's (no FMA): bit-exact.
+  expect_close(d_out.download(), verl::algo::compute_rewards(scores, old, ref, 0.1), 0.0f, 0.0f, "compute_rewards");
 }
 
 TEST(CudaLosses, KlPenaltyMatchesReference) {

@@ -167,6 +167,15 @@ KlOutput kl_penalty(kernels::KlType type, const MatrixF& logprob, const MatrixF&
   return out;
 }
 
+MatrixF kl_rewards(const MatrixF& scores, const MatrixF& old_log_prob, const MatrixF& ref_log_prob, double kl_ratio) {
+  const Index rows = scores.rows(), cols = scores.cols();
+  auto d_s = to_device(scores), d_old = to_device(old_log_prob), d_ref = to_device(ref_log_prob);
+  DeviceBuffer<float> d_out(static_cast<std::size_t>(rows * cols));
+  kernels::kl_rewards(d_s.data, d_old.data, d_ref.data, rows * cols, kl_ratio, d_out.data);
+  VERL_CUDA_CHECK(cudaDeviceSynchronize());
+  return to_host(d_out, rows, cols);
+}
+
 algo::PolicyLossResult vanilla_policy_loss(const MatrixF& old_log_prob, const MatrixF& log_prob,
                                            const MatrixF& advantages, const MatrixF& mask,
                                            const MatrixF* rollout_is_weights, const kernels::VanillaPPOParams& params,

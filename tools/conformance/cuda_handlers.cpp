@@ -1,5 +1,5 @@
 // verl_conformance --device cuda: the golden cases that have a kernel (advantages, agg_loss,
-// kl_penalty, vanilla PPO, log-probs / entropy / sum p^2 / masked_sum / masked_mean / masked_var of the functional family) run through cuda_runner.hpp. Host-side argument checks come first
+// kl_penalty, compute_rewards, vanilla PPO, log-probs / entropy / sum p^2 / masked_sum / masked_mean / masked_var of the functional family) run through cuda_runner.hpp. Host-side argument checks come first
 // (verl raises there; the kernels do not check), then the kernels, then the same comparisons as
 // the CPU handlers. A case whose function (or configuration) has no kernel is reported as
 // "unsupported on cuda" by main.cpp; this file only registers what it really runs.
@@ -150,6 +150,17 @@ void kl_case(const GoldenCase& c, CaseCheck& check) {
   } else if (c.outputs().contains("grad:logprob")) {
     check.fail("grad:logprob", "the case has gradients but no cotangent");
   }
+}
+
+void compute_rewards_case(const GoldenCase& c, CaseCheck& check) {
+  require_known_outputs(c, check, {"rewards"});
+  const MatrixF scores = c.input_tensor("token_level_scores").matrix<float>();
+  const MatrixF old = c.input_tensor("old_log_prob").matrix<float>();
+  const MatrixF ref = c.input_tensor("ref_log_prob").matrix<float>();
+  verl::detail::require_same_shape("old_log_prob", shape_of(old), "token_level_scores", shape_of(scores));
+  verl::detail::require_same_shape("ref_log_prob", shape_of(ref), "token_level_scores", shape_of(scores));
+  check.tensor("rewards", cuda_path::kl_rewards(scores, old, ref, c.args().at("kl_ratio").get<double>()),
+               c.tolerance());
 }
 
 // ---- vanilla PPO -----------------------------------------------------------------------------------
@@ -312,6 +323,7 @@ void register_cuda(CudaSupport& cuda) {
   t["agg_loss"] = agg_loss_case;
   t["kl_penalty"] = kl_case;
   t["kl_penalty_forward"] = kl_case;
+  t["compute_rewards"] = compute_rewards_case;
   t["compute_policy_loss_vanilla"] = vanilla_case;
   cuda.supports["compute_policy_loss_vanilla"] = vanilla_supported;
   for (const char* fn : {"logprobs_from_logits", "logprobs_from_logits_v2", "logprobs_from_logits_naive"})

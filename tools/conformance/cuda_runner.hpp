@@ -41,6 +41,9 @@ struct KlOutput {
 KlOutput kl_penalty(kernels::KlType type, const MatrixF& logprob, const MatrixF& ref_logprob,
                     const MatrixF* cotangent);
 
+/// verl's compute_rewards: scores - (old - ref) * kl_ratio.
+MatrixF kl_rewards(const MatrixF& scores, const MatrixF& old_log_prob, const MatrixF& ref_log_prob, double kl_ratio);
+
 /// verl's compute_policy_loss_vanilla: pg_loss, grad w.r.t. log_prob, verl's three metrics.
 algo::PolicyLossResult vanilla_policy_loss(const MatrixF& old_log_prob, const MatrixF& log_prob,
                                            const MatrixF& advantages, const MatrixF& mask,
