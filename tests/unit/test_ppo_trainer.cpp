@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -354,6 +356,167 @@ TEST(PPOTrainer, GrpoRaisesTheMeanRewardOnALearnableTask) {
   for (int s = 0; s < 30; ++s) scores.push_back(trainer.step().at("critic/score/mean"));
   const double first = (scores[0] + scores[1] + scores[2]) / 3, last = (scores[27] + scores[28] + scores[29]) / 3;
   EXPECT_GT(last, first + 0.3) << "mean score " << first << " -> " << last;
+}
+
+// ---- trainer.balance_batch --------------------------------------------------------------------
+
+/// A batch whose rows 0..3 are long (10 tokens) and 4..7 short (1 token): the naive split over
+/// two ranks gives 40 and 4 tokens. Every field of row r carries r so that moves can be traced.
+Trajectories skewed_batch() {
+  Trajectories t;
+  const Index rows = 8, prompt = 6, width = 4;
+  t.responses = MatrixI64::Zero(rows, width);
+  t.response_mask = MatrixF::Zero(rows, width);
+  t.input_ids = MatrixI64::Zero(rows, prompt + width);
+  t.attention_mask = MatrixF::Zero(rows, prompt + width);
+  t.position_ids = MatrixI64::Zero(rows, prompt + width);
+  t.token_level_scores = MatrixF::Zero(rows, width);
+  t.old_log_probs = MatrixF::Zero(rows, width);
+  t.reward_baselines = VectorF::Zero(rows);
+  for (Index r = 0; r < rows; ++r) {
+    const Index length = r < 4 ? 10 : 1;
+    t.attention_mask.row(r).tail(length).setOnes();
+    t.input_ids.row(r).setConstant(r);
+    t.responses.row(r).setConstant(r);
+    t.response_mask(r, 0) = 1.0f;
+    t.position_ids.row(r).setConstant(r);
+    t.token_level_scores(r, 0) = static_cast<float>(r);
+    t.old_log_probs(r, 1) = static_cast<float>(-r);
+    t.reward_baselines[r] = static_cast<float>(r) / 2;
+    t.uid.push_back(100 + r / 2);
+    t.sample.push_back(r);
+    reward::RewardOutput out;
+    out.score = static_cast<double>(r);
+    t.reward_outputs.push_back(out);
+  }
+  return t;
+}
+
+TEST(PPOTrainer, BalanceBatchEvensTheRanksSharesAndKeepsRowsTogether) {
+  Trajectories t = skewed_batch();
+  const Metrics m = balance_batch(t, 2);
+  // verl's log_seqlen_unbalance names and values: naive chunks 40 / 4, balanced 22 / 22.
+  EXPECT_EQ(m.at("global_seqlen/min"), 4.0);
+  EXPECT_EQ(m.at("global_seqlen/max"), 40.0);
+  EXPECT_EQ(m.at("global_seqlen/minmax_diff"), 36.0);
+  EXPECT_EQ(m.at("global_seqlen/balanced_min"), 22.0);
+  EXPECT_EQ(m.at("global_seqlen/balanced_max"), 22.0);
+  EXPECT_EQ(m.at("global_seqlen/mean"), 22.0);
+  EXPECT_EQ(m.size(), 6u);
+  ASSERT_EQ(t.rows(), 8);
+  // Each rank's contiguous half now holds 22 tokens.
+  EXPECT_EQ(t.attention_mask.topRows(4).sum(), 22.0f);
+  EXPECT_EQ(t.attention_mask.bottomRows(4).sum(), 22.0f);
+  std::set<std::int64_t> seen;
+  for (Index i = 0; i < t.rows(); ++i) {
+    const std::int64_t r = t.sample[static_cast<std::size_t>(i)];
+    seen.insert(r);
+    EXPECT_EQ(t.input_ids(i, 0), r);
+    EXPECT_EQ(t.responses(i, 0), r);
+    EXPECT_EQ(t.position_ids(i, 0), r);
+    EXPECT_EQ(t.attention_mask.row(i).sum(), r < 4 ? 10.0f : 1.0f);
+    EXPECT_EQ(t.token_level_scores(i, 0), static_cast<float>(r));
+    EXPECT_EQ(t.old_log_probs(i, 1), static_cast<float>(-r));
+    EXPECT_EQ(t.reward_baselines[i], static_cast<float>(r) / 2);
+    EXPECT_EQ(t.uid[static_cast<std::size_t>(i)], 100 + r / 2);
+    EXPECT_EQ(t.reward_outputs[static_cast<std::size_t>(i)].score, static_cast<double>(r));
+  }
+  EXPECT_EQ(seen.size(), 8u);
+  EXPECT_TRUE(t.advantages.size() == 0);  // fields not computed yet stay empty
+
+  // One rank: the order is unchanged, the metrics still logged.
+  Trajectories single = skewed_batch();
+  const Metrics one = balance_batch(single, 1);
+  for (Index i = 0; i < single.rows(); ++i) EXPECT_EQ(single.sample[static_cast<std::size_t>(i)], i);
+  EXPECT_EQ(one.at("global_seqlen/mean"), 44.0);
+  EXPECT_EQ(one.at("global_seqlen/minmax_diff"), 0.0);
+
+  Trajectories odd = skewed_batch();
+  EXPECT_THROW((void)balance_batch(odd, 3), std::invalid_argument);
+}
+
+TEST(PPOTrainer, BalanceBatchMetricsInTheStepAndItsOptOut) {
+  auto balanced = make_trainer({});
+  const Metrics a = balanced.step();
+  ASSERT_TRUE(a.contains("global_seqlen/mean"));
+  // One rank: the mean is the batch's token count, which the throughput metrics count too.
+  EXPECT_EQ(a.at("global_seqlen/mean"), static_cast<double>(balanced.last_batch().attention_mask.sum()));
+  EXPECT_EQ(a.at("global_seqlen/balanced_max"), a.at("global_seqlen/mean"));
+  auto plain = make_trainer({"trainer.balance_batch=False"});
+  const Metrics b = plain.step();
+  EXPECT_FALSE(b.contains("global_seqlen/mean"));
+  // With one rank balancing is the identity: the update is the same.
+  EXPECT_EQ(a.at("actor/pg_loss"), b.at("actor/pg_loss"));
+  EXPECT_EQ(parameters(balanced.actor()), parameters(plain.actor()));
+}
+
+// ---- generations: log_val_generations, rollout_data_dir, validation_data_dir -------------------
+
+std::vector<nlohmann::json> jsonl(const fs::path& path) {
+  std::ifstream in(path);
+  std::vector<nlohmann::json> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(nlohmann::json::parse(line));
+  return lines;
+}
+
+TEST(PPOTrainer, GenerationsAreLoggedAndDumped) {
+  const fs::path dir = temp_dir("generations");
+  auto run = [&](const std::string& name) {
+    std::vector<std::string> overrides = base_overrides();
+    for (const std::string extra : {"trainer.total_training_steps=1", "trainer.val_before_train=True", "trainer.test_freq=1",
+                                    "trainer.log_val_generations=3"})
+      overrides.push_back(extra);
+    overrides.push_back("trainer.rollout_data_dir=" + (dir / name / "rollout").string());
+    overrides.push_back("trainer.validation_data_dir=" + (dir / name / "val").string());
+    const PPOConfig config = load_ppo_config(overrides);
+    PPOTrainer<Transformer, NoCritic, FirstDigitParity> trainer(config, PPOAlgorithm::from_config(config), tiny_policy(),
+                                                                std::nullopt, NoCritic{}, FirstDigitParity{}, hooks(),
+                                                                prompts(16), prompts(6));
+    std::ostringstream console;
+    const auto history = trainer.fit(std::nullopt, console);
+    return std::make_pair(console.str(), history.back());
+  };
+  const auto [console, last] = run("a");
+  // verl's _maybe_log_val_generations: 3 of the 6 validation samples, before training and at step 1.
+  EXPECT_NE(console.find("validation generations (step 0, 3 of 6)"), std::string::npos) << console;
+  EXPECT_NE(console.find("validation generations (step 1, 3 of 6)"), std::string::npos) << console;
+  EXPECT_NE(console.find("[3] input: "), std::string::npos);
+  EXPECT_EQ(console.find("[4] input: "), std::string::npos);
+  EXPECT_EQ(run("b").first, console);  // the same samples every run
+
+  // verl's _dump_generations: <dir>/<step>.jsonl with input, output, gts, score, step.
+  const auto val0 = jsonl(dir / "a" / "val" / "0.jsonl");
+  const auto val1 = jsonl(dir / "a" / "val" / "1.jsonl");
+  ASSERT_EQ(val0.size(), 6u);
+  ASSERT_EQ(val1.size(), 6u);
+  double val_total = 0;
+  for (const auto& line : val1) {
+    ASSERT_EQ(line.size(), 5u) << line.dump();
+    EXPECT_EQ(line["step"].get<std::int64_t>(), 1);
+    EXPECT_NE(line["input"].get<std::string>().find('+'), std::string::npos);  // "a+b="
+    EXPECT_FALSE(line["gts"].get<std::string>().empty());
+    val_total += line["score"].get<double>();
+  }
+  EXPECT_NEAR(val_total / 6.0, last.at("val-core/synthetic/reward/mean@1"), 1e-12);
+  const auto rollout = jsonl(dir / "a" / "rollout" / "1.jsonl");
+  ASSERT_EQ(rollout.size(), 16u);  // 4 prompts x rollout.n 4
+  double total = 0;
+  for (const auto& line : rollout) total += line["score"].get<double>();
+  EXPECT_NEAR(total / 16.0, last.at("critic/score/mean"), 1e-6);
+  EXPECT_FALSE(fs::exists(dir / "a" / "rollout" / "0.jsonl"));
+  fs::remove_all(dir);
+}
+
+TEST(PPOTrainer, KeysWithoutEffectAreWarnedAbout) {
+  testing::internal::CaptureStderr();
+  (void)make_trainer({"actor_rollout_ref.actor.use_dynamic_bsz=True", "trainer.del_local_ckpt_after_load=True"});
+  const std::string warned = testing::internal::GetCapturedStderr();
+  EXPECT_NE(warned.find("actor_rollout_ref.actor.use_dynamic_bsz=True (micro-batches follow"), std::string::npos) << warned;
+  EXPECT_NE(warned.find("trainer.del_local_ckpt_after_load=True"), std::string::npos) << warned;
+  EXPECT_NE(warned.find("has no effect in verl-cpp"), std::string::npos) << warned;
+  testing::internal::CaptureStderr();
+  (void)make_trainer({});
+  EXPECT_EQ(testing::internal::GetCapturedStderr(), "");  // verl's defaults: nothing to say
 }
 
 }  // namespace

@@ -17,7 +17,11 @@
 // and the DP size), so the update does not depend on the micro-batch size; gradients are
 // averaged over ranks, clipped (grad_clip), and AdamW steps with the scheduled learning rate.
 // Validation every trainer.test_freq steps, checkpoints every trainer.save_freq steps, metrics
-// with verl's names through Tracking.
+// with verl's names through Tracking; trainer.rollout_data_dir / validation_data_dir dump the
+// generations as JSONL and trainer.log_val_generations prints validation samples.
+//
+// trainer.balance_batch (verl's _balance_batch) reorders the rows between reward and old log-probs
+// so that every rank's contiguous share has about the same total sequence length.
 //
 // Data parallelism follows verl's DP dispatch: each rank generates and scores its contiguous
 // share of the prompts and computes log-probs / values for its share of the rows; the shares are
@@ -33,6 +37,7 @@
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <iostream>
 #include <map>
@@ -55,6 +60,7 @@
 #include "verl/core/metrics.hpp"
 #include "verl/core/tensor.hpp"
 #include "verl/data/dataloader.hpp"
+#include "verl/data/random_permutation.hpp"
 #include "verl/data/rl_dataset.hpp"
 #include "verl/parallel/self_communicator.hpp"
 #include "verl/reward/reward_score.hpp"
@@ -114,6 +120,7 @@ class PPOTrainer {
         kl_ctrl_(algo::get_kl_controller(algorithm_.kl_ctrl)),
         checkpoints_(checkpoint_manager(config_.trainer)) {
     validate_setup();
+    warn_unused_keys();
   }
 
   // ---- the loop -------------------------------------------------------------------------------
@@ -122,6 +129,7 @@ class PPOTrainer {
   /// total_training_steps (or `stop_after_step`, to simulate an interrupted run). Returns the
   /// metrics logged at each step.
   std::vector<Metrics> fit(std::optional<std::int64_t> stop_after_step = std::nullopt, std::ostream& console = std::cout) {
+    console_ = &console;
     const bool resumed = resume();
     Tracking tracking;
     if (comm_.rank() == 0) tracking = trainer::tracking(config_.trainer, total_steps_, resumed, console);
@@ -154,6 +162,13 @@ class PPOTrainer {
     {
       ScopedTimer step_timer("step", timing);
       batch = collect_batch(timing, metrics);
+      if (config_.trainer.balance_batch) {
+        // verl balances after generation (and, with dynamic sampling, after filtering): each
+        // rank's share of the rows gets about the same number of tokens for the forward passes
+        // and updates. Mini-batches then hold other rows than without balancing.
+        for (const auto& [k, v] : balance_batch(batch, static_cast<int>(comm_.size()))) metrics[k] = v;
+        last_batch_ = batch;
+      }
       {
         ScopedTimer t("old_log_prob", timing);
         auto [log_probs, entropy] = log_probs_of(actor_, batch, /*with_entropy=*/true);
@@ -179,6 +194,16 @@ class PPOTrainer {
       if (config_.trainer.critic_warmup <= global_step_) {
         ScopedTimer t("update_actor", timing);
         update_actor(batch, metrics);
+      }
+      if (config_.trainer.rollout_data_dir && comm_.rank() == 0) {
+        ScopedTimer t("dump_rollout_generations", timing);
+        std::vector<Generation> generations;
+        for (Index r = 0; r < batch.rows(); ++r) {
+          const auto& sample = train_[batch.sample[static_cast<std::size_t>(r)]];
+          generations.push_back({tokenizer_.decode(sample.prompt_ids), response_text(batch, r),
+                                 sample.row.ground_truth_text(), static_cast<double>(batch.token_level_scores.row(r).sum())});
+        }
+        dump_generations(generations, *config_.trainer.rollout_data_dir);
       }
       if (!val_.samples().empty() && config_.trainer.test_freq > 0 &&
           (last_step || global_step_ % config_.trainer.test_freq == 0)) {
@@ -219,6 +244,7 @@ class PPOTrainer {
     params.top_p = static_cast<float>(kw.top_p);
     std::vector<std::string> sources, uids;
     std::vector<double> scores, accs;
+    std::vector<Generation> generations;
     bool any_acc = false;
     const auto size = val_.size();
     const std::int64_t chunk = config_.data.val_batch_size.value_or(size);
@@ -236,7 +262,14 @@ class PPOTrainer {
         scores.push_back(out.score);
         accs.push_back(out.acc ? (*out.acc ? 1.0 : 0.0) : out.score);
         any_acc = any_acc || out.acc.has_value();
+        generations.push_back({tokenizer_.decode(sample.prompt_ids), response_text(part, r), sample.row.ground_truth_text(),
+                               out.score});
       }
+    }
+    // Every rank holds every validation row; one writes.
+    if (comm_.rank() == 0) {
+      if (config_.trainer.validation_data_dir) dump_generations(generations, *config_.trainer.validation_data_dir);
+      log_val_generations(std::move(generations));
     }
     ValidationInfos infos;
     infos["reward"] = scores;
@@ -337,6 +370,81 @@ class PPOTrainer {
     }
   }
 
+  /// Keys verl acts on that verl-cpp accepts but does not act on: said once, not silently ignored.
+  void warn_unused_keys() const {
+    if (comm_.rank() != 0) return;
+    const auto& a = config_.actor_rollout_ref;
+    // Dynamic batch sizes only regroup micro-batches; with GlobalBatchInfo the update does not
+    // depend on the micro-batches, so these change speed in verl, not results.
+    const std::pair<bool, std::string_view> unused[] = {
+        {config_.trainer.del_local_ckpt_after_load,
+         "trainer.del_local_ckpt_after_load=True (checkpoints are kept after loading)"},
+        {a.actor.use_dynamic_bsz, "actor_rollout_ref.actor.use_dynamic_bsz=True (micro-batches follow ppo_micro_batch_size_per_gpu)"},
+        {a.ref.log_prob_use_dynamic_bsz,
+         "actor_rollout_ref.ref.log_prob_use_dynamic_bsz=True (micro-batches follow log_prob_micro_batch_size_per_gpu)"},
+        {a.rollout.log_prob_use_dynamic_bsz,
+         "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=True (micro-batches follow log_prob_micro_batch_size_per_gpu)"},
+        {config_.critic.use_dynamic_bsz, "critic.use_dynamic_bsz=True (micro-batches follow ppo_micro_batch_size_per_gpu)"},
+        {a.rollout.calculate_log_probs,
+         "actor_rollout_ref.rollout.calculate_log_probs=True (old log-probs are always recomputed by the actor)"},
+    };
+    for (const auto& [set, what] : unused)
+      if (set) std::cerr << "warning: " << what << " has no effect in verl-cpp\n";
+  }
+
+  // ---- generations: console samples and JSONL dumps ------------------------------------------
+
+  /// One generated sample as verl's _dump_generations / _maybe_log_val_generations see it.
+  struct Generation {
+    std::string input, output, gts;
+    double score = 0;
+  };
+
+  std::string response_text(const Trajectories& t, Index row) const {
+    const auto length = static_cast<Index>(t.response_mask.row(row).sum());
+    std::vector<model::TokenId> ids(t.responses.row(row).data(), t.responses.row(row).data() + length);
+    return tokenizer_.decode(ids);
+  }
+
+  /// verl's _dump_generations: <dir>/<global_step>.jsonl, one line per sample with input, output,
+  /// gts, score and step (in that key order).
+  void dump_generations(const std::vector<Generation>& generations, const std::string& dir) const {
+    std::filesystem::create_directories(dir);
+    const auto path = std::filesystem::path(dir) / (std::to_string(global_step_) + ".jsonl");
+    std::ofstream out(path);
+    VERL_CHECK_ARG(out.good(), "trainer.rollout_data_dir / trainer.validation_data_dir: cannot write {}", path.string());
+    for (const auto& g : generations) {
+      nlohmann::ordered_json line;
+      line["input"] = g.input;
+      line["output"] = g.output;
+      line["gts"] = g.gts;
+      line["score"] = g.score;
+      line["step"] = global_step_;
+      out << line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
+    }
+    VERL_CHECK_ARG(out.good(), "trainer.rollout_data_dir / trainer.validation_data_dir: writing {} failed", path.string());
+  }
+
+  /// verl's _maybe_log_val_generations: trainer.log_val_generations samples, sorted by input and
+  /// then shuffled with seed 42 (a fixed choice, though not numpy's RandomState stream), printed
+  /// through the console.
+  void log_val_generations(std::vector<Generation> generations) const {
+    const std::int64_t count = config_.trainer.log_val_generations;
+    if (count <= 0 || generations.empty()) return;
+    std::stable_sort(generations.begin(), generations.end(),
+                     [](const Generation& a, const Generation& b) { return a.input < b.input; });
+    auto engine = data::seeded_engine(42);
+    const auto order = data::random_permutation(static_cast<std::int64_t>(generations.size()), engine);
+    std::ostream& out = *console_;
+    const auto shown = std::min<std::size_t>(static_cast<std::size_t>(count), generations.size());
+    out << fmt::format("validation generations (step {}, {} of {}):\n", global_step_, shown, generations.size());
+    for (std::size_t i = 0; i < shown; ++i) {
+      const auto& g = generations[static_cast<std::size_t>(order[i])];
+      out << fmt::format("[{}] input: {}\n    output: {}\n    score: {}\n", i + 1, g.input, g.output, g.score);
+    }
+    out.flush();
+  }
+
   rollout::SamplingParams sampling_params() const {
     const auto& r = config_.actor_rollout_ref.rollout;
     rollout::SamplingParams params;
@@ -402,9 +510,7 @@ class PPOTrainer {
   }
 
   reward::RewardOutput score_response(const data::RLHFSample& sample, const Trajectories& t, Index row) {
-    const auto length = static_cast<Index>(t.response_mask.row(row).sum());
-    std::vector<model::TokenId> ids(t.responses.row(row).data(), t.responses.row(row).data() + length);
-    const std::string text = tokenizer_.decode(ids);
+    const std::string text = response_text(t, row);
     return reward::call_reward_function(reward_fn_, sample.row.data_source, text, sample.row.ground_truth_text(),
                                         extra_info_of(sample));
   }
@@ -842,6 +948,7 @@ class PPOTrainer {
   std::int64_t global_step_ = 0;
   std::int64_t next_uid_ = 0;
   Trajectories last_batch_;
+  std::ostream* console_ = &std::cout;  ///< fit()'s console (validation generations)
 };
 
 }  // namespace verl::trainer

@@ -3,13 +3,17 @@
 // sampling needs.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "verl/config.hpp"
 #include "verl/core/error.hpp"
+#include "verl/core/metrics.hpp"
 #include "verl/core/tensor.hpp"
+#include "verl/parallel/seqlen_balancing.hpp"
 #include "verl/reward/scorer.hpp"
 
 namespace verl::trainer {
@@ -55,6 +59,52 @@ struct Trajectories {
     return out;
   }
 
+  /// Every field of the batch (those not computed yet stay empty) in the row order `order`, a
+  /// permutation of the rows: verl's DataProto.reorder, which keeps each row's data together.
+  [[nodiscard]] Trajectories reordered(std::span<const Index> order) const {
+    VERL_CHECK_ARG(static_cast<Index>(order.size()) == rows(), "order: expected a permutation of the {} rows, got {} indices",
+                   rows(), order.size());
+    std::vector<char> seen(order.size(), 0);
+    for (const Index r : order) {
+      VERL_CHECK_ARG(r >= 0 && r < rows() && !seen[static_cast<std::size_t>(r)],
+                     "order: expected a permutation of 0..{}, got {} (out of range or repeated)", rows() - 1, r);
+      seen[static_cast<std::size_t>(r)] = 1;
+    }
+    auto pick = [&](const auto& m) {
+      if (m.rows() == 0) return m;  // not computed yet
+      std::remove_cvref_t<decltype(m)> picked(m.rows(), m.cols());
+      for (std::size_t i = 0; i < order.size(); ++i) picked.row(static_cast<Index>(i)) = m.row(order[i]);
+      return picked;
+    };
+    auto pick_values = [&](const auto& v) {
+      std::remove_cvref_t<decltype(v)> picked;
+      if (v.empty()) return picked;
+      for (const Index r : order) picked.push_back(v[static_cast<std::size_t>(r)]);
+      return picked;
+    };
+    Trajectories out;
+    out.responses = pick(responses);
+    out.response_mask = pick(response_mask);
+    out.input_ids = pick(input_ids);
+    out.attention_mask = pick(attention_mask);
+    out.position_ids = pick(position_ids);
+    out.uid = pick_values(uid);
+    out.sample = pick_values(sample);
+    out.reward_outputs = pick_values(reward_outputs);
+    if (reward_baselines.size() > 0) {
+      out.reward_baselines.resize(reward_baselines.size());
+      for (std::size_t i = 0; i < order.size(); ++i) out.reward_baselines[static_cast<Index>(i)] = reward_baselines[order[i]];
+    }
+    out.token_level_scores = pick(token_level_scores);
+    out.token_level_rewards = pick(token_level_rewards);
+    out.old_log_probs = pick(old_log_probs);
+    out.ref_log_probs = pick(ref_log_probs);
+    out.values = pick(values);
+    out.advantages = pick(advantages);
+    out.returns = pick(returns);
+    return out;
+  }
+
   /// Appends the generation and reward fields of `other` (prompt widths may differ: the narrower
   /// batch is left-padded).
   void append(const Trajectories& other) {
@@ -94,5 +144,25 @@ struct Trajectories {
     reward_outputs.insert(reward_outputs.end(), other.reward_outputs.begin(), other.reward_outputs.end());
   }
 };
+
+/// verl's RayPPOTrainer._balance_batch: reorders the rows so that each of `world_size`
+/// data-parallel ranks' contiguous share (verl's DP dispatch splits the batch into equal
+/// consecutive chunks) has about the same total sequence length (attention_mask sum), with
+/// Karmarkar-Karp equal-size partitions. Returns verl's global_seqlen/* metrics. With one rank
+/// the order is unchanged (the single partition is sorted).
+inline Metrics balance_batch(Trajectories& t, int world_size, std::string_view prefix = "global_seqlen") {
+  VERL_CHECK_ARG(world_size >= 1, "world_size: expected >= 1, got {}", world_size);
+  VERL_CHECK_ARG(t.rows() % world_size == 0, "balance_batch: {} rows do not split over {} ranks", t.rows(), world_size);
+  std::vector<std::int64_t> seqlens(static_cast<std::size_t>(t.rows()));
+  for (Index r = 0; r < t.rows(); ++r)
+    seqlens[static_cast<std::size_t>(r)] = static_cast<std::int64_t>(std::llround(t.attention_mask.row(r).sum()));
+  const parallel::Partitions partitions = parallel::get_seqlen_balanced_partitions(seqlens, world_size, /*equal_size=*/true);
+  std::vector<Index> order;
+  order.reserve(seqlens.size());
+  for (const auto& part : partitions)
+    for (const int r : part) order.push_back(r);
+  t = t.reordered(order);
+  return parallel::log_seqlen_unbalance(seqlens, partitions, prefix);
+}
 
 }  // namespace verl::trainer
