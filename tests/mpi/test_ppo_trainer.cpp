@@ -116,14 +116,38 @@ void expect_same_as_one_process(const std::vector<std::string>& overrides, C cri
   EXPECT_LT(worst, 1e-4);
 }
 
+// trainer.balance_batch reorders the rows for the number of ranks (with one rank it keeps the
+// order), so with two mini-batches per step the ranks' mini-batches hold other rows than one
+// process's: the exact comparisons below turn it off, and BalancedBatchInOneMiniBatch checks
+// balancing where the row set of the (single) mini-batch cannot change.
 TEST(PPOTrainerDataParallel, GrpoWithKLLossMatchesOneProcess) {
-  expect_same_as_one_process({"algorithm.adv_estimator=grpo", "actor_rollout_ref.actor.use_kl_loss=True"}, NoCritic{},
+  expect_same_as_one_process({"trainer.balance_batch=False", "algorithm.adv_estimator=grpo",
+                              "actor_rollout_ref.actor.use_kl_loss=True"},
+                             NoCritic{},
                              NoCritic{}, {"actor/pg_loss", "actor/grad_norm", "actor/kl_loss", "actor/entropy"});
 }
 
 TEST(PPOTrainerDataParallel, GaeWithCriticMatchesOneProcess) {
-  expect_same_as_one_process({"algorithm.adv_estimator=gae"}, tiny_critic(), tiny_critic(),
+  expect_same_as_one_process({"trainer.balance_batch=False", "algorithm.adv_estimator=gae"}, tiny_critic(), tiny_critic(),
                              {"actor/pg_loss", "actor/grad_norm", "critic/vf_loss", "critic/grad_norm", "critic/values/mean"});
+}
+
+TEST(PPOTrainerDataParallel, BalancedBatchInOneMiniBatchMatchesOneProcess) {
+  // One mini-batch of all 16 rows: balancing changes which rank holds which rows, not the
+  // update, so the run must match one process (which keeps the order) up to float sums.
+  expect_same_as_one_process({"trainer.balance_batch=True", "algorithm.adv_estimator=grpo",
+                              "actor_rollout_ref.actor.ppo_mini_batch_size=4", "actor_rollout_ref.actor.use_kl_loss=True"},
+                             NoCritic{}, NoCritic{}, {"actor/pg_loss", "actor/grad_norm", "actor/kl_loss", "actor/entropy"});
+  auto dp = make_trainer({"trainer.balance_batch=True", "algorithm.adv_estimator=grpo",
+                          "actor_rollout_ref.actor.ppo_mini_batch_size=4"},
+                         NoCritic{}, parallel::MpiCommunicator::world());
+  const Metrics m = dp.step();
+  for (const char* key : {"global_seqlen/min", "global_seqlen/max", "global_seqlen/minmax_diff", "global_seqlen/balanced_min",
+                          "global_seqlen/balanced_max", "global_seqlen/mean"})
+    EXPECT_TRUE(m.contains(key)) << key;
+  EXPECT_LE(m.at("global_seqlen/balanced_max") - m.at("global_seqlen/balanced_min"), m.at("global_seqlen/minmax_diff"));
+  // global_seqlen/mean is the batch's tokens per rank.
+  EXPECT_EQ(m.at("global_seqlen/mean") * dp.communicator().size(), static_cast<double>(dp.last_batch().attention_mask.sum()));
 }
 
 }  // namespace
