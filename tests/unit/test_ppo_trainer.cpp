@@ -1,7 +1,9 @@
 // The PPO trainer on a tiny random transformer (2 layers, hidden 32, a character vocabulary) and
 // synthetic prompts: the update's independence of the micro-batch size, ppo_epochs and
 // mini-batch counts, the critic's value loss, dynamic sampling, KL in the reward with the adaptive
-// controller, resume == uninterrupted, configuration errors, and a GRPO run whose reward rises.
+// controller, resume == uninterrupted, configuration errors, a GRPO run whose reward rises,
+// balance_batch (verl's _balance_batch), generation logs / JSONL dumps and warnings for keys
+// without effect.
 #include <gtest/gtest.h>
 
 #include <cmath>
