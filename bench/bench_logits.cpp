@@ -63,7 +63,7 @@ const Problem& problem(const Shape& shape) {
   p->labels.resize(static_cast<std::size_t>(shape.rows));
   p->grad_log_probs.resize(shape.rows);
   p->grad_entropy.resize(shape.rows);
-  detail::for_each_row_block(shape.rows, bench_threads(), [&](Index begin, Index end) {
+  detail::parallel_row_blocks(shape.rows, bench_threads(), [&](Index begin, Index end) {
     for (Index i = begin; i < end; ++i) {
       std::uint64_t state = 0x9E3779B97F4A7C15ull * static_cast<std::uint64_t>(i + 1);
       const auto next = [&state] {
@@ -89,7 +89,7 @@ const Problem& problem(const Shape& shape) {
 
 template <class RowFn>
 void each_row(Index rows, const RowFn& fn) {
-  detail::for_each_row_block(rows, bench_threads(), [&](Index begin, Index end) {
+  detail::parallel_row_blocks(rows, bench_threads(), [&](Index begin, Index end) {
     for (Index i = begin; i < end; ++i) fn(i);
   });
 }

@@ -18,11 +18,11 @@
 #include <cstdint>
 #include <limits>
 #include <span>
-#include <system_error>
 #include <thread>
 #include <type_traits>
 #include <vector>
 
+#include "verl/algo/detail/parallel_rows.hpp"
 #include "verl/algo/detail/vector_math.hpp"
 #include "verl/config.hpp"
 #include "verl/core/error.hpp"
@@ -385,29 +385,6 @@ inline unsigned logits_thread_count(unsigned requested, Index rows, Index cols) 
   return static_cast<unsigned>(threads);
 }
 
-/// Runs fn(begin, end) on contiguous row blocks, one block per thread (the caller's thread
-/// takes the first). `fn` must not throw: inputs are validated before.
-template <class Fn>
-void for_each_row_block(Index rows, unsigned threads, const Fn& fn) {
-  if (threads <= 1 || rows <= 1) {
-    fn(Index{0}, rows);
-    return;
-  }
-  std::vector<std::thread> workers;
-  workers.reserve(threads - 1);
-  const auto bound = [&](unsigned t) { return rows * static_cast<Index>(t) / static_cast<Index>(threads); };
-  unsigned started = 1;
-  try {
-    for (; started < threads; ++started)
-      workers.emplace_back([&fn, b = bound(started), e = bound(started + 1)] { fn(b, e); });
-  } catch (const std::system_error&) {
-    // No more threads available: the caller's thread runs the blocks that did not get one.
-  }
-  fn(Index{0}, bound(1));
-  for (unsigned t = started; t < threads; ++t) fn(bound(t), bound(t + 1));
-  for (auto& w : workers) w.join();
-}
-
 inline void require_labels(std::span<const std::int64_t> labels, Index rows, Index vocab) {
   VERL_CHECK_ARG(static_cast<Index>(labels.size()) == rows, "labels: expected length {} (rows of logits), got {}",
                  rows, labels.size());
@@ -440,7 +417,7 @@ void run_forward(const ForwardJob<Scalar>& job, Index rows, const LogitsKernelOp
   if (level == SimdLevel::avx512)
     kernel = scaled ? &forward_rows_avx512<true, Scalar> : &forward_rows_avx512<false, Scalar>;
 #endif
-  for_each_row_block(rows, threads, [&](Index b, Index e) { kernel(job, b, e); });
+  parallel_row_blocks(rows, threads, [&](Index b, Index e) { kernel(job, b, e); });
 }
 
 template <class Scalar, class OutScalar>
@@ -458,7 +435,7 @@ void run_backward(const BackwardJob<Scalar, OutScalar>& job, Index rows, const L
   if (level == SimdLevel::avx512)
     kernel = scaled ? &backward_rows_avx512<true, Scalar, OutScalar> : &backward_rows_avx512<false, Scalar, OutScalar>;
 #endif
-  for_each_row_block(rows, threads, [&](Index b, Index e) { kernel(job, b, e); });
+  parallel_row_blocks(rows, threads, [&](Index b, Index e) { kernel(job, b, e); });
 }
 
 }  // namespace detail

@@ -170,36 +170,11 @@ class KvCacheRollout {
       for (std::size_t i = 0; i <= active.size(); ++i) step_offsets[i] = static_cast<std::int64_t>(i);
       logits = model_->extend(cache, active, step_tokens, step_offsets, step_positions);
     }
-    assemble(prompts, prompt_lengths, n, out);
+    assemble_rollout_tensors(prompts, n, out);
     return out;
   }
 
  private:
-  /// verl's joined tensors: prompts repeated n times, input_ids = prompts ++ responses, the
-  /// attention mask of both, and position ids continuing from the last prompt position.
-  static void assemble(const PromptBatch& prompts, const std::vector<Index>& prompt_lengths, Index n,
-                       RolloutOutput& out) {
-    const Index batch = prompts.input_ids.rows(), width = prompts.input_ids.cols();
-    const Index rows = batch * n, response = out.responses.cols();
-    out.prompts.resize(rows, width);
-    out.input_ids.resize(rows, width + response);
-    out.attention_mask.resize(rows, width + response);
-    out.position_ids.resize(rows, width + response);
-    for (Index r = 0; r < rows; ++r) {
-      const Index b = r / n;
-      out.prompts.row(r) = prompts.input_ids.row(b);
-      out.input_ids.row(r) << prompts.input_ids.row(b), out.responses.row(r);
-      out.attention_mask.row(r) << prompts.attention_mask.row(b), out.response_mask.row(r);
-      std::int64_t seen = 0;
-      for (Index t = 0; t < width; ++t) {
-        seen += prompts.attention_mask(b, t) != 0 ? 1 : 0;
-        out.position_ids(r, t) = std::max<std::int64_t>(seen - 1, 0);
-      }
-      const std::int64_t last = prompt_lengths[static_cast<std::size_t>(b)] - 1;
-      for (Index t = 0; t < response; ++t) out.position_ids(r, width + t) = last + 1 + t;
-    }
-  }
-
   Model* model_;
 };
 

@@ -5,6 +5,7 @@
 // input_ids / attention_mask / position_ids, the response mask and rollout log-probs.
 #pragma once
 
+#include <algorithm>
 #include <concepts>
 #include <cstdint>
 #include <span>
@@ -62,6 +63,31 @@ struct RolloutOutput {
   std::vector<FinishReason> finish_reasons;
   std::size_t kv_cache_bytes = 0;  ///< peak KV-cache memory of the call (0 for engines without one)
 };
+
+/// Fills verl's joined tensors of `out` from its responses and response mask: prompts repeated
+/// n times (row b * n + j), input_ids = prompts ++ responses, the attention mask of both, and
+/// position ids (verl's clip(cumsum(mask) - 1, 0) over the prompt, then continuing from the last
+/// prompt position over the response). Shared by every engine, ours and external bridges alike.
+inline void assemble_rollout_tensors(const PromptBatch& prompts, Index n, RolloutOutput& out) {
+  const Index batch = prompts.input_ids.rows(), width = prompts.input_ids.cols();
+  const Index rows = batch * n, response = out.responses.cols();
+  out.prompts.resize(rows, width);
+  out.input_ids.resize(rows, width + response);
+  out.attention_mask.resize(rows, width + response);
+  out.position_ids.resize(rows, width + response);
+  for (Index r = 0; r < rows; ++r) {
+    const Index b = r / n;
+    out.prompts.row(r) = prompts.input_ids.row(b);
+    out.input_ids.row(r) << prompts.input_ids.row(b), out.responses.row(r);
+    out.attention_mask.row(r) << prompts.attention_mask.row(b), out.response_mask.row(r);
+    std::int64_t seen = 0;
+    for (Index t = 0; t < width; ++t) {
+      seen += prompts.attention_mask(b, t) != 0 ? 1 : 0;
+      out.position_ids(r, t) = std::max<std::int64_t>(seen - 1, 0);
+    }
+    for (Index t = 0; t < response; ++t) out.position_ids(r, width + t) = seen + t;
+  }
+}
 
 namespace detail {
 

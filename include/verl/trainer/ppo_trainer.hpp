@@ -489,7 +489,7 @@ class PPOTrainer {
       full.responses = out.responses;
       full.response_mask = out.response_mask;
     }
-    detail::assemble_rollout(all, params.n, full);
+    rollout::assemble_rollout_tensors(all, params.n, full);
     Trajectories t;
     t.responses = std::move(full.responses);
     t.response_mask = std::move(full.response_mask);

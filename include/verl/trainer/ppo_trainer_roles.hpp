@@ -43,34 +43,6 @@ consteval bool check_trainer_roles() {
   return true;
 }
 
-namespace detail {
-
-/// verl's joined rollout tensors from left-padded prompts and right-padded responses: prompts
-/// repeated n times, input_ids = prompts ++ responses, the attention mask of both, and position
-/// ids continuing from the last prompt position.
-inline void assemble_rollout(const rollout::PromptBatch& prompts, Index n, rollout::RolloutOutput& out) {
-  const Index batch = prompts.input_ids.rows(), width = prompts.input_ids.cols();
-  const Index rows = batch * n, response = out.responses.cols();
-  out.prompts.resize(rows, width);
-  out.input_ids.resize(rows, width + response);
-  out.attention_mask.resize(rows, width + response);
-  out.position_ids.resize(rows, width + response);
-  for (Index r = 0; r < rows; ++r) {
-    const Index b = r / n;
-    out.prompts.row(r) = prompts.input_ids.row(b);
-    out.input_ids.row(r) << prompts.input_ids.row(b), out.responses.row(r);
-    out.attention_mask.row(r) << prompts.attention_mask.row(b), out.response_mask.row(r);
-    std::int64_t seen = 0;
-    for (Index t = 0; t < width; ++t) {
-      seen += prompts.attention_mask(b, t) != 0 ? 1 : 0;
-      out.position_ids(r, t) = std::max<std::int64_t>(seen - 1, 0);
-    }
-    for (Index t = 0; t < response; ++t) out.position_ids(r, width + t) = seen + t;
-  }
-}
-
-}  // namespace detail
-
 /// Generation for any CausalLM: every step re-runs the forward pass over each running sequence
 /// and samples from its last logits, with the KV-cache engine's random streams (sample j of
 /// prompt b draws from (seed_b, j, step)), so both engines sample alike from equal logits.
@@ -133,7 +105,7 @@ class RecomputeRollout {
       }
       active.swap(still_running);
     }
-    detail::assemble_rollout(prompts, n, out);
+    rollout::assemble_rollout_tensors(prompts, n, out);
     return out;
   }
 
