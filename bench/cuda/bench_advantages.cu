@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "verl/kernels/detail/cuda_check.cuh"
 #include "verl/kernels/advantages.cuh"
 #include "verl/kernels/policy_loss.cuh"
 
@@ -31,23 +32,7 @@ namespace k = verl::kernels;
 using verl::Index;
 using verl::MatrixF;
 
-template <class T>
-struct DeviceBuffer {
-  T* data = nullptr;
-  std::size_t size = 0;
-  explicit DeviceBuffer(std::size_t n) : size(n) {
-    VERL_CUDA_CHECK(cudaMalloc(&data, std::max<std::size_t>(n, 1) * sizeof(T)));
-  }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  ~DeviceBuffer() { cudaFree(data); }
-  void upload(const T* host) { VERL_CUDA_CHECK(cudaMemcpy(data, host, size * sizeof(T), cudaMemcpyHostToDevice)); }
-  std::vector<T> download() const {
-    std::vector<T> out(size);
-    VERL_CUDA_CHECK(cudaMemcpy(out.data(), data, size * sizeof(T), cudaMemcpyDeviceToHost));
-    return out;
-  }
-};
+using verl::kernels::DeviceBuffer;
 
 template <class F>
 float time_ms(F&& f, int iters) {
@@ -75,8 +60,8 @@ float time_ms(F&& f, int iters) {
 /// Time of a D2D copy of `bytes` (the roofline reference of the same run).
 float copy_ms(std::size_t bytes, int iters) {
   DeviceBuffer<unsigned char> a(bytes), b(bytes);
-  VERL_CUDA_CHECK(cudaMemset(a.data, 1, bytes));
-  return time_ms([&] { VERL_CUDA_CHECK(cudaMemcpyAsync(b.data, a.data, bytes, cudaMemcpyDeviceToDevice)); }, iters);
+  VERL_CUDA_CHECK(cudaMemset(a.data(), 1, bytes));
+  return time_ms([&] { VERL_CUDA_CHECK(cudaMemcpyAsync(b.data(), a.data(), bytes, cudaMemcpyDeviceToDevice)); }, iters);
 }
 
 /// Largest |actual - expected| - (atol + rtol |expected|) over the elements: <= 0 means valid.
@@ -110,7 +95,7 @@ void bench_grpo(Index responses, Index group, int iters, bool shuffled) {
   k::outcome_scalars(nullptr, bytes, params, layout, nullptr, nullptr, nullptr, responses, nullptr);
   DeviceBuffer<unsigned char> temp(bytes);
   const auto run = [&] {
-    k::outcome_scalars(temp.data, bytes, params, layout, d_scores.data, nullptr, d_ids.data, responses, d_out.data);
+    k::outcome_scalars(temp.data(), bytes, params, layout, d_scores.data(), nullptr, d_ids.data(), responses, d_out.data());
   };
   run();
   VERL_CUDA_CHECK(cudaDeviceSynchronize());
@@ -159,7 +144,7 @@ void bench_gae(Index rows, Index cols, int iters) {
   k::gae_advantages(nullptr, bytes, params, nullptr, nullptr, nullptr, rows, cols, nullptr, nullptr);
   DeviceBuffer<unsigned char> temp(bytes);
   const auto run = [&] {
-    k::gae_advantages(temp.data, bytes, params, d_r.data, d_v.data, d_m.data, rows, cols, d_adv.data, d_ret.data);
+    k::gae_advantages(temp.data(), bytes, params, d_r.data(), d_v.data(), d_m.data(), rows, cols, d_adv.data(), d_ret.data());
   };
   run();
   VERL_CUDA_CHECK(cudaDeviceSynchronize());
@@ -190,10 +175,10 @@ void bench_ppo(Index rows, Index cols, int iters) {
   d_adv.upload(adv.data());
   d_m.upload(mask.data());
   k::PolicyLossInputs in;
-  in.old_log_prob = d_old.data;
-  in.log_prob = d_lp.data;
-  in.advantages = d_adv.data;
-  in.response_mask = d_m.data;
+  in.old_log_prob = d_old.data();
+  in.log_prob = d_lp.data();
+  in.advantages = d_adv.data();
+  in.response_mask = d_m.data();
   in.rows = rows;
   in.cols = cols;
   const auto params = k::VanillaPPOParams::from(0.2, 0.2, 3.0);
@@ -201,8 +186,8 @@ void bench_ppo(Index rows, Index cols, int iters) {
   k::vanilla_policy_loss(nullptr, bytes, in, params, verl::algo::LossAggMode::token_mean, {}, nullptr, nullptr);
   DeviceBuffer<unsigned char> temp(bytes);
   const auto run = [&] {
-    k::vanilla_policy_loss(temp.data, bytes, in, params, verl::algo::LossAggMode::token_mean, {}, d_grad.data,
-                           d_state.data);
+    k::vanilla_policy_loss(temp.data(), bytes, in, params, verl::algo::LossAggMode::token_mean, {}, d_grad.data(),
+                           d_state.data());
   };
   run();
   VERL_CUDA_CHECK(cudaDeviceSynchronize());

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "verl/kernels/detail/cuda_check.cuh"
 #include "verl/kernels/logprob_entropy.cuh"
 #include "verl/kernels/sampling.cuh"
 
@@ -41,14 +42,7 @@ __global__ void fill_logits(Scalar* out, std::int64_t count, std::uint64_t seed)
   }
 }
 
-template <class T>
-struct DeviceBuffer {
-  T* data = nullptr;
-  explicit DeviceBuffer(std::size_t n) { VERL_CUDA_CHECK(cudaMalloc(&data, std::max<std::size_t>(n, 1) * sizeof(T))); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  ~DeviceBuffer() { cudaFree(data); }
-};
+using verl::kernels::DeviceBuffer;
 
 template <class F>
 float time_ms(F&& f, int iters) {
@@ -127,7 +121,7 @@ void run_case(std::int64_t rows, std::int64_t vocab, int iters, float temperatur
   const std::size_t count = static_cast<std::size_t>(rows * vocab);
   const double bytes = static_cast<double>(count) * sizeof(Device);
   DeviceBuffer<Device> logits(count), grad(count), copy(count);
-  fill_logits<<<4096, 256>>>(logits.data, static_cast<std::int64_t>(count), 42);
+  fill_logits<<<4096, 256>>>(logits.data(), static_cast<std::int64_t>(count), 42);
   VERL_CUDA_CHECK_LAUNCH();
   std::mt19937 rng(1);
   std::uniform_int_distribution<std::int64_t> pick(0, vocab - 1);
@@ -138,26 +132,26 @@ void run_case(std::int64_t rows, std::int64_t vocab, int iters, float temperatur
   DeviceBuffer<std::int64_t> d_labels(labels.size());
   DeviceBuffer<float> lp(labels.size()), h(labels.size()), mx(labels.size()), ln(labels.size()), dlp(labels.size()),
       dh(labels.size());
-  VERL_CUDA_CHECK(cudaMemcpy(d_labels.data, labels.data(), labels.size() * sizeof(std::int64_t), cudaMemcpyHostToDevice));
-  VERL_CUDA_CHECK(cudaMemcpy(dlp.data, g_lp.data(), g_lp.size() * sizeof(float), cudaMemcpyHostToDevice));
-  VERL_CUDA_CHECK(cudaMemcpy(dh.data, g_h.data(), g_h.size() * sizeof(float), cudaMemcpyHostToDevice));
+  VERL_CUDA_CHECK(cudaMemcpy(d_labels.data(), labels.data(), labels.size() * sizeof(std::int64_t), cudaMemcpyHostToDevice));
+  VERL_CUDA_CHECK(cudaMemcpy(dlp.data(), g_lp.data(), g_lp.size() * sizeof(float), cudaMemcpyHostToDevice));
+  VERL_CUDA_CHECK(cudaMemcpy(dh.data(), g_h.data(), g_h.size() * sizeof(float), cudaMemcpyHostToDevice));
   const LogitsShape shape{rows, vocab, vocab};
   auto forward = [&] {
-    verl::kernels::logprob_entropy_forward(logits.data, shape, d_labels.data, temperature,
-                                           {lp.data, h.data, nullptr, mx.data, ln.data});
+    verl::kernels::logprob_entropy_forward(logits.data(), shape, d_labels.data(), temperature,
+                                           {lp.data(), h.data(), nullptr, mx.data(), ln.data()});
   };
   auto backward = [&] {
-    verl::kernels::logprob_entropy_backward(logits.data, shape, d_labels.data, temperature,
-                                            {mx.data, ln.data, h.data, nullptr}, {dlp.data, dh.data, nullptr},
-                                            grad.data, vocab);
+    verl::kernels::logprob_entropy_backward(logits.data(), shape, d_labels.data(), temperature,
+                                            {mx.data(), ln.data(), h.data(), nullptr}, {dlp.data(), dh.data(), nullptr},
+                                            grad.data(), vocab);
   };
   forward();
   backward();
   VERL_CUDA_CHECK(cudaDeviceSynchronize());
-  const bool valid = validate<Host>(logits.data, grad.data, rows, vocab, labels, g_lp, g_h, lp.data, h.data, temperature);
+  const bool valid = validate<Host>(logits.data(), grad.data(), rows, vocab, labels, g_lp, g_h, lp.data(), h.data(), temperature);
 
   const float copy_ms =
-      time_ms([&] { VERL_CUDA_CHECK(cudaMemcpyAsync(copy.data, logits.data, count * sizeof(Device), cudaMemcpyDeviceToDevice)); },
+      time_ms([&] { VERL_CUDA_CHECK(cudaMemcpyAsync(copy.data(), logits.data(), count * sizeof(Device), cudaMemcpyDeviceToDevice)); },
               iters);
   const float forward_ms = time_ms(forward, iters);
   const float backward_ms = time_ms(backward, iters);
@@ -185,31 +179,31 @@ void run_case(std::int64_t rows, std::int64_t vocab, int iters, float temperatur
 void run_sampling(std::int64_t rows, std::int64_t vocab, int iters) {
   const std::size_t count = static_cast<std::size_t>(rows * vocab);
   DeviceBuffer<float> logits(count);
-  fill_logits<<<4096, 256>>>(logits.data, static_cast<std::int64_t>(count), 7);
+  fill_logits<<<4096, 256>>>(logits.data(), static_cast<std::int64_t>(count), 7);
   VERL_CUDA_CHECK_LAUNCH();
   std::vector<std::uint64_t> seeds(static_cast<std::size_t>(rows)), streams(seeds.size(), 0);
   for (std::size_t i = 0; i < seeds.size(); ++i) seeds[i] = verl::rollout::derive_seed(5, i);
   DeviceBuffer<std::uint64_t> d_seeds(seeds.size()), d_streams(seeds.size());
-  VERL_CUDA_CHECK(cudaMemcpy(d_seeds.data, seeds.data(), seeds.size() * 8, cudaMemcpyHostToDevice));
-  VERL_CUDA_CHECK(cudaMemcpy(d_streams.data, streams.data(), streams.size() * 8, cudaMemcpyHostToDevice));
+  VERL_CUDA_CHECK(cudaMemcpy(d_seeds.data(), seeds.data(), seeds.size() * 8, cudaMemcpyHostToDevice));
+  VERL_CUDA_CHECK(cudaMemcpy(d_streams.data(), streams.data(), streams.size() * 8, cudaMemcpyHostToDevice));
   DeviceBuffer<std::int64_t> tokens(seeds.size());
   DeviceBuffer<float> log_probs(seeds.size());
   const verl::kernels::SamplingConfig configs[] = {{0.0f, -1, 1.0f}, {1.0f, -1, 1.0f}, {0.7f, 50, 1.0f}, {1.0f, -1, 0.9f},
                                                    {0.7f, 50, 0.95f}};
   for (const auto& config : configs) {
     auto sample = [&] {
-      verl::kernels::sample_tokens(logits.data, LogitsShape{rows, vocab, vocab}, config, d_seeds.data, d_streams.data, 3,
-                                   tokens.data, log_probs.data);
+      verl::kernels::sample_tokens(logits.data(), LogitsShape{rows, vocab, vocab}, config, d_seeds.data(), d_streams.data(), 3,
+                                   tokens.data(), log_probs.data());
     };
     sample();
     VERL_CUDA_CHECK(cudaDeviceSynchronize());
     std::vector<std::int64_t> got(seeds.size());
-    VERL_CUDA_CHECK(cudaMemcpy(got.data(), tokens.data, got.size() * 8, cudaMemcpyDeviceToHost));
+    VERL_CUDA_CHECK(cudaMemcpy(got.data(), tokens.data(), got.size() * 8, cudaMemcpyDeviceToHost));
     int matches = 0;
     const int checked = static_cast<int>(std::min<std::int64_t>(rows, 4));
     std::vector<float> row(static_cast<std::size_t>(vocab));
     for (int r = 0; r < checked; ++r) {
-      VERL_CUDA_CHECK(cudaMemcpy(row.data(), logits.data + r * vocab, vocab * sizeof(float), cudaMemcpyDeviceToHost));
+      VERL_CUDA_CHECK(cudaMemcpy(row.data(), logits.data() + r * vocab, vocab * sizeof(float), cudaMemcpyDeviceToHost));
       const double u = verl::kernels::detail::counter_uniform(seeds[static_cast<std::size_t>(r)], 0, 3);
       matches += verl::kernels::sample_token_model(row, config, u).token == got[static_cast<std::size_t>(r)];
     }

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "cuda_test_support.hpp"
+#include "verl/kernels/detail/cuda_check.cuh"
 #include "verl/kernels/advantages.cuh"
 
 namespace {
@@ -25,26 +26,7 @@ using verl::MatrixF;
 using verl::VectorF;
 namespace k = verl::kernels;
 
-template <class T>
-struct DeviceBuffer {
-  T* data = nullptr;
-  std::size_t size = 0;
-  explicit DeviceBuffer(std::size_t n) : size(n) {
-    if (n > 0) VERL_CUDA_CHECK(cudaMalloc(&data, n * sizeof(T)));
-  }
-  DeviceBuffer(DeviceBuffer&& other) noexcept : data(other.data), size(other.size) { other.data = nullptr; }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  ~DeviceBuffer() { cudaFree(data); }
-  void upload(const T* host) {
-    if (size > 0) VERL_CUDA_CHECK(cudaMemcpy(data, host, size * sizeof(T), cudaMemcpyHostToDevice));
-  }
-  std::vector<T> download() const {
-    std::vector<T> out(size);
-    if (size > 0) VERL_CUDA_CHECK(cudaMemcpy(out.data(), data, size * sizeof(T), cudaMemcpyDeviceToHost));
-    return out;
-  }
-};
+using verl::kernels::DeviceBuffer;
 
 DeviceBuffer<float> upload(const MatrixF& m) {
   DeviceBuffer<float> d(static_cast<std::size_t>(m.size()));
@@ -160,8 +142,8 @@ void run_outcome(const OutcomeCase& c, k::GroupLayout layout, Index rows, Index 
   std::size_t bytes = 0;
   k::outcome_advantages(nullptr, bytes, c.params, layout, nullptr, nullptr, nullptr, rows, cols, nullptr, nullptr);
   DeviceBuffer<unsigned char> temp(bytes);
-  k::outcome_advantages(temp.data, bytes, c.params, layout, d_rewards.data, d_mask.data, d_ids.data, rows, cols,
-                        d_adv.data, d_ret.data);
+  k::outcome_advantages(temp.data(), bytes, c.params, layout, d_rewards.data(), d_mask.data(), d_ids.data(), rows, cols,
+                        d_adv.data(), d_ret.data());
   VERL_CUDA_EXPECT_OK(cudaDeviceSynchronize());
   const std::string what = c.name + (layout == k::GroupLayout::any ? " (shuffled ids)" : " (contiguous ids)") +
                            " B=" + std::to_string(rows) + " T=" + std::to_string(cols);
@@ -336,7 +318,7 @@ TEST(CudaAdvantages, OutcomeScalarsFromScores) {
     std::size_t bytes = 0;
     k::outcome_scalars(nullptr, bytes, p, layout, nullptr, nullptr, nullptr, rows, nullptr);
     DeviceBuffer<unsigned char> temp(bytes);
-    k::outcome_scalars(temp.data, bytes, p, layout, d_scores.data, nullptr, d_ids.data, rows, d_out.data);
+    k::outcome_scalars(temp.data(), bytes, p, layout, d_scores.data(), nullptr, d_ids.data(), rows, d_out.data());
     VERL_CUDA_EXPECT_OK(cudaDeviceSynchronize());
     expect_close(d_out.download(), expected.advantages, 2e-5f, 2e-5f, shuffle ? "shuffled" : "contiguous");
   }
@@ -348,7 +330,7 @@ TEST(CudaAdvantages, EmptyBatchIsANoOp) {
   const k::OutcomeParams p{};
   k::outcome_advantages(nullptr, bytes, p, k::GroupLayout::any, nullptr, nullptr, nullptr, 0, 8, nullptr, nullptr);
   DeviceBuffer<unsigned char> temp(std::max<std::size_t>(bytes, 1));
-  EXPECT_NO_THROW(k::outcome_advantages(temp.data, bytes, p, k::GroupLayout::any, nullptr, nullptr, nullptr, 0, 8,
+  EXPECT_NO_THROW(k::outcome_advantages(temp.data(), bytes, p, k::GroupLayout::any, nullptr, nullptr, nullptr, 0, 8,
                                         nullptr, nullptr));
   VERL_CUDA_EXPECT_OK(cudaDeviceSynchronize());
 }
@@ -359,7 +341,7 @@ TEST(CudaAdvantages, TooSmallTemporaryStorageIsRejected) {
   k::gae_advantages(nullptr, bytes, {}, nullptr, nullptr, nullptr, 16, 16, nullptr, nullptr);
   DeviceBuffer<unsigned char> temp(bytes);
   std::size_t too_small = bytes - 1;
-  EXPECT_THROW(k::gae_advantages(temp.data, too_small, {}, nullptr, nullptr, nullptr, 16, 16, nullptr, nullptr),
+  EXPECT_THROW(k::gae_advantages(temp.data(), too_small, {}, nullptr, nullptr, nullptr, 16, 16, nullptr, nullptr),
                verl::InvalidArgument);
 }
 
@@ -378,7 +360,7 @@ void run_gae(Index rows, Index cols, double gamma, double lam, bool holes, std::
   const auto params = k::GaeParams::from(gamma, lam);
   k::gae_advantages(nullptr, bytes, params, nullptr, nullptr, nullptr, rows, cols, nullptr, nullptr);
   DeviceBuffer<unsigned char> temp(bytes);
-  k::gae_advantages(temp.data, bytes, params, d_r.data, d_v.data, d_m.data, rows, cols, d_adv.data, d_ret.data);
+  k::gae_advantages(temp.data(), bytes, params, d_r.data(), d_v.data(), d_m.data(), rows, cols, d_adv.data(), d_ret.data());
   VERL_CUDA_EXPECT_OK(cudaDeviceSynchronize());
   const std::string what = "gae B=" + std::to_string(rows) + " T=" + std::to_string(cols) +
                            " gamma=" + std::to_string(gamma) + " lam=" + std::to_string(lam);
@@ -412,8 +394,8 @@ TEST(CudaAdvantages, ReinforcePlusPlusMatchesReference) {
     k::reinforce_plus_plus_advantages(nullptr, bytes, static_cast<float>(gamma), nullptr, nullptr, rows, cols, nullptr,
                                       nullptr);
     DeviceBuffer<unsigned char> temp(bytes);
-    k::reinforce_plus_plus_advantages(temp.data, bytes, static_cast<float>(gamma), d_r.data, d_m.data, rows, cols,
-                                      d_adv.data, d_ret.data);
+    k::reinforce_plus_plus_advantages(temp.data(), bytes, static_cast<float>(gamma), d_r.data(), d_m.data(), rows, cols,
+                                      d_adv.data(), d_ret.data());
     VERL_CUDA_EXPECT_OK(cudaDeviceSynchronize());
     const float scale = std::max(1.0f, max_abs(expected.returns));
     expect_close(d_ret.download(), expected.returns, 2e-5f * scale, 2e-5f, "reinforce++ returns");
@@ -434,7 +416,7 @@ TEST(CudaAdvantages, RemaxMatchesReference) {
     const auto expected = verl::algo::ReMax{}.compute(batch);
     auto d_r = upload(rewards), d_m = upload(mask), d_b = upload(baselines);
     DeviceBuffer<float> d_adv(static_cast<std::size_t>(rows * cols)), d_ret(static_cast<std::size_t>(rows * cols));
-    k::remax_advantages(d_r.data, d_m.data, d_b.data, rows, cols, d_adv.data, d_ret.data);
+    k::remax_advantages(d_r.data(), d_m.data(), d_b.data(), rows, cols, d_adv.data(), d_ret.data());
     VERL_CUDA_EXPECT_OK(cudaDeviceSynchronize());
     expect_close(d_ret.download(), expected.returns, 1e-6f, 1e-6f, "remax returns");
     expect_close(d_adv.download(), expected.advantages, 1e-6f, 1e-6f, "remax advantages");

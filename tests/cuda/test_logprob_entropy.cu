@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "cuda_test_support.hpp"
+#include "verl/kernels/detail/cuda_check.cuh"
 #include "verl/kernels/logprob_entropy.cuh"
 
 namespace {
@@ -21,23 +22,7 @@ namespace {
 using verl::Index;
 using verl::kernels::LogitsShape;
 
-template <class T>
-struct DeviceBuffer {
-  T* data = nullptr;
-  std::size_t size = 0;
-  explicit DeviceBuffer(std::size_t n) : size(n) {
-    if (n > 0) VERL_CUDA_CHECK(cudaMalloc(&data, n * sizeof(T)));
-  }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  ~DeviceBuffer() { cudaFree(data); }
-  void upload(const void* host) { VERL_CUDA_CHECK(cudaMemcpy(data, host, size * sizeof(T), cudaMemcpyHostToDevice)); }
-  std::vector<T> download() const {
-    std::vector<T> out(size);
-    if (size > 0) VERL_CUDA_CHECK(cudaMemcpy(out.data(), data, size * sizeof(T), cudaMemcpyDeviceToHost));
-    return out;
-  }
-};
+using verl::kernels::DeviceBuffer;
 
 /// Host element type (Eigen) and device element type (CUDA) of the same bits.
 template <class Host>
@@ -114,8 +99,8 @@ void check_case(const Case& c, std::uint32_t seed, bool in_place = false, bool m
   d_labels.upload(labels.data());
   DeviceBuffer<float> d_lp(n), d_h(n), d_q(n), d_max(n), d_ln(n);
   const LogitsShape shape{c.rows, c.vocab, c.stride};
-  verl::kernels::logprob_entropy_forward(d_logits.data, shape, d_labels.data, c.temperature,
-                                         {d_lp.data, d_h.data, d_q.data, d_max.data, d_ln.data});
+  verl::kernels::logprob_entropy_forward(d_logits.data(), shape, d_labels.data(), c.temperature,
+                                         {d_lp.data(), d_h.data(), d_q.data(), d_max.data(), d_ln.data()});
   VERL_CUDA_CHECK(cudaDeviceSynchronize());
   const auto lp = d_lp.download(), h = d_h.download(), q = d_q.download(), mx = d_max.download(),
              ln = d_ln.download();
@@ -139,10 +124,10 @@ void check_case(const Case& c, std::uint32_t seed, bool in_place = false, bool m
   d_gh.upload(g_h.data());
   d_gq.upload(g_q.data());
   DeviceBuffer<Device> d_grad(in_place ? 0 : n * static_cast<std::size_t>(c.stride));
-  Device* grad = in_place ? d_logits.data : d_grad.data;
-  verl::kernels::logprob_entropy_backward(d_logits.data, shape, d_labels.data, c.temperature,
-                                          {d_max.data, d_ln.data, d_h.data, d_q.data},
-                                          {d_glp.data, d_gh.data, d_gq.data}, grad, c.stride);
+  Device* grad = in_place ? d_logits.data() : d_grad.data();
+  verl::kernels::logprob_entropy_backward(d_logits.data(), shape, d_labels.data(), c.temperature,
+                                          {d_max.data(), d_ln.data(), d_h.data(), d_q.data()},
+                                          {d_glp.data(), d_gh.data(), d_gq.data()}, grad, c.stride);
   VERL_CUDA_CHECK(cudaDeviceSynchronize());
   const std::vector<Device> got = in_place ? d_logits.download() : d_grad.download();
   const float bf16_slack = std::is_same_v<Host, float> ? 0.0f : 0x1.0p-7f;
@@ -211,8 +196,8 @@ TEST(CudaLogprobEntropy, LabelOutOfRangeIsNaN) {
   d_logits.upload(logits.data());
   DeviceBuffer<std::int64_t> d_labels(1);
   d_labels.upload(labels.data());
-  verl::kernels::logprob_entropy_forward(d_logits.data, LogitsShape{1, 3, 3}, d_labels.data, 1.0f,
-                                         {d_out.data, d_out.data + 1, nullptr, d_out.data + 3, d_out.data + 4});
+  verl::kernels::logprob_entropy_forward(d_logits.data(), LogitsShape{1, 3, 3}, d_labels.data(), 1.0f,
+                                         {d_out.data(), d_out.data() + 1, nullptr, d_out.data() + 3, d_out.data() + 4});
   VERL_CUDA_CHECK(cudaDeviceSynchronize());
   const auto out = d_out.download();
   EXPECT_TRUE(std::isnan(out[0]));

@@ -15,6 +15,7 @@
 
 #include "cuda_test_support.hpp"
 #include "verl/algo/kl_rewards.hpp"
+#include "verl/kernels/detail/cuda_check.cuh"
 #include "verl/kernels/kl_penalty.cuh"
 #include "verl/kernels/masked_reductions.cuh"
 #include "verl/kernels/policy_loss.cuh"
@@ -27,27 +28,7 @@ namespace k = verl::kernels;
 using verl::algo::GlobalBatchInfo;
 using verl::algo::LossAggMode;
 
-template <class T>
-struct DeviceBuffer {
-  T* data = nullptr;
-  std::size_t size = 0;
-  explicit DeviceBuffer(std::size_t n) : size(n) {
-    if (n > 0) VERL_CUDA_CHECK(cudaMalloc(&data, n * sizeof(T)));
-  }
-  DeviceBuffer(DeviceBuffer&& other) noexcept : data(other.data), size(other.size) { other.data = nullptr; }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  ~DeviceBuffer() { cudaFree(data); }
-  void upload(const T* host) {
-    if (size > 0) VERL_CUDA_CHECK(cudaMemcpy(data, host, size * sizeof(T), cudaMemcpyHostToDevice));
-  }
-  std::vector<T> download() const {
-    std::vector<T> out(size);
-    if (size > 0) VERL_CUDA_CHECK(cudaMemcpy(out.data(), data, size * sizeof(T), cudaMemcpyDeviceToHost));
-    return out;
-  }
-  T value() const { return download().at(0); }
-};
+using verl::kernels::DeviceBuffer;
 
 DeviceBuffer<float> upload(const MatrixF& m) {
   DeviceBuffer<float> d(static_cast<std::size_t>(m.size()));
@@ -182,8 +163,8 @@ TEST(CudaLosses, MaskedStatsAndWhitenMatchReference) {
     std::size_t bytes = 0;
     k::masked_stats(nullptr, bytes, nullptr, nullptr, rows, cols, nullptr);
     DeviceBuffer<unsigned char> temp(bytes);
-    k::masked_stats(temp.data, bytes, d_v.data, d_m.data, rows, cols, d_stats.data);
-    const k::MaskedStats s = d_stats.value();
+    k::masked_stats(temp.data(), bytes, d_v.data(), d_m.data(), rows, cols, d_stats.data());
+    const k::MaskedStats s = d_stats.download().at(0);
     // The reference sums each row in float32 and the rows in double; the kernel sums in double:
     // they differ by float32 rounding of the row sums (|v| ~ 3, up to 1000 terms a row).
     const double rounding = 1e-6 * 3.0 * static_cast<double>(rows * cols);
@@ -197,7 +178,7 @@ TEST(CudaLosses, MaskedStatsAndWhitenMatchReference) {
     DeviceBuffer<float> d_out(static_cast<std::size_t>(rows * cols));
     k::masked_whiten(nullptr, bytes, nullptr, nullptr, rows, cols, nullptr);
     DeviceBuffer<unsigned char> temp2(bytes);
-    k::masked_whiten(temp2.data, bytes, d_f.data, d_m.data, rows, cols, d_out.data);
+    k::masked_whiten(temp2.data(), bytes, d_f.data(), d_m.data(), rows, cols, d_out.data());
     VERL_CUDA_EXPECT_OK(cudaDeviceSynchronize());
     expect_close(d_out.download(), verl::algo::masked_whiten(finite, mask), 1e-5f, 1e-5f, "masked_whiten");
   }
@@ -217,8 +198,8 @@ TEST(CudaLosses, MaskedSumAndMeanAlongAxesMatchReference) {
       const MatrixF cot = random_matrix(length, 1, rng);
       auto d_cot = upload(cot);
       DeviceBuffer<float> d_out(static_cast<std::size_t>(length));
-      k::masked_reduce_axis(d_v.data, d_m.data, rows, cols, axis, mean, d_out.data);
-      k::masked_reduce_axis_backward(d_m.data, rows, cols, axis, mean, d_cot.data, d_grad.data);
+      k::masked_reduce_axis(d_v.data(), d_m.data(), rows, cols, axis, mean, d_out.data());
+      k::masked_reduce_axis_backward(d_m.data(), rows, cols, axis, mean, d_cot.data(), d_grad.data());
       const verl::VectorF expected = mean ? verl::algo::masked_mean(values, mask, axis)
                                           : verl::algo::masked_sum(values, mask, axis);
       expect_close(d_out.download(), MatrixF(expected), 1e-5f, 1e-5f, what);
@@ -232,16 +213,16 @@ TEST(CudaLosses, MaskedSumAndMeanAlongAxesMatchReference) {
   std::size_t bytes = 0;
   k::masked_stats(nullptr, bytes, nullptr, nullptr, rows, cols, nullptr);
   DeviceBuffer<unsigned char> temp(bytes);
-  k::masked_stats(temp.data, bytes, d_v.data, d_m.data, rows, cols, d_stats.data);
-  k::masked_reduce_backward(d_m.data, rows, cols, true, d_stats.data, d_grad.data);
+  k::masked_stats(temp.data(), bytes, d_v.data(), d_m.data(), rows, cols, d_stats.data());
+  k::masked_reduce_backward(d_m.data(), rows, cols, true, d_stats.data(), d_grad.data());
   expect_close(d_grad.download(), verl::algo::masked_mean_backward(mask), 0.0f, 0.0f, "masked_mean grad");
-  k::masked_reduce_backward(d_m.data, rows, cols, false, d_stats.data, d_grad.data);
+  k::masked_reduce_backward(d_m.data(), rows, cols, false, d_stats.data(), d_grad.data());
   expect_close(d_grad.download(), verl::algo::masked_sum_backward(mask), 0.0f, 0.0f, "masked_sum grad");
-  const k::MaskedStats st = d_stats.value();
+  const k::MaskedStats st = d_stats.download().at(0);
   for (const bool unbiased : {true, false}) {
     expect_scalar(unbiased ? st.var : st.var_biased, verl::algo::masked_var(values, mask, unbiased), 1e-5,
                   unbiased ? "masked_var" : "masked_var (biased)");
-    k::masked_var_backward(d_v.data, d_m.data, rows, cols, unbiased, d_stats.data, d_grad.data);
+    k::masked_var_backward(d_v.data(), d_m.data(), rows, cols, unbiased, d_stats.data(), d_grad.data());
     expect_close(d_grad.download(), verl::algo::masked_var_backward(values, mask, unbiased), 1e-7f, 1e-5f,
                  unbiased ? "masked_var grad" : "masked_var (biased) grad");
   }
@@ -256,8 +237,8 @@ TEST(CudaLosses, MaskedVarOfFewerThanTwoTokensIsNaN) {
   std::size_t bytes = 0;
   k::masked_stats(nullptr, bytes, nullptr, nullptr, 2, 3, nullptr);
   DeviceBuffer<unsigned char> temp(bytes);
-  k::masked_stats(temp.data, bytes, d_v.data, d_m.data, 2, 3, d_stats.data);
-  const k::MaskedStats s = d_stats.value();
+  k::masked_stats(temp.data(), bytes, d_v.data(), d_m.data(), 2, 3, d_stats.data());
+  const k::MaskedStats s = d_stats.download().at(0);
   EXPECT_EQ(s.count, 1.0);
   EXPECT_TRUE(std::isnan(s.var));  // verl raises; the CPU reference throws
   EXPECT_THROW((void)verl::algo::masked_var(values, mask, true), verl::InvalidArgument);
@@ -286,8 +267,8 @@ TEST(CudaLosses, AggLossAndWeightsMatchReference) {
         std::size_t bytes = 0;
         k::agg_loss(nullptr, bytes, nullptr, nullptr, rows, cols, mode, info, nullptr);
         DeviceBuffer<unsigned char> temp(bytes);
-        k::agg_loss(temp.data, bytes, d_l.data, d_m.data, rows, cols, mode, info, d_state.data, d_w.data);
-        const k::AggLossState state = d_state.value();
+        k::agg_loss(temp.data(), bytes, d_l.data(), d_m.data(), rows, cols, mode, info, d_state.data(), d_w.data());
+        const k::AggLossState state = d_state.download().at(0);
         expect_scalar(state.loss, verl::algo::agg_loss(loss, mask, mode, info), 1e-6, what + " loss");
         expect_close(d_w.download(), verl::algo::agg_loss_weights(mask, mode, info), 0.0f, 0.0f, what + " weights");
       }
@@ -315,20 +296,20 @@ void run_vanilla(Index rows, Index cols, LossAggMode mode, bool per_row_advantag
   DeviceBuffer<float> d_grad(static_cast<std::size_t>(rows * cols));
   DeviceBuffer<k::PolicyLossState> d_state(1);
   k::PolicyLossInputs in;
-  in.old_log_prob = d_old.data;
-  in.log_prob = d_lp.data;
-  in.advantages = d_adv.data;
+  in.old_log_prob = d_old.data();
+  in.log_prob = d_lp.data();
+  in.advantages = d_adv.data();
   in.advantages_per_row = per_row_advantages;
-  in.response_mask = d_mask.data;
-  in.rollout_is_weights = weights ? d_w.data : nullptr;
+  in.response_mask = d_mask.data();
+  in.rollout_is_weights = weights ? d_w.data() : nullptr;
   in.rows = rows;
   in.cols = cols;
   const auto params = k::VanillaPPOParams::from(0.2, 0.28, 3.0);
   std::size_t bytes = 0;
   k::vanilla_policy_loss(nullptr, bytes, in, params, mode, info, nullptr, nullptr);
   DeviceBuffer<unsigned char> temp(bytes);
-  k::vanilla_policy_loss(temp.data, bytes, in, params, mode, info, d_grad.data, d_state.data);
-  const k::PolicyLossState s = d_state.value();
+  k::vanilla_policy_loss(temp.data(), bytes, in, params, mode, info, d_grad.data(), d_state.data());
+  const k::PolicyLossState s = d_state.download().at(0);
   const std::string what = std::string(verl::algo::to_string(mode)) + (per_row_advantages ? " per-row A" : "") +
                            (weights ? " IS weights" : "");
   expect_scalar(s.pg_loss, expected.pg_loss, 1e-5, what + " pg_loss");
@@ -359,7 +340,7 @@ TEST(CudaLosses, KlRewardsMatchReferenceExactly) {
   const MatrixF ref = random_matrix(rows, cols, rng, 3.0f);
   auto d_s = upload(scores), d_old = upload(old), d_ref = upload(ref);
   DeviceBuffer<float> d_out(static_cast<std::size_t>(rows * cols));
-  k::kl_rewards(d_s.data, d_old.data, d_ref.data, rows * cols, 0.1, d_out.data);
+  k::kl_rewards(d_s.data(), d_old.data(), d_ref.data(), rows * cols, 0.1, d_out.data());
   // Every step rounded as torch's (no FMA): bit-exact.
   expect_close(d_out.download(), verl::algo::compute_rewards(scores, old, ref, 0.1), 0.0f, 0.0f, "compute_rewards");
 }
@@ -373,7 +354,7 @@ TEST(CudaLosses, KlPenaltyMatchesReference) {
   auto d_lp = upload(lp), d_ref = upload(ref), d_cot = upload(cot);
   DeviceBuffer<float> d_kl(static_cast<std::size_t>(rows * cols)), d_grad(static_cast<std::size_t>(rows * cols));
   for (const auto type : {k::KlType::kl, k::KlType::abs, k::KlType::mse, k::KlType::low_var_kl}) {
-    k::kl_penalty(type, d_lp.data, d_ref.data, rows * cols, d_kl.data, d_grad.data, d_cot.data);
+    k::kl_penalty(type, d_lp.data(), d_ref.data(), rows * cols, d_kl.data(), d_grad.data(), d_cot.data());
     k::with_reference_estimator(type, [&](const auto& estimator) {
       expect_close(d_kl.download(), verl::algo::kl_penalty(lp, ref, estimator), 1e-6f, 1e-6f, "kl");
       expect_close(d_grad.download(), verl::algo::kl_penalty_backward(lp, ref, cot, estimator).logprob, 1e-6f, 1e-6f,

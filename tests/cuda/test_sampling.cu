@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "cuda_test_support.hpp"
+#include "verl/kernels/detail/cuda_check.cuh"
 #include "verl/kernels/sampling.cuh"
 
 namespace {
@@ -26,23 +27,7 @@ namespace {
 using verl::kernels::LogitsShape;
 using verl::kernels::SamplingConfig;
 
-template <class T>
-struct DeviceBuffer {
-  T* data = nullptr;
-  std::size_t size = 0;
-  explicit DeviceBuffer(std::size_t n) : size(n) {
-    if (n > 0) VERL_CUDA_CHECK(cudaMalloc(&data, n * sizeof(T)));
-  }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  ~DeviceBuffer() { cudaFree(data); }
-  void upload(const void* host) { VERL_CUDA_CHECK(cudaMemcpy(data, host, size * sizeof(T), cudaMemcpyHostToDevice)); }
-  std::vector<T> download() const {
-    std::vector<T> out(size);
-    if (size > 0) VERL_CUDA_CHECK(cudaMemcpy(out.data(), data, size * sizeof(T), cudaMemcpyDeviceToHost));
-    return out;
-  }
-};
+using verl::kernels::DeviceBuffer;
 
 struct Batch {
   std::int64_t rows, vocab, stride;
@@ -81,14 +66,14 @@ Result run_gpu(const Batch& b, const SamplingConfig& config, const std::vector<s
     for (std::size_t i = 0; i < host.size(); ++i) host[i] = __float2bfloat16_rn(b.logits[i]);
     DeviceBuffer<__nv_bfloat16> d_logits(host.size());
     d_logits.upload(host.data());
-    verl::kernels::sample_tokens(d_logits.data, LogitsShape{b.rows, b.vocab, b.stride}, config, d_seeds.data,
-                                 d_streams.data, step, d_tokens.data, d_lp.data);
+    verl::kernels::sample_tokens(d_logits.data(), LogitsShape{b.rows, b.vocab, b.stride}, config, d_seeds.data(),
+                                 d_streams.data(), step, d_tokens.data(), d_lp.data());
     VERL_CUDA_CHECK(cudaDeviceSynchronize());
   } else {
     DeviceBuffer<float> d_logits(b.logits.size());
     d_logits.upload(b.logits.data());
-    verl::kernels::sample_tokens(d_logits.data, LogitsShape{b.rows, b.vocab, b.stride}, config, d_seeds.data,
-                                 d_streams.data, step, d_tokens.data, d_lp.data);
+    verl::kernels::sample_tokens(d_logits.data(), LogitsShape{b.rows, b.vocab, b.stride}, config, d_seeds.data(),
+                                 d_streams.data(), step, d_tokens.data(), d_lp.data());
     VERL_CUDA_CHECK(cudaDeviceSynchronize());
   }
   return {d_tokens.download(), d_lp.download()};

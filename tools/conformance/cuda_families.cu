@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cuda_runner.hpp"
+#include "verl/kernels/detail/cuda_check.cuh"
 #include "verl/kernels/advantages.cuh"
 #include "verl/kernels/kl_penalty.cuh"
 #include "verl/kernels/logprob_entropy.cuh"
@@ -17,29 +18,7 @@
 namespace verl::conformance::cuda_path {
 namespace {
 
-template <class T>
-struct DeviceBuffer {
-  T* data = nullptr;
-  std::size_t size = 0;
-  explicit DeviceBuffer(std::size_t n) : size(n) {
-    if (n > 0) VERL_CUDA_CHECK(cudaMalloc(&data, n * sizeof(T)));
-  }
-  DeviceBuffer(DeviceBuffer&& other) noexcept : data(other.data), size(other.size) { other.data = nullptr; }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  ~DeviceBuffer() { cudaFree(data); }
-  void upload(const T* host) {
-    if (size > 0) VERL_CUDA_CHECK(cudaMemcpy(data, host, size * sizeof(T), cudaMemcpyHostToDevice));
-  }
-  void download(T* host) const {
-    if (size > 0) VERL_CUDA_CHECK(cudaMemcpy(host, data, size * sizeof(T), cudaMemcpyDeviceToHost));
-  }
-  T value() const {
-    T v{};
-    VERL_CUDA_CHECK(cudaMemcpy(&v, data, sizeof(T), cudaMemcpyDeviceToHost));
-    return v;
-  }
-};
+using verl::kernels::DeviceBuffer;
 
 DeviceBuffer<float> to_device(const MatrixF& m) {
   DeviceBuffer<float> d(static_cast<std::size_t>(m.size()));
@@ -55,7 +34,7 @@ MatrixF to_host(const DeviceBuffer<float>& d, Index rows, Index cols) {
 
 /// verl's masked_var raises for fewer than 2 valid tokens; the kernels leave NaN and the count.
 void require_whitening_count(const DeviceBuffer<kernels::WhitenStats>& stats) {
-  const long long valid = stats.value().count;
+  const long long valid = stats.download().at(0).count;
   VERL_CHECK_ARG(valid >= 2,
                  "response_mask: whitening needs at least 2 valid tokens in the batch (verl's masked_var raises), "
                  "got {}",
@@ -84,8 +63,8 @@ algo::AdvantageResult outcome_advantages(const kernels::OutcomeParams& params, c
   kernels::outcome_advantages(nullptr, bytes, params, kernels::GroupLayout::any, nullptr, nullptr, nullptr, rows, cols,
                               nullptr, nullptr);
   DeviceBuffer<unsigned char> temp(bytes);
-  kernels::outcome_advantages(temp.data, bytes, params, kernels::GroupLayout::any, d_r.data, d_m.data, d_ids.data, rows,
-                              cols, d_adv.data, d_ret.data, nullptr, stats.data);
+  kernels::outcome_advantages(temp.data(), bytes, params, kernels::GroupLayout::any, d_r.data(), d_m.data(), d_ids.data(), rows,
+                              cols, d_adv.data(), d_ret.data(), nullptr, stats.data());
   VERL_CUDA_CHECK(cudaDeviceSynchronize());
   if (params.estimator == kernels::OutcomeEstimator::reinforce_plus_plus_baseline && rows > 0 && cols > 0)
     require_whitening_count(stats);
@@ -102,8 +81,8 @@ algo::AdvantageResult gae(double gamma, double lam, const MatrixF& rewards, cons
   std::size_t bytes = 0;
   kernels::gae_advantages(nullptr, bytes, params, nullptr, nullptr, nullptr, rows, cols, nullptr, nullptr);
   DeviceBuffer<unsigned char> temp(bytes);
-  kernels::gae_advantages(temp.data, bytes, params, d_r.data, d_v.data, d_m.data, rows, cols, d_adv.data, d_ret.data,
-                          nullptr, stats.data);
+  kernels::gae_advantages(temp.data(), bytes, params, d_r.data(), d_v.data(), d_m.data(), rows, cols, d_adv.data(), d_ret.data(),
+                          nullptr, stats.data());
   VERL_CUDA_CHECK(cudaDeviceSynchronize());
   VERL_CHECK_ARG(rows > 0, "response_mask: whitening needs at least 2 valid tokens in the batch, got an empty batch");
   require_whitening_count(stats);
@@ -119,8 +98,8 @@ algo::AdvantageResult reinforce_plus_plus(double gamma, const MatrixF& rewards, 
   kernels::reinforce_plus_plus_advantages(nullptr, bytes, static_cast<float>(gamma), nullptr, nullptr, rows, cols,
                                           nullptr, nullptr);
   DeviceBuffer<unsigned char> temp(bytes);
-  kernels::reinforce_plus_plus_advantages(temp.data, bytes, static_cast<float>(gamma), d_r.data, d_m.data, rows, cols,
-                                          d_adv.data, d_ret.data, nullptr, stats.data);
+  kernels::reinforce_plus_plus_advantages(temp.data(), bytes, static_cast<float>(gamma), d_r.data(), d_m.data(), rows, cols,
+                                          d_adv.data(), d_ret.data(), nullptr, stats.data());
   VERL_CUDA_CHECK(cudaDeviceSynchronize());
   VERL_CHECK_ARG(rows > 0, "response_mask: whitening needs at least 2 valid tokens in the batch, got an empty batch");
   require_whitening_count(stats);
@@ -133,7 +112,7 @@ algo::AdvantageResult remax(const MatrixF& rewards, const MatrixF& mask, const V
   DeviceBuffer<float> d_b(static_cast<std::size_t>(baselines.size()));
   d_b.upload(baselines.data());
   DeviceBuffer<float> d_adv(static_cast<std::size_t>(rows * cols)), d_ret(static_cast<std::size_t>(rows * cols));
-  kernels::remax_advantages(d_r.data, d_m.data, d_b.data, rows, cols, d_adv.data, d_ret.data);
+  kernels::remax_advantages(d_r.data(), d_m.data(), d_b.data(), rows, cols, d_adv.data(), d_ret.data());
   VERL_CUDA_CHECK(cudaDeviceSynchronize());
   return {to_host(d_adv, rows, cols), to_host(d_ret, rows, cols)};
 }
@@ -147,20 +126,20 @@ AggLossOutput agg_loss(const MatrixF& loss, const MatrixF& mask, algo::LossAggMo
   std::size_t bytes = 0;
   kernels::agg_loss(nullptr, bytes, nullptr, nullptr, rows, cols, mode, info, nullptr);
   DeviceBuffer<unsigned char> temp(bytes);
-  kernels::agg_loss(temp.data, bytes, d_l.data, d_m.data, rows, cols, mode, info, state.data, d_w.data);
+  kernels::agg_loss(temp.data(), bytes, d_l.data(), d_m.data(), rows, cols, mode, info, state.data(), d_w.data());
   VERL_CUDA_CHECK(cudaDeviceSynchronize());
-  return {state.value().loss, to_host(d_w, rows, cols)};
+  return {state.download().at(0).loss, to_host(d_w, rows, cols)};
 }
 
 KlOutput kl_penalty(kernels::KlType type, const MatrixF& logprob, const MatrixF& ref_logprob,
                     const MatrixF* cotangent) {
   const Index rows = logprob.rows(), cols = logprob.cols();
   auto d_lp = to_device(logprob), d_ref = to_device(ref_logprob);
-  DeviceBuffer<float> d_kl(static_cast<std::size_t>(rows * cols)), d_grad(cotangent ? d_kl.size : 0);
-  DeviceBuffer<float> d_cot(cotangent ? d_kl.size : 0);
+  DeviceBuffer<float> d_kl(static_cast<std::size_t>(rows * cols)), d_grad(cotangent ? d_kl.size() : 0);
+  DeviceBuffer<float> d_cot(cotangent ? d_kl.size() : 0);
   if (cotangent) d_cot.upload(cotangent->data());
-  kernels::kl_penalty(type, d_lp.data, d_ref.data, rows * cols, d_kl.data, cotangent ? d_grad.data : nullptr,
-                      cotangent ? d_cot.data : nullptr);
+  kernels::kl_penalty(type, d_lp.data(), d_ref.data(), rows * cols, d_kl.data(), cotangent ? d_grad.data() : nullptr,
+                      cotangent ? d_cot.data() : nullptr);
   VERL_CUDA_CHECK(cudaDeviceSynchronize());
   KlOutput out{to_host(d_kl, rows, cols), {}};
   if (cotangent) out.grad_logprob = to_host(d_grad, rows, cols);
@@ -171,7 +150,7 @@ MatrixF kl_rewards(const MatrixF& scores, const MatrixF& old_log_prob, const Mat
   const Index rows = scores.rows(), cols = scores.cols();
   auto d_s = to_device(scores), d_old = to_device(old_log_prob), d_ref = to_device(ref_log_prob);
   DeviceBuffer<float> d_out(static_cast<std::size_t>(rows * cols));
-  kernels::kl_rewards(d_s.data, d_old.data, d_ref.data, rows * cols, kl_ratio, d_out.data);
+  kernels::kl_rewards(d_s.data(), d_old.data(), d_ref.data(), rows * cols, kl_ratio, d_out.data());
   VERL_CUDA_CHECK(cudaDeviceSynchronize());
   return to_host(d_out, rows, cols);
 }
@@ -188,19 +167,19 @@ algo::PolicyLossResult vanilla_policy_loss(const MatrixF& old_log_prob, const Ma
   DeviceBuffer<float> d_grad(static_cast<std::size_t>(rows * cols));
   DeviceBuffer<kernels::PolicyLossState> state(1);
   kernels::PolicyLossInputs in;
-  in.old_log_prob = d_old.data;
-  in.log_prob = d_lp.data;
-  in.advantages = d_adv.data;
-  in.response_mask = d_m.data;
-  in.rollout_is_weights = rollout_is_weights ? d_w.data : nullptr;
+  in.old_log_prob = d_old.data();
+  in.log_prob = d_lp.data();
+  in.advantages = d_adv.data();
+  in.response_mask = d_m.data();
+  in.rollout_is_weights = rollout_is_weights ? d_w.data() : nullptr;
   in.rows = rows;
   in.cols = cols;
   std::size_t bytes = 0;
   kernels::vanilla_policy_loss(nullptr, bytes, in, params, mode, info, nullptr, nullptr);
   DeviceBuffer<unsigned char> temp(bytes);
-  kernels::vanilla_policy_loss(temp.data, bytes, in, params, mode, info, d_grad.data, state.data);
+  kernels::vanilla_policy_loss(temp.data(), bytes, in, params, mode, info, d_grad.data(), state.data());
   VERL_CUDA_CHECK(cudaDeviceSynchronize());
-  const kernels::PolicyLossState s = state.value();
+  const kernels::PolicyLossState s = state.download().at(0);
   algo::PolicyLossResult result{s.pg_loss, to_host(d_grad, rows, cols), {}};
   result.metrics["actor/pg_clipfrac"] = s.pg_clipfrac;
   result.metrics["actor/ppo_kl"] = s.ppo_kl;
@@ -218,13 +197,13 @@ LogitsOutput logprob_entropy(const MatrixF& logits, const std::vector<std::int64
   DeviceBuffer<float> d_lp(n), d_h(n), d_q(n), d_max(n), d_lse(n), d_cot_lp(n), d_cot_h(n);
   const kernels::LogitsShape shape{rows, vocab, vocab};
   kernels::LogprobEntropyOutputs outputs;
-  outputs.log_probs = labels ? d_lp.data : nullptr;
-  outputs.entropy = d_h.data;
-  outputs.sum_pi_squared = d_q.data;
-  outputs.row_max = d_max.data;
-  outputs.log_normalizer = d_lse.data;
-  const std::int64_t* label_ptr = labels ? d_labels.data : nullptr;
-  kernels::logprob_entropy_forward(d_logits.data, shape, label_ptr, 1.0f, outputs);
+  outputs.log_probs = labels ? d_lp.data() : nullptr;
+  outputs.entropy = d_h.data();
+  outputs.sum_pi_squared = d_q.data();
+  outputs.row_max = d_max.data();
+  outputs.log_normalizer = d_lse.data();
+  const std::int64_t* label_ptr = labels ? d_labels.data() : nullptr;
+  kernels::logprob_entropy_forward(d_logits.data(), shape, label_ptr, 1.0f, outputs);
   LogitsOutput out;
   out.log_probs.resize(rows);
   out.entropy.resize(rows);
@@ -237,15 +216,15 @@ LogitsOutput logprob_entropy(const MatrixF& logits, const std::vector<std::int64
     kernels::LogprobEntropyCotangentPointers cotangents;
     if (log_prob_cotangent) {
       d_cot_lp.upload(log_prob_cotangent->data());
-      cotangents.log_probs = d_cot_lp.data;
+      cotangents.log_probs = d_cot_lp.data();
     }
     if (entropy_cotangent) {
       d_cot_h.upload(entropy_cotangent->data());
-      cotangents.entropy = d_cot_h.data;
+      cotangents.entropy = d_cot_h.data();
     }
-    const kernels::LogprobEntropySaved saved{d_max.data, d_lse.data, d_h.data, d_q.data};
+    const kernels::LogprobEntropySaved saved{d_max.data(), d_lse.data(), d_h.data(), d_q.data()};
     DeviceBuffer<float> d_grad(static_cast<std::size_t>(rows * vocab));
-    kernels::logprob_entropy_backward(d_logits.data, shape, label_ptr, 1.0f, saved, cotangents, d_grad.data, vocab);
+    kernels::logprob_entropy_backward(d_logits.data(), shape, label_ptr, 1.0f, saved, cotangents, d_grad.data(), vocab);
     VERL_CUDA_CHECK(cudaDeviceSynchronize());
     out.grad_logits = to_host(d_grad, rows, vocab);
   }
@@ -263,10 +242,10 @@ MaskedReduceOutput masked_reduce(const MatrixF& values, const MatrixF& mask, con
     std::size_t bytes = 0;
     kernels::masked_stats(nullptr, bytes, nullptr, nullptr, rows, cols, nullptr);
     DeviceBuffer<unsigned char> temp(bytes);
-    kernels::masked_stats(temp.data, bytes, d_v.data, d_m.data, rows, cols, stats.data);
-    kernels::masked_reduce_backward(d_m.data, rows, cols, mean, stats.data, d_grad.data);
+    kernels::masked_stats(temp.data(), bytes, d_v.data(), d_m.data(), rows, cols, stats.data());
+    kernels::masked_reduce_backward(d_m.data(), rows, cols, mean, stats.data(), d_grad.data());
     VERL_CUDA_CHECK(cudaDeviceSynchronize());
-    const kernels::MaskedStats s = stats.value();
+    const kernels::MaskedStats s = stats.download().at(0);
     out.scalar = mean ? s.mean : s.sum;
     out.grad = to_host(d_grad, rows, cols);
     return out;
@@ -274,11 +253,11 @@ MaskedReduceOutput masked_reduce(const MatrixF& values, const MatrixF& mask, con
   const bool by_rows = algo::detail::reduces_rows(*axis);
   const Index length = by_rows ? rows : cols;
   DeviceBuffer<float> d_out(static_cast<std::size_t>(length));
-  kernels::masked_reduce_axis(d_v.data, d_m.data, rows, cols, *axis, mean, d_out.data);
+  kernels::masked_reduce_axis(d_v.data(), d_m.data(), rows, cols, *axis, mean, d_out.data());
   if (cotangent) {
     DeviceBuffer<float> d_cot(static_cast<std::size_t>(length));
     d_cot.upload(cotangent->data());
-    kernels::masked_reduce_axis_backward(d_m.data, rows, cols, *axis, mean, d_cot.data, d_grad.data);
+    kernels::masked_reduce_axis_backward(d_m.data(), rows, cols, *axis, mean, d_cot.data(), d_grad.data());
     VERL_CUDA_CHECK(cudaDeviceSynchronize());
     out.grad = to_host(d_grad, rows, cols);
   }
@@ -296,10 +275,10 @@ MaskedVarOutput masked_var(const MatrixF& values, const MatrixF& mask, bool unbi
   std::size_t bytes = 0;
   kernels::masked_stats(nullptr, bytes, nullptr, nullptr, rows, cols, nullptr);
   DeviceBuffer<unsigned char> temp(bytes);
-  kernels::masked_stats(temp.data, bytes, d_v.data, d_m.data, rows, cols, stats.data);
-  kernels::masked_var_backward(d_v.data, d_m.data, rows, cols, unbiased, stats.data, d_grad.data);
+  kernels::masked_stats(temp.data(), bytes, d_v.data(), d_m.data(), rows, cols, stats.data());
+  kernels::masked_var_backward(d_v.data(), d_m.data(), rows, cols, unbiased, stats.data(), d_grad.data());
   VERL_CUDA_CHECK(cudaDeviceSynchronize());
-  const kernels::MaskedStats s = stats.value();
+  const kernels::MaskedStats s = stats.download().at(0);
   return {unbiased ? s.var : s.var_biased, s.count, to_host(d_grad, rows, cols)};
 }
 
