@@ -3,14 +3,22 @@
 // the way verl's torch code runs (one temporary per operation). Prints the time ratio
 // naive / verl-cpp (wall clock: the verl-cpp kernels split rows over threads, so their main thread's CPU
 // time would understate them; on a shared machine re-run and compare medians) for every pair.
+//
+// agg_loss and low_var_kl are bound by memory traffic, so each also runs beside a `memory_bound`
+// pass that moves the same bytes with the same threads and no arithmetic to speak of (agg_loss:
+// one masked sum over loss and mask; low_var_kl: ref - logprob into a fresh matrix on huge pages),
+// and the report prints how close the kernel comes to it.
 #include <benchmark/benchmark.h>
 
 #include <cstdio>
 #include <map>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "verl/algo/detail/huge_pages.hpp"
+#include "verl/algo/detail/parallel_rows.hpp"
 #include "verl/algo/kl_penalty.hpp"
 #include "verl/algo/loss_aggregation.hpp"
 #include "verl/algo/value_loss.hpp"
@@ -169,7 +177,47 @@ void bm_kl_penalty(benchmark::State& state, bool naive) {
   set_items(state, lp.size());
 }
 
+// ---- memory-bound passes: the same bytes, the same threads, next to no arithmetic -------------
+
+void bm_agg_loss_memory_bound(benchmark::State& state) {
+  const auto& b = loss_batch();
+  std::vector<double> row_sums(static_cast<std::size_t>(b.loss.rows()));
+  for (auto _ : state) {
+    algo::detail::parallel_rows(b.loss.rows(), b.loss.cols(), [&](Index begin, Index end) {
+      for (Index i = begin; i < end; ++i)
+        row_sums[static_cast<std::size_t>(i)] = (b.loss.row(i).array() * b.mask.row(i).array()).sum();
+    });
+    double total = 0;
+    for (double v : row_sums) total += v;
+    benchmark::DoNotOptimize(total);
+  }
+  set_items(state, b.loss.size());
+}
+
+void bm_kl_penalty_memory_bound(benchmark::State& state) {
+  static const MatrixF lp = MatrixF::Random(kKLRows, kKLCols);
+  static const MatrixF ref = MatrixF::Random(kKLRows, kKLCols);
+  for (auto _ : state) {
+    MatrixF out(kKLRows, kKLCols);
+    algo::detail::advise_huge_pages(out.data(), static_cast<std::size_t>(out.size()) * sizeof(float));
+    algo::detail::parallel_rows(kKLRows, kKLCols, [&](Index begin, Index end) {
+      out.middleRows(begin, end - begin) = ref.middleRows(begin, end - begin) - lp.middleRows(begin, end - begin);
+    });
+    benchmark::DoNotOptimize(out.data());
+  }
+  set_items(state, lp.size());
+}
+
 /// Console output plus, at the end, naive / verl-cpp for each pair of runs.
+/// Each memory-bound kernel's stem and the name of its memory-bound pass.
+const std::pair<std::string, std::string> kMemoryBound[] = {
+    {"agg_loss/token-mean", "agg_loss/memory_bound"},
+    {"agg_loss/seq-mean-token-sum", "agg_loss/memory_bound"},
+    {"agg_loss/seq-mean-token-mean", "agg_loss/memory_bound"},
+    {"agg_loss/seq-mean-token-sum-norm", "agg_loss/memory_bound"},
+    {"kl_penalty/low_var_kl_16384x1024", "kl_penalty/low_var_kl_16384x1024/memory_bound"},
+};
+
 class RatioReporter : public benchmark::ConsoleReporter {
  public:
   void ReportRuns(const std::vector<Run>& runs) override {
@@ -187,6 +235,13 @@ class RatioReporter : public benchmark::ConsoleReporter {
       const std::string stem = name.substr(0, name.size() - suffix.size());
       const auto naive = times_.find(stem + "/naive");
       if (naive != times_.end()) std::printf("%-48s %11.2fx\n", stem.c_str(), naive->second / time);
+    }
+    std::printf("\n%-48s %12s\n", "memory-bound pass / verl-cpp (1 = at the bound)", "ratio");
+    for (const auto& [stem, bound] : kMemoryBound) {
+      const auto ours = times_.find(stem + "/verl_cpp");
+      const auto pass = times_.find(bound);
+      if (ours != times_.end() && pass != times_.end())
+        std::printf("%-48s %11.2f\n", stem.c_str(), pass->second / ours->second);
     }
   }
 
@@ -214,6 +269,10 @@ int main(int argc, char** argv) {
     benchmark::RegisterBenchmark(naive ? "kl_penalty/low_var_kl_16384x1024/naive" : "kl_penalty/low_var_kl_16384x1024/verl_cpp",
                                  bm_kl_penalty, naive)
         ->Unit(benchmark::kMillisecond);
+
+  benchmark::RegisterBenchmark("agg_loss/memory_bound", bm_agg_loss_memory_bound)->Unit(benchmark::kMicrosecond);
+  benchmark::RegisterBenchmark("kl_penalty/low_var_kl_16384x1024/memory_bound", bm_kl_penalty_memory_bound)
+      ->Unit(benchmark::kMillisecond);
 
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;

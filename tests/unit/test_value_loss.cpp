@@ -137,6 +137,22 @@ TEST(ValueLoss, WideClipIsHalfTheAggregatedSquaredError) {
   }
 }
 
+// Large enough for the rows to be split over threads (when the machine has more than one): the
+// per-row partial results must still combine into the aggregated loss and the exact gradient.
+TEST(ValueLoss, RowsSplitOverThreadsAgreeWithTheAggregation) {
+  const Batch b(600, 1024, 0.3, 12);
+  for (auto mode : kModes) {
+    const auto out = compute_value_loss(b.vpreds, b.returns, b.values, b.mask, 1e6, mode);
+    const MatrixD sq = (b.vpreds - b.returns).array().square().matrix();
+    EXPECT_NEAR(out.vf_loss, 0.5 * agg_loss(sq, b.mask, mode), 1e-12) << to_string(mode);
+    const MatrixD expected_grad =
+        (agg_loss_weights<double>(b.mask, mode).array() * (b.vpreds - b.returns).array()).matrix();
+    EXPECT_LE((out.grad_vpreds - expected_grad).cwiseAbs().maxCoeff(), 1e-15) << to_string(mode);
+    const double vpred_mean = (b.vpreds.array() * b.mask.array()).sum() / (b.mask.sum() + 1e-8);
+    EXPECT_NEAR(out.metrics.at("critic/vpred_mean"), vpred_mean, 1e-12);
+  }
+}
+
 TEST(ValueLoss, RuntimeModeNamesAndGlobalBatchInfo) {
   const Batch b(3, 5, 0.2, 3);
   const auto by_enum = compute_value_loss(b.vpreds, b.returns, b.values, b.mask, 0.2, LossAggMode::seq_mean_token_mean);

@@ -14,7 +14,7 @@
 #include <string_view>
 #include <type_traits>
 
-#include "verl/algo/advantages/detail/output_buffers.hpp"  // advise_huge_pages
+#include "verl/algo/detail/huge_pages.hpp"
 #include "verl/algo/detail/parallel_rows.hpp"
 #include "verl/algo/detail/vector_math.hpp"
 #include "verl/algo/kl_estimator.hpp"

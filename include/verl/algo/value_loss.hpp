@@ -9,6 +9,8 @@
 #include <type_traits>
 #include <vector>
 
+#include "verl/algo/detail/huge_pages.hpp"
+#include "verl/algo/detail/parallel_rows.hpp"
 #include "verl/algo/loss_aggregation.hpp"
 #include "verl/config.hpp"
 #include "verl/core/error.hpp"
@@ -118,27 +120,42 @@ ValueLoss<typename VD::Scalar> compute_value_loss(const Eigen::MatrixBase<VD>& v
 
   ValueLoss<Scalar> out;
   out.grad_vpreds.resize(shape.rows, shape.cols);
-  // Per-row loss terms: filled by the element-wise loop (which vectorizes), then summed in double.
-  std::vector<Scalar> row_terms(static_cast<std::size_t>(shape.cols));
+  detail::advise_huge_pages(out.grad_vpreds.data(), static_cast<std::size_t>(out.grad_vpreds.size()) * sizeof(Scalar));
+  // Rows split over threads; each row's partial results are kept and combined in row order
+  // below, so the loss and metrics do not depend on the thread count.
+  std::vector<double> row_sums(static_cast<std::size_t>(shape.rows));
+  std::vector<double> row_vpred_sums(static_cast<std::size_t>(shape.rows));
+  std::vector<Index> row_clipped(static_cast<std::size_t>(shape.rows));
+  detail::parallel_rows(shape.rows, shape.cols, [&](Index begin, Index end) {
+    // Per-row loss terms: filled by the element-wise loop (which vectorizes), then summed in double.
+    std::vector<Scalar> row_terms(static_cast<std::size_t>(shape.cols));
+    for (Index i = begin; i < end; ++i) {
+      const Scalar* v = vp.data() + i * vp.outerStride();
+      const Scalar* r = ret.data() + i * ret.outerStride();
+      const Scalar* o = old.data() + i * old.outerStride();
+      const M* m = mask.data() + i * mask.outerStride();
+      Scalar* g = out.grad_vpreds.data() + i * shape.cols;
+      Scalar* terms = row_terms.data();
+      // 0.5 * W: the gradient reaching a valid token's loss term.
+      const Scalar token_weight = half * aggregation.gradient_weight(counts.row_lengths[i]);
+      const auto row = static_cast<std::size_t>(i);
+      row_clipped[row] =
+          select_valid ? detail::value_loss_row<true>(v, r, o, m, shape.cols, clip_range, token_weight, terms, g)
+                       : detail::value_loss_row<false>(v, r, o, m, shape.cols, clip_range, token_weight, terms, g);
+      row_sums[row] = detail::lane_sum(shape.cols, [&](Index j) { return terms[j]; });
+      row_vpred_sums[row] =
+          detail::lane_sum(shape.cols, [&](Index j) { return detail::keep_if(m[j] != M(0), v[j]); });
+    }
+  });
   double weighted_total = 0;  // sum_i row_weight_i * (masked row sum i)
   double vpred_total = 0;
   Index clipped_tokens = 0;
   for (Index i = 0; i < shape.rows; ++i) {
-    const Scalar* v = vp.data() + i * vp.outerStride();
-    const Scalar* r = ret.data() + i * ret.outerStride();
-    const Scalar* o = old.data() + i * old.outerStride();
-    const M* m = mask.data() + i * mask.outerStride();
-    Scalar* g = out.grad_vpreds.data() + i * shape.cols;
-    Scalar* terms = row_terms.data();
+    const auto row = static_cast<std::size_t>(i);
     const Index length = counts.row_lengths[i];
-    // 0.5 * W: the gradient reaching a valid token's loss term.
-    const Scalar token_weight = half * aggregation.gradient_weight(length);
-    clipped_tokens += select_valid
-                          ? detail::value_loss_row<true>(v, r, o, m, shape.cols, clip_range, token_weight, terms, g)
-                          : detail::value_loss_row<false>(v, r, o, m, shape.cols, clip_range, token_weight, terms, g);
-    const double row_sum = detail::lane_sum(shape.cols, [&](Index j) { return terms[j]; });
-    vpred_total += detail::lane_sum(shape.cols, [&](Index j) { return detail::keep_if(m[j] != M(0), v[j]); });
-    if (!aggregation.drops(length)) weighted_total += row_sum * static_cast<double>(aggregation.row_weight(length));
+    clipped_tokens += row_clipped[row];
+    vpred_total += row_vpred_sums[row];
+    if (!aggregation.drops(length)) weighted_total += row_sums[row] * static_cast<double>(aggregation.row_weight(length));
   }
   out.vf_loss = static_cast<Scalar>(0.5 * weighted_total * static_cast<double>(aggregation.scale));
   // verl_F.masked_mean: sum / (mask.sum() + 1e-8), in the inputs' precision.

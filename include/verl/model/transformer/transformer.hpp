@@ -22,6 +22,7 @@
 #include <utility>
 #include <vector>
 
+#include "verl/algo/detail/huge_pages.hpp"
 #include "verl/algo/logprob_entropy.hpp"
 #include "verl/config.hpp"
 #include "verl/core/error.hpp"
@@ -410,7 +411,12 @@ class BasicTransformer {
  private:
   void chunk_logits(const Eigen::Ref<const RowMatrix<Scalar>>& hidden, RowMatrix<Scalar>& logits,
                     const detail::PackedMatrix* packed_head = nullptr) const {
-    logits.resize(hidden.rows(), vocab_size());
+    if (logits.rows() != hidden.rows() || logits.cols() != vocab_size()) {
+      logits.resize(hidden.rows(), vocab_size());
+      // A chunk's logits are tens of MiB, freshly allocated per chunk when they are saved for
+      // backward: huge pages spare most of their first-touch faults.
+      algo::detail::advise_huge_pages(logits.data(), static_cast<std::size_t>(logits.size()) * sizeof(Scalar));
+    }
     detail::linear_forward<Scalar>(body_.pool(), hidden, head_weight(), nullptr, logits, packed_head);
   }
 

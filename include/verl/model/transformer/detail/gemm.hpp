@@ -89,6 +89,27 @@ inline void pack_a(Operand<float> a, Index mc, Index kc, float* out) {
   }
 }
 
+/// pack_a for a transposed A (A(i, k) = data[i + k * col_stride], e.g. dY^T in a weight
+/// gradient): each k is one contiguous run of A's rows, read once for all panels of the block
+/// (panel-by-panel, the block's kc distant rows would each be revisited mc / MR times).
+template <Index MR>
+inline void pack_a_transposed(Operand<float> a, Index mc, Index kc, float* out) {
+  const Index panels = (mc + MR - 1) / MR;
+  for (Index k = 0; k < kc; ++k) {
+    const float* run = a.data + k * a.col_stride;
+    for (Index p = 0; p < panels; ++p) {
+      const Index i0 = p * MR, rows = std::min(MR, mc - i0);
+      float* o = out + p * kc * MR + k * MR;
+      if (rows == MR) {
+        std::memcpy(o, run + i0, MR * sizeof(float));
+      } else {
+        for (Index i = 0; i < rows; ++i) o[i] = run[i0 + i];
+        for (Index i = rows; i < MR; ++i) o[i] = 0.0f;
+      }
+    }
+  }
+}
+
 #if VERL_HAS_X86_DISPATCH
 /// Packs 8 columns x kc rows of a transposed B (column j contiguous along k: B(k, j) =
 /// column_j[k]) into out[k * NR + j], 8 x 8 blocks transposed in registers. The slow part of a
@@ -135,6 +156,12 @@ inline void pack_b(Operand<float> b, Index kc, Index nc, float* out) {
     if (b.col_stride == 1) {
       for (Index k = 0; k < kc; ++k) {
         const float* row = b.data + k * b.row_stride + j0;
+        if (cols == NR) {
+          // A constant size, so the copy is a few vector moves (a variable-size memcpy of
+          // 128 bytes became `rep movsq`, whose start-up cost showed in profiles).
+          std::memcpy(out + k * NR, row, NR * sizeof(float));
+          continue;
+        }
         std::memcpy(out + k * NR, row, static_cast<std::size_t>(cols) * sizeof(float));
         for (Index j = cols; j < NR; ++j) out[k * NR + j] = 0.0f;
       }
@@ -325,8 +352,12 @@ inline void blocked_gemm(ThreadPool* pool, Index m, Index n, Index k, Operand<fl
         const Index ic = block * mc_block, mc = std::min(mc_block, m - ic);
         thread_local std::vector<float> packed_a;
         packed_a.resize(static_cast<std::size_t>(((mc + MR - 1) / MR) * MR * kc));
-        pack_a<MR>({a.data + ic * a.row_stride + pc * a.col_stride, a.row_stride, a.col_stride}, mc, kc,
-                   packed_a.data());
+        const Operand<float> a_block{a.data + ic * a.row_stride + pc * a.col_stride, a.row_stride, a.col_stride};
+        if (a.row_stride == 1 && a.col_stride != 1) {
+          pack_a_transposed<MR>(a_block, mc, kc, packed_a.data());
+        } else {
+          pack_a<MR>(a_block, mc, kc, packed_a.data());
+        }
         const Index p0 = group * panels_per_group, p1 = std::min(panels, p0 + panels_per_group);
         for (Index p = p0; p < p1; ++p) {
           const Index jr = p * NR;
