@@ -4,16 +4,21 @@
 //   GenerateNoCache     the naive reference measured in the same run: every step recomputes the
 //                       whole sequence with a full forward pass;
 //   ForwardBackward     log-prob loss forward + backward over packed sequences, tokens per second.
+//   GenerateWeightReadBound  what a decode step cannot beat: reading every parameter once per
+//                       step (fp32, the model's threads), as tokens per second for the same
+//                       batch and step count; at batch 8 a decode step is bound by this read.
 // Counters also report the KV cache's bytes next to what the shapes require.
 // The side-by-side with transformers / PyTorch eager is tools/scripts/bench_hf_baseline.py
 // (same configs, batch shapes and thread count: VERL_BENCH_THREADS, default all cores).
 #include <benchmark/benchmark.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 #include <vector>
 
+#include "verl/algo/detail/parallel_rows.hpp"
 #include "verl/model/transformer/transformer.hpp"
 #include "verl/rollout/rollout.hpp"
 
@@ -140,7 +145,35 @@ void BM_ForwardBackward(benchmark::State& state) {
   state.SetLabel(config_label(which));
 }
 
+/// Reads a buffer of the model's parameter bytes once per decode step (sums it, split over the
+/// model's threads), `new_tokens` steps per iteration.
+void BM_GenerateWeightReadBound(benchmark::State& state) {
+  const int which = static_cast<int>(state.range(0));
+  Transformer model = Transformer::random(config_named(which), {.seed = 1}, {.num_threads = bench_threads()});
+  const Index parameters = verl::model::parameter_count(model);
+  const std::vector<float> weights(static_cast<std::size_t>(parameters), 1e-3f);
+  const unsigned threads = model.num_threads();
+  constexpr Index block = 1 << 14;
+  const Index blocks = (parameters + block - 1) / block;
+  std::vector<double> partial(static_cast<std::size_t>(blocks));  // indexed by a thread's first block
+  for (auto _ : state) {
+    for (Index step = 0; step < new_tokens; ++step) {
+      verl::algo::detail::parallel_row_blocks(blocks, threads, [&](Index begin, Index end) {
+        const Index first = begin * block, stop = std::min(parameters, end * block);
+        partial[static_cast<std::size_t>(begin)] = Eigen::Map<const Eigen::ArrayXf>(weights.data() + first, stop - first).sum();
+      });
+      benchmark::DoNotOptimize(partial.data());
+    }
+  }
+  state.counters["tokens_per_s"] =
+      benchmark::Counter(static_cast<double>(generate_batch * new_tokens), benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["weights_MiB"] = static_cast<double>(parameters) * sizeof(float) / (1 << 20);
+  state.counters["threads"] = threads;
+  state.SetLabel(config_label(which));
+}
+
 BENCHMARK(BM_Generate)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->MinTime(2.0)->UseRealTime();
+BENCHMARK(BM_GenerateWeightReadBound)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->MinTime(2.0)->UseRealTime();
 BENCHMARK(BM_GenerateNoCache)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->MinTime(2.0)->UseRealTime();
 BENCHMARK(BM_ForwardBackward)->Args({0, 8, 256})->Args({1, 8, 256})->Unit(benchmark::kMillisecond)->MinTime(2.0)->UseRealTime();
 

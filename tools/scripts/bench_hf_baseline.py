@@ -58,12 +58,14 @@ def timed(fn, min_seconds=2.0):
 def ours(binary, threads, config_index):
     """Our bench_model's generate and forward+backward rates (tokens/s) for one config."""
     env = dict(os.environ, VERL_BENCH_THREADS=str(threads))
-    out = subprocess.run([binary, f"--benchmark_filter=BM_(Generate|ForwardBackward)/{config_index}/",
+    out = subprocess.run([binary, f"--benchmark_filter=BM_(Generate|GenerateWeightReadBound|ForwardBackward)/{config_index}/",
                           "--benchmark_format=json", "--benchmark_min_time=1"],
                          check=True, env=env, capture_output=True, text=True).stdout
     rates = {}
     for bench in json.loads(out)["benchmarks"]:
-        kind = "generate" if bench["name"].startswith("BM_Generate/") else "forward_backward"
+        name = bench["name"]
+        kind = ("generate" if name.startswith("BM_Generate/") else
+                "generate_bound" if name.startswith("BM_GenerateWeightReadBound/") else "forward_backward")
         rates[kind] = bench["tokens_per_s"]
     return rates
 
@@ -74,6 +76,8 @@ def main():
     parser.add_argument("--threads", type=int, default=int(os.environ.get("VERL_BENCH_THREADS", "0")) or os.cpu_count())
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--json", help="write the side-by-side results here")
+    parser.add_argument("--bf16", action="store_true",
+                        help="also time transformers' generate with the model in bfloat16 (for scale: verl-cpp decodes in fp32)")
     args = parser.parse_args()
     threads = args.threads
     torch.set_num_threads(threads)
@@ -97,6 +101,12 @@ def main():
                                eos_token_id=None)
 
         generate_seconds = timed(generate)
+        if args.bf16:
+            model.to(torch.bfloat16)
+            bf16_seconds = timed(generate)
+            model.float()
+            print(f"{name:>5} transformers generate in bfloat16: {GENERATE_BATCH * NEW_TOKENS / bf16_seconds:,.0f} tokens/s "
+                  f"(float32: {GENERATE_BATCH * NEW_TOKENS / generate_seconds:,.0f})", flush=True)
 
         model.train()
         train_ids = prompts(TRAIN_SEQUENCES, TRAIN_LENGTH, config.vocab_size)
@@ -120,7 +130,9 @@ def main():
                                "ratio": {k: mine[k] / hf[k] for k in hf}})
                 print(f"{name:>5} round {len(rounds)}: generate {mine['generate']:,.0f} vs {hf['generate']:,.0f} tokens/s "
                       f"({rounds[-1]['ratio']['generate']:.2f}x), forward+backward {mine['forward_backward']:,.0f} vs "
-                      f"{hf['forward_backward']:,.0f} tokens/s ({rounds[-1]['ratio']['forward_backward']:.2f}x)", flush=True)
+                      f"{hf['forward_backward']:,.0f} tokens/s ({rounds[-1]['ratio']['forward_backward']:.2f}x); "
+                      f"reading the fp32 weights once per decode step alone allows {mine['generate_bound']:,.0f} "
+                      f"tokens/s ({mine['generate_bound'] / hf['generate']:.2f}x transformers)", flush=True)
             median = {k: statistics.median(r["ratio"][k] for r in rounds) for k in ("generate", "forward_backward")}
             print(f"{name:>5} ({parameters / 1e6:.1f}M parameters): median ratio verl-cpp / transformers: "
                   f"generate {median['generate']:.2f}x, forward+backward {median['forward_backward']:.2f}x", flush=True)
