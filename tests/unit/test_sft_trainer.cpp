@@ -18,6 +18,17 @@ using namespace verl;
 using trainer::SFTExample;
 namespace fs = std::filesystem;
 
+/// Expects `expr` to throw verl's InvalidArgument with `text` in its message.
+#define EXPECT_THAT_ERROR(expr, text)                                                   \
+  do {                                                                                  \
+    try {                                                                               \
+      (void)(expr);                                                                     \
+      ADD_FAILURE() << "expected an error containing: " << (text);                      \
+    } catch (const InvalidArgument& e) {                                                \
+      EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << e.what();       \
+    }                                                                                   \
+  } while (false)
+
 fs::path scratch(const std::string& name) {
   const fs::path dir = fs::temp_directory_path() / ("verl_test_sft_" + name + "_" + std::to_string(::getpid()));
   fs::remove_all(dir);
@@ -225,6 +236,51 @@ TEST(SFTData, TokenizesPromptAsChatAndResponseWithEos) {
   fs::remove_all(dir);
 }
 
+// verl's gsm8k SFT recipe reads its parquet with data.prompt_key=extra_info,
+// data.prompt_dict_keys=[question] (and the same for the answer): nested columns, .parquet or JSONL.
+TEST(SFTData, NestedColumnsFromParquetEqualThoseFromJsonLines) {
+  const fs::path dir = scratch("nested");
+  data::tasks::write_initial_model(dir, {.hidden_size = 8, .intermediate_size = 8, .num_hidden_layers = 1,
+                                         .num_attention_heads = 2, .num_key_value_heads = 1});
+  const auto tokenizer = model::load_pretrained_tokenizer(dir);
+  trainer::SFTConfig::Data keys;
+  keys.prompt_key = "extra_info";
+  keys.response_key = "extra_info";
+  keys.prompt_dict_keys = std::vector<std::string>{"question"};
+  keys.response_dict_keys = std::vector<std::string>{"answer"};
+  keys.max_length = 256;
+  const fs::path datasets = fs::path(VERL_GOLDEN_DIR) / ".." / "datasets";
+  const std::vector<std::string> jsonl = {(datasets / "parquet_rows.jsonl").string()};
+  const auto from_jsonl = trainer::load_sft_examples(jsonl, tokenizer, keys);
+  ASSERT_EQ(from_jsonl.size(), 5u);
+  const auto first = trainer::tokenize_sft_pair(
+      tokenizer, "Natalia sold clips to 48 of her friends in April, and then half as many in May. How many altogether?",
+      "72", 256, "error");
+  EXPECT_EQ(from_jsonl[0].input_ids, first.input_ids);
+  EXPECT_EQ(from_jsonl[0].prompt_length, first.prompt_length);
+
+  // A key that leads to a non-string, or a missing nested key, is named in the error.
+  keys.prompt_dict_keys = std::vector<std::string>{"index"};
+  EXPECT_THAT_ERROR(trainer::load_sft_examples(jsonl, tokenizer, keys), "expected 'extra_info.index' to be a string");
+  keys.prompt_dict_keys = std::vector<std::string>{"question", "deeper"};
+  EXPECT_THAT_ERROR(trainer::load_sft_examples(jsonl, tokenizer, keys),
+                    "expected 'extra_info.question' to be an object with a key 'deeper' (data.prompt_dict_keys)");
+  keys.prompt_dict_keys.reset();
+  EXPECT_THAT_ERROR(trainer::load_sft_examples(jsonl, tokenizer, keys), "expected 'extra_info' to be a string (data.prompt_key)");
+  keys.prompt_dict_keys = std::vector<std::string>{"question"};
+
+#if defined(VERL_HAS_PARQUET)
+  const std::vector<std::string> parquet = {(datasets / "parquet_rows.parquet").string()};
+  const auto from_parquet = trainer::load_sft_examples(parquet, tokenizer, keys);
+  ASSERT_EQ(from_parquet.size(), from_jsonl.size());
+  for (std::size_t i = 0; i < from_parquet.size(); ++i) {
+    EXPECT_EQ(from_parquet[i].input_ids, from_jsonl[i].input_ids) << "row " << i;
+    EXPECT_EQ(from_parquet[i].prompt_length, from_jsonl[i].prompt_length) << "row " << i;
+  }
+#endif
+  fs::remove_all(dir);
+}
+
 TEST(SFTConfig, VerlKeysDefaultsAndErrors) {
   const std::vector<std::string> base = {"data.train_files=[a.jsonl]", "model.partial_pretrain=m"};
   const auto config = trainer::load_sft_config(base);
@@ -248,6 +304,13 @@ TEST(SFTConfig, VerlKeysDefaultsAndErrors) {
   EXPECT_EQ(message({"model.lora_rank=0", "model.fsdp_config.cpu_offload=true", "trainer.nnodes=1"}), "no error");
   EXPECT_NE(message({"trainer.logger=[wandb]"}).find("wandb"), std::string::npos);
   EXPECT_NE(message({"data.truncation=middle"}).find("data.truncation"), std::string::npos);
+  EXPECT_FALSE(config.data.prompt_dict_keys.has_value());  // verl's null
+  auto nested = base;
+  nested.insert(nested.end(), {"data.prompt_key=extra_info", "data.prompt_dict_keys=[question]",
+                               "data.response_dict_keys=null"});
+  const auto nested_config = trainer::load_sft_config(nested);
+  EXPECT_EQ(nested_config.data.prompt_dict_keys, (std::optional<std::vector<std::string>>{{"question"}}));
+  EXPECT_FALSE(nested_config.data.response_dict_keys.has_value());
 }
 
 }  // namespace

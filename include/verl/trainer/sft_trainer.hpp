@@ -27,6 +27,7 @@
 #include "verl/core/metrics.hpp"
 #include "verl/data/dataloader.hpp"
 #include "verl/data/jsonl.hpp"
+#include "verl/data/parquet.hpp"
 #include "verl/model/causal_lm.hpp"
 #include "verl/model/tokenizer/pretrained.hpp"
 #include "verl/trainer/checkpoint.hpp"
@@ -85,21 +86,44 @@ inline SFTExample tokenize_sft_pair(const model::PretrainedTokenizer& tokenizer,
   return example;
 }
 
-/// The rows of SFT files (JSON Lines), tokenized.
+namespace detail {
+
+/// The text of an SFT column: row[key], then [k] for each of `dict_keys` (verl's
+/// prompt_dict_keys / response_dict_keys), which must end at a string.
+inline std::string sft_text(const nlohmann::json& row, const std::string& key,
+                            const std::optional<std::vector<std::string>>& dict_keys, std::string_view key_name,
+                            std::string_view dict_keys_name, const data::SourceLocation& where) {
+  const auto found = row.find(key);
+  VERL_CHECK_ARG(found != row.end(), "{}: no column '{}' ({})", where.to_string(), key, key_name);
+  const nlohmann::json* value = &*found;
+  std::string path = key;
+  for (const auto& k : dict_keys.value_or(std::vector<std::string>{})) {
+    VERL_CHECK_ARG(value->is_object() && value->contains(k), "{}: expected '{}' to be an object with a key '{}' ({}), got {}",
+                   where.to_string(), path, k, dict_keys_name, value->type_name());
+    value = &(*value)[k];
+    path += "." + k;
+  }
+  VERL_CHECK_ARG(value->is_string(), "{}: expected '{}' to be a string ({}{}), got {}", where.to_string(), path,
+                 key_name, dict_keys ? fmt::format(" and {}", dict_keys_name) : std::string(), value->type_name());
+  return value->get<std::string>();
+}
+
+}  // namespace detail
+
+/// The rows of SFT files (verl's .parquet through Apache Arrow when this build has it, or JSON
+/// Lines), tokenized.
 inline std::vector<SFTExample> load_sft_examples(std::span<const std::string> files,
                                                  const model::PretrainedTokenizer& tokenizer,
                                                  const SFTConfig::Data& data) {
   std::vector<SFTExample> examples;
   for (const auto& file : files) {
-    data::for_each_json_row(file, [&](nlohmann::json&& row, const data::SourceLocation& where) {
-      auto text = [&](const std::string& key) {
-        const auto found = row.find(key);
-        VERL_CHECK_ARG(found != row.end() && found->is_string(), "{}: expected a string column '{}' ({} key)",
-                       where.to_string(), key, &key == &data.prompt_key ? "data.prompt_key" : "data.response_key");
-        return found->get<std::string>();
-      };
-      examples.push_back(tokenize_sft_pair(tokenizer, text(data.prompt_key), text(data.response_key),
-                                           data.max_length, data.truncation, where.to_string()));
+    data::for_each_dataset_row(file, [&](nlohmann::json&& row, const data::SourceLocation& where) {
+      const std::string prompt =
+          detail::sft_text(row, data.prompt_key, data.prompt_dict_keys, "data.prompt_key", "data.prompt_dict_keys", where);
+      const std::string response = detail::sft_text(row, data.response_key, data.response_dict_keys,
+                                                    "data.response_key", "data.response_dict_keys", where);
+      examples.push_back(
+          tokenize_sft_pair(tokenizer, prompt, response, data.max_length, data.truncation, where.to_string()));
     });
   }
   return examples;

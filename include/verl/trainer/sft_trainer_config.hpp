@@ -36,6 +36,10 @@ struct SFTConfig {
     std::vector<std::string> val_files;
     std::string prompt_key = "question";
     std::string response_key = "answer";
+    /// verl's nested columns: the prompt is row[prompt_key][k0][k1]... (e.g. prompt_key=extra_info,
+    /// prompt_dict_keys=[question] for verl's gsm8k parquet); null: the column itself.
+    std::optional<std::vector<std::string>> prompt_dict_keys;
+    std::optional<std::vector<std::string>> response_dict_keys;
     std::int64_t max_length = 1024;
     std::string truncation = "error";
     std::int64_t train_batch_size = 256;
@@ -76,6 +80,8 @@ void visit_sft_fields(Config& c, Fn&& fn) {
   fn("data.val_files", c.data.val_files);
   fn("data.prompt_key", c.data.prompt_key);
   fn("data.response_key", c.data.response_key);
+  fn("data.prompt_dict_keys", c.data.prompt_dict_keys);
+  fn("data.response_dict_keys", c.data.response_dict_keys);
   fn("data.max_length", c.data.max_length);
   fn("data.truncation", c.data.truncation);
   fn("data.train_batch_size", c.data.train_batch_size);
@@ -117,14 +123,12 @@ inline constexpr std::array<std::string_view, 20> ignored_sft_keys = {
 };
 
 /// verl SFT keys for features verl-cpp does not have: accepted only at verl's default.
-inline constexpr std::array<std::pair<std::string_view, std::string_view>, 8> sft_keys_at_default = {{
+inline constexpr std::array<std::pair<std::string_view, std::string_view>, 6> sft_keys_at_default = {{
     {"model.lora_rank", "0"},
     {"model.lora_alpha", "16"},
     {"data.multiturn.enable", "false"},
     {"data.multiturn.messages_key", "messages"},
     {"data.chat_template", "null"},
-    {"data.prompt_dict_keys", "null"},
-    {"data.response_dict_keys", "null"},
     {"data.custom_cls.name", "null"},
 }};
 
