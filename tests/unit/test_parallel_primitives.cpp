@@ -95,6 +95,28 @@ TEST(ElementwiseOptimizers, MatchTorchOnAHandComputedStep) {
   EXPECT_THROW(adam.step(std::span(other), std::span<const float>(other)), InvalidArgument);
 }
 
+// The ZeRO shard optimizer and the trainer's optimizer share one element kernel: the same
+// hyper-parameters give bit-identical parameters and moments, step after step.
+TEST(ElementwiseOptimizers, AdamWEqualsTheTrainersAdamW) {
+  std::mt19937 engine(5);
+  std::normal_distribution<float> normal;
+  std::vector<float> flat(1000), grads(1000);
+  for (auto& v : flat) v = normal(engine);
+  std::vector<float> tensor = flat, tensor_grad(1000);
+  AdamW shard{.lr = 3e-3, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1};
+  optim::AdamW trainer({.lr = 3e-3, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1});
+  const optim::ParameterRef parameter{std::span(tensor), std::span(tensor_grad), "w"};
+  for (int step = 0; step < 4; ++step) {
+    for (auto& g : grads) g = normal(engine);
+    tensor_grad = grads;
+    shard.step(std::span(flat), std::span<const float>(grads));
+    trainer.step(std::span(&parameter, 1));
+    EXPECT_EQ(flat, tensor) << "step " << step;
+  }
+  EXPECT_EQ(shard.state.exp_avg, trainer.state().exp_avg[0]);
+  EXPECT_EQ(shard.state.exp_avg_sq, trainer.state().exp_avg_sq[0]);
+}
+
 // ---- tensor parallelism ---------------------------------------------------------------------------
 TEST(TensorParallel, OneRankLayersEqualTheDenseLayer) {
   SelfCommunicator tp;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "verl/core/error.hpp"
+#include "verl/trainer/optim/adamw.hpp"
 
 namespace verl::parallel {
 
@@ -64,7 +65,8 @@ struct Sgd {
   }
 };
 
-/// torch.optim.AdamW (decoupled weight decay, bias-corrected moments).
+/// torch.optim.AdamW (decoupled weight decay, bias-corrected moments) over a flat span: one
+/// shard's elements under ZeRO.
 struct AdamW {
   static constexpr std::string_view name = "adamw";
   double lr = 1e-3;
@@ -88,21 +90,10 @@ struct AdamW {
       exp_avg_sq.assign(params.size(), 0.0f);
     }
     ++steps;
-    const float decay = static_cast<float>(1.0 - lr * weight_decay);
-    const float one_minus_beta1 = static_cast<float>(1.0 - beta1);
-    const float b2 = static_cast<float>(beta2), one_minus_beta2 = static_cast<float>(1.0 - beta2);
-    const double bias_correction1 = 1.0 - std::pow(beta1, static_cast<double>(steps));
-    const double bias_correction2 = 1.0 - std::pow(beta2, static_cast<double>(steps));
-    const float step_size = static_cast<float>(lr / bias_correction1);
-    const float bias_correction2_sqrt = static_cast<float>(std::sqrt(bias_correction2));
-    const float eps_f = static_cast<float>(eps);
-    for (std::size_t i = 0; i < params.size(); ++i) {
-      params[i] *= decay;
-      exp_avg[i] += one_minus_beta1 * (grads[i] - exp_avg[i]);  // torch's lerp for weights < 0.5
-      exp_avg_sq[i] = exp_avg_sq[i] * b2 + one_minus_beta2 * grads[i] * grads[i];
-      const float denom = std::sqrt(exp_avg_sq[i]) / bias_correction2_sqrt + eps_f;
-      params[i] -= step_size * (exp_avg[i] / denom);
-    }
+    // The same element kernel as the trainer's optim::AdamW, so a ZeRO-sharded step equals it.
+    const auto scalars = optim::detail::adamw_step_scalars(
+        {.lr = lr, .beta1 = beta1, .beta2 = beta2, .eps = eps, .weight_decay = weight_decay}, steps);
+    optim::detail::adamw_update(scalars, params.data(), grads.data(), exp_avg.data(), exp_avg_sq.data(), params.size());
   }
 };
 

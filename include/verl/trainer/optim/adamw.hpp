@@ -49,6 +49,91 @@ struct AdamWConfig {
   double weight_decay = 0.01;
 };
 
+namespace detail {
+
+/// One AdamW step's scalars, as torch computes them (Python floats, rounded where a float32
+/// kernel takes them).
+struct AdamWStepScalars {
+  float decay;              ///< 1 - lr * weight_decay
+  bool decays;              ///< weight_decay != 0
+  double lerp_coefficient;  ///< torch's lerp weight (1 - beta1), or weight - 1 when it is >= 0.5
+  bool small_weight;        ///< lerp from exp_avg (weight < 0.5) or from the gradient
+  float beta2;
+  float one_minus_beta2;
+  float negative_step_size;  ///< -lr / (1 - beta1^t)
+  float bias_correction2_sqrt;
+  float eps;
+};
+
+inline AdamWStepScalars adamw_step_scalars(const AdamWConfig& config, std::int64_t step_count) {
+  const double lr = config.lr;
+  const double step = static_cast<double>(step_count);
+  // torch's lerp(start, end, w) is one fused multiply-add: start + w * (end - start) for
+  // w < 0.5, end + (w - 1) * (end - start) otherwise.
+  const float lerp_weight = static_cast<float>(1.0 - config.beta1);
+  const bool small_weight = std::abs(lerp_weight) < 0.5f;
+  const double bias_correction1 = 1.0 - std::pow(config.beta1, step);
+  const double bias_correction2 = 1.0 - std::pow(config.beta2, step);
+  return {static_cast<float>(1.0 - lr * config.weight_decay),
+          config.weight_decay != 0.0,
+          small_weight ? lerp_weight : lerp_weight - 1.0f,
+          small_weight,
+          static_cast<float>(config.beta2),
+          static_cast<float>(1.0 - config.beta2),
+          static_cast<float>(-(lr / bias_correction1)),
+          static_cast<float>(std::pow(bias_correction2, 0.5)),
+          static_cast<float>(config.eps)};
+}
+
+/// One tensor's update, in chunks that stay in L1: moments first, then the square roots, then
+/// the parameter update.
+template <bool Decays, bool SmallWeight>
+void adamw_update_kernel(float* __restrict value, const float* __restrict grad, float* __restrict exp_avg,
+                         float* __restrict exp_avg_sq, std::size_t n, const AdamWStepScalars& s) {
+  constexpr std::size_t chunk = 512;
+  alignas(64) float root[chunk];
+  for (std::size_t begin = 0; begin < n; begin += chunk) {
+    const std::size_t count = std::min(chunk, n - begin);
+    float* __restrict p = value + begin;
+    const float* __restrict g = grad + begin;
+    float* __restrict m = exp_avg + begin;
+    float* __restrict v = exp_avg_sq + begin;
+    for (std::size_t i = 0; i < count; ++i) {
+      // lerp: the product is exact in double, so this rounds like the fused multiply-add.
+      const float difference = g[i] - m[i];
+      const float base = SmallWeight ? m[i] : g[i];
+      m[i] = static_cast<float>(s.lerp_coefficient * static_cast<double>(difference) + static_cast<double>(base));
+      // mul_, then addcmul_ (v + (s * g) * g with the last multiply-add fused in torch's kernel).
+      const float v_scaled = v[i] * s.beta2;
+      const float scaled_grad = s.one_minus_beta2 * g[i];
+      v[i] = static_cast<float>(static_cast<double>(scaled_grad) * static_cast<double>(g[i]) +
+                                static_cast<double>(v_scaled));
+    }
+    correctly_rounded_sqrt(v, root, count);
+    for (std::size_t i = 0; i < count; ++i) {
+      const float decayed = Decays ? p[i] * s.decay : p[i];
+      const float denom = root[i] / s.bias_correction2_sqrt + s.eps;
+      p[i] = decayed + s.negative_step_size * m[i] / denom;  // addcdiv_: self + value * t1 / t2
+    }
+  }
+}
+
+/// torch.optim.AdamW's update of one tensor (`n` elements of value, grad and both moments).
+/// Branch-free kernels, one per combination of the loop-invariant choices, so that the compiler
+/// vectorizes them. Shared by optim::AdamW and the ZeRO shard optimizer (parallel::AdamW).
+inline void adamw_update(const AdamWStepScalars& s, float* value, const float* grad, float* exp_avg, float* exp_avg_sq,
+                         std::size_t n) {
+  if (s.decays) {
+    s.small_weight ? adamw_update_kernel<true, true>(value, grad, exp_avg, exp_avg_sq, n, s)
+                   : adamw_update_kernel<true, false>(value, grad, exp_avg, exp_avg_sq, n, s);
+  } else {
+    s.small_weight ? adamw_update_kernel<false, true>(value, grad, exp_avg, exp_avg_sq, n, s)
+                   : adamw_update_kernel<false, false>(value, grad, exp_avg, exp_avg_sq, n, s);
+  }
+}
+
+}  // namespace detail
+
 class AdamW {
  public:
   static constexpr std::string_view name = "AdamW";
@@ -92,87 +177,14 @@ class AdamW {
   void step(std::span<const ParameterRef> parameters) {
     prepare_state(parameters);
     ++state_.step;
-    const double lr = config_.lr;
-    const double step = static_cast<double>(state_.step);
-    const float decay = static_cast<float>(1.0 - lr * config_.weight_decay);
-    // torch's lerp(start, end, w) is one fused multiply-add: start + w * (end - start) for
-    // w < 0.5, end + (w - 1) * (end - start) otherwise.
-    const float lerp_weight = static_cast<float>(1.0 - config_.beta1);
-    const bool small_weight = std::abs(lerp_weight) < 0.5f;
-    const double lerp_coefficient = small_weight ? lerp_weight : lerp_weight - 1.0f;
-    const float beta2 = static_cast<float>(config_.beta2);
-    const float one_minus_beta2 = static_cast<float>(1.0 - config_.beta2);
-    const double bias_correction1 = 1.0 - std::pow(config_.beta1, step);
-    const double bias_correction2 = 1.0 - std::pow(config_.beta2, step);
-    const float negative_step_size = static_cast<float>(-(lr / bias_correction1));
-    const float bias_correction2_sqrt = static_cast<float>(std::pow(bias_correction2, 0.5));
-    const float eps = static_cast<float>(config_.eps);
-    const bool decays = config_.weight_decay != 0.0;
-
-    const Scalars scalars{decay,        lerp_coefficient, beta2, one_minus_beta2, negative_step_size,
-                          bias_correction2_sqrt, eps};
+    const auto scalars = detail::adamw_step_scalars(config_, state_.step);
     for (std::size_t k = 0; k < parameters.size(); ++k) {
-      float* value = parameters[k].value.data();
-      const float* grad = parameters[k].grad.data();
-      float* exp_avg = state_.exp_avg[k].data();
-      float* exp_avg_sq = state_.exp_avg_sq[k].data();
-      const std::size_t n = parameters[k].value.size();
-      // Branch-free kernels (one per combination of the loop-invariant choices) so that the
-      // compiler vectorizes them.
-      if (decays) {
-        small_weight ? update<true, true>(value, grad, exp_avg, exp_avg_sq, n, scalars)
-                     : update<true, false>(value, grad, exp_avg, exp_avg_sq, n, scalars);
-      } else {
-        small_weight ? update<false, true>(value, grad, exp_avg, exp_avg_sq, n, scalars)
-                     : update<false, false>(value, grad, exp_avg, exp_avg_sq, n, scalars);
-      }
+      detail::adamw_update(scalars, parameters[k].value.data(), parameters[k].grad.data(), state_.exp_avg[k].data(),
+                           state_.exp_avg_sq[k].data(), parameters[k].value.size());
     }
   }
 
  private:
-  struct Scalars {
-    float decay;
-    double lerp_coefficient;
-    float beta2;
-    float one_minus_beta2;
-    float negative_step_size;
-    float bias_correction2_sqrt;
-    float eps;
-  };
-
-  /// One parameter tensor, in chunks that stay in L1: moments first, then the square roots,
-  /// then the parameter update.
-  template <bool Decays, bool SmallWeight>
-  static void update(float* __restrict value, const float* __restrict grad, float* __restrict exp_avg,
-                     float* __restrict exp_avg_sq, std::size_t n, const Scalars& s) {
-    constexpr std::size_t chunk = 512;
-    alignas(64) float root[chunk];
-    for (std::size_t begin = 0; begin < n; begin += chunk) {
-      const std::size_t count = std::min(chunk, n - begin);
-      float* __restrict p = value + begin;
-      const float* __restrict g = grad + begin;
-      float* __restrict m = exp_avg + begin;
-      float* __restrict v = exp_avg_sq + begin;
-      for (std::size_t i = 0; i < count; ++i) {
-        // lerp: the product is exact in double, so this rounds like the fused multiply-add.
-        const float difference = g[i] - m[i];
-        const float base = SmallWeight ? m[i] : g[i];
-        m[i] = static_cast<float>(s.lerp_coefficient * static_cast<double>(difference) + static_cast<double>(base));
-        // mul_, then addcmul_ (v + (s * g) * g with the last multiply-add fused in torch's kernel).
-        const float v_scaled = v[i] * s.beta2;
-        const float scaled_grad = s.one_minus_beta2 * g[i];
-        v[i] = static_cast<float>(static_cast<double>(scaled_grad) * static_cast<double>(g[i]) +
-                                  static_cast<double>(v_scaled));
-      }
-      detail::correctly_rounded_sqrt(v, root, count);
-      for (std::size_t i = 0; i < count; ++i) {
-        const float decayed = Decays ? p[i] * s.decay : p[i];
-        const float denom = root[i] / s.bias_correction2_sqrt + s.eps;
-        p[i] = decayed + s.negative_step_size * m[i] / denom;  // addcdiv_: self + value * t1 / t2
-      }
-    }
-  }
-
   static void validate(const AdamWConfig& config) {
     VERL_CHECK_ARG(config.lr >= 0.0, "lr: expected a learning rate >= 0, got {}", config.lr);
     VERL_CHECK_ARG(config.eps >= 0.0, "eps: expected a value >= 0, got {}", config.eps);
