@@ -14,6 +14,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "verl/core/error.hpp"
@@ -23,6 +24,7 @@
 #include "verl/model/transformer/attention.hpp"
 #include "verl/model/transformer/detail/linear.hpp"
 #include "verl/model/transformer/detail/packed_weights.hpp"
+#include "verl/model/transformer/detail/swiglu.hpp"
 #include "verl/model/transformer/detail/thread_pool.hpp"
 #include "verl/model/transformer/rms_norm.hpp"
 #include "verl/model/transformer/rope.hpp"
@@ -243,7 +245,11 @@ class DecoderBody {
  private:
   static void swiglu(const RowMatrix<Scalar>& gate, const RowMatrix<Scalar>& up, RowMatrix<Scalar>& out) {
     out.resize(gate.rows(), gate.cols());
-    out.array() = gate.array() / (Scalar(1) + (-gate.array()).exp()) * up.array();
+    if constexpr (std::is_same_v<Scalar, float>) {
+      detail::swiglu_forward(gate.data(), up.data(), out.data(), gate.size());
+    } else {
+      out.array() = gate.array() / (Scalar(1) + (-gate.array()).exp()) * up.array();
+    }
   }
 
   /// Causal attention within each sequence of the batch, one task per (sequence, head).
@@ -280,7 +286,10 @@ class DecoderBody {
     detail::linear_backward_input<Scalar>(pool, dx, w.down_proj.value, s.d_act, false);
     s.d_gate.resize(n, inner);
     s.d_up.resize(n, inner);
-    {
+    if constexpr (std::is_same_v<Scalar, float>) {
+      detail::swiglu_backward(s.d_act.data(), act.gate.data(), act.up.data(), s.d_gate.data(), s.d_up.data(),
+                              act.gate.size());
+    } else {
       const auto g = act.gate.array();
       const auto sig = (Scalar(1) + (-g).exp()).inverse();
       s.d_up.array() = s.d_act.array() * g * sig;
