@@ -148,22 +148,22 @@ VERL_TARGET_AVX2 inline void pack_b_columns8_avx2(const float* column0, Index co
 }
 #endif
 
-/// Packs B[0:kc, 0:nc] into column panels of NR (k-major, zero-padded).
+/// Packs B[0:kc, 0:nc] into column panels of NR (k-major, zero-padded). A partial panel is zeroed
+/// once, then filled: per-k padding or variable-size copies of a few floats compile to `rep stos`
+/// / `rep movs`, whose start-up cost dominated the packing of narrow products in profiles.
 template <Index NR>
 inline void pack_b(Operand<float> b, Index kc, Index nc, float* out) {
   for (Index j0 = 0; j0 < nc; j0 += NR) {
     const Index cols = std::min(NR, nc - j0);
+    if (cols < NR) std::memset(out, 0, static_cast<std::size_t>(kc * NR) * sizeof(float));
     if (b.col_stride == 1) {
       for (Index k = 0; k < kc; ++k) {
         const float* row = b.data + k * b.row_stride + j0;
         if (cols == NR) {
-          // A constant size, so the copy is a few vector moves (a variable-size memcpy of
-          // 128 bytes became `rep movsq`, whose start-up cost showed in profiles).
-          std::memcpy(out + k * NR, row, NR * sizeof(float));
-          continue;
+          std::memcpy(out + k * NR, row, NR * sizeof(float));  // constant size: a few vector moves
+        } else {
+          for (Index j = 0; j < cols; ++j) out[k * NR + j] = row[j];
         }
-        std::memcpy(out + k * NR, row, static_cast<std::size_t>(cols) * sizeof(float));
-        for (Index j = cols; j < NR; ++j) out[k * NR + j] = 0.0f;
       }
     } else {
       Index j = 0;
@@ -176,9 +176,6 @@ inline void pack_b(Operand<float> b, Index kc, Index nc, float* out) {
       for (; j < cols; ++j) {
         const float* column = b.data + (j0 + j) * b.col_stride;
         for (Index k = 0; k < kc; ++k) out[k * NR + j] = column[k * b.row_stride];
-      }
-      for (Index k = 0; k < kc; ++k) {
-        for (Index jj = cols; jj < NR; ++jj) out[k * NR + jj] = 0.0f;
       }
     }
     out += kc * NR;
