@@ -104,7 +104,11 @@ void expect_same_as_one_process(const std::vector<std::string>& overrides, C cri
     EXPECT_EQ(a.at("response_length/mean"), b.at("response_length/mean")) << "step " << s;
     for (const auto& key : compared) {
       ASSERT_TRUE(a.contains(key) && b.contains(key)) << key;
-      EXPECT_NEAR(a.at(key), b.at(key), 1e-5 * std::max(1.0, std::abs(a.at(key)))) << key << " at step " << s;
+      // Gradients are summed in another order across ranks (about 1e-7 relative at the first
+      // step); three AdamW steps amplify that to about 1e-5 in grad_norm by the third (measured
+      // up to 1.5e-5), so the bound is 1e-4, as for the parameters below. A rank's share
+      // computed wrongly moves these metrics by percents.
+      EXPECT_NEAR(a.at(key), b.at(key), 1e-4 * std::max(1.0, std::abs(a.at(key)))) << key << " at step " << s;
     }
   }
   const auto pa = parameters(single.actor()), pb = parameters(dp.actor());

@@ -69,6 +69,28 @@ TEST(SwiGLU, GradientMatchesCentralDifferences) {
   }
 }
 
+// Data-parallel ranks hold other numbers of rows than one process: an element's result must not
+// depend on where it sits in the array (vector body or tail).
+TEST(SwiGLU, AnElementsResultDoesNotDependOnItsPosition) {
+  const std::size_t n = 53;
+  const auto gate = random_values(n, 7, 3.0f), up = random_values(n, 8, 1.0f), d_act = random_values(n, 9, 1.0f);
+  std::vector<float> out(n), d_gate(n), d_up(n);
+  swiglu_forward(gate.data(), up.data(), out.data(), static_cast<Index>(n));
+  swiglu_backward(d_act.data(), gate.data(), up.data(), d_gate.data(), d_up.data(), static_cast<Index>(n));
+  for (const std::size_t offset : {1u, 5u, 17u, 40u}) {
+    const std::size_t m = n - offset;
+    std::vector<float> o(m), dg(m), du(m);
+    swiglu_forward(gate.data() + offset, up.data() + offset, o.data(), static_cast<Index>(m));
+    swiglu_backward(d_act.data() + offset, gate.data() + offset, up.data() + offset, dg.data(), du.data(),
+                    static_cast<Index>(m));
+    for (std::size_t i = 0; i < m; ++i) {
+      EXPECT_EQ(o[i], out[offset + i]) << "offset " << offset << " element " << i;
+      EXPECT_EQ(dg[i], d_gate[offset + i]) << "offset " << offset << " element " << i;
+      EXPECT_EQ(du[i], d_up[offset + i]) << "offset " << offset << " element " << i;
+    }
+  }
+}
+
 TEST(SwiGLU, NaNStaysNaN) {
   std::vector<float> gate(20, 0.5f), up(20, 1.0f), out(20), d_act(20, 1.0f), d_gate(20), d_up(20);
   gate[3] = std::numeric_limits<float>::quiet_NaN();   // a vector lane

@@ -4,7 +4,9 @@
 //
 // sigmoid(g) = 1 / (1 + exp(-g)) with exp(-g) from simd::exp_bounded (within about an ulp of
 // std::exp) on -g clamped to [-87, 87]: beyond, sigmoid is 1 or within 2e-38 of 0 either way.
-// NaN stays NaN.
+// NaN stays NaN. A tail shorter than a vector goes through the same lanes (zero-padded), so an
+// element's result does not depend on its position: data-parallel ranks, which hold other
+// numbers of rows, compute exactly what one process does.
 #pragma once
 
 #include <algorithm>
@@ -42,9 +44,18 @@ VERL_FORCE_INLINE void forward(const float* __restrict gate, const float* __rest
   if constexpr (W > 1) {
     using F = simd::FloatPack<W>;
     const F one = simd::broadcast<W>(1.0f);
-    for (; i + W <= n; i += W) {
-      const F g = simd::load<W>(gate + i);
-      simd::store<W>(out + i, g / (one + exp_negated<W>(g)) * simd::load<W>(up + i));
+    auto lanes = [&](const float* g_in, const float* u_in, float* o) {
+      const F g = simd::load<W>(g_in);
+      simd::store<W>(o, g / (one + exp_negated<W>(g)) * simd::load<W>(u_in));
+    };
+    for (; i + W <= n; i += W) lanes(gate + i, up + i, out + i);
+    if (i < n) {  // the tail through the same lanes, so no element's value depends on where it sits
+      alignas(64) float g[W] = {}, u[W] = {}, o[W];
+      std::copy(gate + i, gate + n, g);
+      std::copy(up + i, up + n, u);
+      lanes(g, u, o);
+      std::copy(o, o + (n - i), out + i);
+      return;
     }
   }
 #endif
@@ -60,11 +71,22 @@ VERL_FORCE_INLINE void backward(const float* __restrict d_act, const float* __re
   if constexpr (W > 1) {
     using F = simd::FloatPack<W>;
     const F one = simd::broadcast<W>(1.0f);
-    for (; i + W <= n; i += W) {
-      const F g = simd::load<W>(gate + i), da = simd::load<W>(d_act + i);
+    auto lanes = [&](const float* da_in, const float* g_in, const float* u_in, float* dg, float* du) {
+      const F g = simd::load<W>(g_in), da = simd::load<W>(da_in);
       const F s = one / (one + exp_negated<W>(g));
-      simd::store<W>(d_up + i, da * g * s);
-      simd::store<W>(d_gate + i, da * simd::load<W>(up + i) * s * (one + g * (one - s)));
+      simd::store<W>(du, da * g * s);
+      simd::store<W>(dg, da * simd::load<W>(u_in) * s * (one + g * (one - s)));
+    };
+    for (; i + W <= n; i += W) lanes(d_act + i, gate + i, up + i, d_gate + i, d_up + i);
+    if (i < n) {  // the tail through the same lanes (see forward)
+      alignas(64) float da[W] = {}, g[W] = {}, u[W] = {}, dg[W], du[W];
+      std::copy(d_act + i, d_act + n, da);
+      std::copy(gate + i, gate + n, g);
+      std::copy(up + i, up + n, u);
+      lanes(da, g, u, dg, du);
+      std::copy(dg, dg + (n - i), d_gate + i);
+      std::copy(du, du + (n - i), d_up + i);
+      return;
     }
   }
 #endif
