@@ -97,10 +97,11 @@ inline std::string sft_text(const nlohmann::json& row, const std::string& key,
   VERL_CHECK_ARG(found != row.end(), "{}: no column '{}' ({})", where.to_string(), key, key_name);
   const nlohmann::json* value = &*found;
   std::string path = key;
-  for (const auto& k : dict_keys.value_or(std::vector<std::string>{})) {
-    VERL_CHECK_ARG(value->is_object() && value->contains(k), "{}: expected '{}' to be an object with a key '{}' ({}), got {}",
+  for (const auto& k : dict_keys ? *dict_keys : std::span<const std::string>{}) {
+    const auto nested = value->is_object() ? value->find(k) : value->end();
+    VERL_CHECK_ARG(nested != value->end(), "{}: expected '{}' to be an object with a key '{}' ({}), got {}",
                    where.to_string(), path, k, dict_keys_name, value->type_name());
-    value = &(*value)[k];
+    value = &*nested;
     path += "." + k;
   }
   VERL_CHECK_ARG(value->is_string(), "{}: expected '{}' to be a string ({}{}), got {}", where.to_string(), path,
