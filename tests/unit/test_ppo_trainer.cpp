@@ -151,6 +151,36 @@ TEST(PPOTrainer, UpdateDoesNotDependOnTheMicroBatchSize) {
   }
 }
 
+TEST(PPOTrainer, OnPolicyUpdateTakesActorEntropyFromItsOwnForward) {
+  // One mini-batch, one epoch: verl's actor uses its own detached log-probs as the old ones, so
+  // the old_log_prob pass only feeds actor/entropy, and the trainer folds it into the update.
+  // KL in the reward with coefficient 0 needs old log-probs before the update (so the pass runs)
+  // without changing the rewards: both runs must train identically.
+  const std::vector<std::string> on_policy = {"actor_rollout_ref.actor.ppo_mini_batch_size=4",
+                                              "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean"};
+  auto folded = make_trainer(on_policy, NoCritic{}, FirstDigitParity{});
+  auto with_pass = on_policy;
+  with_pass.insert(with_pass.end(), {"algorithm.use_kl_in_reward=True", "algorithm.kl_ctrl.kl_coef=0"});
+  auto separate = make_trainer(with_pass, NoCritic{}, FirstDigitParity{});
+  for (int step = 1; step <= 2; ++step) {
+    const Metrics a = folded.step();
+    const Metrics b = separate.step();
+    EXPECT_FALSE(a.contains("timing_s/old_log_prob")) << step;
+    ASSERT_TRUE(b.contains("timing_s/old_log_prob")) << step;
+    ASSERT_TRUE(a.contains("actor/entropy")) << step;
+    EXPECT_GT(a.at("actor/entropy"), 0.0) << step;
+    EXPECT_NEAR(a.at("actor/entropy"), b.at("actor/entropy"), 1e-6 * b.at("actor/entropy")) << step;
+    // The ratio is exactly 1 on-policy, with or without the separate pass.
+    for (const Metrics* m : {&a, &b}) {
+      EXPECT_EQ(m->at("actor/ppo_kl"), 0.0) << step;
+      EXPECT_EQ(m->at("actor/pg_clipfrac"), 0.0) << step;
+    }
+    EXPECT_EQ(a.at("actor/pg_loss"), b.at("actor/pg_loss")) << step;
+    EXPECT_EQ(a.at("actor/grad_norm"), b.at("actor/grad_norm")) << step;
+    EXPECT_EQ(parameters(folded.actor()), parameters(separate.actor())) << step;
+  }
+}
+
 TEST(PPOTrainer, PpoEpochsAndMiniBatchesCountOptimizerSteps) {
   // 4 prompts, mini-batches of 2 prompts: 2 mini-batches per epoch, 3 epochs, 2 steps -> 12.
   auto trainer = make_trainer({"actor_rollout_ref.actor.ppo_epochs=3"});

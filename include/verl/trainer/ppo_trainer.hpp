@@ -169,7 +169,13 @@ class PPOTrainer {
         for (const auto& [k, v] : balance_batch(batch, static_cast<int>(comm_.size()))) metrics[k] = v;
         last_batch_ = batch;
       }
-      {
+      // On-policy (one mini-batch, one epoch), verl's actor takes the update's own log-probs,
+      // detached, as the old ones, and the parameters do not change before the optimizer step:
+      // when nothing before the update reads old log-probs (no KL in the reward), the separate
+      // old_log_prob pass would only produce actor/entropy, which the update's forward also gives.
+      const bool actor_updates = config_.trainer.critic_warmup <= global_step_;
+      const bool fold_old_log_prob = actor_updates && actor_on_policy(batch.rows()) && !config_.algorithm.use_kl_in_reward;
+      if (!fold_old_log_prob) {
         ScopedTimer t("old_log_prob", timing);
         auto [log_probs, entropy] = log_probs_of(actor_, batch, /*with_entropy=*/true);
         batch.old_log_probs = std::move(log_probs);
@@ -191,9 +197,9 @@ class PPOTrainer {
         ScopedTimer t("update_critic", timing);
         update_critic(batch, metrics);
       }
-      if (config_.trainer.critic_warmup <= global_step_) {
+      if (actor_updates) {
         ScopedTimer t("update_actor", timing);
-        update_actor(batch, metrics);
+        update_actor(batch, metrics, /*entropy_metric=*/fold_old_log_prob);
       }
       if (config_.trainer.rollout_data_dir && comm_.rank() == 0) {
         ScopedTimer t("dump_rollout_generations", timing);
@@ -767,7 +773,15 @@ class PPOTrainer {
     return out;
   }
 
-  void update_actor(const Trajectories& t, Metrics& metrics) {
+  /// verl's dp_actor `on_policy`: the actor's update is a single mini-batch over a single epoch.
+  bool actor_on_policy(Index rows) const {
+    const auto& cfg = config_.actor_rollout_ref.actor;
+    return cfg.ppo_epochs == 1 && rows <= cfg.ppo_mini_batch_size * config_.actor_rollout_ref.rollout.n;
+  }
+
+  /// The actor's PPO update. With `entropy_metric`, actor/entropy comes from the update's forward
+  /// (on-policy only, where that forward runs on the parameters the old log-probs would use).
+  void update_actor(const Trajectories& t, Metrics& metrics, bool entropy_metric = false) {
     const auto& cfg = config_.actor_rollout_ref.actor;
     const Index n = config_.actor_rollout_ref.rollout.n, width = t.responses.cols();
     const Index prompt_width = t.input_ids.cols() - width;
@@ -775,7 +789,8 @@ class PPOTrainer {
     actor_scheduler_.apply(actor_optimizer_);
     metrics["actor/lr"] = actor_scheduler_.get_last_lr();
     MetricsAccumulator acc;
-    const bool want_entropy = algorithm_.entropy_coeff != 0;
+    const bool entropy_in_loss = algorithm_.entropy_coeff != 0;
+    const bool on_policy = actor_on_policy(t.rows());
     for (std::int64_t epoch = 0; epoch < cfg.ppo_epochs; ++epoch) {
       for (const auto& [m0, m1] : chunks(t.rows(), cfg.ppo_mini_batch_size * n)) {
         VERL_CHECK_ARG((m1 - m0) % comm_.size() == 0, "ppo mini-batch: {} rows do not split over {} ranks", m1 - m0,
@@ -790,18 +805,22 @@ class PPOTrainer {
             cfg.ppo_micro_batch_size ? std::max<std::int64_t>(1, *cfg.ppo_micro_batch_size / comm_.size()) : share);
         actor_.zero_grad();
         Metrics mini;
-        double pg_loss = 0, kl_loss = 0;
+        double pg_loss = 0, kl_loss = 0, entropy_agg = 0;
         for (Index b = lo; b < hi; b += micro) {
           const Index e = std::min(hi, b + micro), rows = e - b;
           const auto batch = token_batch(t, b, e);
           const MatrixI64 targets = model::next_token_targets(batch);
           const auto out = actor_.forward(batch, {.targets = std::span<const std::int64_t>(targets.data(), static_cast<std::size_t>(targets.size())),
-                                                  .return_entropy = want_entropy,
+                                                  .return_entropy = entropy_in_loss || entropy_metric,
                                                   .temperature = temperature,
                                                   .keep_activations = true});
           const MatrixF mask = t.response_mask.middleRows(b, rows);
           const MatrixF log_prob = response_block(out.log_probs, width);
-          const MatrixF old = t.old_log_probs.middleRows(b, rows);
+          // verl: on-policy, old_log_prob = log_prob.detach() (the ratio is exactly 1).
+          const MatrixF old = on_policy ? log_prob : MatrixF(t.old_log_probs.middleRows(b, rows));
+          if (entropy_metric) {
+            entropy_agg += algo::agg_loss(response_block(out.entropy, width), mask, algorithm_.loss_agg_mode, info);
+          }
           const MatrixF adv = t.advantages.middleRows(b, rows);
           algo::PolicyLossResult pg = algo::compute_policy_loss(
               algorithm_.policy_loss, {.old_log_prob = old, .log_prob = log_prob, .advantages = adv, .response_mask = mask},
@@ -809,7 +828,7 @@ class PPOTrainer {
           pg_loss += pg.pg_loss;
           MatrixF grad_log_prob = std::move(pg.grad_log_prob);
           MatrixF grad_entropy;
-          if (want_entropy) {
+          if (entropy_in_loss) {
             grad_entropy = algo::agg_loss_weights(mask, algorithm_.loss_agg_mode, info) * static_cast<float>(-algorithm_.entropy_coeff);
           }
           if (algorithm_.kl_loss) {
@@ -822,12 +841,12 @@ class PPOTrainer {
           }
           // Cotangents in the model's (rows, P + R) layout.
           std::vector<float> d_log_probs(static_cast<std::size_t>(rows * (prompt_width + width)), 0.0f);
-          std::vector<float> d_entropy(want_entropy ? d_log_probs.size() : 0, 0.0f);
+          std::vector<float> d_entropy(entropy_in_loss ? d_log_probs.size() : 0, 0.0f);
           for (Index r = 0; r < rows; ++r) {
             for (Index c = 0; c < width; ++c) {
               const auto at = static_cast<std::size_t>(r * (prompt_width + width) + prompt_width - 1 + c);
               d_log_probs[at] = grad_log_prob(r, c);
-              if (want_entropy) d_entropy[at] = grad_entropy(r, c);
+              if (entropy_in_loss) d_entropy[at] = grad_entropy(r, c);
             }
           }
           actor_.backward({.log_probs = d_log_probs, .entropy = d_entropy});
@@ -838,6 +857,7 @@ class PPOTrainer {
         // With GlobalBatchInfo each micro-batch's loss is its share of the mini-batch loss: their
         // sum is the mini-batch's loss, whatever the micro-batch size.
         mini["actor/pg_loss"] = pg_loss;
+        if (entropy_metric) mini["actor/entropy"] = entropy_agg;
         if (algorithm_.kl_loss) {
           mini["actor/kl_loss"] = kl_loss;
           mini["actor/kl_coef"] = algorithm_.kl_loss_coef;
