@@ -8,6 +8,7 @@
 #include "verl/config.hpp"
 #include "verl/core/error.hpp"
 #include "verl/core/tensor.hpp"
+#include "verl/core/threads.hpp"
 #include "verl/core/metrics.hpp"
 
 #include "verl/algo.hpp"

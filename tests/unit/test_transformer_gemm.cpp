@@ -64,6 +64,42 @@ INSTANTIATE_TEST_SUITE_P(Shapes, GemmTest,
                                            std::tuple<Index, Index, Index>{13, 47, 64}, std::tuple<Index, Index, Index>{97, 33, 257},
                                            std::tuple<Index, Index, Index>{200, 2050, 9}, std::tuple<Index, Index, Index>{3, 4, 0}));
 
+TEST(Gemm, FewRowsGiveTheBitsOfTheSameRowsInALargerProduct) {
+  // Products of fewer than 8 rows (a decode step's attention) skip the blocked path; each element
+  // must still be the same chain of multiply-adds, so a row's result never depends on how many
+  // other rows the product had (KV-cache decoding = a full forward pass, bit for bit).
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  for (const Index m : {1, 3, 7}) {
+    for (const Index n : {1, 5, 16, 17, 40}) {
+      for (const Index k : {1, 16, 256, 300, 600}) {
+        for (const bool b_transposed : {false, true}) {
+          for (const bool accumulate : {false, true}) {
+            const Index big = 21, lda = k + 2, ldb = b_transposed ? k + 3 : n + 3, ldc = n + 1;
+            std::vector<float> a(static_cast<std::size_t>(big * lda)), b(static_cast<std::size_t>((b_transposed ? n : k) * ldb));
+            for (auto& x : a) x = uniform(rng);
+            for (auto& x : b) x = uniform(rng);
+            std::vector<float> c_big(static_cast<std::size_t>(big * ldc));
+            for (auto& x : c_big) x = uniform(rng);
+            const Operand<float> b_op = b_transposed ? transpose_of(b.data(), ldb) : rows_of(b.data(), ldb);
+            // The last m rows alone, then all rows (blocked); compare the same rows.
+            std::vector<float> c_few(c_big.begin() + (big - m) * ldc, c_big.end());
+            gemm<float>(m, n, k, rows_of(a.data() + (big - m) * lda, lda), b_op, c_few.data(), ldc, accumulate);
+            gemm<float>(big, n, k, rows_of(a.data(), lda), b_op, c_big.data(), ldc, accumulate);
+            for (Index i = 0; i < m; ++i) {
+              for (Index j = 0; j < ldc; ++j) {
+                ASSERT_EQ(c_few[static_cast<std::size_t>(i * ldc + j)], c_big[static_cast<std::size_t>((big - m + i) * ldc + j)])
+                    << "m " << m << " n " << n << " k " << k << " b_transposed " << b_transposed << " accumulate "
+                    << accumulate << " at (" << i << ", " << j << ")";
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(Gemm, DoubleUsesEigenWithTheSameLayouts) {
   const std::vector<double> a = {1, 2, 3, 4, 5, 6};  // 2 x 3 row-major
   const std::vector<double> b = {1, 0, 0, 1, 1, 1};  // 3 x 2 row-major

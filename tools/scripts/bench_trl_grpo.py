@@ -14,7 +14,8 @@ the time is the wall time of the timed steps (generation, scoring, log-probs and
     python3 tools/scripts/bench_trl_grpo.py --model DIR --train-file train.jsonl \\
         --verl-train build/bin/verl_train [--prompts-per-step 8 --n 8 --response-length 32 ...]
 
-Needs `pip install trl` (CPU torch is enough). Prints one JSON object; --json writes it too.
+Needs `pip install trl` (CPU torch is enough). Prints one JSON object (with --rounds R, every
+round and the medians over rounds); --json writes it too.
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ import argparse
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -167,17 +169,33 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--rounds", type=int, default=1, help="alternating rounds of both trainers; medians are reported")
     parser.add_argument("--verl-override", action="append", default=[], help="extra key=value for verl_train")
     parser.add_argument("--json", help="also write the result here")
     args = parser.parse_args()
 
     result = {"model": args.model, "prompts_per_step": args.prompts_per_step, "n": args.n,
-              "response_length": args.response_length, "threads": args.threads, "timed_steps": args.steps}
+              "response_length": args.response_length, "threads": args.threads, "timed_steps": args.steps,
+              "rounds": []}
+    # Rounds alternate the two trainers, so that a noisy neighbour on a shared host slows both
+    # sides about equally often; the median over rounds is the figure to quote.
+    for index in range(args.rounds):
+        one = {}
+        if args.verl_train:
+            one["verl_cpp"] = run_verl_cpp(args)
+        one["trl"] = run_trl(args)
+        if args.verl_train:
+            one["tokens_per_s_ratio"] = one["verl_cpp"]["tokens_per_s"] / one["trl"]["tokens_per_s"]
+            print(f"round {index + 1}: verl-cpp {one['verl_cpp']['tokens_per_s']:,.0f} tokens/s "
+                  f"({one['verl_cpp']['step_s'] * 1e3:.0f} ms/step), TRL {one['trl']['tokens_per_s']:,.0f} tokens/s "
+                  f"({one['trl']['step_s'] * 1e3:.0f} ms/step): {one['tokens_per_s_ratio']:.2f}x", file=sys.stderr, flush=True)
+        result["rounds"].append(one)
+    for side in ("verl_cpp", "trl"):
+        if side in result["rounds"][0]:
+            result[side] = {key: statistics.median(r[side][key] for r in result["rounds"])
+                            for key in ("step_s", "tokens", "tokens_per_s")}
     if args.verl_train:
-        result["verl_cpp"] = run_verl_cpp(args)
-    result["trl"] = run_trl(args)
-    if args.verl_train:
-        result["tokens_per_s_ratio"] = result["verl_cpp"]["tokens_per_s"] / result["trl"]["tokens_per_s"]
+        result["tokens_per_s_ratio"] = statistics.median(r["tokens_per_s_ratio"] for r in result["rounds"])
     text = json.dumps(result, indent=2)
     print(text)
     if args.json:

@@ -27,6 +27,7 @@
 #include "verl/config.hpp"
 #include "verl/core/error.hpp"
 #include "verl/core/tensor.hpp"
+#include "verl/core/threads.hpp"
 
 namespace verl::algo {
 
@@ -39,7 +40,8 @@ struct LogitsKernelOptions {
   /// The kernels see x = logits / temperature (rounded to float, as verl's actor divides the
   /// float32 logits in place), and gradients are with respect to the raw logits.
   float temperature = 1.0f;
-  /// 0 means std::thread::hardware_concurrency(). Small inputs use fewer threads.
+  /// 0 means verl::default_thread_count() (VERL_NUM_THREADS, else the CPUs this process may run
+  /// on). Small inputs use fewer threads.
   unsigned num_threads = 0;
   SimdLevel simd = SimdLevel::automatic;
 };
@@ -379,7 +381,7 @@ VERL_TARGET_AVX512 void backward_rows_avx512(const BackwardJob<Scalar, OutScalar
 
 /// Threads to use for `rows` rows of `cols` elements.
 inline unsigned logits_thread_count(unsigned requested, Index rows, Index cols) {
-  Index threads = requested != 0 ? requested : std::max(1u, std::thread::hardware_concurrency());
+  Index threads = requested != 0 ? requested : static_cast<Index>(default_thread_count());
   const Index by_work = std::max<Index>(1, rows * cols / logits_min_elements_per_thread);
   threads = std::min({threads, by_work, std::max<Index>(rows, 1)});
   return static_cast<unsigned>(threads);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "verl/core/tensor.hpp"
+#include "verl/core/threads.hpp"
 
 namespace verl::algo::detail {
 
@@ -18,17 +19,13 @@ namespace verl::algo::detail {
 /// another core) than it saves.
 inline constexpr Index kParallelMinElementsPerThread = Index{1} << 17;
 
-/// Most threads one pass may use: the environment variable VERL_ALGO_THREADS when it holds a
-/// positive integer (to compare with a framework run at a given thread count, or to leave cores
-/// to other work), else the hardware's thread count. Read once.
+/// Most threads one pass may use: the environment variable VERL_ALGO_THREADS (to compare with a
+/// framework run at a given thread count, or to leave cores to other work), else VERL_NUM_THREADS,
+/// else the CPUs this process may run on. Read once; a malformed value is an error naming it.
 inline Index algo_thread_limit() {
   static const Index limit = [] {
-    if (const char* text = std::getenv("VERL_ALGO_THREADS")) {
-      char* end = nullptr;
-      const long value = std::strtol(text, &end, 10);
-      if (end != text && *end == '\0' && value > 0) return static_cast<Index>(value);
-    }
-    return static_cast<Index>(std::max(1u, std::thread::hardware_concurrency()));
+    if (const auto algo = thread_count_from_environment("VERL_ALGO_THREADS")) return static_cast<Index>(*algo);
+    return static_cast<Index>(default_thread_count());
   }();
   return limit;
 }

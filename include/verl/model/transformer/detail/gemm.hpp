@@ -378,6 +378,41 @@ inline void blocked_gemm(ThreadPool* pool, Index m, Index n, Index k, Operand<fl
   }
 }
 
+/// Products with fewer rows than a micro-tile and too little work for the pool (an attention head
+/// of a decode step: one query against the cached keys). The blocked path would pad A to 8 rows
+/// and pack it, and its setup costs more than the product. Each element is the same chain of
+/// multiply-adds as in kernel_avx512 (from zero over a KC block, then added to C), so the results
+/// are bit-identical to the blocked path's.
+VERL_TARGET_AVX512 inline void sgemm_avx512_few_rows(Index m, Index n, Index k, Operand<float> a, Operand<float> b,
+                                                     float* c, Index ldc, bool accumulate) {
+  constexpr Index NR = 16;
+  alignas(64) float panel[kc_block * NR];
+  for (Index j0 = 0; j0 < n; j0 += NR) {
+    const Index cols = std::min(NR, n - j0);
+    const auto lanes = static_cast<__mmask16>((1u << cols) - 1u);
+    for (Index pc = 0; pc < k; pc += kc_block) {
+      const Index kc = std::min(kc_block, k - pc);
+      const Operand<float> b_slab{b.data + pc * b.row_stride + j0 * b.col_stride, b.row_stride, b.col_stride};
+      // Rows of B already hold 16 contiguous columns: read them in place; else pack the panel.
+      const bool in_place = b.col_stride == 1 && cols == NR;
+      if (!in_place) pack_b<NR>(b_slab, kc, cols, panel);
+      const float* rows_of_b = in_place ? b_slab.data : panel;
+      const Index step = in_place ? b.row_stride : NR;
+      const bool add = accumulate || pc > 0;
+      for (Index i = 0; i < m; ++i) {
+        const float* a_row = a.data + i * a.row_stride + pc * a.col_stride;
+        __m512 acc = _mm512_setzero_ps();
+        for (Index kk = 0; kk < kc; ++kk) {
+          acc = _mm512_fmadd_ps(_mm512_set1_ps(a_row[kk * a.col_stride]), _mm512_loadu_ps(rows_of_b + kk * step), acc);
+        }
+        float* out = c + i * ldc + j0;
+        if (add) acc = _mm512_add_ps(acc, _mm512_maskz_loadu_ps(lanes, out));
+        _mm512_mask_storeu_ps(out, lanes, acc);
+      }
+    }
+  }
+}
+
 /// Zmm registers per row of the AVX-512 tile (8 x 32: 16 accumulators; 3 measured no faster here
 /// and pads a 64-wide attention head to 96).
 inline constexpr int avx512_vectors = 2;
@@ -474,6 +509,9 @@ void gemm(ThreadPool* pool, Index m, Index n, Index k, Operand<S> a, Operand<S> 
     const auto level = algo::detail::simd::best_level();
     // Every element is the same chain of multiply-adds whatever the tile width, so choosing the
     // narrow kernel by shape changes no result.
+    if (level == algo::SimdLevel::avx512 && m < 8 && pool == nullptr) {
+      return gemm_detail::sgemm_avx512_few_rows(m, n, k, a, b, c, ldc, accumulate);
+    }
     if (level == algo::SimdLevel::avx512 && n <= 16) {
       return gemm_detail::sgemm_avx512_narrow(pool, m, n, k, a, b, c, ldc, accumulate);
     }

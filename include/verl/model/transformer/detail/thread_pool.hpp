@@ -17,14 +17,16 @@
 #include <vector>
 
 #include "verl/core/tensor.hpp"
+#include "verl/core/threads.hpp"
 
 namespace verl::model::detail {
 
 class ThreadPool {
  public:
-  /// `threads` counts the calling thread too; 0 means std::thread::hardware_concurrency().
+  /// `threads` counts the calling thread too; 0 means verl::default_thread_count()
+  /// (VERL_NUM_THREADS, else the CPUs this process may run on).
   explicit ThreadPool(unsigned threads = 0) {
-    if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
+    if (threads == 0) threads = default_thread_count();
     workers_.reserve(threads - 1);
     for (unsigned t = 1; t < threads; ++t) workers_.emplace_back([this] { work_loop(); });
   }
