@@ -3,8 +3,10 @@
 #pragma once
 
 #include <cmath>
+#include <concepts>
 
 #include "verl/core/tensor.hpp"
+#include "verl/model/transformer/detail/rms_norm_rows.hpp"
 
 namespace verl::model::detail {
 
@@ -14,6 +16,13 @@ void rms_norm_forward(const Eigen::Ref<const RowMatrix<S>>& x, const RowMatrix<S
                       Eigen::Ref<RowMatrix<S>> y, Vector<S>& inv_rms) {
   const Index rows = x.rows();
   inv_rms.resize(rows);
+  if constexpr (std::same_as<S, float>) {
+    const auto& kernels = rms_norm_detail::kernels();
+    for (Index t = 0; t < rows; ++t) {
+      inv_rms[t] = kernels.forward(x.row(t).data(), weight.data(), eps, y.row(t).data(), x.cols());
+    }
+    return;
+  }
   const double width = static_cast<double>(x.cols());
   for (Index t = 0; t < rows; ++t) {
     // The mean of squares in double: H terms of very different magnitudes.
@@ -28,6 +37,11 @@ void rms_norm_forward(const Eigen::Ref<const RowMatrix<S>>& x, const RowMatrix<S
 template <class S>
 void rms_norm_recompute(const Eigen::Ref<const RowMatrix<S>>& x, const RowMatrix<S>& weight, const Vector<S>& inv_rms,
                         Eigen::Ref<RowMatrix<S>> y) {
+  if constexpr (std::same_as<S, float>) {
+    const auto& kernels = rms_norm_detail::kernels();
+    for (Index t = 0; t < x.rows(); ++t) kernels.scale(x.row(t).data(), weight.data(), inv_rms[t], y.row(t).data(), x.cols());
+    return;
+  }
   for (Index t = 0; t < x.rows(); ++t) y.row(t) = weight.row(0).cwiseProduct(x.row(t) * inv_rms[t]);
 }
 
@@ -37,6 +51,15 @@ template <class S>
 void rms_norm_backward(const Eigen::Ref<const RowMatrix<S>>& x, const RowMatrix<S>& weight, const Vector<S>& inv_rms,
                        const Eigen::Ref<const RowMatrix<S>>& dy, RowMatrix<S>* weight_grad,
                        Eigen::Ref<RowMatrix<S>> dx, bool accumulate) {
+  if constexpr (std::same_as<S, float>) {
+    const auto& kernels = rms_norm_detail::kernels();
+    float* dw = weight_grad != nullptr ? weight_grad->data() : nullptr;
+    for (Index t = 0; t < x.rows(); ++t) {
+      kernels.backward(x.row(t).data(), weight.data(), inv_rms[t], dy.row(t).data(), dw, dx.row(t).data(), accumulate,
+                       x.cols());
+    }
+    return;
+  }
   const S width = static_cast<S>(x.cols());
   for (Index t = 0; t < x.rows(); ++t) {
     const S r = inv_rms[t];
