@@ -91,8 +91,10 @@ def run_trl(args) -> dict:
     with tempfile.TemporaryDirectory() as out:
         config = GRPOConfig(
             output_dir=out,
-            per_device_train_batch_size=args.prompts_per_step * args.n,
-            gradient_accumulation_steps=1,
+            # One optimizer step per prompts_per_step x n completions, generated together, in
+            # micro-batches of --micro-batch completions (gradient accumulation), as verl-cpp.
+            per_device_train_batch_size=micro_batch(args),
+            gradient_accumulation_steps=args.prompts_per_step * args.n // micro_batch(args),
             num_generations=args.n,
             max_completion_length=args.response_length,
             learning_rate=args.lr,
@@ -113,8 +115,25 @@ def run_trl(args) -> dict:
         trainer.train()
     timed = [clock.durations[s] for s in range(args.warmup, total_steps)]
     tokens = clock.tokens.get(total_steps, 0) - clock.tokens.get(args.warmup, 0)
-    seconds = sum(timed)
-    return {"step_s": seconds / len(timed), "tokens": tokens, "tokens_per_s": tokens / seconds}
+    return throughput(timed, tokens)
+
+
+def throughput(step_seconds: list, tokens: float) -> dict:
+    """Tokens per second over the timed steps, and over their median step (on a shared host a
+    neighbour's burst lengthens single steps; the median step discounts it on both sides alike)."""
+    seconds = sum(step_seconds)
+    median = statistics.median(step_seconds)
+    return {"step_s": seconds / len(step_seconds), "tokens": tokens, "tokens_per_s": tokens / seconds,
+            "median_step_s": median, "tokens_per_s_median_step": tokens / len(step_seconds) / median}
+
+
+def micro_batch(args) -> int:
+    """Completions per forward/backward pass: --micro-batch, else the whole step's batch."""
+    total = args.prompts_per_step * args.n
+    size = args.micro_batch or total
+    if total % size != 0 or size % args.n != 0:
+        raise SystemExit(f"--micro-batch: expected a multiple of --n ({args.n}) dividing {total}, got {size}")
+    return size
 
 
 def run_verl_cpp(args) -> dict:
@@ -136,6 +155,7 @@ def run_verl_cpp(args) -> dict:
             "actor_rollout_ref.rollout.temperature=1.0",
             f"actor_rollout_ref.actor.optim.lr={args.lr}",
             f"actor_rollout_ref.actor.ppo_mini_batch_size={args.prompts_per_step}",
+            f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={micro_batch(args)}",
             "actor_rollout_ref.actor.use_kl_loss=False",
             "algorithm.use_kl_in_reward=False",
             f"trainer.total_training_steps={total_steps}",
@@ -150,9 +170,8 @@ def run_verl_cpp(args) -> dict:
             lines = [json.loads(line) for line in f if line.strip()]
     steps = [line["data"] for line in lines if "data" in line and "timing_s/step" in line["data"]]
     timed = steps[args.warmup:total_steps]
-    seconds = sum(s["timing_s/step"] for s in timed)
     tokens = sum(s["perf/total_num_tokens"] for s in timed)
-    return {"step_s": seconds / len(timed), "tokens": tokens, "tokens_per_s": tokens / seconds}
+    return throughput([s["timing_s/step"] for s in timed], tokens)
 
 
 def main() -> int:
@@ -169,13 +188,16 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--micro-batch", type=int, default=0,
+                        help="completions per forward/backward pass on both sides (default: the whole step's batch)")
     parser.add_argument("--rounds", type=int, default=1, help="alternating rounds of both trainers; medians are reported")
     parser.add_argument("--verl-override", action="append", default=[], help="extra key=value for verl_train")
     parser.add_argument("--json", help="also write the result here")
     args = parser.parse_args()
 
     result = {"model": args.model, "prompts_per_step": args.prompts_per_step, "n": args.n,
-              "response_length": args.response_length, "threads": args.threads, "timed_steps": args.steps,
+              "response_length": args.response_length, "micro_batch": micro_batch(args), "threads": args.threads,
+              "timed_steps": args.steps,
               "rounds": []}
     # Rounds alternate the two trainers, so that a noisy neighbour on a shared host slows both
     # sides about equally often; the median over rounds is the figure to quote.
@@ -186,16 +208,21 @@ def main() -> int:
         one["trl"] = run_trl(args)
         if args.verl_train:
             one["tokens_per_s_ratio"] = one["verl_cpp"]["tokens_per_s"] / one["trl"]["tokens_per_s"]
+            one["median_step_ratio"] = (one["verl_cpp"]["tokens_per_s_median_step"] /
+                                        one["trl"]["tokens_per_s_median_step"])
             print(f"round {index + 1}: verl-cpp {one['verl_cpp']['tokens_per_s']:,.0f} tokens/s "
-                  f"({one['verl_cpp']['step_s'] * 1e3:.0f} ms/step), TRL {one['trl']['tokens_per_s']:,.0f} tokens/s "
-                  f"({one['trl']['step_s'] * 1e3:.0f} ms/step): {one['tokens_per_s_ratio']:.2f}x", file=sys.stderr, flush=True)
+                  f"({one['verl_cpp']['step_s'] * 1e3:.0f} ms/step, median {one['verl_cpp']['median_step_s'] * 1e3:.0f}), "
+                  f"TRL {one['trl']['tokens_per_s']:,.0f} tokens/s ({one['trl']['step_s'] * 1e3:.0f} ms/step, median "
+                  f"{one['trl']['median_step_s'] * 1e3:.0f}): {one['tokens_per_s_ratio']:.2f}x "
+                  f"(median steps {one['median_step_ratio']:.2f}x)", file=sys.stderr, flush=True)
         result["rounds"].append(one)
     for side in ("verl_cpp", "trl"):
         if side in result["rounds"][0]:
             result[side] = {key: statistics.median(r[side][key] for r in result["rounds"])
-                            for key in ("step_s", "tokens", "tokens_per_s")}
+                            for key in ("step_s", "tokens", "tokens_per_s", "median_step_s", "tokens_per_s_median_step")}
     if args.verl_train:
         result["tokens_per_s_ratio"] = statistics.median(r["tokens_per_s_ratio"] for r in result["rounds"])
+        result["median_step_ratio"] = statistics.median(r["median_step_ratio"] for r in result["rounds"])
     text = json.dumps(result, indent=2)
     print(text)
     if args.json:
