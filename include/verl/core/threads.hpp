@@ -7,7 +7,6 @@
 #include <cerrno>
 #include <cstdlib>
 #include <optional>
-#include <string_view>
 #include <thread>
 
 #if defined(__linux__)

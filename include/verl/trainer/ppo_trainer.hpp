@@ -817,7 +817,9 @@ class PPOTrainer {
           const MatrixF mask = t.response_mask.middleRows(b, rows);
           const MatrixF log_prob = response_block(out.log_probs, width);
           // verl: on-policy, old_log_prob = log_prob.detach() (the ratio is exactly 1).
-          const MatrixF old = on_policy ? log_prob : MatrixF(t.old_log_probs.middleRows(b, rows));
+          MatrixF stored_old;
+          if (!on_policy) stored_old = t.old_log_probs.middleRows(b, rows);
+          const MatrixF& old = on_policy ? log_prob : stored_old;
           if (entropy_metric) {
             entropy_agg += algo::agg_loss(response_block(out.entropy, width), mask, algorithm_.loss_agg_mode, info);
           }

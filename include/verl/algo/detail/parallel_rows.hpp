@@ -5,7 +5,6 @@
 #pragma once
 
 #include <algorithm>
-#include <cstdlib>
 #include <system_error>
 #include <thread>
 #include <vector>
