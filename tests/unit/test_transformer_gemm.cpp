@@ -100,6 +100,42 @@ TEST(Gemm, FewRowsGiveTheBitsOfTheSameRowsInALargerProduct) {
   }
 }
 
+TEST(Gemm, PrepackedWeightsGiveTheBitsOfTheUnpackedProduct) {
+  // Decoding multiplies a few rows by weights packed once (PackedMatrix); products of up to 8 rows
+  // read three panels at a time, larger ones go through the blocked loops. Every element must be
+  // the chain of multiply-adds of the plain product, whatever the rows, columns, depth or threads,
+  // so that a KV-cache rollout's log-probs are those of a full forward pass.
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  ThreadPool pool(2);
+  for (const Index m : {1, 2, 5, 8, 9, 20}) {
+    for (const Index n : {1, 15, 16, 17, 40, 48, 49, 300, 1000}) {
+      for (const Index k : {1, 255, 256, 257, 600}) {
+        for (ThreadPool* threads : {static_cast<ThreadPool*>(nullptr), &pool}) {
+          for (const bool accumulate : {false, true}) {
+            // W (n x k) row-major, used as B = W^T as the linear layers do.
+            const Index lda = k + 2, ldc = n + 3;
+            std::vector<float> a(static_cast<std::size_t>(m * lda)), w(static_cast<std::size_t>(n * k));
+            std::vector<float> expected(static_cast<std::size_t>(m * ldc));
+            for (auto& x : a) x = uniform(rng);
+            for (auto& x : w) x = uniform(rng);
+            for (auto& x : expected) x = uniform(rng);
+            std::vector<float> actual = expected;
+            const auto b = transpose_of(w.data(), k);
+            const PackedMatrix packed = PackedMatrix::pack(b, k, n);
+            gemm<float>(threads, m, n, k, rows_of(a.data(), lda), b, expected.data(), ldc, accumulate);
+            gemm(threads, m, n, k, rows_of(a.data(), lda), b, packed, actual.data(), ldc, accumulate);
+            for (std::size_t i = 0; i < actual.size(); ++i) {
+              ASSERT_EQ(actual[i], expected[i]) << "m " << m << " n " << n << " k " << k << " threads "
+                                                << (threads != nullptr) << " accumulate " << accumulate << " at " << i;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(Gemm, DoubleUsesEigenWithTheSameLayouts) {
   const std::vector<double> a = {1, 2, 3, 4, 5, 6};  // 2 x 3 row-major
   const std::vector<double> b = {1, 0, 0, 1, 1, 1};  // 3 x 2 row-major

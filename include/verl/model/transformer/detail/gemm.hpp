@@ -413,11 +413,98 @@ VERL_TARGET_AVX512 inline void sgemm_avx512_few_rows(Index m, Index n, Index k, 
   }
 }
 
+/// 8 x 16 tiles of S panels at once, each from its own place in memory: a decode step (a few rows
+/// against every weight) is bound by reading the weights, and one core reads about 1.5x faster
+/// from three sequential streams than from one (the hardware prefetcher runs ahead in each).
+/// Each element is the same chain of multiply-adds as in kernel_avx512 (from zero over a KC
+/// block, then added to C), so results are bit-identical to the blocked path's.
+inline constexpr Index stream_prefetch_rows = 32;
+
+template <int S>
+VERL_TARGET_AVX512 inline void kernel_avx512_streams(Index kc, const float* a, const float* const* b, float* const* c,
+                                                     Index ldc, bool accumulate, Index mr, const Index* nr) {
+  constexpr Index MR = 8, NR = 16;
+  __m512 acc[MR][S];
+#pragma GCC unroll 8
+  for (Index i = 0; i < MR; ++i) {
+#pragma GCC unroll 4
+    for (int s = 0; s < S; ++s) acc[i][s] = _mm512_setzero_ps();
+  }
+  const float* panel[S];
+#pragma GCC unroll 4
+  for (int s = 0; s < S; ++s) panel[s] = b[s];
+  for (Index k = 0; k < kc; ++k) {
+    __m512 bv[S];
+#pragma GCC unroll 4
+    for (int s = 0; s < S; ++s) bv[s] = _mm512_loadu_ps(panel[s] + k * NR);
+    // Prefetching 2 KiB ahead in each stream, on top of the hardware's, measured 1.3x faster
+    // again (a prefetch past the end of the panels does not fault).
+#pragma GCC unroll 4
+    for (int s = 0; s < S; ++s) {
+      _mm_prefetch(reinterpret_cast<const char*>(panel[s] + (k + stream_prefetch_rows) * NR), _MM_HINT_T0);
+    }
+#pragma GCC unroll 8
+    for (Index i = 0; i < MR; ++i) {
+      const __m512 ai = _mm512_set1_ps(a[k * MR + i]);
+#pragma GCC unroll 4
+      for (int s = 0; s < S; ++s) acc[i][s] = _mm512_fmadd_ps(ai, bv[s], acc[i][s]);
+    }
+  }
+  for (int s = 0; s < S; ++s) {
+    const auto lanes = static_cast<__mmask16>((1u << nr[s]) - 1u);
+    for (Index i = 0; i < mr; ++i) {
+      float* out = c[s] + i * ldc;
+      __m512 v = acc[i][s];
+      if (accumulate) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(lanes, out));
+      _mm512_mask_storeu_ps(out, lanes, v);
+    }
+  }
+}
+
+/// C (+)= A B for m <= 8 rows against B prepacked in 16-column panels, columns [0, n) of the
+/// panels starting at `panels.first_panel`; the panels are taken three at a time from three
+/// thirds of the range (see kernel_avx512_streams).
+VERL_TARGET_AVX512 inline void sgemm_avx512_prepacked_few_rows(Index m, Index n, Index k, Operand<float> a,
+                                                               const PackedPanels& panels, float* c, Index ldc,
+                                                               bool accumulate) {
+  constexpr Index MR = 8, NR = 16;
+  thread_local std::vector<float> packed_a;
+  packed_a.resize(static_cast<std::size_t>(MR * std::min(kc_block, k)));
+  const Index count = (n + NR - 1) / NR, third = (count + 2) / 3;
+  for (Index pc = 0; pc < k; pc += kc_block) {
+    const Index kc = std::min(kc_block, k - pc);
+    const bool add = accumulate || pc > 0;
+    pack_a<MR>({a.data + pc * a.col_stride, a.row_stride, a.col_stride}, m, kc, packed_a.data());
+    for (Index t = 0; t < third; ++t) {
+      const float* b[3];
+      float* out[3];
+      Index widths[3];
+      int streams = 0;
+      for (Index p = t; p < count; p += third) {
+        b[streams] = panels.panel(pc, kc, p);
+        out[streams] = c + p * NR;
+        widths[streams] = std::min(NR, n - p * NR);
+        ++streams;
+      }
+      if (streams == 3) {
+        kernel_avx512_streams<3>(kc, packed_a.data(), b, out, ldc, add, m, widths);
+      } else if (streams == 2) {
+        kernel_avx512_streams<2>(kc, packed_a.data(), b, out, ldc, add, m, widths);
+      } else {
+        kernel_avx512_streams<1>(kc, packed_a.data(), b, out, ldc, add, m, widths);
+      }
+    }
+  }
+}
+
 /// Zmm registers per row of the AVX-512 tile (8 x 32: 16 accumulators; 3 measured no faster here
 /// and pads a 64-wide attention head to 96).
 inline constexpr int avx512_vectors = 2;
 inline constexpr Index avx512_nr = 16 * avx512_vectors;
 inline constexpr Index avx2_nr = 16;
+/// Panels of a PackedMatrix on AVX-512: 16 columns, so that few-row products can read three at a
+/// time from three places (kernel_avx512_streams).
+inline constexpr Index avx512_packed_nr = 16;
 
 VERL_TARGET_AVX512 inline void sgemm_avx512(ThreadPool* pool, Index m, Index n, Index k, Operand<float> a,
                                             Operand<float> b, float* c, Index ldc, bool accumulate,
@@ -426,8 +513,9 @@ VERL_TARGET_AVX512 inline void sgemm_avx512(ThreadPool* pool, Index m, Index n, 
 }
 /// Narrow products (an attention head of 16 or fewer dimensions): one zmm per row, no padding waste.
 VERL_TARGET_AVX512 inline void sgemm_avx512_narrow(ThreadPool* pool, Index m, Index n, Index k, Operand<float> a,
-                                                   Operand<float> b, float* c, Index ldc, bool accumulate) {
-  blocked_gemm<8, 16>(pool, m, n, k, a, b, c, ldc, accumulate, kernel_avx512<1>, nullptr);
+                                                   Operand<float> b, float* c, Index ldc, bool accumulate,
+                                                   const PackedPanels* prepacked = nullptr) {
+  blocked_gemm<8, 16>(pool, m, n, k, a, b, c, ldc, accumulate, kernel_avx512<1>, prepacked);
 }
 VERL_TARGET_AVX2 inline void sgemm_avx2(ThreadPool* pool, Index m, Index n, Index k, Operand<float> a,
                                         Operand<float> b, float* c, Index ldc, bool accumulate,
@@ -534,7 +622,7 @@ class PackedMatrix {
 #if VERL_HAS_X86_DISPATCH
     const auto level = algo::detail::simd::best_level();
     if (level == algo::SimdLevel::avx512) {
-      packed.fill<gemm_detail::avx512_nr>(b, k, n);
+      packed.fill<gemm_detail::avx512_packed_nr>(b, k, n);
     } else if (level == algo::SimdLevel::avx2) {
       packed.fill<gemm_detail::avx2_nr>(b, k, n);
     }
@@ -579,8 +667,24 @@ inline void gemm(ThreadPool* pool, Index m, Index n, Index k, Operand<float> a, 
     if (static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) < gemm_parallel_min_flops) pool = nullptr;
     const auto panels = packed.panels();
     const auto level = algo::detail::simd::best_level();
-    if (level == algo::SimdLevel::avx512 && panels.nr == gemm_detail::avx512_nr) {
-      return gemm_detail::sgemm_avx512(pool, m, n, k, a, b, c, ldc, accumulate, &panels);
+    if (level == algo::SimdLevel::avx512 && panels.nr == gemm_detail::avx512_packed_nr) {
+      if (m > 8) return gemm_detail::sgemm_avx512_narrow(pool, m, n, k, a, b, c, ldc, accumulate, &panels);
+      constexpr Index nr = gemm_detail::avx512_packed_nr;
+      const Index count = (n + nr - 1) / nr;
+      // Independent column ranges, a few per thread (each task reads its own streams).
+      const Index groups = pool == nullptr || pool->size() <= 1 ? 1
+                                           : std::min<Index>(4 * static_cast<Index>(pool->size()),
+                                                             std::max<Index>(1, n / gemm_detail::min_columns_per_task));
+      if (groups <= 1) return gemm_detail::sgemm_avx512_prepacked_few_rows(m, n, k, a, panels, c, ldc, accumulate);
+      const Index per_group = (count + groups - 1) / groups;
+      pool->parallel_for((count + per_group - 1) / per_group, [&](Index g) {
+        auto sub = panels;
+        sub.first_panel += g * per_group;
+        const Index j0 = g * per_group * nr;
+        gemm_detail::sgemm_avx512_prepacked_few_rows(m, std::min(n, j0 + per_group * nr) - j0, k, a, sub, c + j0, ldc,
+                                                     accumulate);
+      });
+      return;
     }
     if (level == algo::SimdLevel::avx2 && panels.nr == gemm_detail::avx2_nr) {
       return gemm_detail::sgemm_avx2(pool, m, n, k, a, b, c, ldc, accumulate, &panels);
