@@ -68,9 +68,13 @@ std::vector<std::vector<TokenId>> prompts_for(Index batch, Index length, Index v
 
 constexpr Index generate_batch = 8, prompt_length = 16, new_tokens = 64;
 
+/// Greedy KV-cache generation; the second argument 1 decodes with bfloat16 weights (verl's
+/// rollout.dtype: bfloat16).
 void BM_Generate(benchmark::State& state) {
   const int which = static_cast<int>(state.range(0));
-  Transformer model = Transformer::random(config_named(which), {.seed = 1}, {.num_threads = bench_threads()});
+  const auto precision = state.range(1) == 1 ? verl::model::DecodePrecision::bfloat16 : verl::model::DecodePrecision::float32;
+  Transformer model = Transformer::random(config_named(which), {.seed = 1},
+                                          {.num_threads = bench_threads(), .decode_precision = precision});
   verl::rollout::KvCacheRollout engine(model);
   const auto prompts = verl::rollout::PromptBatch::left_padded(prompts_for(generate_batch, prompt_length, model.vocab_size()), 0);
   const verl::rollout::SamplingParams params{.temperature = 0.0f, .max_response_length = new_tokens};
@@ -87,8 +91,9 @@ void BM_Generate(benchmark::State& state) {
       benchmark::Counter(static_cast<double>(generate_batch * new_tokens), benchmark::Counter::kIsIterationInvariantRate);
   // Every decode step reads every weight once (they do not fit in the caches at 30M): the rate at
   // which the loop as a whole gets through them, against the memory bandwidth of one core.
+  const double weight_bytes = precision == verl::model::DecodePrecision::bfloat16 ? 2.0 : sizeof(float);
   state.counters["weights_GB_per_s"] = benchmark::Counter(
-      static_cast<double>(verl::model::parameter_count(model)) * sizeof(float) * new_tokens / 1e9,
+      static_cast<double>(verl::model::parameter_count(model)) * weight_bytes * new_tokens / 1e9,
       benchmark::Counter::kIsIterationInvariantRate);
   state.counters["kv_cache_MiB"] = static_cast<double>(cache_bytes) / (1 << 20);
   state.counters["kv_required_MiB"] = required / (1 << 20);
@@ -150,7 +155,7 @@ void BM_ForwardBackward(benchmark::State& state) {
   state.SetLabel(config_label(which));
 }
 
-BENCHMARK(BM_Generate)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->MinTime(2.0)->UseRealTime();
+BENCHMARK(BM_Generate)->ArgsProduct({{0, 1}, {0, 1}})->ArgNames({"", "bf16"})->Unit(benchmark::kMillisecond)->MinTime(2.0)->UseRealTime();
 BENCHMARK(BM_GenerateNoCache)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->MinTime(2.0)->UseRealTime();
 BENCHMARK(BM_ForwardBackward)->Args({0, 8, 256})->Args({1, 8, 256})->Unit(benchmark::kMillisecond)->MinTime(2.0)->UseRealTime();
 

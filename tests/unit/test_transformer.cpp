@@ -382,6 +382,48 @@ TEST(TransformerKvCache, ChunkedExtendMatchesTheFullForward) {
   EXPECT_EQ(cache.length(1), 5);
 }
 
+TEST(TransformerKvCache, Bfloat16DecodingIsTheModelWithItsLinearWeightsRounded) {
+  // decode_precision = bfloat16 (verl's rollout.dtype) packs every linear weight rounded to
+  // bfloat16 for the cache; norms, biases and the embedding stay float32. So its logits must be,
+  // bit for bit, those of a float32 model whose linear weights were rounded.
+  Transformer model = Transformer::random(llama_config(), {.initializer_range = 0.5, .seed = 8});
+  StateDict dict = model.state_dict();
+  for (auto& [name, tensor] : dict) {
+    if (name.ends_with("proj.weight") || name == "lm_head.weight") {
+      for (float& x : tensor.values) {
+        x = verl::model::detail::bf16_bits_to_float(verl::model::detail::float_to_bf16_bits(x));
+      }
+    }
+  }
+  Transformer rounded(llama_config());
+  rounded.load_state_dict(dict);
+  model.set_decode_precision(verl::model::DecodePrecision::bfloat16);
+  EXPECT_EQ(model.decode_precision(), verl::model::DecodePrecision::bfloat16);
+
+  const std::vector<Index> capacities = {12, 12};
+  const std::vector<Index> both = {0, 1};
+  auto run = [&](Transformer& m) {
+    auto cache = m.make_kv_cache(capacities);
+    // A prefill of 9 tokens, then two decode steps of one token each.
+    const std::vector<TokenId> prompt = {3, 1, 4, 1, 5, 2, 7, 1, 8};
+    const std::vector<std::int64_t> offsets = {0, 5, 9}, positions = {0, 1, 2, 3, 4, 0, 1, 2, 3};
+    std::vector<MatrixF> logits = {m.extend(cache, both, prompt, offsets, positions)};
+    for (std::int64_t step = 0; step < 2; ++step) {
+      const std::vector<TokenId> next = {static_cast<TokenId>(2 + step), static_cast<TokenId>(6 - step)};
+      const std::vector<std::int64_t> one_each = {0, 1, 2}, at = {5 + step, 4 + step};
+      logits.push_back(m.extend(cache, both, next, one_each, at));
+    }
+    return logits;
+  };
+  const auto bf16 = run(model), reference = run(rounded);
+  model.set_decode_precision(verl::model::DecodePrecision::float32);
+  const auto float32 = run(model);
+  for (std::size_t i = 0; i < bf16.size(); ++i) {
+    EXPECT_EQ(bf16[i], reference[i]) << "extend call " << i;
+    EXPECT_GT((bf16[i] - float32[i]).cwiseAbs().maxCoeff(), 0.0f) << "extend call " << i;
+  }
+}
+
 TEST(TransformerStateDict, RoundTripsAndRejectsMismatches) {
   Transformer model = Transformer::random(llama_config(), {.seed = 5});
   StateDict dict = model.state_dict();

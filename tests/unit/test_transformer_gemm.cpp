@@ -2,6 +2,9 @@
 // every operand layout the model uses, edge tiles and accumulation.
 #include <gtest/gtest.h>
 
+#include <bit>
+#include <cmath>
+#include <limits>
 #include <random>
 #include <tuple>
 #include <vector>
@@ -134,6 +137,71 @@ TEST(Gemm, PrepackedWeightsGiveTheBitsOfTheUnpackedProduct) {
       }
     }
   }
+}
+
+TEST(Gemm, Bfloat16PrepackedWeightsGiveTheBitsOfTheRoundedWeights) {
+  // A bfloat16 rollout packs its weights rounded to nearest-even bfloat16 (stored in 16 bits on
+  // AVX-512); every product must be exactly the float32 product with the rounded weights.
+  std::mt19937 rng(12);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  ThreadPool pool(2);
+  for (const Index m : {1, 3, 8, 9, 21}) {
+    for (const Index n : {1, 16, 17, 49, 300, 1000}) {
+      for (const Index k : {1, 255, 256, 257, 600}) {
+        for (ThreadPool* threads : {static_cast<ThreadPool*>(nullptr), &pool}) {
+          for (const bool accumulate : {false, true}) {
+            const Index lda = k + 2, ldc = n + 3;
+            std::vector<float> a(static_cast<std::size_t>(m * lda)), w(static_cast<std::size_t>(n * k));
+            std::vector<float> expected(static_cast<std::size_t>(m * ldc));
+            for (auto& x : a) x = uniform(rng);
+            for (auto& x : w) x = uniform(rng);
+            for (auto& x : expected) x = uniform(rng);
+            std::vector<float> actual = expected, rounded = w;
+            for (auto& x : rounded) x = bf16_bits_to_float(float_to_bf16_bits(x));
+            const PackedMatrix packed =
+                PackedMatrix::pack(transpose_of(w.data(), k), k, n, verl::model::DecodePrecision::bfloat16);
+            ASSERT_EQ(packed.precision(), verl::model::DecodePrecision::bfloat16);
+            gemm<float>(threads, m, n, k, rows_of(a.data(), lda), transpose_of(rounded.data(), k), expected.data(), ldc,
+                        accumulate);
+            gemm(threads, m, n, k, rows_of(a.data(), lda), transpose_of(w.data(), k), packed, actual.data(), ldc,
+                 accumulate);
+            for (std::size_t i = 0; i < actual.size(); ++i) {
+              ASSERT_EQ(actual[i], expected[i]) << "m " << m << " n " << n << " k " << k << " threads "
+                                                << (threads != nullptr) << " accumulate " << accumulate << " at " << i;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(Gemm, Bfloat16PackingRoundsToNearestEvenAndKeepsSpecialValues) {
+  // Values on and around rounding ties, and infinities and NaN.
+  const std::vector<float> w = {1.0f,
+                                std::bit_cast<float>(0x3f808000u),  // tie, rounds down to even
+                                std::bit_cast<float>(0x3f818000u),  // tie, rounds up to even
+                                std::bit_cast<float>(0x3f808001u),  // above the tie
+                                -2.5f,
+                                std::numeric_limits<float>::infinity(),
+                                -std::numeric_limits<float>::infinity(),
+                                std::numeric_limits<float>::quiet_NaN()};
+  // Each value alone (a 1 x 1 weight: with others, 0 x infinity would make every product NaN).
+  for (std::size_t i = 0; i < w.size(); ++i) {
+    const PackedMatrix packed = PackedMatrix::pack(transpose_of(&w[i], 1), 1, 1, verl::model::DecodePrecision::bfloat16);
+    const float one = 1.0f;
+    float c = 0.0f;
+    gemm(nullptr, 1, 1, 1, rows_of(&one, 1), transpose_of(&w[i], 1), packed, &c, 1, false);
+    const float expected = bf16_bits_to_float(float_to_bf16_bits(w[i]));
+    if (std::isnan(expected)) {
+      EXPECT_TRUE(std::isnan(c)) << i;
+    } else {
+      EXPECT_EQ(c, expected) << i;
+    }
+  }
+  EXPECT_EQ(bf16_bits_to_float(float_to_bf16_bits(w[1])), 1.0f);
+  EXPECT_EQ(float_to_bf16_bits(w[2]), 0x3f82u);
+  EXPECT_EQ(float_to_bf16_bits(w[3]), 0x3f81u);
 }
 
 TEST(Gemm, DoubleUsesEigenWithTheSameLayouts) {

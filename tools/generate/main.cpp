@@ -4,7 +4,7 @@
 //
 //   verl_generate --model DIR (--prompt TEXT | --prompt-ids 1,2,3) [--max-new-tokens N]
 //                 [--temperature T] [--top-k K] [--top-p P] [--seed S] [-n N] [--threads N]
-//                 [--no-chat-template] [--print-ids]
+//                 [--dtype float32|bfloat16] [--no-chat-template] [--print-ids]
 #include <charconv>
 #include <cstdio>
 #include <cstdlib>
@@ -36,7 +36,9 @@ Generates from a Hugging Face model folder (config.json, model.safetensors or sh
   --top-p P            nucleus sampling mass in (0, 1] (default 1.0)
   --seed S             random seed (default 0)
   -n N                 samples for the prompt (default 1)
-  --threads N          model threads (default: all cores)
+  --threads N          model threads (default: VERL_NUM_THREADS, else the CPUs this process may use)
+  --dtype D            weights the rollout decodes with: float32 (default) or bfloat16 (verl's
+                       rollout.dtype: rounded weights, half the bytes per decode step)
   --print-ids          print the generated token ids, one sample per line
 )";
 
@@ -47,6 +49,7 @@ struct Arguments {
   bool chat_template = true;
   bool print_ids = false;
   unsigned threads = 0;
+  verl::model::DecodePrecision precision = verl::model::DecodePrecision::float32;
   verl::rollout::SamplingParams sampling{.max_response_length = 32};
 };
 
@@ -115,6 +118,12 @@ Arguments parse(int argc, char** argv) {
       args.sampling.n = parse_number<std::int64_t>(flag, value());
     } else if (flag == "--threads") {
       args.threads = parse_number<unsigned>(flag, value());
+    } else if (flag == "--dtype") {
+      try {
+        args.precision = verl::model::parse_decode_precision(value(), "--dtype");
+      } catch (const verl::InvalidArgument& error) {
+        fail_usage(error.what());
+      }
     } else if (flag == "--print-ids") {
       args.print_ids = true;
     } else {
@@ -130,7 +139,8 @@ Arguments parse(int argc, char** argv) {
 
 int run(const Arguments& args) {
   using namespace verl;
-  model::Transformer transformer = model::load_transformer(args.model, {.num_threads = args.threads});
+  model::Transformer transformer =
+      model::load_transformer(args.model, {.num_threads = args.threads, .decode_precision = args.precision});
   std::optional<model::PretrainedTokenizer> tokenizer;
   if (std::filesystem::exists(args.model / "tokenizer.json")) {
     tokenizer = model::load_pretrained_tokenizer(args.model);

@@ -14,7 +14,9 @@ alike; the ratio reported is the median of the per-round ratios):
 Reports, per config (tiny = tests/data/models/tiny-qwen2's shapes, 30M = a narrow Qwen2 with a
 32000-token vocabulary):
   generate           model.generate, greedy with the KV cache, 8 prompts x 16 tokens -> 64 new
-                     tokens each (no early stop), generated tokens per second;
+                     tokens each (no early stop), generated tokens per second; ours also with
+                     bfloat16 decode weights (verl's rollout.dtype default), against transformers'
+                     float32 (--bf16 also times transformers in bfloat16);
   forward+backward   8 sequences x 256 tokens, mean log-prob of the next tokens, backward,
                      tokens per second.
 """
@@ -64,10 +66,12 @@ def ours(binary, threads, config_index):
     rates = {}
     for bench in json.loads(out)["benchmarks"]:
         name = bench["name"]
-        kind = "generate" if name.startswith("BM_Generate/") else "forward_backward"
+        if name.startswith("BM_Generate/"):
+            kind = "generate_bf16" if "/bf16:1" in name else "generate"
+            rates[kind.replace("generate", "weights_GB_per_s")] = bench["weights_GB_per_s"]
+        else:
+            kind = "forward_backward"
         rates[kind] = bench["tokens_per_s"]
-        if kind == "generate":
-            rates["weights_GB_per_s"] = bench["weights_GB_per_s"]
     return rates
 
 
@@ -78,7 +82,7 @@ def main():
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--json", help="write the side-by-side results here")
     parser.add_argument("--bf16", action="store_true",
-                        help="also time transformers' generate with the model in bfloat16 (for scale: verl-cpp decodes in fp32)")
+                        help="also time transformers' generate with the model in bfloat16")
     args = parser.parse_args()
     threads = args.threads
     torch.set_num_threads(threads)
@@ -127,15 +131,20 @@ def main():
                 hf = {"generate": GENERATE_BATCH * NEW_TOKENS / timed(generate),
                       "forward_backward": tokens / timed(forward_backward)}
                 mine = ours(args.ours, threads, config_index)
-                rounds.append({"hf": hf, "verl_cpp": mine,
-                               "ratio": {k: mine[k] / hf[k] for k in hf}})
+                ratio = {k: mine[k] / hf[k] for k in hf}
+                ratio["generate_bf16"] = mine["generate_bf16"] / hf["generate"]
+                rounds.append({"hf": hf, "verl_cpp": mine, "ratio": ratio})
                 print(f"{name:>5} round {len(rounds)}: generate {mine['generate']:,.0f} vs {hf['generate']:,.0f} tokens/s "
                       f"({rounds[-1]['ratio']['generate']:.2f}x), forward+backward {mine['forward_backward']:,.0f} vs "
                       f"{hf['forward_backward']:,.0f} tokens/s ({rounds[-1]['ratio']['forward_backward']:.2f}x); "
-                      f"our decode read the fp32 weights at {mine['weights_GB_per_s']:.1f} GB/s", flush=True)
-            median = {k: statistics.median(r["ratio"][k] for r in rounds) for k in ("generate", "forward_backward")}
+                      f"our decode read the fp32 weights at {mine['weights_GB_per_s']:.1f} GB/s; with bfloat16 decode "
+                      f"weights (rollout.dtype) {mine['generate_bf16']:,.0f} tokens/s "
+                      f"({ratio['generate_bf16']:.2f}x transformers' fp32)", flush=True)
+            median = {k: statistics.median(r["ratio"][k] for r in rounds)
+                      for k in ("generate", "generate_bf16", "forward_backward")}
             print(f"{name:>5} ({parameters / 1e6:.1f}M parameters): median ratio verl-cpp / transformers: "
-                  f"generate {median['generate']:.2f}x, forward+backward {median['forward_backward']:.2f}x", flush=True)
+                  f"generate {median['generate']:.2f}x (bfloat16 decode weights {median['generate_bf16']:.2f}x), "
+                  f"forward+backward {median['forward_backward']:.2f}x", flush=True)
             results[name] = {"parameters": parameters, "rounds": rounds, "median_ratio": median}
             continue
 

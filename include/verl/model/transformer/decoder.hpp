@@ -20,6 +20,7 @@
 #include "verl/core/error.hpp"
 #include "verl/core/tensor.hpp"
 #include "verl/model/causal_lm.hpp"
+#include "verl/model/decode_precision.hpp"
 #include "verl/model/hf_config.hpp"
 #include "verl/model/transformer/attention.hpp"
 #include "verl/model/transformer/detail/linear.hpp"
@@ -34,12 +35,17 @@ namespace verl::model {
 
 /// Run-time knobs of the reference transformer.
 struct TransformerOptions {
-  /// Threads of the model's pool (the calling thread included); 0 = hardware concurrency.
+  /// Threads of the model's pool (the calling thread included); 0 = default_thread_count()
+  /// (VERL_NUM_THREADS, else the CPUs this process may run on).
   /// Results are identical for every thread count.
   unsigned num_threads = 0;
   /// A training forward pass keeps the LM head's logits for backward when they take at most this
   /// many bytes (else backward recomputes them chunk by chunk, as verl's fused kernels do).
   std::size_t max_saved_logits_bytes = std::size_t{512} << 20;
+  /// The weights a KV cache packs for decoding (verl's rollout.dtype): float32 keeps a rollout's
+  /// log-probs equal to a forward pass's; bfloat16 rounds the weights, halving what every decode
+  /// step reads (on AVX-512; AVX2 rounds them alike but reads float32).
+  DecodePrecision decode_precision = DecodePrecision::float32;
 };
 
 namespace detail {

@@ -296,18 +296,25 @@ class BasicTransformer {
     detail::load_state_dict(*this, dict, body_.config().tie_word_embeddings ? "lm_head.weight" : "");
   }
 
-  /// Frees what a forward pass saved for backward (when no backward follows).
+  /// Frees what a forward pass saved for backward (when no backward follows), and the memory kept
+  /// for packing the weights of the next KV cache.
   void release_activations() {
     saved_ = false;
     statistics_.clear();
     saved_logits_.clear();
+    packed_recycler_->release();
     body_.release_activations();
   }
 
   // ---- incremental decoding (rollout) --------------------------------------------------------
 
+  /// The precision of the weights the next KV caches pack (TransformerOptions::decode_precision).
+  [[nodiscard]] DecodePrecision decode_precision() const { return decode_precision_; }
+  void set_decode_precision(DecodePrecision precision) { decode_precision_ = precision; }
+
   /// A cache for sequences of the given capacities (tokens each). A float model also packs its
-  /// linear weights into the cache once (PackedMatrix), so that decode steps do not re-pack them.
+  /// linear weights into the cache once (PackedMatrix), so that decode steps do not re-pack them;
+  /// the model keeps that memory for its next cache (release_activations() frees it).
   [[nodiscard]] KvCache<Scalar> make_kv_cache(std::span<const Index> capacities) const {
     const auto& c = body_.config();
     KvCache<Scalar> cache(c.num_hidden_layers, c.num_key_value_heads * c.head_dim, capacities);
@@ -420,9 +427,10 @@ class BasicTransformer {
     detail::linear_forward<Scalar>(body_.pool(), hidden, head_weight(), nullptr, logits, packed_head);
   }
 
-  /// Every linear weight packed for the float kernels (in parallel, one matrix per task).
+  /// Every linear weight packed for the float kernels (in parallel, one matrix per task), into the
+  /// memory of the last cache's packing when no cache holds it any more.
   std::shared_ptr<const detail::PackedDecoderWeights> pack_weights() const {
-    auto packed = std::make_shared<detail::PackedDecoderWeights>();
+    auto packed = packed_recycler_->take();
     const auto& layers = body_.weights().layers;
     packed->layers.resize(layers.size());
     std::vector<std::pair<const RowMatrix<float>*, detail::PackedMatrix*>> jobs;
@@ -437,7 +445,8 @@ class BasicTransformer {
     }
     jobs.emplace_back(&head_weight(), &packed->head);
     body_.pool().parallel_for(static_cast<Index>(jobs.size()), [&](Index j) {
-      *jobs[static_cast<std::size_t>(j)].second = detail::pack_linear(*jobs[static_cast<std::size_t>(j)].first);
+      detail::repack_linear(*jobs[static_cast<std::size_t>(j)].first, *jobs[static_cast<std::size_t>(j)].second,
+                            decode_precision_);
     });
     return packed;
   }
@@ -456,6 +465,8 @@ class BasicTransformer {
   bool saved_entropy_ = false;
 
   // Scratch of the KV-cache path.
+  DecodePrecision decode_precision_ = body_.options().decode_precision;
+  std::shared_ptr<detail::PackedWeightsRecycler> packed_recycler_ = std::make_shared<detail::PackedWeightsRecycler>();
   detail::LayerActivations<Scalar> decode_activations_;
   RowMatrix<Scalar> decode_cos_, decode_sin_;
 };

@@ -12,12 +12,15 @@
 
 #include <algorithm>
 #include <concepts>
+#include <cstdint>
 #include <cstring>
 #include <vector>
 
 #include "verl/algo/detail/vector_math.hpp"
 #include "verl/core/error.hpp"
 #include "verl/core/tensor.hpp"
+#include "verl/model/decode_precision.hpp"
+#include "verl/model/detail/half_float.hpp"
 #include "verl/model/transformer/detail/thread_pool.hpp"
 
 #if VERL_HAS_X86_DISPATCH
@@ -281,8 +284,20 @@ struct PackedPanels {
   Index padded_cols = 0;
   Index first_panel = 0;
   Index nr = 0;
+  const std::uint16_t* bf16 = nullptr;  ///< the same layout in bfloat16 (then `data` is null)
   [[nodiscard]] const float* panel(Index pc, Index kc, Index p) const {
     return data + pc * padded_cols + (first_panel + p) * kc * nr;
+  }
+  [[nodiscard]] const std::uint16_t* panel_bf16(Index pc, Index kc, Index p) const {
+    return bf16 + pc * padded_cols + (first_panel + p) * kc * nr;
+  }
+  template <class W>
+  [[nodiscard]] const W* panel_of(Index pc, Index kc, Index p) const {
+    if constexpr (std::same_as<W, float>) {
+      return panel(pc, kc, p);
+    } else {
+      return panel_bf16(pc, kc, p);
+    }
   }
 };
 
@@ -413,35 +428,70 @@ VERL_TARGET_AVX512 inline void sgemm_avx512_few_rows(Index m, Index n, Index k, 
   }
 }
 
+/// How far ahead of its reads each stream of kernel_avx512_streams prefetches.
+inline constexpr Index stream_prefetch_bytes = 2048;
+
+/// float32 -> bfloat16 bits, round to nearest even, NaN kept quiet (float_to_bf16_bits, 16 at a
+/// time); `count` is a multiple of 16.
+VERL_TARGET_AVX512 inline void round_to_bf16_avx512(const float* in, Index count, std::uint16_t* out) {
+  const __m512i one = _mm512_set1_epi32(1), bias = _mm512_set1_epi32(0x7fff);
+  const __m512i magnitude = _mm512_set1_epi32(0x7fffffff), infinity = _mm512_set1_epi32(0x7f800000);
+  const __m512i quiet = _mm512_set1_epi32(0x40);
+  // The maskz forms with every lane set: GCC 12's unmasked ones start from an "undefined" vector
+  // that -Wmaybe-uninitialized reports.
+  constexpr __mmask16 all = 0xffff;
+  for (Index i = 0; i < count; i += 16) {
+    const __m512i bits = _mm512_castps_si512(_mm512_loadu_ps(in + i));
+    const __m512i high = _mm512_maskz_srli_epi32(all, bits, 16);
+    const __m512i rounded =
+        _mm512_maskz_srli_epi32(all, _mm512_add_epi32(bits, _mm512_add_epi32(bias, _mm512_and_si512(high, one))), 16);
+    const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(bits, magnitude), infinity);
+    const __m512i result = _mm512_mask_blend_epi32(nan, rounded, _mm512_or_si512(high, quiet));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), _mm512_maskz_cvtepi32_epi16(all, result));
+  }
+}
+
+/// A row of 16 panel values as floats: bfloat16 widens exactly by a shift.
+template <class W>
+VERL_TARGET_AVX512 inline __m512 load_panel_row(const W* row) {
+  if constexpr (std::same_as<W, float>) {
+    return _mm512_loadu_ps(row);
+  } else {
+    // maskz forms: see round_to_bf16_avx512.
+    constexpr __mmask16 all = 0xffff;
+    const __m256i half = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row));
+    return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(all, _mm512_maskz_cvtepu16_epi32(all, half), 16));
+  }
+}
+
 /// 8 x 16 tiles of S panels at once, each from its own place in memory: a decode step (a few rows
 /// against every weight) is bound by reading the weights, and one core reads about 1.5x faster
 /// from three sequential streams than from one (the hardware prefetcher runs ahead in each).
 /// Each element is the same chain of multiply-adds as in kernel_avx512 (from zero over a KC
-/// block, then added to C), so results are bit-identical to the blocked path's.
-inline constexpr Index stream_prefetch_rows = 32;
-
-template <int S>
-VERL_TARGET_AVX512 inline void kernel_avx512_streams(Index kc, const float* a, const float* const* b, float* const* c,
+/// block, then added to C), so float32 panels give the blocked path's results bit for bit.
+template <int S, class W>
+VERL_TARGET_AVX512 inline void kernel_avx512_streams(Index kc, const float* a, const W* const* b, float* const* c,
                                                      Index ldc, bool accumulate, Index mr, const Index* nr) {
   constexpr Index MR = 8, NR = 16;
+  constexpr Index prefetch_rows = stream_prefetch_bytes / (NR * static_cast<Index>(sizeof(W)));
   __m512 acc[MR][S];
 #pragma GCC unroll 8
   for (Index i = 0; i < MR; ++i) {
 #pragma GCC unroll 4
     for (int s = 0; s < S; ++s) acc[i][s] = _mm512_setzero_ps();
   }
-  const float* panel[S];
+  const W* panel[S];
 #pragma GCC unroll 4
   for (int s = 0; s < S; ++s) panel[s] = b[s];
   for (Index k = 0; k < kc; ++k) {
     __m512 bv[S];
 #pragma GCC unroll 4
-    for (int s = 0; s < S; ++s) bv[s] = _mm512_loadu_ps(panel[s] + k * NR);
+    for (int s = 0; s < S; ++s) bv[s] = load_panel_row(panel[s] + k * NR);
     // Prefetching 2 KiB ahead in each stream, on top of the hardware's, measured 1.3x faster
     // again (a prefetch past the end of the panels does not fault).
 #pragma GCC unroll 4
     for (int s = 0; s < S; ++s) {
-      _mm_prefetch(reinterpret_cast<const char*>(panel[s] + (k + stream_prefetch_rows) * NR), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(panel[s] + (k + prefetch_rows) * NR), _MM_HINT_T0);
     }
 #pragma GCC unroll 8
     for (Index i = 0; i < MR; ++i) {
@@ -461,37 +511,43 @@ VERL_TARGET_AVX512 inline void kernel_avx512_streams(Index kc, const float* a, c
   }
 }
 
-/// C (+)= A B for m <= 8 rows against B prepacked in 16-column panels, columns [0, n) of the
-/// panels starting at `panels.first_panel`; the panels are taken three at a time from three
-/// thirds of the range (see kernel_avx512_streams).
-VERL_TARGET_AVX512 inline void sgemm_avx512_prepacked_few_rows(Index m, Index n, Index k, Operand<float> a,
-                                                               const PackedPanels& panels, float* c, Index ldc,
-                                                               bool accumulate) {
+/// C (+)= A B against B prepacked in 16-column panels (float32 or bfloat16 values), columns
+/// [0, n) of the panels starting at `panels.first_panel`. The panels are taken three at a time
+/// from three thirds of the range (see kernel_avx512_streams); every 8-row block of A runs against
+/// the three while they are in cache.
+template <class W>
+VERL_TARGET_AVX512 inline void sgemm_avx512_prepacked_rows(Index m, Index n, Index k, Operand<float> a,
+                                                           const PackedPanels& panels, float* c, Index ldc,
+                                                           bool accumulate) {
   constexpr Index MR = 8, NR = 16;
+  const Index row_blocks = (m + MR - 1) / MR;
   thread_local std::vector<float> packed_a;
-  packed_a.resize(static_cast<std::size_t>(MR * std::min(kc_block, k)));
+  packed_a.resize(static_cast<std::size_t>(row_blocks * MR * std::min(kc_block, k)));
   const Index count = (n + NR - 1) / NR, third = (count + 2) / 3;
   for (Index pc = 0; pc < k; pc += kc_block) {
     const Index kc = std::min(kc_block, k - pc);
     const bool add = accumulate || pc > 0;
     pack_a<MR>({a.data + pc * a.col_stride, a.row_stride, a.col_stride}, m, kc, packed_a.data());
     for (Index t = 0; t < third; ++t) {
-      const float* b[3];
-      float* out[3];
-      Index widths[3];
-      int streams = 0;
-      for (Index p = t; p < count; p += third) {
-        b[streams] = panels.panel(pc, kc, p);
-        out[streams] = c + p * NR;
-        widths[streams] = std::min(NR, n - p * NR);
-        ++streams;
-      }
-      if (streams == 3) {
-        kernel_avx512_streams<3>(kc, packed_a.data(), b, out, ldc, add, m, widths);
-      } else if (streams == 2) {
-        kernel_avx512_streams<2>(kc, packed_a.data(), b, out, ldc, add, m, widths);
-      } else {
-        kernel_avx512_streams<1>(kc, packed_a.data(), b, out, ldc, add, m, widths);
+      // Panels t, t + third and t + 2 third (the last third may be short); every entry set, so
+      // that the compiler sees no read of an unset one.
+      const Index p[3] = {t, std::min(t + third, count - 1), std::min(t + 2 * third, count - 1)};
+      const int streams = 1 + static_cast<int>(t + third < count) + static_cast<int>(t + 2 * third < count);
+      const W* const b[3] = {panels.panel_of<W>(pc, kc, p[0]), panels.panel_of<W>(pc, kc, p[1]),
+                             panels.panel_of<W>(pc, kc, p[2])};
+      const Index widths[3] = {std::min(NR, n - p[0] * NR), std::min(NR, n - p[1] * NR), std::min(NR, n - p[2] * NR)};
+      for (Index block = 0; block < row_blocks; ++block) {
+        const Index i0 = block * MR;
+        float* const out[3] = {c + i0 * ldc + p[0] * NR, c + i0 * ldc + p[1] * NR, c + i0 * ldc + p[2] * NR};
+        const float* a_block = packed_a.data() + block * kc * MR;
+        const Index rows = std::min(MR, m - i0);
+        if (streams == 3) {
+          kernel_avx512_streams<3, W>(kc, a_block, b, out, ldc, add, rows, widths);
+        } else if (streams == 2) {
+          kernel_avx512_streams<2, W>(kc, a_block, b, out, ldc, add, rows, widths);
+        } else {
+          kernel_avx512_streams<1, W>(kc, a_block, b, out, ldc, add, rows, widths);
+        }
       }
     }
   }
@@ -617,26 +673,56 @@ class PackedMatrix {
  public:
   PackedMatrix() = default;
 
-  static PackedMatrix pack(Operand<float> b, Index k, Index n) {
+  static PackedMatrix pack(Operand<float> b, Index k, Index n, DecodePrecision precision = DecodePrecision::float32) {
     PackedMatrix packed;
+    packed.repack(b, k, n, precision);
+    return packed;
+  }
+
+  /// Packs B (k x n) into this matrix, reusing its memory when it has room: packing the weights
+  /// of a model afresh for every rollout cost more in page faults than in copying. bfloat16 rounds
+  /// every value to nearest even; AVX-512 stores them in 16 bits (half the bytes to read), AVX2
+  /// as the same values in float32.
+  void repack(Operand<float> b, Index k, Index n, DecodePrecision precision = DecodePrecision::float32) {
+    precision_ = precision;
 #if VERL_HAS_X86_DISPATCH
     const auto level = algo::detail::simd::best_level();
     if (level == algo::SimdLevel::avx512) {
-      packed.fill<gemm_detail::avx512_packed_nr>(b, k, n);
-    } else if (level == algo::SimdLevel::avx2) {
-      packed.fill<gemm_detail::avx2_nr>(b, k, n);
+      if (precision == DecodePrecision::bfloat16) {
+        data_.clear();
+        fill_bf16(b, k, n);
+      } else {
+        bf16_.clear();
+        fill<gemm_detail::avx512_packed_nr>(b, k, n);
+      }
+      return;
+    }
+    if (level == algo::SimdLevel::avx2) {
+      bf16_.clear();
+      fill<gemm_detail::avx2_nr>(b, k, n);
+      if (precision == DecodePrecision::bfloat16) {
+        for (float& x : data_) x = bf16_bits_to_float(float_to_bf16_bits(x));
+      }
+      return;
     }
 #else
     (void)b, (void)k, (void)n;
 #endif
-    return packed;
+    VERL_CHECK_ARG(precision == DecodePrecision::float32,
+                   "precision: decoding with bfloat16 weights needs an x86-64 CPU with AVX2 or AVX-512");
+    data_.clear();
+    bf16_.clear();
   }
 
-  [[nodiscard]] bool empty() const { return data_.empty(); }
+  [[nodiscard]] bool empty() const { return data_.empty() && bf16_.empty(); }
+  [[nodiscard]] DecodePrecision precision() const { return precision_; }
   [[nodiscard]] Index rows() const { return rows_; }
   [[nodiscard]] Index cols() const { return cols_; }
-  [[nodiscard]] std::size_t bytes() const { return data_.size() * sizeof(float); }
-  [[nodiscard]] gemm_detail::PackedPanels panels() const { return {data_.data(), padded_cols_, 0, nr_}; }
+  [[nodiscard]] std::size_t bytes() const { return data_.size() * sizeof(float) + bf16_.size() * sizeof(std::uint16_t); }
+  [[nodiscard]] gemm_detail::PackedPanels panels() const {
+    if (!bf16_.empty()) return {nullptr, padded_cols_, 0, nr_, bf16_.data()};
+    return {data_.data(), padded_cols_, 0, nr_};
+  }
 
  private:
   template <Index NR>
@@ -645,7 +731,8 @@ class PackedMatrix {
     cols_ = n;
     nr_ = NR;
     padded_cols_ = (n + NR - 1) / NR * NR;
-    data_.assign(static_cast<std::size_t>(k * padded_cols_), 0.0f);
+    // pack_b writes every element (zeroing partial panels), so reused memory needs no clearing.
+    data_.resize(static_cast<std::size_t>(k * padded_cols_));
     for (Index pc = 0; pc < k; pc += gemm_detail::kc_block) {
       const Index kc = std::min(gemm_detail::kc_block, k - pc);
       gemm_detail::pack_b<NR>({b.data + pc * b.row_stride, b.row_stride, b.col_stride}, kc, n,
@@ -653,7 +740,30 @@ class PackedMatrix {
     }
   }
 
+#if VERL_HAS_X86_DISPATCH
+  /// The float32 layout of fill<16>, one panel at a time through a small buffer, rounded to bfloat16.
+  void fill_bf16(Operand<float> b, Index k, Index n) {
+    constexpr Index NR = gemm_detail::avx512_packed_nr;
+    rows_ = k;
+    cols_ = n;
+    nr_ = NR;
+    padded_cols_ = (n + NR - 1) / NR * NR;
+    bf16_.resize(static_cast<std::size_t>(k * padded_cols_));
+    alignas(64) float panel[gemm_detail::kc_block * NR];
+    for (Index pc = 0; pc < k; pc += gemm_detail::kc_block) {
+      const Index kc = std::min(gemm_detail::kc_block, k - pc);
+      for (Index j0 = 0; j0 < n; j0 += NR) {
+        gemm_detail::pack_b<NR>({b.data + pc * b.row_stride + j0 * b.col_stride, b.row_stride, b.col_stride}, kc,
+                                std::min(NR, n - j0), panel);
+        gemm_detail::round_to_bf16_avx512(panel, kc * NR, bf16_.data() + pc * padded_cols_ + j0 * kc);
+      }
+    }
+  }
+#endif
+
   std::vector<float> data_;
+  std::vector<std::uint16_t> bf16_;
+  DecodePrecision precision_ = DecodePrecision::float32;
   Index rows_ = 0, cols_ = 0, padded_cols_ = 0, nr_ = 0;
 };
 
@@ -668,21 +778,30 @@ inline void gemm(ThreadPool* pool, Index m, Index n, Index k, Operand<float> a, 
     const auto panels = packed.panels();
     const auto level = algo::detail::simd::best_level();
     if (level == algo::SimdLevel::avx512 && panels.nr == gemm_detail::avx512_packed_nr) {
-      if (m > 8) return gemm_detail::sgemm_avx512_narrow(pool, m, n, k, a, b, c, ldc, accumulate, &panels);
+      const bool bf16 = panels.bf16 != nullptr;
+      // float32 products of many rows (a prefill) go through the blocked loops, whose packed A
+      // blocks are reused across more columns; bfloat16 panels only through the streams kernel.
+      if (m > 8 && !bf16) return gemm_detail::sgemm_avx512_narrow(pool, m, n, k, a, b, c, ldc, accumulate, &panels);
+      auto run = [&](Index columns, const gemm_detail::PackedPanels& sub, float* out) {
+        if (bf16) {
+          gemm_detail::sgemm_avx512_prepacked_rows<std::uint16_t>(m, columns, k, a, sub, out, ldc, accumulate);
+        } else {
+          gemm_detail::sgemm_avx512_prepacked_rows<float>(m, columns, k, a, sub, out, ldc, accumulate);
+        }
+      };
       constexpr Index nr = gemm_detail::avx512_packed_nr;
       const Index count = (n + nr - 1) / nr;
       // Independent column ranges, a few per thread (each task reads its own streams).
       const Index groups = pool == nullptr || pool->size() <= 1 ? 1
                                            : std::min<Index>(4 * static_cast<Index>(pool->size()),
                                                              std::max<Index>(1, n / gemm_detail::min_columns_per_task));
-      if (groups <= 1) return gemm_detail::sgemm_avx512_prepacked_few_rows(m, n, k, a, panels, c, ldc, accumulate);
+      if (groups <= 1) return run(n, panels, c);
       const Index per_group = (count + groups - 1) / groups;
       pool->parallel_for((count + per_group - 1) / per_group, [&](Index g) {
         auto sub = panels;
         sub.first_panel += g * per_group;
         const Index j0 = g * per_group * nr;
-        gemm_detail::sgemm_avx512_prepacked_few_rows(m, std::min(n, j0 + per_group * nr) - j0, k, a, sub, c + j0, ldc,
-                                                     accumulate);
+        run(std::min(n, j0 + per_group * nr) - j0, sub, c + j0);
       });
       return;
     }

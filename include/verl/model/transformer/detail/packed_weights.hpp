@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cstddef>
+#include <memory>
+#include <mutex>
 #include <vector>
 
 #include "verl/core/tensor.hpp"
@@ -31,5 +33,31 @@ struct PackedDecoderWeights {
 inline PackedMatrix pack_linear(const RowMatrix<float>& weight) {
   return PackedMatrix::pack(transpose_of(weight.data(), weight.cols()), weight.cols(), weight.rows());
 }
+
+/// The same into `packed`, reusing its memory.
+inline void repack_linear(const RowMatrix<float>& weight, PackedMatrix& packed, DecodePrecision precision) {
+  packed.repack(transpose_of(weight.data(), weight.cols()), weight.cols(), weight.rows(), precision);
+}
+
+/// The packed weights of a model's last KV cache, handed to its next cache once no cache holds
+/// them any more: a rollout must repack (training changed the weights), but into memory that is
+/// already mapped. Shared by copies of a model (only the memory is reused, never the contents).
+class PackedWeightsRecycler {
+ public:
+  /// Weights to pack into: the spare when nothing else holds it, else new ones (then the spare).
+  std::shared_ptr<PackedDecoderWeights> take() {
+    const std::lock_guard lock(mutex_);
+    if (spare_ == nullptr || spare_.use_count() > 1) spare_ = std::make_shared<PackedDecoderWeights>();
+    return spare_;
+  }
+  void release() {
+    const std::lock_guard lock(mutex_);
+    spare_.reset();
+  }
+
+ private:
+  std::mutex mutex_;
+  std::shared_ptr<PackedDecoderWeights> spare_;
+};
 
 }  // namespace verl::model::detail
