@@ -5,6 +5,7 @@
 #include <bit>
 #include <cmath>
 #include <limits>
+#include <initializer_list>
 #include <random>
 #include <tuple>
 #include <vector>
@@ -103,50 +104,16 @@ TEST(Gemm, FewRowsGiveTheBitsOfTheSameRowsInALargerProduct) {
   }
 }
 
-TEST(Gemm, PrepackedWeightsGiveTheBitsOfTheUnpackedProduct) {
-  // Decoding multiplies a few rows by weights packed once (PackedMatrix); products of up to 8 rows
-  // read three panels at a time, larger ones go through the blocked loops. Every element must be
-  // the chain of multiply-adds of the plain product, whatever the rows, columns, depth or threads,
-  // so that a KV-cache rollout's log-probs are those of a full forward pass.
-  std::mt19937 rng(11);
+/// Products with W (n x k, row-major, used as B = W^T as the linear layers do) packed at
+/// `precision` must equal, bit for bit, the plain float32 product with W rounded to that precision,
+/// for every row count, width, depth, thread count and accumulation.
+void expect_prepacked_products_match(verl::model::DecodePrecision precision, unsigned seed,
+                                     std::initializer_list<Index> row_counts, std::initializer_list<Index> widths) {
+  std::mt19937 rng(seed);
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
   ThreadPool pool(2);
-  for (const Index m : {1, 2, 5, 8, 9, 20}) {
-    for (const Index n : {1, 15, 16, 17, 40, 48, 49, 300, 1000}) {
-      for (const Index k : {1, 255, 256, 257, 600}) {
-        for (ThreadPool* threads : {static_cast<ThreadPool*>(nullptr), &pool}) {
-          for (const bool accumulate : {false, true}) {
-            // W (n x k) row-major, used as B = W^T as the linear layers do.
-            const Index lda = k + 2, ldc = n + 3;
-            std::vector<float> a(static_cast<std::size_t>(m * lda)), w(static_cast<std::size_t>(n * k));
-            std::vector<float> expected(static_cast<std::size_t>(m * ldc));
-            for (auto& x : a) x = uniform(rng);
-            for (auto& x : w) x = uniform(rng);
-            for (auto& x : expected) x = uniform(rng);
-            std::vector<float> actual = expected;
-            const auto b = transpose_of(w.data(), k);
-            const PackedMatrix packed = PackedMatrix::pack(b, k, n);
-            gemm<float>(threads, m, n, k, rows_of(a.data(), lda), b, expected.data(), ldc, accumulate);
-            gemm(threads, m, n, k, rows_of(a.data(), lda), b, packed, actual.data(), ldc, accumulate);
-            for (std::size_t i = 0; i < actual.size(); ++i) {
-              ASSERT_EQ(actual[i], expected[i]) << "m " << m << " n " << n << " k " << k << " threads "
-                                                << (threads != nullptr) << " accumulate " << accumulate << " at " << i;
-            }
-          }
-        }
-      }
-    }
-  }
-}
-
-TEST(Gemm, Bfloat16PrepackedWeightsGiveTheBitsOfTheRoundedWeights) {
-  // A bfloat16 rollout packs its weights rounded to nearest-even bfloat16 (stored in 16 bits on
-  // AVX-512); every product must be exactly the float32 product with the rounded weights.
-  std::mt19937 rng(12);
-  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
-  ThreadPool pool(2);
-  for (const Index m : {1, 3, 8, 9, 21}) {
-    for (const Index n : {1, 16, 17, 49, 300, 1000}) {
+  for (const Index m : row_counts) {
+    for (const Index n : widths) {
       for (const Index k : {1, 255, 256, 257, 600}) {
         for (ThreadPool* threads : {static_cast<ThreadPool*>(nullptr), &pool}) {
           for (const bool accumulate : {false, true}) {
@@ -157,10 +124,11 @@ TEST(Gemm, Bfloat16PrepackedWeightsGiveTheBitsOfTheRoundedWeights) {
             for (auto& x : w) x = uniform(rng);
             for (auto& x : expected) x = uniform(rng);
             std::vector<float> actual = expected, rounded = w;
-            for (auto& x : rounded) x = bf16_bits_to_float(float_to_bf16_bits(x));
-            const PackedMatrix packed =
-                PackedMatrix::pack(transpose_of(w.data(), k), k, n, verl::model::DecodePrecision::bfloat16);
-            ASSERT_EQ(packed.precision(), verl::model::DecodePrecision::bfloat16);
+            if (precision == verl::model::DecodePrecision::bfloat16) {
+              for (auto& x : rounded) x = bf16_bits_to_float(float_to_bf16_bits(x));
+            }
+            const PackedMatrix packed = PackedMatrix::pack(transpose_of(w.data(), k), k, n, precision);
+            ASSERT_EQ(packed.precision(), precision);
             gemm<float>(threads, m, n, k, rows_of(a.data(), lda), transpose_of(rounded.data(), k), expected.data(), ldc,
                         accumulate);
             gemm(threads, m, n, k, rows_of(a.data(), lda), transpose_of(w.data(), k), packed, actual.data(), ldc,
@@ -174,6 +142,22 @@ TEST(Gemm, Bfloat16PrepackedWeightsGiveTheBitsOfTheRoundedWeights) {
       }
     }
   }
+}
+
+TEST(Gemm, PrepackedWeightsGiveTheBitsOfTheUnpackedProduct) {
+  // Decoding multiplies a few rows by weights packed once (PackedMatrix); products of up to 8 rows
+  // read three panels at a time, larger ones go through the blocked loops. Every element must be
+  // the chain of multiply-adds of the plain product, so that a KV-cache rollout's log-probs are
+  // those of a full forward pass.
+  expect_prepacked_products_match(verl::model::DecodePrecision::float32, 11, {1, 2, 5, 8, 9, 20},
+                                  {1, 15, 16, 17, 40, 48, 49, 300, 1000});
+}
+
+TEST(Gemm, Bfloat16PrepackedWeightsGiveTheBitsOfTheRoundedWeights) {
+  // A bfloat16 rollout packs its weights rounded to nearest-even bfloat16 (stored in 16 bits on
+  // AVX-512, through the three-stream kernel for every row count).
+  expect_prepacked_products_match(verl::model::DecodePrecision::bfloat16, 12, {1, 3, 8, 9, 21},
+                                  {1, 16, 17, 49, 300, 1000});
 }
 
 TEST(Gemm, Bfloat16PackingRoundsToNearestEvenAndKeepsSpecialValues) {
