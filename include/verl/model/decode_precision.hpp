@@ -22,8 +22,4 @@ inline DecodePrecision parse_decode_precision(std::string_view name, std::string
   ::verl::detail::throw_invalid_argument("{}: expected 'float32' or 'bfloat16', got '{}'", argument, std::string(name));
 }
 
-inline std::string_view to_string(DecodePrecision precision) {
-  return precision == DecodePrecision::bfloat16 ? "bfloat16" : "float32";
-}
-
 }  // namespace verl::model

@@ -288,15 +288,13 @@ struct PackedPanels {
   [[nodiscard]] const float* panel(Index pc, Index kc, Index p) const {
     return data + pc * padded_cols + (first_panel + p) * kc * nr;
   }
-  [[nodiscard]] const std::uint16_t* panel_bf16(Index pc, Index kc, Index p) const {
-    return bf16 + pc * padded_cols + (first_panel + p) * kc * nr;
-  }
+  /// panel() of the float32 (W = float) or bfloat16 (W = std::uint16_t) values.
   template <class W>
   [[nodiscard]] const W* panel_of(Index pc, Index kc, Index p) const {
     if constexpr (std::same_as<W, float>) {
       return panel(pc, kc, p);
     } else {
-      return panel_bf16(pc, kc, p);
+      return bf16 + pc * padded_cols + (first_panel + p) * kc * nr;
     }
   }
 };
@@ -725,12 +723,16 @@ class PackedMatrix {
   }
 
  private:
-  template <Index NR>
-  void fill(Operand<float> b, Index k, Index n) {
+  void set_shape(Index k, Index n, Index nr) {
     rows_ = k;
     cols_ = n;
-    nr_ = NR;
-    padded_cols_ = (n + NR - 1) / NR * NR;
+    nr_ = nr;
+    padded_cols_ = (n + nr - 1) / nr * nr;
+  }
+
+  template <Index NR>
+  void fill(Operand<float> b, Index k, Index n) {
+    set_shape(k, n, NR);
     // pack_b writes every element (zeroing partial panels), so reused memory needs no clearing.
     data_.resize(static_cast<std::size_t>(k * padded_cols_));
     for (Index pc = 0; pc < k; pc += gemm_detail::kc_block) {
@@ -744,10 +746,7 @@ class PackedMatrix {
   /// The float32 layout of fill<16>, one panel at a time through a small buffer, rounded to bfloat16.
   void fill_bf16(Operand<float> b, Index k, Index n) {
     constexpr Index NR = gemm_detail::avx512_packed_nr;
-    rows_ = k;
-    cols_ = n;
-    nr_ = NR;
-    padded_cols_ = (n + NR - 1) / NR * NR;
+    set_shape(k, n, NR);
     bf16_.resize(static_cast<std::size_t>(k * padded_cols_));
     alignas(64) float panel[gemm_detail::kc_block * NR];
     for (Index pc = 0; pc < k; pc += gemm_detail::kc_block) {

@@ -29,12 +29,7 @@ struct PackedDecoderWeights {
   }
 };
 
-/// W (out, in) as the B operand of x W^T.
-inline PackedMatrix pack_linear(const RowMatrix<float>& weight) {
-  return PackedMatrix::pack(transpose_of(weight.data(), weight.cols()), weight.cols(), weight.rows());
-}
-
-/// The same into `packed`, reusing its memory.
+/// W (out, in) packed as the B operand of x W^T into `packed`, reusing its memory.
 inline void repack_linear(const RowMatrix<float>& weight, PackedMatrix& packed, DecodePrecision precision) {
   packed.repack(transpose_of(weight.data(), weight.cols()), weight.cols(), weight.rows(), precision);
 }
