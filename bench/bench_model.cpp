@@ -4,10 +4,8 @@
 //   GenerateNoCache     the naive reference measured in the same run: every step recomputes the
 //                       whole sequence with a full forward pass;
 //   ForwardBackward     log-prob loss forward + backward over packed sequences, tokens per second.
-//   GenerateWeightReadBound  what a decode step cannot beat: reading every parameter once per
-//                       step (fp32, the model's threads), as tokens per second for the same
-//                       batch and step count; at batch 8 a decode step is bound by this read.
-// Counters also report the KV cache's bytes next to what the shapes require.
+// Counters also report the KV cache's bytes next to what the shapes require, and the rate at which
+// the decode loop gets through the weights (a decode step of 8 rows is bound by reading them).
 // The side-by-side with transformers / PyTorch eager is tools/scripts/bench_hf_baseline.py
 // (same configs, batch shapes and thread count: VERL_BENCH_THREADS, default all cores).
 #include <benchmark/benchmark.h>

@@ -382,10 +382,12 @@ TEST(TransformerKvCache, ChunkedExtendMatchesTheFullForward) {
   EXPECT_EQ(cache.length(1), 5);
 }
 
-TEST(TransformerKvCache, Bfloat16DecodingIsTheModelWithItsLinearWeightsRounded) {
+TEST(TransformerKvCache, Bfloat16DecodingIsTheModelWithItsLinearProductsRounded) {
   // decode_precision = bfloat16 (verl's rollout.dtype) packs every linear weight rounded to
-  // bfloat16 for the cache; norms, biases and the embedding stay float32. So its logits must be,
-  // bit for bit, those of a float32 model whose linear weights were rounded.
+  // bfloat16 for the cache and rounds the inputs of those products (the gemm tests hold each
+  // product to that); norms, biases, attention and the embedding stay float32. So its logits must
+  // be those of a float32 model whose linear weights were rounded, up to the rounding of the
+  // products' inputs (a relative 2^-9 each), and not those of float32 decoding.
   Transformer model = Transformer::random(llama_config(), {.initializer_range = 0.5, .seed = 8});
   StateDict dict = model.state_dict();
   for (auto& [name, tensor] : dict) {
@@ -419,9 +421,13 @@ TEST(TransformerKvCache, Bfloat16DecodingIsTheModelWithItsLinearWeightsRounded) 
   model.set_decode_precision(verl::model::DecodePrecision::float32);
   const auto float32 = run(model);
   for (std::size_t i = 0; i < bf16.size(); ++i) {
-    EXPECT_EQ(bf16[i], reference[i]) << "extend call " << i;
+    const float scale = reference[i].cwiseAbs().maxCoeff();
+    EXPECT_LE((bf16[i] - reference[i]).cwiseAbs().maxCoeff(), 0.02f * scale) << "extend call " << i;
     EXPECT_GT((bf16[i] - float32[i]).cwiseAbs().maxCoeff(), 0.0f) << "extend call " << i;
   }
+  EXPECT_EQ(run(model), float32) << "float32 decoding again after bfloat16";
+  model.set_decode_precision(verl::model::DecodePrecision::bfloat16);
+  EXPECT_EQ(run(model), bf16) << "bfloat16 decoding is deterministic";
 }
 
 TEST(TransformerStateDict, RoundTripsAndRejectsMismatches) {

@@ -105,8 +105,8 @@ TEST(Gemm, FewRowsGiveTheBitsOfTheSameRowsInALargerProduct) {
 }
 
 /// Products with W (n x k, row-major, used as B = W^T as the linear layers do) packed at
-/// `precision` must equal, bit for bit, the plain float32 product with W rounded to that precision,
-/// for every row count, width, depth, thread count and accumulation.
+/// `precision` (without AMX tiles) must equal, bit for bit, the plain float32 product with A and W
+/// rounded to that precision, for every row count, width, depth, thread count and accumulation.
 void expect_prepacked_products_match(verl::model::DecodePrecision precision, unsigned seed,
                                      std::initializer_list<Index> row_counts, std::initializer_list<Index> widths) {
   std::mt19937 rng(seed);
@@ -123,14 +123,17 @@ void expect_prepacked_products_match(verl::model::DecodePrecision precision, uns
             for (auto& x : a) x = uniform(rng);
             for (auto& x : w) x = uniform(rng);
             for (auto& x : expected) x = uniform(rng);
-            std::vector<float> actual = expected, rounded = w;
+            std::vector<float> actual = expected, rounded = w, rounded_a = a;
             if (precision == verl::model::DecodePrecision::bfloat16) {
               for (auto& x : rounded) x = bf16_bits_to_float(float_to_bf16_bits(x));
+              for (auto& x : rounded_a) x = bf16_bits_to_float(float_to_bf16_bits(x));
             }
-            const PackedMatrix packed = PackedMatrix::pack(transpose_of(w.data(), k), k, n, precision);
+            const PackedMatrix packed =
+                PackedMatrix::pack(transpose_of(w.data(), k), k, n, precision, /*allow_tiles=*/false);
             ASSERT_EQ(packed.precision(), precision);
-            gemm<float>(threads, m, n, k, rows_of(a.data(), lda), transpose_of(rounded.data(), k), expected.data(), ldc,
-                        accumulate);
+            ASSERT_EQ(packed.panels().tile_depth, 0);
+            gemm<float>(threads, m, n, k, rows_of(rounded_a.data(), lda), transpose_of(rounded.data(), k),
+                        expected.data(), ldc, accumulate);
             gemm(threads, m, n, k, rows_of(a.data(), lda), transpose_of(w.data(), k), packed, actual.data(), ldc,
                  accumulate);
             for (std::size_t i = 0; i < actual.size(); ++i) {
@@ -153,11 +156,67 @@ TEST(Gemm, PrepackedWeightsGiveTheBitsOfTheUnpackedProduct) {
                                   {1, 15, 16, 17, 40, 48, 49, 300, 1000});
 }
 
-TEST(Gemm, Bfloat16PrepackedWeightsGiveTheBitsOfTheRoundedWeights) {
+TEST(Gemm, Bfloat16PrepackedWeightsGiveTheBitsOfTheRoundedOperands) {
   // A bfloat16 rollout packs its weights rounded to nearest-even bfloat16 (stored in 16 bits on
-  // AVX-512, through the three-stream kernel for every row count).
+  // AVX-512, through the three-stream kernel for every row count) and rounds the rows it
+  // multiplies them with.
   expect_prepacked_products_match(verl::model::DecodePrecision::bfloat16, 12, {1, 3, 8, 9, 21},
                                   {1, 16, 17, 49, 300, 1000});
+}
+
+TEST(Gemm, Bfloat16TilesSumTheRoundedProductsInFloat32) {
+#if VERL_HAS_AMX_DISPATCH
+  if (!verl::model::detail::gemm_detail::amx_bf16_usable()) GTEST_SKIP() << "this CPU (or kernel) has no AMX bfloat16 tiles";
+#else
+  GTEST_SKIP() << "AMX tiles are not built for this platform";
+#endif
+  // With AMX the tiles sum the products of the rounded operands in their own order: each element
+  // must be within float32 summation error of the exact sum (double), for row counts around a
+  // tile's 16 rows, widths around its 16 columns and depths around its 32.
+  std::mt19937 rng(13);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  ThreadPool pool(2);
+  const auto round = [](float x) { return bf16_bits_to_float(float_to_bf16_bits(x)); };
+  for (const Index m : {1, 3, 8, 16, 17, 40}) {
+    for (const Index n : {1, 16, 17, 97, 300}) {
+      for (const Index k : {1, 31, 32, 33, 600}) {
+        for (ThreadPool* threads : {static_cast<ThreadPool*>(nullptr), &pool}) {
+          for (const bool accumulate : {false, true}) {
+            const Index lda = k + 1, ldc = n + 2;
+            std::vector<float> a(static_cast<std::size_t>(m * lda)), w(static_cast<std::size_t>(n * k));
+            std::vector<float> c(static_cast<std::size_t>(m * ldc));
+            for (auto& x : a) x = uniform(rng);
+            for (auto& x : w) x = uniform(rng);
+            for (auto& x : c) x = uniform(rng);
+            const std::vector<float> before = c;
+            const PackedMatrix packed =
+                PackedMatrix::pack(transpose_of(w.data(), k), k, n, verl::model::DecodePrecision::bfloat16);
+            ASSERT_EQ(packed.panels().tile_depth, (k + 31) / 32 * 32);
+            gemm(threads, m, n, k, rows_of(a.data(), lda), transpose_of(w.data(), k), packed, c.data(), ldc, accumulate);
+            for (Index i = 0; i < m; ++i) {
+              for (Index j = 0; j < ldc; ++j) {
+                const auto at = static_cast<std::size_t>(i * ldc + j);
+                if (j >= n) {
+                  ASSERT_EQ(c[at], before[at]) << "wrote past column " << n;
+                  continue;
+                }
+                double exact = accumulate ? before[at] : 0.0, magnitude = std::abs(exact);
+                for (Index p = 0; p < k; ++p) {
+                  const double term = static_cast<double>(round(a[static_cast<std::size_t>(i * lda + p)])) *
+                                      round(w[static_cast<std::size_t>(j * k + p)]);
+                  exact += term;
+                  magnitude += std::abs(term);
+                }
+                const double bound = static_cast<double>(k + 2) * std::ldexp(1.0, -23) * magnitude;
+                ASSERT_NEAR(c[at], exact, bound) << "m " << m << " n " << n << " k " << k << " at (" << i << ", "
+                                                 << j << ") accumulate " << accumulate;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
 }
 
 TEST(Gemm, Bfloat16PackingRoundsToNearestEvenAndKeepsSpecialValues) {

@@ -38,7 +38,7 @@ Generates from a Hugging Face model folder (config.json, model.safetensors or sh
   -n N                 samples for the prompt (default 1)
   --threads N          model threads (default: VERL_NUM_THREADS, else the CPUs this process may use)
   --dtype D            weights the rollout decodes with: float32 (default) or bfloat16 (verl's
-                       rollout.dtype: rounded weights, half the bytes per decode step)
+                       rollout.dtype: bfloat16 linear products, half the bytes per decode step)
   --print-ids          print the generated token ids, one sample per line
 )";
 

@@ -12,7 +12,9 @@ namespace verl::model {
 
 enum class DecodePrecision {
   float32,   ///< the weights as trained: rollout log-probs equal a forward pass's, bit for bit
-  bfloat16,  ///< weights rounded to nearest-even bfloat16: half the bytes per decode step
+  /// linear weights and the rows multiplied with them rounded to nearest-even bfloat16, products
+  /// summed in float32 (AMX tiles where the CPU has them): half the bytes per decode step
+  bfloat16,
 };
 
 /// "float32" / "fp32" / "float" or "bfloat16" / "bf16" (verl's spellings of rollout.dtype).

@@ -27,6 +27,18 @@
 #include <immintrin.h>
 #endif
 
+// AMX bfloat16 tiles for bfloat16 decode weights: x86-64 Linux (the tile state needs the kernel's
+// permission) with compilers that have the intrinsics.
+#if VERL_HAS_X86_DISPATCH && defined(__x86_64__) && defined(__linux__) && \
+    ((defined(__clang__) && __clang_major__ >= 12) || (!defined(__clang__) && defined(__GNUC__) && __GNUC__ >= 11))
+#define VERL_HAS_AMX_DISPATCH 1
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#else
+#define VERL_HAS_AMX_DISPATCH 0
+#endif
+
 namespace verl::model::detail {
 
 /// A strided read-only matrix operand.
@@ -285,6 +297,9 @@ struct PackedPanels {
   Index first_panel = 0;
   Index nr = 0;
   const std::uint16_t* bf16 = nullptr;  ///< the same layout in bfloat16 (then `data` is null)
+  /// Non-zero: `bf16` holds AMX tile panels instead (see PackedMatrix): each panel is the whole
+  /// depth, padded to this multiple of 32, as rows of 16 columns x 2 consecutive k.
+  Index tile_depth = 0;
   [[nodiscard]] const float* panel(Index pc, Index kc, Index p) const {
     return data + pc * padded_cols + (first_panel + p) * kc * nr;
   }
@@ -551,6 +566,153 @@ VERL_TARGET_AVX512 inline void sgemm_avx512_prepacked_rows(Index m, Index n, Ind
   }
 }
 
+#if VERL_HAS_AMX_DISPATCH
+#define VERL_TARGET_AMX __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx2,fma")))
+
+/// Whether this CPU has AMX bfloat16 tiles and Linux lets the process use them (asked once: the
+/// tile state is enabled per process on request, ARCH_REQ_XCOMP_PERM for XTILEDATA).
+inline bool amx_bf16_usable() {
+  static const bool usable = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) == 0) return false;
+    constexpr unsigned amx_bf16_bit = 1u << 22, amx_tile_bit = 1u << 24;
+    if ((edx & amx_bf16_bit) == 0 || (edx & amx_tile_bit) == 0 || !__builtin_cpu_supports("avx512bw")) return false;
+    constexpr long arch_req_xcomp_perm = 0x1023, xfeature_xtiledata = 18;
+    return syscall(SYS_arch_prctl, arch_req_xcomp_perm, xfeature_xtiledata) == 0;
+  }();
+  return usable;
+}
+
+/// The 64-byte operand of LDTILECFG (palette 1).
+struct alignas(64) TileConfig {
+  std::uint8_t palette = 1;
+  std::uint8_t start_row = 0;
+  std::uint8_t reserved[14] = {};
+  std::uint16_t bytes_per_row[16] = {};
+  std::uint8_t rows[16] = {};
+};
+
+/// Panels whose C tiles a pass of amx_panels keeps in tile registers (tmm2..tmm7; tmm0 holds A
+/// and tmm1 the panel being multiplied).
+inline constexpr int amx_panels_per_pass = 6;
+/// bfloat16 values of k per tile row (64 bytes), and tile rows of A and C.
+inline constexpr Index amx_k_per_tile = 32, amx_rows_per_tile = 16;
+
+/// C tiles of P panels (16 columns each, `panel_stride` values apart) for the rows of A loaded
+/// per tile config, over `chunks` tiles of depth, stored to `out` (P x rows x 16 floats).
+template <int P>
+VERL_TARGET_AMX inline void amx_panels(Index chunks, const std::uint16_t* a, Index a_row_bytes,
+                                       const std::uint16_t* panel0, Index panel_stride, float* out) {
+  static_assert(P >= 1 && P <= amx_panels_per_pass);
+  constexpr Index tile_values = amx_k_per_tile * 16;  // one B tile: 16 k-pairs x 16 columns x 2
+  constexpr Index row_bytes = 64, c_bytes = 16 * sizeof(float) * amx_rows_per_tile;
+  // Tile registers are immediates: one line per register.
+  _tile_zero(2);
+  if constexpr (P > 1) _tile_zero(3);
+  if constexpr (P > 2) _tile_zero(4);
+  if constexpr (P > 3) _tile_zero(5);
+  if constexpr (P > 4) _tile_zero(6);
+  if constexpr (P > 5) _tile_zero(7);
+  for (Index q = 0; q < chunks; ++q) {
+    _tile_loadd(0, a + q * amx_k_per_tile, a_row_bytes);
+    const std::uint16_t* b = panel0 + q * tile_values;
+    // The next tile of every panel: without it the tile loads wait on memory (measured 1.3x
+    // slower); further ahead measured no better.
+    for (int p = 0; p < P; ++p) {
+      const char* ahead = reinterpret_cast<const char*>(b + p * panel_stride + tile_values);
+      for (int line = 0; line < 16; ++line) _mm_prefetch(ahead + 64 * line, _MM_HINT_T0);
+    }
+    _tile_loadd(1, b, row_bytes);
+    _tile_dpbf16ps(2, 0, 1);
+    if constexpr (P > 1) {
+      _tile_loadd(1, b + panel_stride, row_bytes);
+      _tile_dpbf16ps(3, 0, 1);
+    }
+    if constexpr (P > 2) {
+      _tile_loadd(1, b + 2 * panel_stride, row_bytes);
+      _tile_dpbf16ps(4, 0, 1);
+    }
+    if constexpr (P > 3) {
+      _tile_loadd(1, b + 3 * panel_stride, row_bytes);
+      _tile_dpbf16ps(5, 0, 1);
+    }
+    if constexpr (P > 4) {
+      _tile_loadd(1, b + 4 * panel_stride, row_bytes);
+      _tile_dpbf16ps(6, 0, 1);
+    }
+    if constexpr (P > 5) {
+      _tile_loadd(1, b + 5 * panel_stride, row_bytes);
+      _tile_dpbf16ps(7, 0, 1);
+    }
+  }
+  constexpr Index out_row_bytes = 16 * sizeof(float);
+  _tile_stored(2, out, out_row_bytes);
+  if constexpr (P > 1) _tile_stored(3, out + c_bytes / sizeof(float), out_row_bytes);
+  if constexpr (P > 2) _tile_stored(4, out + 2 * c_bytes / sizeof(float), out_row_bytes);
+  if constexpr (P > 3) _tile_stored(5, out + 3 * c_bytes / sizeof(float), out_row_bytes);
+  if constexpr (P > 4) _tile_stored(6, out + 4 * c_bytes / sizeof(float), out_row_bytes);
+  if constexpr (P > 5) _tile_stored(7, out + 5 * c_bytes / sizeof(float), out_row_bytes);
+}
+
+/// C (+)= A B against AMX tile panels (PackedPanels::tile_depth), columns [0, n) of the panels
+/// starting at `panels.first_panel`. A is rounded to bfloat16 (products of bfloat16 values summed
+/// in float32 by the tiles). Six panels at a time are the outer loop so that they stay in L2 while
+/// every 16-row block of A passes over them.
+VERL_TARGET_AMX inline void sgemm_amx_prepacked(Index m, Index n, Index k, Operand<float> a, const PackedPanels& panels,
+                                                float* c, Index ldc, bool accumulate) {
+  constexpr Index R = amx_rows_per_tile;
+  const Index depth = panels.tile_depth, rows = std::min(m, R), row_blocks = (m + R - 1) / R;
+  thread_local std::vector<std::uint16_t> a_bf16;
+  thread_local std::vector<float> a_row;
+  a_bf16.assign(static_cast<std::size_t>(row_blocks * R * depth), 0);
+  a_row.assign(static_cast<std::size_t>((k + 15) / 16 * 16), 0.0f);
+  for (Index i = 0; i < m; ++i) {
+    for (Index j = 0; j < k; ++j) a_row[static_cast<std::size_t>(j)] = a.at(i, j);
+    round_to_bf16_avx512(a_row.data(), static_cast<Index>(a_row.size()), a_bf16.data() + i * depth);
+  }
+  TileConfig config;
+  config.rows[0] = static_cast<std::uint8_t>(rows);
+  config.bytes_per_row[0] = 64;
+  config.rows[1] = static_cast<std::uint8_t>(amx_k_per_tile / 2);
+  config.bytes_per_row[1] = 64;
+  for (int t = 2; t < 8; ++t) {
+    config.rows[t] = static_cast<std::uint8_t>(rows);
+    config.bytes_per_row[t] = 64;
+  }
+  _tile_loadconfig(&config);
+  alignas(64) float out[amx_panels_per_pass * R * 16];
+  const Index count = (n + 15) / 16, chunks = depth / amx_k_per_tile, panel_stride = depth * 16;
+  for (Index p0 = 0; p0 < count; p0 += amx_panels_per_pass) {
+    const int passes = static_cast<int>(std::min<Index>(amx_panels_per_pass, count - p0));
+    const std::uint16_t* panel0 = panels.bf16 + (panels.first_panel + p0) * panel_stride;
+    for (Index block = 0; block < row_blocks; ++block) {
+      const std::uint16_t* a_block = a_bf16.data() + block * R * depth;
+      const Index a_row_bytes = depth * static_cast<Index>(sizeof(std::uint16_t));
+      switch (passes) {
+        case 6: amx_panels<6>(chunks, a_block, a_row_bytes, panel0, panel_stride, out); break;
+        case 5: amx_panels<5>(chunks, a_block, a_row_bytes, panel0, panel_stride, out); break;
+        case 4: amx_panels<4>(chunks, a_block, a_row_bytes, panel0, panel_stride, out); break;
+        case 3: amx_panels<3>(chunks, a_block, a_row_bytes, panel0, panel_stride, out); break;
+        case 2: amx_panels<2>(chunks, a_block, a_row_bytes, panel0, panel_stride, out); break;
+        default: amx_panels<1>(chunks, a_block, a_row_bytes, panel0, panel_stride, out); break;
+      }
+      const Index block_rows = std::min(R, m - block * R);
+      for (int p = 0; p < passes; ++p) {
+        const Index j0 = (p0 + p) * 16;
+        const auto lanes = static_cast<__mmask16>((1u << std::min<Index>(16, n - j0)) - 1u);
+        for (Index i = 0; i < block_rows; ++i) {
+          float* target = c + (block * R + i) * ldc + j0;
+          __m512 v = _mm512_load_ps(out + (p * R + i) * 16);
+          if (accumulate) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(lanes, target));
+          _mm512_mask_storeu_ps(target, lanes, v);
+        }
+      }
+    }
+  }
+  _tile_release();
+}
+#endif
+
 /// Zmm registers per row of the AVX-512 tile (8 x 32: 16 accumulators; 3 measured no faster here
 /// and pads a 64-wide attention head to 96).
 inline constexpr int avx512_vectors = 2;
@@ -671,23 +833,34 @@ class PackedMatrix {
  public:
   PackedMatrix() = default;
 
-  static PackedMatrix pack(Operand<float> b, Index k, Index n, DecodePrecision precision = DecodePrecision::float32) {
+  static PackedMatrix pack(Operand<float> b, Index k, Index n, DecodePrecision precision = DecodePrecision::float32,
+                           bool allow_tiles = true) {
     PackedMatrix packed;
-    packed.repack(b, k, n, precision);
+    packed.repack(b, k, n, precision, allow_tiles);
     return packed;
   }
 
   /// Packs B (k x n) into this matrix, reusing its memory when it has room: packing the weights
-  /// of a model afresh for every rollout cost more in page faults than in copying. bfloat16 rounds
-  /// every value to nearest even; AVX-512 stores them in 16 bits (half the bytes to read), AVX2
-  /// as the same values in float32.
-  void repack(Operand<float> b, Index k, Index n, DecodePrecision precision = DecodePrecision::float32) {
+  /// of a model afresh for every rollout cost more in page faults than in copying.
+  ///
+  /// bfloat16 rounds every value to nearest even, and products with it round A too: bfloat16
+  /// inputs, float32 sums, as a bfloat16 inference engine computes. Where the CPU has AMX tiles
+  /// (and `allow_tiles`), the values go into tile panels and the tiles multiply them (their own
+  /// order of float32 sums); otherwise AVX-512 stores them in 16 bits (half the bytes to read) and
+  /// AVX2 as the same values in float32, and each product is bit for bit the float32 product of
+  /// the rounded operands.
+  void repack(Operand<float> b, Index k, Index n, DecodePrecision precision = DecodePrecision::float32,
+              bool allow_tiles = true) {
     precision_ = precision;
+    tile_depth_ = 0;
 #if VERL_HAS_X86_DISPATCH
     const auto level = algo::detail::simd::best_level();
     if (level == algo::SimdLevel::avx512) {
       if (precision == DecodePrecision::bfloat16) {
         data_.clear();
+#if VERL_HAS_AMX_DISPATCH
+        if (allow_tiles && gemm_detail::amx_bf16_usable()) return fill_tiles(b, k, n);
+#endif
         fill_bf16(b, k, n);
       } else {
         bf16_.clear();
@@ -706,6 +879,7 @@ class PackedMatrix {
 #else
     (void)b, (void)k, (void)n;
 #endif
+    (void)allow_tiles;
     VERL_CHECK_ARG(precision == DecodePrecision::float32,
                    "precision: decoding with bfloat16 weights needs an x86-64 CPU with AVX2 or AVX-512");
     data_.clear();
@@ -718,7 +892,7 @@ class PackedMatrix {
   [[nodiscard]] Index cols() const { return cols_; }
   [[nodiscard]] std::size_t bytes() const { return data_.size() * sizeof(float) + bf16_.size() * sizeof(std::uint16_t); }
   [[nodiscard]] gemm_detail::PackedPanels panels() const {
-    if (!bf16_.empty()) return {nullptr, padded_cols_, 0, nr_, bf16_.data()};
+    if (!bf16_.empty()) return {nullptr, padded_cols_, 0, nr_, bf16_.data(), tile_depth_};
     return {data_.data(), padded_cols_, 0, nr_};
   }
 
@@ -760,10 +934,38 @@ class PackedMatrix {
   }
 #endif
 
+#if VERL_HAS_AMX_DISPATCH
+  /// AMX tile panels: 16 columns each, the whole depth padded with zeros to a multiple of 32, as
+  /// rows of (B(2r, j), B(2r + 1, j)) for the panel's 16 columns j (the B operand layout of
+  /// TDPBF16PS): a pair of bfloat16 values per 32-bit word, 16 words per row.
+  void fill_tiles(Operand<float> b, Index k, Index n) {
+    constexpr Index NR = 16, K = gemm_detail::amx_k_per_tile;
+    set_shape(k, n, NR);
+    tile_depth_ = (k + K - 1) / K * K;
+    bf16_.resize(static_cast<std::size_t>(tile_depth_ * padded_cols_));
+    const Index pairs = tile_depth_ / 2;
+    std::vector<float> column(static_cast<std::size_t>(tile_depth_), 0.0f);
+    std::vector<std::uint16_t> rounded(static_cast<std::size_t>(tile_depth_));
+    for (Index col = 0; col < padded_cols_; ++col) {
+      // Column `col` of B, rounded, then each pair of k to its place in every tile row.
+      if (col < n) {
+        for (Index kk = 0; kk < k; ++kk) column[static_cast<std::size_t>(kk)] = b.at(kk, col);
+        gemm_detail::round_to_bf16_avx512(column.data(), tile_depth_, rounded.data());
+      } else {
+        std::fill(rounded.begin(), rounded.end(), std::uint16_t{0});
+      }
+      std::uint16_t* out = bf16_.data() + (col / NR) * NR * tile_depth_ + 2 * (col % NR);
+      for (Index pair = 0; pair < pairs; ++pair) {
+        std::memcpy(out + 2 * pair * NR, rounded.data() + 2 * pair, 2 * sizeof(std::uint16_t));
+      }
+    }
+  }
+#endif
+
   std::vector<float> data_;
   std::vector<std::uint16_t> bf16_;
   DecodePrecision precision_ = DecodePrecision::float32;
-  Index rows_ = 0, cols_ = 0, padded_cols_ = 0, nr_ = 0;
+  Index rows_ = 0, cols_ = 0, padded_cols_ = 0, nr_ = 0, tile_depth_ = 0;
 };
 
 /// C (+)= A B with B given both as an operand and, when not empty, packed (see PackedMatrix).
@@ -776,12 +978,24 @@ inline void gemm(ThreadPool* pool, Index m, Index n, Index k, Operand<float> a, 
     if (static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) < gemm_parallel_min_flops) pool = nullptr;
     const auto panels = packed.panels();
     const auto level = algo::detail::simd::best_level();
+    // bfloat16 products take A rounded too (the tiles round it as they load it).
+    thread_local std::vector<float> rounded_a;
+    if (packed.precision() == DecodePrecision::bfloat16 && panels.tile_depth == 0) {
+      rounded_a.resize(static_cast<std::size_t>(m * k));
+      for (Index i = 0; i < m; ++i) {
+        for (Index j = 0; j < k; ++j) rounded_a[static_cast<std::size_t>(i * k + j)] = bf16_bits_to_float(float_to_bf16_bits(a.at(i, j)));
+      }
+      a = rows_of(rounded_a.data(), k);
+    }
     if (level == algo::SimdLevel::avx512 && panels.nr == gemm_detail::avx512_packed_nr) {
       const bool bf16 = panels.bf16 != nullptr;
       // float32 products of many rows (a prefill) go through the blocked loops, whose packed A
       // blocks are reused across more columns; bfloat16 panels only through the streams kernel.
       if (m > 8 && !bf16) return gemm_detail::sgemm_avx512_narrow(pool, m, n, k, a, b, c, ldc, accumulate, &panels);
       auto run = [&](Index columns, const gemm_detail::PackedPanels& sub, float* out) {
+#if VERL_HAS_AMX_DISPATCH
+        if (sub.tile_depth > 0) return gemm_detail::sgemm_amx_prepacked(m, columns, k, a, sub, out, ldc, accumulate);
+#endif
         if (bf16) {
           gemm_detail::sgemm_avx512_prepacked_rows<std::uint16_t>(m, columns, k, a, sub, out, ldc, accumulate);
         } else {
