@@ -1,4 +1,4 @@
-// CUDA masked reductions, loss aggregation, vanilla PPO policy loss and KL penalties vs the CPU
+// CUDA masked reductions, loss aggregation, the policy, value and entropy losses and KL penalties vs the CPU
 // references (verl::algo), on random batches with fully masked rows, single-token rows and garbage
 // (inf/NaN) at masked positions, plus host-side checks of the element-wise math the kernels share
 // with the host (these run without a GPU).
@@ -11,6 +11,8 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "cuda_test_support.hpp"
@@ -19,6 +21,10 @@
 #include "verl/kernels/kl_penalty.cuh"
 #include "verl/kernels/masked_reductions.cuh"
 #include "verl/kernels/policy_loss.cuh"
+#include "verl/kernels/entropy_loss.cuh"
+#include "verl/kernels/value_loss.cuh"
+#include "verl/algo/entropy_loss.hpp"
+#include "verl/algo/value_loss.hpp"
 
 namespace {
 
@@ -275,7 +281,11 @@ TEST(CudaLosses, AggLossAndWeightsMatchReference) {
   }
 }
 
-void run_vanilla(Index rows, Index cols, LossAggMode mode, bool per_row_advantages, bool weights, std::uint32_t seed) {
+/// One policy loss through the kernel vs its verl::algo reference, on a batch with empty rows,
+/// single tokens, full rows and log-ratios past the +-20 clamp.
+template <class AlgoLoss>
+void run_policy_loss(const AlgoLoss& reference, Index rows, Index cols, LossAggMode mode, bool per_row_advantages,
+                     bool weights, std::uint32_t seed) {
   std::mt19937 rng(seed);
   const MatrixF old = random_matrix(rows, cols, rng, 1.0f);
   MatrixF lp = old + random_matrix(rows, cols, rng, 0.3f);
@@ -288,7 +298,6 @@ void run_vanilla(Index rows, Index cols, LossAggMode mode, bool per_row_advantag
   verl::algo::PolicyLossBatch batch{old, lp, advantages, mask};
   if (weights) batch.rollout_is_weights.emplace(is_weights);
   GlobalBatchInfo info;
-  const verl::algo::VanillaPPO reference{.clip_ratio_low = 0.2, .clip_ratio_high = 0.28, .clip_ratio_c = 3.0};
   const auto expected = reference.compute(batch, {mode, info});
 
   auto d_old = upload(old), d_lp = upload(lp), d_mask = upload(mask), d_w = upload(is_weights);
@@ -304,32 +313,141 @@ void run_vanilla(Index rows, Index cols, LossAggMode mode, bool per_row_advantag
   in.rollout_is_weights = weights ? d_w.data() : nullptr;
   in.rows = rows;
   in.cols = cols;
-  const auto params = k::VanillaPPOParams::from(0.2, 0.28, 3.0);
+  const auto params = k::kernel_policy_loss(reference);
   std::size_t bytes = 0;
-  k::vanilla_policy_loss(nullptr, bytes, in, params, mode, info, nullptr, nullptr);
+  k::policy_loss(nullptr, bytes, in, params, mode, info, nullptr, nullptr);
   DeviceBuffer<unsigned char> temp(bytes);
-  k::vanilla_policy_loss(temp.data(), bytes, in, params, mode, info, d_grad.data(), d_state.data());
+  k::policy_loss(temp.data(), bytes, in, params, mode, info, d_grad.data(), d_state.data());
   const k::PolicyLossState s = d_state.download().at(0);
-  const std::string what = std::string(verl::algo::to_string(mode)) + (per_row_advantages ? " per-row A" : "") +
-                           (weights ? " IS weights" : "");
+  const std::string what = std::string(AlgoLoss::name) + " " + std::string(verl::algo::to_string(mode)) +
+                           (per_row_advantages ? " per-row A" : "") + (weights ? " IS weights" : "") + " (" +
+                           std::to_string(rows) + ", " + std::to_string(cols) + ")";
   expect_scalar(s.pg_loss, expected.pg_loss, 1e-5, what + " pg_loss");
-  expect_scalar(s.pg_clipfrac, expected.metrics.at("actor/pg_clipfrac"), 1e-6, what + " pg_clipfrac");
-  expect_scalar(s.ppo_kl, expected.metrics.at("actor/ppo_kl"), 1e-5, what + " ppo_kl");
-  expect_scalar(s.pg_clipfrac_lower, expected.metrics.at("actor/pg_clipfrac_lower"), 1e-6, what + " clipfrac_lower");
-  expect_close(d_grad.download(), expected.grad_log_prob, 1e-7f, 1e-6f, what + " grad");
+  const auto metric = [&](const char* key, double actual, double rtol) {
+    if (const auto it = expected.metrics.find(key); it != expected.metrics.end())
+      expect_scalar(actual, it->second, rtol, what + " " + key);
+  };
+  metric("actor/pg_clipfrac", s.pg_clipfrac, 1e-6);
+  metric("actor/ppo_kl", s.ppo_kl, 1e-5);
+  metric("actor/pg_clipfrac_lower", s.pg_clipfrac_lower, 1e-6);
+  expect_close(d_grad.download(), expected.grad_log_prob, 1e-7f, 1e-5f, what + " grad");
 }
 
-TEST(CudaLosses, VanillaPolicyLossMatchesReference) {
-  VERL_REQUIRE_GPU();
+template <class AlgoLoss>
+void run_policy_loss_everywhere(const AlgoLoss& reference) {
   std::uint32_t seed = 1;
   for (const auto mode : {LossAggMode::token_mean, LossAggMode::seq_mean_token_sum, LossAggMode::seq_mean_token_mean,
                           LossAggMode::seq_mean_token_sum_norm})
     for (const bool per_row : {false, true})
       for (const bool weights : {false, true}) {
-        run_vanilla(1, 1, mode, per_row, weights, seed++);
-        run_vanilla(33, 70, mode, per_row, weights, seed++);
-        run_vanilla(128, 1024, mode, per_row, weights, seed++);
+        run_policy_loss(reference, 1, 1, mode, per_row, weights, seed++);
+        run_policy_loss(reference, 33, 70, mode, per_row, weights, seed++);
+        run_policy_loss(reference, 128, 1024, mode, per_row, weights, seed++);
       }
+}
+
+TEST(CudaLosses, VanillaPolicyLossMatchesReference) {
+  VERL_REQUIRE_GPU();
+  run_policy_loss_everywhere(verl::algo::VanillaPPO{.clip_ratio_low = 0.2, .clip_ratio_high = 0.28, .clip_ratio_c = 3.0});
+}
+
+TEST(CudaLosses, TokenwisePolicyLossesMatchReference) {
+  VERL_REQUIRE_GPU();
+  run_policy_loss_everywhere(verl::algo::GPGLoss{});
+  run_policy_loss_everywhere(verl::algo::ReinforceLoss{});
+  run_policy_loss_everywhere(verl::algo::CISPO{.clip_ratio_low = 0.2, .clip_ratio_high = 0.28});
+  run_policy_loss_everywhere(verl::algo::SAPO{.tau_pos = 1.0, .tau_neg = 1.05});
+}
+
+TEST(CudaLosses, SequencePolicyLossesMatchReference) {
+  VERL_REQUIRE_GPU();
+  run_policy_loss_everywhere(verl::algo::GSPO{.clip_ratio_low = 3e-4, .clip_ratio_high = 4e-4});
+  run_policy_loss_everywhere(verl::algo::GeoMean{.clip_ratio_low = 0.4, .clip_ratio_high = 0.4});
+}
+
+TEST(CudaLosses, PolicyLossOfAnEmptyBatch) {
+  VERL_REQUIRE_GPU();
+  k::PolicyLossInputs in;  // (0, 0): the state is still written
+  DeviceBuffer<k::PolicyLossState> d_state(1);
+  std::size_t bytes = 0;
+  k::policy_loss(nullptr, bytes, in, k::GPGParams{}, LossAggMode::seq_mean_token_sum, {}, nullptr, nullptr);
+  DeviceBuffer<unsigned char> temp(bytes);
+  k::policy_loss(temp.data(), bytes, in, k::GPGParams{}, LossAggMode::seq_mean_token_sum, {}, nullptr, d_state.data());
+  const k::PolicyLossState s = d_state.download().at(0);
+  EXPECT_EQ(s.pg_clipfrac, 0.0f);
+  EXPECT_EQ(s.ppo_kl, 0.0f);
+}
+
+TEST(CudaLosses, ValueLossMatchesReference) {
+  VERL_REQUIRE_GPU();
+  GlobalBatchInfo custom;
+  custom.dp_size = 2;
+  custom.batch_num_tokens = 500;
+  custom.global_batch_size = 64;
+  custom.loss_scale_factor = 100;
+  for (const auto& [rows, cols] : {std::pair<Index, Index>{1, 1}, {45, 13}, {256, 700}}) {
+    std::mt19937 rng(static_cast<std::uint32_t>(3 * rows + cols));
+    const MatrixF values = random_matrix(rows, cols, rng);
+    const MatrixF returns = values + random_matrix(rows, cols, rng, 0.5f);
+    MatrixF vpreds = values + random_matrix(rows, cols, rng, 0.6f);
+    const float clip = 0.5f;
+    for (Index i = 0; i < vpreds.size(); i += 3) vpreds.data()[i] = values.data()[i] + clip;  // on the bound
+    const MatrixF mask = random_mask(rows, cols, rng);
+    auto d_v = upload(vpreds), d_r = upload(returns), d_o = upload(values), d_m = upload(mask);
+    DeviceBuffer<float> d_grad(static_cast<std::size_t>(rows * cols));
+    DeviceBuffer<k::ValueLossState> d_state(1);
+    const k::ValueLossInputs in{d_v.data(), d_r.data(), d_o.data(), d_m.data(), rows, cols};
+    for (const auto mode : {LossAggMode::token_mean, LossAggMode::seq_mean_token_sum,
+                            LossAggMode::seq_mean_token_mean, LossAggMode::seq_mean_token_sum_norm})
+      for (const GlobalBatchInfo& info : {GlobalBatchInfo{}, custom}) {
+        const std::string what = std::string(verl::algo::to_string(mode)) + " B=" + std::to_string(rows);
+        std::size_t bytes = 0;
+        k::value_loss(nullptr, bytes, in, clip, mode, info, nullptr, nullptr);
+        DeviceBuffer<unsigned char> temp(bytes);
+        k::value_loss(temp.data(), bytes, in, clip, mode, info, d_grad.data(), d_state.data());
+        const k::ValueLossState s = d_state.download().at(0);
+        const auto expected = verl::algo::compute_value_loss(vpreds, returns, values, mask, clip, mode, info);
+        expect_scalar(s.vf_loss, expected.vf_loss, 1e-5, what + " vf_loss");
+        expect_scalar(s.vf_clipfrac, expected.vf_clipfrac, 1e-6, what + " vf_clipfrac");
+        expect_scalar(s.vpred_mean, expected.metrics.at("critic/vpred_mean"), 1e-5, what + " vpred_mean");
+        // Same float operations in the same order (no FMA): bit for bit.
+        expect_close(d_grad.download(), expected.grad_vpreds, 0.0f, 0.0f, what + " grad");
+      }
+  }
+}
+
+TEST(CudaLosses, EntropyLossMatchesReference) {
+  VERL_REQUIRE_GPU();
+  for (const auto& [batch, length, vocab] :
+       {std::tuple<Index, Index, Index>{1, 1, 1}, {4, 7, 11}, {6, 33, 1037}, {2, 9, 151936}}) {
+    std::mt19937 rng(static_cast<std::uint32_t>(batch * length + vocab));
+    const MatrixF logits = random_matrix(batch * length, vocab, rng, 2.0f);
+    const MatrixF mask = random_mask(batch, length, rng);
+    auto d_logits = upload(logits), d_m = upload(mask);
+    DeviceBuffer<float> d_grad(static_cast<std::size_t>(logits.size()));
+    DeviceBuffer<k::AggLossState> d_state(1);
+    const k::LogitsShape shape{batch * length, vocab, vocab};
+    for (const auto mode : {LossAggMode::token_mean, LossAggMode::seq_mean_token_mean}) {
+      const std::string what = std::string(verl::algo::to_string(mode)) + " V=" + std::to_string(vocab);
+      std::size_t bytes = 0;
+      k::entropy_loss<float>(nullptr, bytes, nullptr, shape, nullptr, batch, length, mode, {}, nullptr);
+      DeviceBuffer<unsigned char> temp(bytes);
+      k::entropy_loss(temp.data(), bytes, d_logits.data(), shape, d_m.data(), batch, length, mode, {},
+                      d_state.data(), d_grad.data());
+      const auto expected = verl::algo::compute_entropy_loss(logits, mask, mode);
+      expect_scalar(d_state.download().at(0).loss, expected.entropy_loss, 1e-5, what + " entropy_loss");
+      // As the logits kernels' own tests: 1e-4 relative + 1e-5 of the row's largest |grad|.
+      const std::vector<float> grad = d_grad.download();
+      for (Index i = 0; i < expected.grad_logits.rows(); ++i) {
+        const float row_scale = expected.grad_logits.row(i).cwiseAbs().maxCoeff();
+        for (Index j = 0; j < vocab; ++j) {
+          const float e = expected.grad_logits(i, j), a = grad[static_cast<std::size_t>(i * vocab + j)];
+          ASSERT_LE(std::abs(a - e), 1e-5f * row_scale + 1e-4f * std::abs(e))
+              << what << " grad_logits(" << i << ", " << j << "): got " << a << ", expected " << e;
+        }
+      }
+    }
+  }
 }
 
 TEST(CudaLosses, KlRewardsMatchReferenceExactly) {

@@ -14,6 +14,8 @@
 #include "verl/kernels/logprob_entropy.cuh"
 #include "verl/kernels/masked_reductions.cuh"
 #include "verl/kernels/policy_loss.cuh"
+#include "verl/kernels/entropy_loss.cuh"
+#include "verl/kernels/value_loss.cuh"
 
 namespace verl::conformance::cuda_path {
 namespace {
@@ -155,15 +157,21 @@ MatrixF kl_rewards(const MatrixF& scores, const MatrixF& old_log_prob, const Mat
   return to_host(d_out, rows, cols);
 }
 
-algo::PolicyLossResult vanilla_policy_loss(const MatrixF& old_log_prob, const MatrixF& log_prob,
-                                           const MatrixF& advantages, const MatrixF& mask,
-                                           const MatrixF* rollout_is_weights, const kernels::VanillaPPOParams& params,
-                                           algo::LossAggMode mode, const algo::GlobalBatchInfo& info) {
-  const Index rows = log_prob.rows(), cols = log_prob.cols();
-  auto d_old = to_device(old_log_prob), d_lp = to_device(log_prob), d_adv = to_device(advantages),
-       d_m = to_device(mask);
-  DeviceBuffer<float> d_w(rollout_is_weights ? static_cast<std::size_t>(rows * cols) : 0);
-  if (rollout_is_weights) d_w.upload(rollout_is_weights->data());
+namespace {
+
+template <class Loss>
+constexpr bool has_kernel = requires(const Loss& loss) { kernels::kernel_policy_loss(loss); };
+
+template <class KernelLoss>
+algo::PolicyLossResult run_policy_loss(const KernelLoss& loss, std::string_view name,
+                                       const algo::PolicyLossBatch& batch, algo::LossAggMode mode,
+                                       const algo::GlobalBatchInfo& info) {
+  const Index rows = batch.log_prob.rows(), cols = batch.log_prob.cols();
+  auto d_old = to_device(batch.old_log_prob), d_lp = to_device(batch.log_prob), d_adv = to_device(batch.advantages),
+       d_m = to_device(batch.response_mask);
+  const bool weighted = batch.rollout_is_weights.has_value();
+  DeviceBuffer<float> d_w(weighted ? static_cast<std::size_t>(rows * cols) : 0);
+  if (weighted) d_w.upload(MatrixF(*batch.rollout_is_weights).data());
   DeviceBuffer<float> d_grad(static_cast<std::size_t>(rows * cols));
   DeviceBuffer<kernels::PolicyLossState> state(1);
   kernels::PolicyLossInputs in;
@@ -171,20 +179,84 @@ algo::PolicyLossResult vanilla_policy_loss(const MatrixF& old_log_prob, const Ma
   in.log_prob = d_lp.data();
   in.advantages = d_adv.data();
   in.response_mask = d_m.data();
-  in.rollout_is_weights = rollout_is_weights ? d_w.data() : nullptr;
+  in.rollout_is_weights = weighted ? d_w.data() : nullptr;
   in.rows = rows;
   in.cols = cols;
   std::size_t bytes = 0;
-  kernels::vanilla_policy_loss(nullptr, bytes, in, params, mode, info, nullptr, nullptr);
+  kernels::policy_loss(nullptr, bytes, in, loss, mode, info, nullptr, nullptr);
   DeviceBuffer<unsigned char> temp(bytes);
-  kernels::vanilla_policy_loss(temp.data(), bytes, in, params, mode, info, d_grad.data(), state.data());
+  kernels::policy_loss(temp.data(), bytes, in, loss, mode, info, d_grad.data(), state.data());
   VERL_CUDA_CHECK(cudaDeviceSynchronize());
   const kernels::PolicyLossState s = state.download().at(0);
   algo::PolicyLossResult result{s.pg_loss, to_host(d_grad, rows, cols), {}};
-  result.metrics["actor/pg_clipfrac"] = s.pg_clipfrac;
+  // The metrics verl reports for each loss: none for gpg, ppo_kl only for reinforce.
+  if (name == "gpg") return result;
   result.metrics["actor/ppo_kl"] = s.ppo_kl;
+  if (name == "reinforce") return result;
+  result.metrics["actor/pg_clipfrac"] = s.pg_clipfrac;
   result.metrics["actor/pg_clipfrac_lower"] = s.pg_clipfrac_lower;
   return result;
+}
+
+}  // namespace
+
+algo::ValueLoss<float> value_loss(const MatrixF& vpreds, const MatrixF& returns, const MatrixF& values,
+                                  const MatrixF& mask, double cliprange_value, algo::LossAggMode mode) {
+  const Index rows = vpreds.rows(), cols = vpreds.cols();
+  auto d_v = to_device(vpreds), d_r = to_device(returns), d_o = to_device(values), d_m = to_device(mask);
+  DeviceBuffer<float> d_grad(static_cast<std::size_t>(rows * cols));
+  DeviceBuffer<kernels::ValueLossState> state(1);
+  const kernels::ValueLossInputs in{d_v.data(), d_r.data(), d_o.data(), d_m.data(), rows, cols};
+  std::size_t bytes = 0;
+  kernels::value_loss(nullptr, bytes, in, cliprange_value, mode, {}, nullptr, nullptr);
+  DeviceBuffer<unsigned char> temp(bytes);
+  kernels::value_loss(temp.data(), bytes, in, cliprange_value, mode, {}, d_grad.data(), state.data());
+  VERL_CUDA_CHECK(cudaDeviceSynchronize());
+  const kernels::ValueLossState s = state.download().at(0);
+  algo::ValueLoss<float> out;
+  out.vf_loss = s.vf_loss;
+  out.vf_clipfrac = s.vf_clipfrac;
+  out.grad_vpreds = to_host(d_grad, rows, cols);
+  out.metrics["critic/vf_loss"] = s.vf_loss;
+  out.metrics["critic/vf_clipfrac"] = s.vf_clipfrac;
+  out.metrics["critic/vpred_mean"] = s.vpred_mean;
+  return out;
+}
+
+algo::EntropyLoss entropy_loss(const MatrixF& logits, const MatrixF& mask, algo::LossAggMode mode) {
+  const Index batch = mask.rows(), length = mask.cols();
+  auto d_logits = to_device(logits), d_m = to_device(mask);
+  DeviceBuffer<float> d_grad(static_cast<std::size_t>(logits.size()));
+  DeviceBuffer<kernels::AggLossState> state(1);
+  const kernels::LogitsShape shape{logits.rows(), logits.cols(), logits.cols()};
+  std::size_t bytes = 0;
+  kernels::entropy_loss<float>(nullptr, bytes, nullptr, shape, nullptr, batch, length, mode, {}, nullptr);
+  DeviceBuffer<unsigned char> temp(bytes);
+  kernels::entropy_loss(temp.data(), bytes, d_logits.data(), shape, d_m.data(), batch, length, mode, {},
+                        state.data(), d_grad.data());
+  VERL_CUDA_CHECK(cudaDeviceSynchronize());
+  algo::EntropyLoss out;
+  out.entropy_loss = state.download().at(0).loss;
+  out.grad_logits = to_host(d_grad, logits.rows(), logits.cols());
+  return out;
+}
+
+bool has_policy_loss_kernel(const algo::AnyPolicyLoss& loss) {
+  return std::visit([](const auto& l) { return has_kernel<std::decay_t<decltype(l)>>; }, loss.variant());
+}
+
+algo::PolicyLossResult policy_loss(const algo::AnyPolicyLoss& loss, const algo::PolicyLossBatch& batch,
+                                   algo::LossAggMode mode, const algo::GlobalBatchInfo& info) {
+  return std::visit(
+      [&](const auto& l) -> algo::PolicyLossResult {
+        using Loss = std::decay_t<decltype(l)>;
+        if constexpr (has_kernel<Loss>) {
+          return run_policy_loss(kernels::kernel_policy_loss(l), Loss::name, batch, mode, info);
+        } else {
+          verl::detail::throw_invalid_argument("loss_mode: no CUDA kernel for policy loss '{}'", Loss::name);
+        }
+      },
+      loss.variant());
 }
 
 LogitsOutput logprob_entropy(const MatrixF& logits, const std::vector<std::int64_t>* labels,

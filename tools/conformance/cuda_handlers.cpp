@@ -14,7 +14,10 @@
 
 #include "cuda_runner.hpp"
 #include "handlers.hpp"
+#include "policy_loss_config.hpp"
 #include "verl/algo/advantages.hpp"
+#include "verl/algo/entropy_loss.hpp"
+#include "verl/algo/value_loss.hpp"
 #include "verl/algo/advantages/detail/row_ops.hpp"
 #include "verl/algo/kl_registry.hpp"
 #include "verl/algo/loss_aggregation.hpp"
@@ -163,31 +166,18 @@ void compute_rewards_case(const GoldenCase& c, CaseCheck& check) {
                c.tolerance());
 }
 
-// ---- vanilla PPO -----------------------------------------------------------------------------------
+// ---- policy losses (kernels/policy_loss.cuh) -------------------------------------------------------
 
-algo::GlobalBatchInfo global_batch_info_from(const json& actor) {
-  algo::GlobalBatchInfo info;
-  if (!actor.contains("global_batch_info") || actor.at("global_batch_info").is_null()) return info;
-  const json& g = actor.at("global_batch_info");
-  if (const auto dp = optional_number(g, "dp_size")) info.dp_size = *dp;
-  info.batch_num_tokens = optional_number(g, "batch_num_tokens");
-  info.global_batch_size = optional_number(g, "global_batch_size");
-  info.loss_scale_factor = optional_number(g, "loss_scale_factor");
-  return info;
+/// The loss a case runs: verl's registry (as get_policy_loss_fn), or compute_policy_loss_reinforce.
+algo::AnyPolicyLoss policy_loss_of(const GoldenCase& c) {
+  if (c.fn() == "compute_policy_loss_reinforce") return algo::ReinforceLoss{};
+  return algo::make_policy_loss(policy_loss_mode_of(c), policy_loss_config_from(c));
 }
 
-void vanilla_case(const GoldenCase& c, CaseCheck& check) {
-  const json& args = c.args();
-  const json& actor = args.at("config");
-  // clip_ratio_low / _high fall back to clip_ratio, as verl's config (PolicyLossConfig) does.
-  algo::PolicyLossConfig config;
-  if (const auto v = optional_number(actor, "clip_ratio")) config.clip_ratio = *v;
-  if (actor.contains("clip_ratio_low")) config.clip_ratio_low = optional_number(actor, "clip_ratio_low");
-  if (actor.contains("clip_ratio_high")) config.clip_ratio_high = optional_number(actor, "clip_ratio_high");
-  if (const auto v = optional_number(actor, "clip_ratio_c")) config.clip_ratio_c = *v;
-  const auto params = kernels::VanillaPPOParams::from(config.resolved_clip_ratio_low(),
-                                                      config.resolved_clip_ratio_high(), config.clip_ratio_c);
-  const MatrixF old = c.input_tensor("old_log_prob").matrix<float>();
+void policy_loss_case(const GoldenCase& c, CaseCheck& check) {
+  const bool reinforce = c.fn() == "compute_policy_loss_reinforce";
+  const algo::AnyPolicyLoss loss = policy_loss_of(c);
+  const MatrixF old = c.input_tensor(reinforce ? "rollout_log_prob" : "old_log_prob").matrix<float>();
   const MatrixF lp = c.input_tensor("log_prob").matrix<float>();
   const MatrixF adv = c.input_tensor("advantages").matrix<float>();
   const MatrixF mask = c.input_tensor("response_mask").matrix<float>();
@@ -196,10 +186,13 @@ void vanilla_case(const GoldenCase& c, CaseCheck& check) {
   algo::PolicyLossBatch batch{old, lp, adv, mask};
   if (weights) batch.rollout_is_weights.emplace(*weights);
   (void)algo::detail::validate_policy_loss_batch(batch);  // shapes and the 0/1 mask, as verl raises
-  const auto mode = c.has_arg("loss_agg_mode") ? algo::parse_loss_agg_mode(args.at("loss_agg_mode").get<std::string>())
-                                               : algo::LossAggMode::token_mean;
-  const auto result = cuda_path::vanilla_policy_loss(old, lp, adv, mask, weights ? &*weights : nullptr, params, mode,
-                                                     global_batch_info_from(actor));
+  const json empty = json::object();
+  const json& actor = c.has_arg("config") && !c.args().at("config").is_null() ? c.args().at("config") : empty;
+  const auto fallback = reinforce ? algo::LossAggMode::seq_mean_token_sum : algo::LossAggMode::token_mean;
+  const auto mode = c.has_arg("loss_agg_mode")
+                        ? algo::parse_loss_agg_mode(c.args().at("loss_agg_mode").get<std::string>())
+                        : fallback;
+  const auto result = cuda_path::policy_loss(loss, batch, mode, global_batch_info_from(actor));
   for (auto it = c.outputs().begin(); it != c.outputs().end(); ++it) {
     const std::string& key = it.key();
     if (key == "pg_loss") {
@@ -214,15 +207,14 @@ void vanilla_case(const GoldenCase& c, CaseCheck& check) {
   }
 }
 
-/// The policy-loss cases the vanilla kernel covers: no rollout-correction options (they change the
-/// loss; the kernel has none).
-bool vanilla_supported(const GoldenCase& c) {
-  if (!c.registry_name().empty() && c.registry_name() != "vanilla") return false;
-  if (!c.has_arg("config")) return false;
-  const json& actor = c.args().at("config");
-  if (!actor.contains("policy_loss") || actor.at("policy_loss").is_null()) return true;
-  const json& pl = actor.at("policy_loss");
-  return !pl.contains("rollout_correction") || pl.at("rollout_correction").is_null();
+/// The cases of the losses with a kernel (not clip_cov, kl_cov, bypass_mode). A configuration
+/// verl rejects is run, so that the case raises as on the CPU.
+bool policy_loss_supported(const GoldenCase& c) {
+  try {
+    return cuda_path::has_policy_loss_kernel(policy_loss_of(c));
+  } catch (const std::exception&) {
+    return true;
+  }
 }
 
 // ---- functional: log-probs, entropy, sum p^2 (kernels/logprob_entropy.cuh) ---------------------------
@@ -300,6 +292,36 @@ void masked_var_case(const GoldenCase& c, CaseCheck& check) {
   check.tensor("grad:values", out.grad, c.grad_tolerance(), c.grad_tie_indices());
 }
 
+// ---- value and entropy losses ---------------------------------------------------------------------
+
+void value_loss_case(const GoldenCase& c, CaseCheck& check) {
+  require_known_outputs(c, check, {"vf_loss", "vf_clipfrac", "grad:vpreds"});
+  const MatrixF vpreds = c.input_tensor("vpreds").matrix<float>();
+  const MatrixF returns = c.input_tensor("returns").matrix<float>();
+  const MatrixF values = c.input_tensor("values").matrix<float>();
+  const MatrixF mask = c.input_tensor("response_mask").matrix<float>();
+  verl::detail::require_same_shape("returns", shape_of(returns), "vpreds", shape_of(vpreds));
+  verl::detail::require_same_shape("values", shape_of(values), "vpreds", shape_of(vpreds));
+  verl::detail::require_same_shape("response_mask", shape_of(mask), "vpreds", shape_of(vpreds));
+  (void)algo::detail::count_mask("response_mask", mask);  // the 0/1 check, as the CPU path
+  const auto mode = algo::parse_loss_agg_mode(c.args().value("loss_agg_mode", std::string("token-mean")));
+  const auto out = cuda_path::value_loss(vpreds, returns, values, mask, c.args().at("cliprange_value").get<double>(), mode);
+  check.scalar("vf_loss", out.vf_loss, c.tolerance());
+  check.scalar("vf_clipfrac", out.vf_clipfrac, c.tolerance());
+  check.tensor("grad:vpreds", out.grad_vpreds, c.grad_tolerance(), c.grad_tie_indices());
+}
+
+void entropy_loss_case(const GoldenCase& c, CaseCheck& check) {
+  require_known_outputs(c, check, {"entropy_loss", "grad:logits"});
+  const MatrixF logits = c.input_tensor("logits").matrix<float>();
+  const MatrixF mask = c.input_tensor("response_mask").matrix<float>();
+  algo::detail::require_entropy_loss_shapes(logits, mask);
+  const auto mode = algo::parse_loss_agg_mode(c.args().value("loss_agg_mode", std::string("token-mean")));
+  const auto out = cuda_path::entropy_loss(logits, mask, mode);
+  check.scalar("entropy_loss", out.entropy_loss, c.tolerance());
+  check.tensor("grad:logits", out.grad_logits, c.grad_tolerance(), c.grad_tie_indices());
+}
+
 void register_cuda(CudaSupport& cuda) {
   cuda.unavailable_reason = cuda_path::unavailable_reason;
   HandlerTable& t = cuda.handlers;
@@ -324,8 +346,15 @@ void register_cuda(CudaSupport& cuda) {
   t["kl_penalty"] = kl_case;
   t["kl_penalty_forward"] = kl_case;
   t["compute_rewards"] = compute_rewards_case;
-  t["compute_policy_loss_vanilla"] = vanilla_case;
-  cuda.supports["compute_policy_loss_vanilla"] = vanilla_supported;
+  t["compute_value_loss"] = value_loss_case;
+  t["compute_entropy_loss"] = entropy_loss_case;
+  for (const char* fn : {"compute_policy_loss_vanilla", "compute_policy_loss_gspo", "compute_policy_loss_sapo",
+                         "compute_policy_loss_gpg", "compute_policy_loss_clip_cov", "compute_policy_loss_kl_cov",
+                         "compute_policy_loss_geo_mean", "compute_policy_loss_cispo",
+                         "compute_policy_loss_bypass_mode", "compute_policy_loss_reinforce"}) {
+    t[fn] = policy_loss_case;
+    cuda.supports[fn] = policy_loss_supported;
+  }
   for (const char* fn : {"logprobs_from_logits", "logprobs_from_logits_v2", "logprobs_from_logits_naive"})
     t[fn] = logprobs_case;
   t["entropy_from_logits"] = entropy_case;

@@ -8,7 +8,10 @@
 #include <vector>
 
 #include "verl/algo/advantage_estimator.hpp"
+#include "verl/algo/entropy_loss.hpp"
+#include "verl/algo/value_loss.hpp"
 #include "verl/algo/policy_loss.hpp"
+#include "verl/algo/policy_loss_registry.hpp"
 #include "verl/kernels/advantages.hpp"
 #include "verl/kernels/kl_penalty.hpp"
 #include "verl/kernels/masked_reductions.hpp"
@@ -44,11 +47,20 @@ KlOutput kl_penalty(kernels::KlType type, const MatrixF& logprob, const MatrixF&
 /// verl's compute_rewards: scores - (old - ref) * kl_ratio.
 MatrixF kl_rewards(const MatrixF& scores, const MatrixF& old_log_prob, const MatrixF& ref_log_prob, double kl_ratio);
 
-/// verl's compute_policy_loss_vanilla: pg_loss, grad w.r.t. log_prob, verl's three metrics.
-algo::PolicyLossResult vanilla_policy_loss(const MatrixF& old_log_prob, const MatrixF& log_prob,
-                                           const MatrixF& advantages, const MatrixF& mask,
-                                           const MatrixF* rollout_is_weights, const kernels::VanillaPPOParams& params,
-                                           algo::LossAggMode mode, const algo::GlobalBatchInfo& info);
+/// verl's compute_value_loss through kernels/value_loss.cuh.
+algo::ValueLoss<float> value_loss(const MatrixF& vpreds, const MatrixF& returns, const MatrixF& values,
+                                  const MatrixF& mask, double cliprange_value, algo::LossAggMode mode);
+
+/// verl's compute_entropy_loss through kernels/entropy_loss.cuh: logits (B*T, V), mask (B, T).
+algo::EntropyLoss entropy_loss(const MatrixF& logits, const MatrixF& mask, algo::LossAggMode mode);
+
+/// Whether kernels/policy_loss.cuh runs this loss (not clip_cov, kl_cov, bypass_mode).
+bool has_policy_loss_kernel(const algo::AnyPolicyLoss& loss);
+
+/// A policy loss through kernels/policy_loss.cuh: pg_loss, grad w.r.t. log_prob, and the metrics
+/// verl reports for it. Requires has_policy_loss_kernel(loss).
+algo::PolicyLossResult policy_loss(const algo::AnyPolicyLoss& loss, const algo::PolicyLossBatch& batch,
+                                   algo::LossAggMode mode, const algo::GlobalBatchInfo& info);
 
 /// Log-probs of `labels` (nullptr: none), entropy and sum p^2 of each row of `logits`, through
 /// kernels/logprob_entropy.cuh; with a cotangent of the log-probs or of the entropy, also

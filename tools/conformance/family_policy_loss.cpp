@@ -7,74 +7,13 @@
 #include <string_view>
 
 #include "handlers.hpp"
+#include "policy_loss_config.hpp"
 #include "verl/algo/policy_losses.hpp"
 
 namespace verl::conformance {
 namespace {
 
 using namespace verl::algo;
-
-GlobalBatchInfo global_batch_info_from(const json& config) {
-  GlobalBatchInfo info;
-  if (!config.contains("global_batch_info") || config.at("global_batch_info").is_null()) return info;
-  const json& g = config.at("global_batch_info");
-  if (const auto dp = optional_number(g, "dp_size")) info.dp_size = *dp;
-  info.batch_num_tokens = optional_number(g, "batch_num_tokens");
-  info.global_batch_size = optional_number(g, "global_batch_size");
-  info.loss_scale_factor = optional_number(g, "loss_scale_factor");
-  return info;
-}
-
-std::optional<std::string> optional_string(const json& object, const char* key) {
-  if (!object.contains(key) || object.at(key).is_null()) return std::nullopt;
-  return object.at(key).get<std::string>();
-}
-
-RolloutCorrectionConfig rollout_correction_from(const json& rc) {
-  RolloutCorrectionConfig config;
-  if (rc.contains("loss_type") && !rc.at("loss_type").is_null()) config.loss_type = rc.at("loss_type").get<std::string>();
-  config.rollout_is = optional_string(rc, "rollout_is");
-  config.rollout_is_threshold = rc.contains("rollout_is_threshold") ? optional_number(rc, "rollout_is_threshold") : 2.0;
-  config.rollout_is_batch_normalize = rc.value("rollout_is_batch_normalize", false);
-  config.rollout_rs = optional_string(rc, "rollout_rs");
-  if (rc.contains("rollout_rs_threshold") && !rc.at("rollout_rs_threshold").is_null()) {
-    const json& t = rc.at("rollout_rs_threshold");
-    if (t.is_string()) {
-      config.rollout_rs_threshold = RejectionThresholdSpec(t.get<std::string>());
-    } else {
-      config.rollout_rs_threshold = RejectionThresholdSpec(t.get<double>());
-    }
-  }
-  return config;
-}
-
-/// The actor config of a case under verl's keys; absent keys keep their defaults (verl's code
-/// does not read them for that loss).
-PolicyLossConfig policy_loss_config_from(const GoldenCase& c) {
-  PolicyLossConfig config;
-  const json& args = c.args();
-  const json empty = json::object();
-  const json& actor = args.contains("config") && !args.at("config").is_null() ? args.at("config") : empty;
-  if (const auto v = optional_number(actor, "clip_ratio")) config.clip_ratio = *v;
-  if (actor.contains("clip_ratio_low")) config.clip_ratio_low = optional_number(actor, "clip_ratio_low");
-  if (actor.contains("clip_ratio_high")) config.clip_ratio_high = optional_number(actor, "clip_ratio_high");
-  if (const auto v = optional_number(actor, "clip_ratio_c")) config.clip_ratio_c = *v;
-  if (const auto v = optional_number(actor, "tau_pos")) config.tau_pos = *v;
-  if (const auto v = optional_number(actor, "tau_neg")) config.tau_neg = *v;
-  if (actor.contains("policy_loss") && !actor.at("policy_loss").is_null()) {
-    const json& pl = actor.at("policy_loss");
-    auto& options = config.policy_loss;
-    if (pl.contains("clip_cov_ratio")) options.clip_cov_ratio = optional_number(pl, "clip_cov_ratio");
-    if (pl.contains("clip_cov_lb")) options.clip_cov_lb = optional_number(pl, "clip_cov_lb");
-    if (pl.contains("clip_cov_ub")) options.clip_cov_ub = optional_number(pl, "clip_cov_ub");
-    if (pl.contains("kl_cov_ratio")) options.kl_cov_ratio = optional_number(pl, "kl_cov_ratio");
-    if (pl.contains("ppo_kl_coef")) options.ppo_kl_coef = optional_number(pl, "ppo_kl_coef");
-    if (pl.contains("rollout_correction") && !pl.at("rollout_correction").is_null())
-      options.rollout_correction = rollout_correction_from(pl.at("rollout_correction"));
-  }
-  if (const auto seed = optional_number(args, "torch_seed")) config.clip_cov_seed = static_cast<std::uint64_t>(*seed);
-  return config;
-}
 
 /// The case's tensors, owned here so that the batch's views stay valid.
 struct CaseTensors {
@@ -121,10 +60,7 @@ LossAggMode loss_agg_mode_of(const GoldenCase& c, LossAggMode fallback) {
 }
 
 void run_registered(const GoldenCase& c, CaseCheck& check) {
-  // verl's registry name; fixtures without one name the function compute_policy_loss_<name>.
-  std::string loss_mode = c.registry_name();
-  if (loss_mode.empty()) loss_mode = c.fn().substr(std::string_view("compute_policy_loss_").size());
-  const AnyPolicyLoss loss = make_policy_loss(loss_mode, policy_loss_config_from(c));
+  const AnyPolicyLoss loss = make_policy_loss(policy_loss_mode_of(c), policy_loss_config_from(c));
   const CaseTensors tensors(c, "old_log_prob");
   const json& actor = c.args().at("config");
   const AggregationContext context{loss_agg_mode_of(c, LossAggMode::token_mean), global_batch_info_from(actor)};

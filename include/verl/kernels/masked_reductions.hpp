@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "verl/algo/loss_aggregation.hpp"
 #include "verl/algo/masked_stats.hpp"
@@ -78,6 +79,27 @@ VERL_KERNELS_HD Aggregation make_aggregation(const AggregationParams& p, std::in
   }
   return a;
 }
+
+namespace detail {
+/// The mask's per-row lengths and batch counts on the host (the sequential runs of the loss
+/// kernels' algorithms).
+struct HostMaskCounts {
+  std::vector<std::int64_t> lengths;
+  std::int64_t tokens = 0, nonempty_rows = 0;
+
+  HostMaskCounts(const float* mask, std::int64_t rows, std::int64_t cols) : lengths(static_cast<std::size_t>(rows), 0) {
+    for (std::int64_t r = 0; r < rows; ++r) {
+      auto& length = lengths[static_cast<std::size_t>(r)];
+      for (std::int64_t t = 0; t < cols; ++t) length += mask[r * cols + t] != 0.0f;
+      tokens += length;
+      nonempty_rows += length > 0;
+    }
+  }
+  Aggregation aggregation(LossAggMode mode, const GlobalBatchInfo& info, std::int64_t cols) const {
+    return make_aggregation(AggregationParams::from(mode, info), tokens, nonempty_rows, cols);
+  }
+};
+}  // namespace detail
 
 /// verl's masked_mean finished in float32: sum / (count + 1e-8).
 VERL_KERNELS_HD float masked_mean_of(double sum, double count) {

@@ -1,12 +1,15 @@
-// verl's vanilla PPO policy loss as one fused CUDA pass (CPU reference: verl::algo::VanillaPPO).
+// verl's policy losses as one fused CUDA pass (CPU references: verl::algo::VanillaPPO, GPGLoss,
+// ReinforceLoss, CISPO, SAPO, GSPO, GeoMean; the per-token math is shared with the host through
+// policy_loss.hpp).
 //
 // Three small steps and one fused pass: the mask's row lengths (one warp per row), the aggregation
 // (one block: the loss_agg_mode's scale from the batch counts or GlobalBatchInfo), then one warp per
-// row computes every token's loss term, -log-ratio, clip indicators and d pg_loss / d log_prob
-// (which needs the row's aggregation weight, hence the first pass), and one block combines the
-// per-row sums in a fixed order into pg_loss and verl's metrics. Advantages are read either per
-// token (B, T) or per response (B) and broadcast inside the kernel (outcome estimators give one
-// scalar per response: no B x T advantage matrix is needed).
+// row computes every token's loss term, ppo_kl term, clip indicators and d pg_loss / d log_prob
+// (which needs the row's aggregation weight, hence the first pass; sequence-level losses first sum
+// their row statistics over the same warp), and one block combines the per-row sums in a fixed
+// order into pg_loss and verl's metrics. Advantages are read either per token (B, T) or per
+// response (B) and broadcast inside the kernel (outcome estimators give one scalar per response:
+// no B x T advantage matrix is needed).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -21,34 +24,10 @@
 
 namespace verl::kernels {
 
-/// pg_loss and verl's metrics (actor/pg_clipfrac, actor/ppo_kl, actor/pg_clipfrac_lower).
-struct PolicyLossState {
-  float pg_loss;
-  float pg_clipfrac;
-  float ppo_kl;
-  float pg_clipfrac_lower;
-};
-
-struct PolicyLossInputs {
-  const float* old_log_prob = nullptr;  ///< (B, T)
-  const float* log_prob = nullptr;      ///< (B, T): the differentiated input
-  const float* advantages = nullptr;    ///< (B, T), or (B) when advantages_per_row
-  bool advantages_per_row = false;
-  const float* response_mask = nullptr;       ///< (B, T) 0/1
-  const float* rollout_is_weights = nullptr;  ///< (B, T) or nullptr
-  std::int64_t rows = 0, cols = 0;
-};
-
 namespace detail {
 
-struct PpoRow {
-  double loss_sum;
-  double kl_sum;
-  long long clipped;
-  long long clipped_lower;
-};
-
-__global__ void vanilla_ppo_rows_kernel(PolicyLossInputs in, VanillaPPOParams p, const AggLossState* agg,
+template <class Loss>
+__global__ void policy_loss_rows_kernel(PolicyLossInputs in, Loss loss, const AggLossState* agg,
                                         const std::int32_t* __restrict lengths, float* __restrict grad,
                                         PpoRow* __restrict rows_out) {
   const int lane = threadIdx.x & 31;
@@ -56,28 +35,20 @@ __global__ void vanilla_ppo_rows_kernel(PolicyLossInputs in, VanillaPPOParams p,
   const bool select_valid = a.selects_valid();
   const std::int64_t warps = static_cast<std::int64_t>(gridDim.x) * (blockDim.x / 32);
   for (std::int64_t row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32; row < in.rows; row += warps) {
-    const float row_weight = a.gradient_weight(lengths[row]);
-    const std::int64_t base = row * in.cols;
-    const float row_advantage = in.advantages_per_row ? in.advantages[row] : 0.0f;
-    double loss_sum = 0, kl_sum = 0;
-    long long clipped = 0, clipped_lower = 0;
-    for (std::int64_t t = lane; t < in.cols; t += 32) {
-      const std::int64_t i = base + t;
-      const float advantage = in.advantages_per_row ? row_advantage : in.advantages[i];
-      const float w = in.rollout_is_weights != nullptr ? in.rollout_is_weights[i] : 1.0f;
-      const PpoToken tok = vanilla_ppo_token(p, in.log_prob[i], in.old_log_prob[i], advantage, in.response_mask[i], w,
-                                             row_weight, select_valid);
-      grad[i] = tok.grad;
-      loss_sum += static_cast<double>(tok.loss_term);
-      kl_sum += static_cast<double>(tok.kl_term);
-      clipped += tok.clipped;
-      clipped_lower += tok.clipped_lower;
+    typename Loss::Row state{};
+    if constexpr (Loss::kRowPass) {
+      PolicyRowSums sums = policy_row_sums(loss, in, row, lane, 32);
+      for (double& term : sums.terms) term = warp_sum(term);
+      state = loss.finish_row(sums, PolicyRowContext{lengths[row], in.rows});
     }
-    loss_sum = warp_sum(loss_sum);
-    kl_sum = warp_sum(kl_sum);
-    clipped = warp_sum(clipped);
-    clipped_lower = warp_sum(clipped_lower);
-    if (lane == 0) rows_out[row] = PpoRow{loss_sum, kl_sum, clipped, clipped_lower};
+    PpoRow sums =
+        policy_token_pass(loss, in, state, row, a.gradient_weight(lengths[row]), select_valid, grad, lane, 32);
+    sums.loss_sum = warp_sum(sums.loss_sum);
+    sums.kl_sum = warp_sum(sums.kl_sum);
+    sums.clipped = warp_sum(sums.clipped);
+    sums.clipped_lower = warp_sum(sums.clipped_lower);
+    if constexpr (Loss::kOwnReduction) sums.loss_sum = state.loss;
+    if (lane == 0) rows_out[row] = sums;
   }
 }
 
@@ -87,8 +58,9 @@ struct SumPpoRow {
   }
 };
 
-__global__ void finish_ppo_kernel(const PpoRow* __restrict rows_in, const std::int32_t* __restrict lengths,
-                                  std::int64_t rows, const AggLossState* agg, PolicyLossState* out) {
+template <class Loss>
+__global__ void finish_policy_loss_kernel(const PpoRow* __restrict rows_in, const std::int32_t* __restrict lengths,
+                                          std::int64_t rows, const AggLossState* agg, PolicyLossState* out) {
   using Reduce = cub::BlockReduce<PpoRow, kThreads>;
   __shared__ typename Reduce::TempStorage temp;
   const Aggregation a = agg->aggregation;
@@ -96,24 +68,24 @@ __global__ void finish_ppo_kernel(const PpoRow* __restrict rows_in, const std::i
   for (std::int64_t i = threadIdx.x; i < rows; i += blockDim.x) {
     PpoRow r = rows_in[i];
     // The loss weights each row; the metrics are plain masked means over tokens.
-    r.loss_sum = a.drops(lengths[i]) ? 0.0 : r.loss_sum * static_cast<double>(a.row_weight(lengths[i]));
+    r.loss_sum = weighted_row_loss<Loss>(r, a, lengths[i]);
     local = SumPpoRow{}(local, r);
   }
   const PpoRow total = Reduce(temp).Reduce(local, SumPpoRow{});
-  if (threadIdx.x != 0) return;
-  const double tokens = static_cast<double>(agg->tokens);
-  *out = PolicyLossState{static_cast<float>(total.loss_sum * static_cast<double>(a.scale)),
-                         masked_mean_of(static_cast<double>(total.clipped), tokens), masked_mean_of(total.kl_sum, tokens),
-                         masked_mean_of(static_cast<double>(total.clipped_lower), tokens)};
+  if (threadIdx.x == 0) *out = finish_policy_loss<Loss>(total, a, static_cast<double>(agg->tokens), rows);
 }
 
 }  // namespace detail
 
-/// verl's compute_policy_loss_vanilla: pg_loss and metrics into `state` (device), d pg_loss /
-/// d log_prob into grad_log_prob (B, T). agg_state (optional, device) receives the aggregation.
-inline void vanilla_policy_loss(void* temp, std::size_t& temp_bytes, const PolicyLossInputs& in,
-                                const VanillaPPOParams& params, LossAggMode mode, const GlobalBatchInfo& info,
-                                float* grad_log_prob, PolicyLossState* state, cudaStream_t stream = nullptr) {
+/// One of verl's policy losses (`loss`: a KernelPolicyLoss, e.g. kernel_policy_loss(algo::CISPO{}))
+/// on a (B, T) batch: pg_loss and metrics into `state` (device), d pg_loss / d log_prob into
+/// grad_log_prob (B, T). Two-phase like cub: temp == nullptr only sets temp_bytes. sapo and gspo
+/// aggregate with seq-mean-token-mean whatever `mode` says, geo_mean with its own mean over rows.
+template <class Loss>
+void policy_loss(void* temp, std::size_t& temp_bytes, const PolicyLossInputs& in, const Loss& loss,
+                 LossAggMode mode, const GlobalBatchInfo& info, float* grad_log_prob, PolicyLossState* state,
+                 cudaStream_t stream = nullptr) {
+  detail::check_kernel_policy_loss<Loss>();
   check_batch_shape(in.rows, in.cols);
   detail::TempCarver carve(temp);
   auto* lengths = carve.take<std::int32_t>(static_cast<std::size_t>(in.rows));
@@ -125,17 +97,28 @@ inline void vanilla_policy_loss(void* temp, std::size_t& temp_bytes, const Polic
   }
   VERL_CHECK_ARG(temp_bytes >= carve.bytes(), "temp_bytes: expected at least {} (the size query), got {}",
                  carve.bytes(), temp_bytes);
-  const auto agg_params = AggregationParams::from(mode, info);
+  detail::check_policy_loss_inputs(in, Loss::kReadsOldLogProb);
+  VERL_CHECK_ARG(state != nullptr, "state: expected a device PolicyLossState, got null");
+  VERL_CHECK_ARG(in.rows * in.cols == 0 || grad_log_prob != nullptr,
+                 "grad_log_prob: expected a ({}, {}) device array, got null", in.rows, in.cols);
+  const auto agg_params = AggregationParams::from(detail::effective_mode<Loss>(mode), info);
   const unsigned grid = detail::warp_rows_grid(in.rows);
   if (in.rows > 0)
     detail::agg_rows_kernel<<<grid, detail::kThreads, 0, stream>>>(nullptr, in.response_mask, in.rows, in.cols, true,
                                                                    lengths, nullptr);
   detail::finish_agg_kernel<<<1, detail::kThreads, 0, stream>>>(lengths, nullptr, in.rows, in.cols, agg_params, agg);
   if (in.rows > 0)
-    detail::vanilla_ppo_rows_kernel<<<grid, detail::kThreads, 0, stream>>>(in, params, agg, lengths, grad_log_prob,
-                                                                           rows_out);
-  detail::finish_ppo_kernel<<<1, detail::kThreads, 0, stream>>>(rows_out, lengths, in.rows, agg, state);
+    detail::policy_loss_rows_kernel<Loss>
+        <<<grid, detail::kThreads, 0, stream>>>(in, loss, agg, lengths, grad_log_prob, rows_out);
+  detail::finish_policy_loss_kernel<Loss><<<1, detail::kThreads, 0, stream>>>(rows_out, lengths, in.rows, agg, state);
   VERL_CUDA_CHECK(cudaGetLastError());
+}
+
+/// verl's compute_policy_loss_vanilla (policy_loss with VanillaPPOParams).
+inline void vanilla_policy_loss(void* temp, std::size_t& temp_bytes, const PolicyLossInputs& in,
+                                const VanillaPPOParams& params, LossAggMode mode, const GlobalBatchInfo& info,
+                                float* grad_log_prob, PolicyLossState* state, cudaStream_t stream = nullptr) {
+  policy_loss(temp, temp_bytes, in, params, mode, info, grad_log_prob, state, stream);
 }
 
 }  // namespace verl::kernels
