@@ -190,6 +190,30 @@ TEST(CudaLosses, MaskedStatsAndWhitenMatchReference) {
   }
 }
 
+TEST(CudaLosses, MaskedWhitenBackwardMatchesReference) {
+  VERL_REQUIRE_GPU();
+  for (const auto& [rows, cols] : {std::pair<Index, Index>{1, 2}, {37, 11}, {300, 1000}}) {
+    std::mt19937 rng(static_cast<std::uint32_t>(5 * rows + cols));
+    const MatrixF values = random_matrix(rows, cols, rng, 3.0f);
+    MatrixF mask = random_mask(rows, cols, rng);
+    mask(0, 0) = 1.0f;
+    mask(0, 1) = 1.0f;  // at least two valid elements
+    const MatrixF cotangent = random_matrix(rows, cols, rng);
+    auto d_v = upload(values), d_m = upload(mask), d_c = upload(cotangent);
+    DeviceBuffer<float> d_grad(static_cast<std::size_t>(rows * cols));
+    for (const bool shift_mean : {true, false}) {
+      std::size_t bytes = 0;
+      k::masked_whiten_backward(nullptr, bytes, nullptr, nullptr, nullptr, rows, cols, nullptr, shift_mean);
+      DeviceBuffer<unsigned char> temp(bytes);
+      k::masked_whiten_backward(temp.data(), bytes, d_v.data(), d_m.data(), d_c.data(), rows, cols, d_grad.data(),
+                                shift_mean);
+      // The sums of c and c z differ from the reference's by their order: 1e-5 relative.
+      expect_close(d_grad.download(), verl::algo::masked_whiten_backward(values, mask, cotangent, shift_mean), 1e-6f,
+                   1e-5f, std::string("masked_whiten grad") + (shift_mean ? "" : " (shift_mean=False)"));
+    }
+  }
+}
+
 TEST(CudaLosses, MaskedSumAndMeanAlongAxesMatchReference) {
   VERL_REQUIRE_GPU();
   std::mt19937 rng(17);

@@ -200,6 +200,27 @@ algo::PolicyLossResult run_policy_loss(const KernelLoss& loss, std::string_view 
 
 }  // namespace
 
+WhitenOutput masked_whiten(const MatrixF& values, const MatrixF& mask, const MatrixF* cotangent) {
+  const Index rows = values.rows(), cols = values.cols();
+  auto d_v = to_device(values), d_m = to_device(mask);
+  DeviceBuffer<float> d_out(static_cast<std::size_t>(rows * cols));
+  std::size_t bytes = 0;
+  kernels::masked_whiten(nullptr, bytes, nullptr, nullptr, rows, cols, nullptr);
+  DeviceBuffer<unsigned char> temp(bytes);
+  kernels::masked_whiten(temp.data(), bytes, d_v.data(), d_m.data(), rows, cols, d_out.data());
+  WhitenOutput out;
+  out.result = to_host(d_out, rows, cols);
+  if (cotangent != nullptr) {
+    auto d_c = to_device(*cotangent);
+    kernels::masked_whiten_backward(nullptr, bytes, nullptr, nullptr, nullptr, rows, cols, nullptr);
+    DeviceBuffer<unsigned char> temp_backward(bytes);
+    kernels::masked_whiten_backward(temp_backward.data(), bytes, d_v.data(), d_m.data(), d_c.data(), rows, cols,
+                                    d_out.data());
+    out.grad = to_host(d_out, rows, cols);
+  }
+  return out;
+}
+
 algo::ValueLoss<float> value_loss(const MatrixF& vpreds, const MatrixF& returns, const MatrixF& values,
                                   const MatrixF& mask, double cliprange_value, algo::LossAggMode mode) {
   const Index rows = vpreds.rows(), cols = vpreds.cols();

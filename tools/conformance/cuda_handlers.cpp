@@ -322,6 +322,25 @@ void entropy_loss_case(const GoldenCase& c, CaseCheck& check) {
   check.tensor("grad:logits", out.grad_logits, c.grad_tolerance(), c.grad_tie_indices());
 }
 
+void masked_whiten_case(const GoldenCase& c, CaseCheck& check) {
+  require_known_outputs(c, check, {"result", "grad:values"});
+  const MatrixF values = c.input_tensor("values").matrix<float>();
+  const MatrixF mask = c.input_tensor("mask").matrix<float>();
+  verl::detail::require_same_shape("mask", shape_of(mask), "values", shape_of(values));
+  algo::detail::require_binary(mask);
+  algo::detail::require_unbiased_count(static_cast<double>((mask.array() != 0.0f).count()));  // verl raises
+  std::optional<MatrixF> cotangent;
+  if (c.has_input("cotangent")) cotangent = c.input_tensor("cotangent").matrix<float>();
+  const auto out = cuda_path::masked_whiten(values, mask, cotangent ? &*cotangent : nullptr);
+  check.tensor("result", out.result, c.tolerance());
+  if (cotangent) check.tensor("grad:values", out.grad, c.grad_tolerance(), c.grad_tie_indices());
+}
+
+/// The whitening kernel shifts the mean back only as verl's default (shift_mean = True).
+bool masked_whiten_supported(const GoldenCase& c) {
+  return !c.has_arg("shift_mean") || c.args().at("shift_mean").get<bool>();
+}
+
 void register_cuda(CudaSupport& cuda) {
   cuda.unavailable_reason = cuda_path::unavailable_reason;
   HandlerTable& t = cuda.handlers;
@@ -346,6 +365,8 @@ void register_cuda(CudaSupport& cuda) {
   t["kl_penalty"] = kl_case;
   t["kl_penalty_forward"] = kl_case;
   t["compute_rewards"] = compute_rewards_case;
+  t["masked_whiten"] = masked_whiten_case;
+  cuda.supports["masked_whiten"] = masked_whiten_supported;
   t["compute_value_loss"] = value_loss_case;
   t["compute_entropy_loss"] = entropy_loss_case;
   for (const char* fn : {"compute_policy_loss_vanilla", "compute_policy_loss_gspo", "compute_policy_loss_sapo",

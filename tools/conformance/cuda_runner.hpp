@@ -47,6 +47,13 @@ KlOutput kl_penalty(kernels::KlType type, const MatrixF& logprob, const MatrixF&
 /// verl's compute_rewards: scores - (old - ref) * kl_ratio.
 MatrixF kl_rewards(const MatrixF& scores, const MatrixF& old_log_prob, const MatrixF& ref_log_prob, double kl_ratio);
 
+/// verl's masked_whiten (shift_mean = True) and, with a cotangent, its VJP w.r.t. the values.
+struct WhitenOutput {
+  MatrixF result;
+  MatrixF grad;  ///< empty without a cotangent
+};
+WhitenOutput masked_whiten(const MatrixF& values, const MatrixF& mask, const MatrixF* cotangent);
+
 /// verl's compute_value_loss through kernels/value_loss.cuh.
 algo::ValueLoss<float> value_loss(const MatrixF& vpreds, const MatrixF& returns, const MatrixF& values,
                                   const MatrixF& mask, double cliprange_value, algo::LossAggMode mode);

@@ -349,6 +349,111 @@ inline void masked_whiten(void* temp, std::size_t& temp_bytes, const float* valu
   VERL_CUDA_CHECK(cudaGetLastError());
 }
 
+namespace detail {
+
+/// The scalars of masked_whiten's VJP: grad = c * inv_std + ((v - mean) * var_share + mean_share) * m.
+struct WhitenBackwardScalars {
+  float inv_std;
+  float var_share;
+  float mean_share;
+};
+
+/// One warp per row: sum c and sum c (v - mean) over every element of the row (whiten's output is
+/// not masked, so masked positions count too).
+__global__ void whiten_cotangent_rows_kernel(const float* __restrict values, const float* __restrict cotangent,
+                                             std::int64_t rows, std::int64_t cols, const MaskedStats* stats,
+                                             double2* __restrict row_sums) {
+  const int lane = threadIdx.x & 31;
+  const float mean = stats->mean_f;
+  const std::int64_t warps = static_cast<std::int64_t>(gridDim.x) * (blockDim.x / 32);
+  for (std::int64_t row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32; row < rows; row += warps) {
+    double sum_c = 0, sum_cz = 0;
+    for (std::int64_t t = lane; t < cols; t += 32) {
+      const float c = cotangent[row * cols + t];
+      sum_c += static_cast<double>(c);
+      sum_cz += static_cast<double>(c * (values[row * cols + t] - mean));
+    }
+    sum_c = warp_sum(sum_c);
+    sum_cz = warp_sum(sum_cz);
+    if (lane == 0) row_sums[row] = make_double2(sum_c, sum_cz);
+  }
+}
+
+struct SumDouble2 {
+  __device__ double2 operator()(const double2& a, const double2& b) const { return make_double2(a.x + b.x, a.y + b.y); }
+};
+
+/// One block: the rows' sums in a fixed order, then the VJP's scalars as verl::algo computes them
+/// (in double from the float32 statistics).
+__global__ void whiten_backward_scalars_kernel(const double2* __restrict row_sums, std::int64_t rows,
+                                               const MaskedStats* stats, bool shift_mean,
+                                               WhitenBackwardScalars* out) {
+  using Reduce = cub::BlockReduce<double2, kThreads>;
+  __shared__ typename Reduce::TempStorage temp;
+  double2 local = make_double2(0.0, 0.0);
+  for (std::int64_t i = threadIdx.x; i < rows; i += blockDim.x) local = SumDouble2{}(local, row_sums[i]);
+  const double2 total = Reduce(temp).Reduce(local, SumDouble2{});
+  if (threadIdx.x != 0) return;
+  const double count = stats->count;
+  const double denominator = count_denominator(count);
+  const double r = 1.0 / sqrt(static_cast<double>(stats->var) + 1e-8);
+  const double bessel = static_cast<double>(static_cast<float>(count) / static_cast<float>(count - 1.0));
+  const double grad_var = total.y * (-0.5 * r * r * r);
+  // var = k sum(m z^2) / D: d var / d v_j = 2 k m_j z_j / D, and d var / d mean = -2 k sum(m z) / D.
+  double grad_mean = -r * total.x + grad_var * bessel * (-2.0 * stats->centered_sum) / denominator;
+  if (!shift_mean) grad_mean += total.x;
+  *out = WhitenBackwardScalars{static_cast<float>(r), static_cast<float>(grad_var * bessel * 2.0 / denominator),
+                               static_cast<float>(grad_mean / denominator)};
+}
+
+__global__ void whiten_backward_kernel(const float* __restrict values, const float* __restrict mask,
+                                       const float* __restrict cotangent, std::int64_t n, const MaskedStats* stats,
+                                       const WhitenBackwardScalars* scalars, float* __restrict grad) {
+  const float mean = stats->mean_f;
+  const WhitenBackwardScalars k = *scalars;
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const float z = values[i] - mean;
+    // Each product and sum rounded on its own (no FMA), as the CPU reference.
+    grad[i] = add_rn(mul_rn(cotangent[i], k.inv_std), mul_rn(add_rn(mul_rn(z, k.var_share), k.mean_share), mask[i]));
+  }
+}
+
+}  // namespace detail
+
+/// The VJP of masked_whiten (verl::algo::masked_whiten_backward) with the (B, T) `cotangent`:
+/// grad (B, T) w.r.t. values, through the mean and the unbiased variance of the valid elements.
+/// Fewer than 2 valid elements give NaN (verl raises). Two-phase like cub.
+inline void masked_whiten_backward(void* temp, std::size_t& temp_bytes, const float* values, const float* mask,
+                                   const float* cotangent, std::int64_t rows, std::int64_t cols, float* grad,
+                                   bool shift_mean = true, cudaStream_t stream = nullptr) {
+  check_batch_shape(rows, cols);
+  std::size_t stats_bytes = 0;
+  masked_stats(nullptr, stats_bytes, nullptr, nullptr, rows, cols, nullptr);
+  detail::TempCarver carve(temp);
+  auto* stats_temp = carve.take<unsigned char>(stats_bytes);
+  auto* stats = carve.take<MaskedStats>(1);
+  auto* row_sums = carve.take<double2>(static_cast<std::size_t>(rows));
+  auto* scalars = carve.take<detail::WhitenBackwardScalars>(1);
+  if (carve.querying()) {
+    temp_bytes = carve.bytes();
+    return;
+  }
+  VERL_CHECK_ARG(temp_bytes >= carve.bytes(), "temp_bytes: expected at least {} (the size query), got {}",
+                 carve.bytes(), temp_bytes);
+  if (rows * cols == 0) return;
+  VERL_CHECK_ARG(values != nullptr && mask != nullptr && cotangent != nullptr && grad != nullptr,
+                 "values, mask, cotangent, grad: expected ({}, {}) device arrays, got a null pointer", rows, cols);
+  masked_stats(stats_temp, stats_bytes, values, mask, rows, cols, stats, stream);
+  detail::whiten_cotangent_rows_kernel<<<detail::warp_rows_grid(rows), detail::kThreads, 0, stream>>>(
+      values, cotangent, rows, cols, stats, row_sums);
+  detail::whiten_backward_scalars_kernel<<<1, detail::kThreads, 0, stream>>>(row_sums, rows, stats, shift_mean,
+                                                                            scalars);
+  detail::whiten_backward_kernel<<<detail::grid_for(rows * cols, detail::kThreads), detail::kThreads, 0, stream>>>(
+      values, mask, cotangent, rows * cols, stats, scalars, grad);
+  VERL_CUDA_CHECK(cudaGetLastError());
+}
+
 /// verl's agg_loss of loss (B, T) under mask (B, T): state->loss on the device. With
 /// `weights` != nullptr also d loss / d loss_mat (B, T).
 inline void agg_loss(void* temp, std::size_t& temp_bytes, const float* loss, const float* mask, std::int64_t rows,
