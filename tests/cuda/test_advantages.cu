@@ -109,6 +109,22 @@ std::vector<std::int64_t> group_ids(Index rows, std::mt19937& rng, bool shuffle)
   return ids;
 }
 
+/// Groups of two or more (grpo_passk needs them; verl raises otherwise), sizes 2..300, with the
+/// last group absorbing a leftover row.
+std::vector<std::int64_t> passk_group_ids(Index rows, std::mt19937& rng, bool shuffle) {
+  const Index sizes[] = {8, 2, 5, 100, 3, 8, 2, 300};
+  std::vector<std::int64_t> ids;
+  std::int64_t id = 7;
+  for (Index s = 0; static_cast<Index>(ids.size()) < rows; ++s) {
+    Index n = std::min<Index>(sizes[s % 8], rows - static_cast<Index>(ids.size()));
+    if (rows - static_cast<Index>(ids.size()) - n == 1) ++n;  // never leave a group of one behind
+    for (Index j = 0; j < n; ++j) ids.push_back(id * 7919);
+    id += 1 + static_cast<std::int64_t>(rng() % 3);
+  }
+  if (shuffle) std::shuffle(ids.begin(), ids.end(), rng);
+  return ids;
+}
+
 struct OutcomeCase {
   k::OutcomeParams params;
   std::string name;
@@ -131,7 +147,9 @@ void run_outcome(const OutcomeCase& c, k::GroupLayout layout, Index rows, Index 
   std::mt19937 rng(seed);
   const MatrixF mask = random_mask(rows, cols, rng, /*holes=*/false);
   const MatrixF rewards = outcome_rewards(mask, rng);
-  const auto ids = group_ids(rows, rng, layout == k::GroupLayout::any);
+  const bool shuffle = layout == k::GroupLayout::any;
+  const auto ids = c.params.estimator == k::OutcomeEstimator::grpo_passk ? passk_group_ids(rows, rng, shuffle)
+                                                                          : group_ids(rows, rng, shuffle);
   const verl::algo::AdvantageBatch batch{rewards, mask, ids};
   const auto expected = k::reference_outcome(c.params, batch);
 
@@ -280,6 +298,27 @@ TEST(CudaAdvantagesHost, OutcomeScalarMatchesReferenceFormulas) {
   const k::GroupStats summed{4, 0.5f, 0.25f, 0.75f, 2.0f};
   EXPECT_EQ(k::outcome_scalar(p, 3.0f, summed, 1.0f), (4.0f * 3.0f - 2.0f) / 3.0f);
   EXPECT_EQ(k::outcome_scalar(p, 3.0f, k::GroupStats{1, 0.0f, 1.0f, 0.0f, 3.0f}, 1.0f), 0.0f);  // a group of one
+  // grpo_passk: only the group's best row gets its margin (over std + eps when normalising).
+  p.estimator = k::OutcomeEstimator::grpo_passk;
+  k::GroupStats passk{4, 0.5f, 0.25f, 0.0f, 0.0f};
+  passk.best_row = 7;
+  passk.margin = 0.5f;
+  EXPECT_EQ(k::outcome_scalar(p, 2.0f, passk, 1.0f, 7), 0.5f / (0.25f + 1e-6f));
+  EXPECT_EQ(k::outcome_scalar(p, 2.0f, passk, 1.0f, 6), 0.0f);
+  p.norm_adv_by_std_in_grpo = false;
+  EXPECT_EQ(k::outcome_scalar(p, 2.0f, passk, 1.0f, 7), 0.5f);
+}
+
+TEST(CudaAdvantages, GrpoPassKMatchesReference) {
+  VERL_REQUIRE_GPU();
+  // Ties among the top scores (every third score is 0 or 1), groups longer than one thread walks.
+  for (const bool norm : {true, false}) {
+    const OutcomeCase c{{k::OutcomeEstimator::grpo_passk, 1e-6f, norm, 1.0f}, norm ? "grpo_passk" : "grpo_passk (no std)"};
+    for (Index rows : {2, 9, 1000, 2500}) {
+      run_outcome(c, k::GroupLayout::contiguous, rows, 17, 31u + rows);
+      run_outcome(c, k::GroupLayout::any, rows, 5, 37u + rows);
+    }
+  }
 }
 
 TEST(CudaAdvantages, OutcomeEstimatorsMatchReferenceOnContiguousGroups) {

@@ -90,6 +90,25 @@ void outcome_case(const GoldenCase& c, CaseCheck& check, kernels::OutcomeEstimat
   compare_advantages(c, check, cuda_path::outcome_advantages(params, in.rewards, in.mask, in.index));
 }
 
+/// grpo_passk reads norm_adv_by_std_in_grpo from verl's algorithm config, and needs two responses
+/// in every group (verl raises; the kernel would give the lone response an infinite margin).
+void passk_case(const GoldenCase& c, CaseCheck& check) {
+  const AdvantageInputs in(c);
+  in.validate<algo::GRPOPassK>();
+  VERL_CHECK_ARG(c.has_arg("config"), "config: verl's grpo_passk needs the algorithm config, got None");
+  const algo::detail::PromptGroups groups(in.index);
+  for (Index g = 0; g < groups.num_groups(); ++g) {
+    const auto rows = groups.rows_of(g);
+    VERL_CHECK_ARG(rows.size() >= 2, "index: grpo_passk needs at least 2 responses per prompt group, got {} for uid {}",
+                   rows.size(), in.index[static_cast<std::size_t>(rows[0])]);
+  }
+  kernels::OutcomeParams params;
+  params.estimator = kernels::OutcomeEstimator::grpo_passk;
+  if (auto v = optional_number(c.args(), "epsilon")) params.epsilon = static_cast<float>(*v);
+  params.norm_adv_by_std_in_grpo = optional_bool(c.args().at("config"), "norm_adv_by_std_in_grpo").value_or(true);
+  compare_advantages(c, check, cuda_path::outcome_advantages(params, in.rewards, in.mask, in.index));
+}
+
 void gae_case(const GoldenCase& c, CaseCheck& check) {
   const AdvantageInputs in(c);
   in.validate<algo::GAE>();
@@ -358,6 +377,7 @@ void register_cuda(CudaSupport& cuda) {
   t["compute_reinforce_plus_plus_baseline_outcome_advantage"] = [](const GoldenCase& c, CaseCheck& k) {
     outcome_case<algo::ReinforcePlusPlusBaseline>(c, k, E::reinforce_plus_plus_baseline);
   };
+  t["compute_grpo_passk_outcome_advantage"] = passk_case;
   t["compute_gae_advantage_return"] = gae_case;
   t["compute_reinforce_plus_plus_outcome_advantage"] = reinforce_case;
   t["compute_remax_outcome_advantage"] = remax_case;

@@ -117,8 +117,30 @@ __device__ __forceinline__ float gpg_alpha_of(const unsigned long long* nonzero,
 }
 
 __device__ __forceinline__ bool needs_std(const OutcomeParams& p) {
-  return p.estimator == OutcomeEstimator::grpo && p.norm_adv_by_std_in_grpo;  // grpo_vectorized: its own
+  return (p.estimator == OutcomeEstimator::grpo || p.estimator == OutcomeEstimator::grpo_passk) &&
+         p.norm_adv_by_std_in_grpo;  // grpo_vectorized: its own
 }
+
+/// grpo_passk's top row as verl::algo picks it: the first of the run, replaced by any later row
+/// with a strictly larger score (so the first maximum; NaN never wins, a NaN first row stays).
+struct RunBest {
+  float score;
+  std::int64_t position;  ///< run position; LLONG_MAX for none
+};
+/// Combines two partial bests of disjoint position sets (NaN ignored; ties to the earlier row).
+struct BetterRunBest {
+  __device__ RunBest operator()(const RunBest& a, const RunBest& b) const {
+    if (isnan(b.score)) return a;
+    if (isnan(a.score)) return b;
+    if (b.score > a.score) return b;
+    if (a.score > b.score) return a;
+    return b.position < a.position ? b : a;
+  }
+};
+/// max over the other rows, ignoring NaN (std::max(runner_up, s) from -inf never takes a NaN).
+struct MaxIgnoringNaN {
+  __device__ float operator()(float a, float b) const { return a < b ? b : a; }
+};
 
 /// Statistics of a group from its sums: the mean as torch.mean (float32 sum / n), the baseline of
 /// OPO (float32 weighted sum / float32 total length: 0/0 = NaN as in verl).
@@ -197,9 +219,19 @@ __global__ void small_groups_kernel(GroupRuns in, OutcomeParams p, const unsigne
       }
       finish_std(g, squares);
     }
+    if (p.estimator == OutcomeEstimator::grpo_passk) {
+      std::int64_t best = k;
+      for (std::int64_t j = k + 1; j < end; ++j)
+        if (in.scores[in.row_at(j)] > in.scores[in.row_at(best)]) best = j;
+      float runner_up = -INFINITY;
+      for (std::int64_t j = k; j < end; ++j)
+        if (j != best) runner_up = MaxIgnoringNaN{}(runner_up, in.scores[in.row_at(j)]);
+      g.best_row = in.row_at(best);
+      g.margin = in.scores[g.best_row] - runner_up;
+    }
     for (std::int64_t j = k; j < end; ++j) {
       const std::int64_t row = in.row_at(j);
-      out[row] = outcome_scalar(p, in.scores[row], g, alpha);
+      out[row] = outcome_scalar(p, in.scores[row], g, alpha, row);
     }
   }
 }
@@ -292,9 +324,37 @@ __global__ void large_groups_kernel(GroupRuns in, OutcomeParams p, const unsigne
       __syncthreads();
       g.std = shared_std;
     }
+    if (p.estimator == OutcomeEstimator::grpo_passk) {
+      using ReduceBest = cub::BlockReduce<RunBest, kThreads>;
+      using ReduceF = cub::BlockReduce<float, kThreads>;
+      __shared__ union {
+        typename ReduceBest::TempStorage best;
+        typename ReduceF::TempStorage f;
+      } passk_temp;
+      __shared__ std::int64_t shared_best;
+      __shared__ float shared_margin;
+      RunBest local{-INFINITY, LLONG_MAX};
+      for (std::int64_t j = start + threadIdx.x; j < end; j += blockDim.x)
+        local = BetterRunBest{}(local, RunBest{in.scores[in.row_at(j)], j});
+      const RunBest best = ReduceBest(passk_temp.best).Reduce(local, BetterRunBest{});
+      if (threadIdx.x == 0) {
+        // A NaN first row is never replaced (no score compares greater than it).
+        shared_best = isnan(in.scores[in.row_at(start)]) || best.position == LLONG_MAX ? start : best.position;
+      }
+      __syncthreads();
+      const std::int64_t best_position = shared_best;
+      float runner_up = -INFINITY;
+      for (std::int64_t j = start + threadIdx.x; j < end; j += blockDim.x)
+        if (j != best_position) runner_up = MaxIgnoringNaN{}(runner_up, in.scores[in.row_at(j)]);
+      runner_up = ReduceF(passk_temp.f).Reduce(runner_up, MaxIgnoringNaN{});
+      if (threadIdx.x == 0) shared_margin = in.scores[in.row_at(best_position)] - runner_up;
+      __syncthreads();
+      g.best_row = in.row_at(best_position);
+      g.margin = shared_margin;
+    }
     for (std::int64_t j = start + threadIdx.x; j < end; j += blockDim.x) {
       const std::int64_t row = in.row_at(j);
-      out[row] = outcome_scalar(p, in.scores[row], g, alpha);
+      out[row] = outcome_scalar(p, in.scores[row], g, alpha, row);
     }
     __syncthreads();  // shared_end / shared_stats are reused by the next queued run
   }

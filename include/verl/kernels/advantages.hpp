@@ -23,6 +23,7 @@ enum class OutcomeEstimator {
   gpg,                           ///< alpha (s - mean) / f_norm, alpha = B / #nonzero scores
   opo,                           ///< s - length-weighted group mean
   reinforce_plus_plus_baseline,  ///< s - mean, then masked whitening over the batch
+  grpo_passk,                    ///< the group's best row: (s - runner-up) / (std + eps); others 0
 };
 
 constexpr std::string_view to_string(OutcomeEstimator e) {
@@ -34,6 +35,7 @@ constexpr std::string_view to_string(OutcomeEstimator e) {
     case OutcomeEstimator::gpg: return "gpg";
     case OutcomeEstimator::opo: return "opo";
     case OutcomeEstimator::reinforce_plus_plus_baseline: return "reinforce_plus_plus_baseline";
+    case OutcomeEstimator::grpo_passk: return "grpo_passk";
   }
   return "?";
 }
@@ -57,12 +59,19 @@ struct GroupStats {
   float std = 1;       ///< unbiased std as torch.std (1 for a group of one)
   float baseline = 0;  ///< opo: sum(len * s) / sum(len) (0 for a group of one)
   float sum = 0;       ///< rloo_vectorized: float32 sum of the scores in batch order
+  std::int64_t best_row = -1;  ///< grpo_passk: the first row (batch order) with the group's top score
+  float margin = 0;            ///< grpo_passk: top score - the best of the other rows (-inf for none)
 };
 
 /// The per-response scalar of each outcome estimator, float32 step by step as verl (and
-/// verl::algo) compute it. `gpg_alpha` = B / max(#nonzero scores, 1), computed once per batch.
-VERL_KERNELS_HD float outcome_scalar(const OutcomeParams& p, float score, const GroupStats& g, float gpg_alpha) {
+/// verl::algo) compute it. `gpg_alpha` = B / max(#nonzero scores, 1), computed once per batch;
+/// `row` is read by grpo_passk only.
+VERL_KERNELS_HD float outcome_scalar(const OutcomeParams& p, float score, const GroupStats& g, float gpg_alpha,
+                                     std::int64_t row = -1) {
   switch (p.estimator) {
+    case OutcomeEstimator::grpo_passk:
+      if (row != g.best_row) return 0.0f;
+      return p.norm_adv_by_std_in_grpo ? g.margin / (g.std + p.epsilon) : g.margin;
     case OutcomeEstimator::grpo:
     case OutcomeEstimator::grpo_vectorized: {
       const float centered = score - g.mean;
@@ -118,6 +127,10 @@ inline algo::AdvantageResult reference_outcome(const OutcomeParams& p, const alg
     case OutcomeEstimator::gpg: return algo::GPG{.f_norm = static_cast<double>(p.f_norm)}.compute(batch);
     case OutcomeEstimator::opo: return algo::OPO{}.compute(batch);
     case OutcomeEstimator::reinforce_plus_plus_baseline: return algo::ReinforcePlusPlusBaseline{}.compute(batch);
+    case OutcomeEstimator::grpo_passk:
+      return algo::GRPOPassK{.epsilon = static_cast<double>(p.epsilon),
+                             .norm_adv_by_std_in_grpo = p.norm_adv_by_std_in_grpo}
+          .compute(batch);
   }
   verl::detail::throw_invalid_argument("estimator: unknown value {}", static_cast<int>(p.estimator));
 }
