@@ -7,8 +7,9 @@
 //          Target on an H100 (issue 4): <= 30 us for the contiguous layout.
 //   gae    gae_advantages on 4096 x 4096 fp32 (rewards, values, mask in; advantages, returns out,
 //          whitened): target within 2x of a copy of its inputs (3 x 64 MiB).
-//   ppo    vanilla_policy_loss on 4096 x 4096 (old/new log-probs, per-token advantages, mask in;
-//          grad out), token-mean.
+//   ppo    policy_loss on 4096 x 4096 (old/new log-probs, per-token advantages, mask in; grad
+//          out): vanilla PPO and cispo (token-mean), gspo and geo_mean (a row pass first, so the
+//          log-probs and mask are read twice: their ratio to the copy shows what that costs).
 //
 //   cuda_bench_advantages [--responses N] [--group G] [--rows B] [--cols T] [--iters K]
 // One JSON line per case on stdout (prefix "JSON ").
@@ -159,14 +160,15 @@ void bench_gae(Index rows, Index cols, int iters) {
               static_cast<long long>(rows), static_cast<long long>(cols), valid ? "true" : "false", ms, copy, ms / copy);
 }
 
-void bench_ppo(Index rows, Index cols, int iters) {
+template <class AlgoLoss>
+void bench_policy_loss(const AlgoLoss& reference, Index rows, Index cols, int iters) {
   std::mt19937 rng(3);
   const MatrixF old = random_matrix(rows, cols, rng, 1.0f);
   const MatrixF lp = old + random_matrix(rows, cols, rng, 0.2f);
   const MatrixF adv = random_matrix(rows, cols, rng, 1.0f);
   const MatrixF mask = prefix_mask(rows, cols, rng);
-  const verl::algo::VanillaPPO reference{};
-  const auto expected = reference.compute({old, lp, adv, mask}, {});
+  const auto mode = verl::algo::LossAggMode::token_mean;
+  const auto expected = reference.compute({old, lp, adv, mask}, {mode, {}});
   const std::size_t n = static_cast<std::size_t>(rows * cols);
   DeviceBuffer<float> d_old(n), d_lp(n), d_adv(n), d_m(n), d_grad(n);
   DeviceBuffer<k::PolicyLossState> d_state(1);
@@ -181,14 +183,11 @@ void bench_ppo(Index rows, Index cols, int iters) {
   in.response_mask = d_m.data();
   in.rows = rows;
   in.cols = cols;
-  const auto params = k::VanillaPPOParams::from(0.2, 0.2, 3.0);
+  const auto params = k::kernel_policy_loss(reference);
   std::size_t bytes = 0;
-  k::vanilla_policy_loss(nullptr, bytes, in, params, verl::algo::LossAggMode::token_mean, {}, nullptr, nullptr);
+  k::policy_loss(nullptr, bytes, in, params, mode, {}, nullptr, nullptr);
   DeviceBuffer<unsigned char> temp(bytes);
-  const auto run = [&] {
-    k::vanilla_policy_loss(temp.data(), bytes, in, params, verl::algo::LossAggMode::token_mean, {}, d_grad.data(),
-                           d_state.data());
-  };
+  const auto run = [&] { k::policy_loss(temp.data(), bytes, in, params, mode, {}, d_grad.data(), d_state.data()); };
   run();
   VERL_CUDA_CHECK(cudaDeviceSynchronize());
   const k::PolicyLossState state = d_state.download()[0];
@@ -196,11 +195,14 @@ void bench_ppo(Index rows, Index cols, int iters) {
                      std::abs(state.pg_loss - expected.pg_loss) <= 1e-5f * (1.0f + std::abs(expected.pg_loss));
   const float ms = time_ms(run, iters);
   const float copy = copy_ms(4 * n * sizeof(float), iters);  // a copy of its four inputs
-  std::printf("vanilla ppo %lld x %lld fp32: valid=%s  %.3f ms  copy of inputs %.3f ms  -> %.2fx the copy\n",
-              static_cast<long long>(rows), static_cast<long long>(cols), valid ? "yes" : "NO", ms, copy, ms / copy);
-  std::printf("JSON {\"bench\":\"cuda_vanilla_ppo\",\"rows\":%lld,\"cols\":%lld,\"valid\":%s,\"ms\":%.4f,"
-              "\"copy_inputs_ms\":%.4f,\"ratio_to_copy\":%.3f}\n",
-              static_cast<long long>(rows), static_cast<long long>(cols), valid ? "true" : "false", ms, copy, ms / copy);
+  const std::string name(AlgoLoss::name);
+  std::printf("%s policy loss %lld x %lld fp32: valid=%s  %.3f ms  copy of inputs %.3f ms  -> %.2fx the copy\n",
+              name.c_str(), static_cast<long long>(rows), static_cast<long long>(cols), valid ? "yes" : "NO", ms, copy,
+              ms / copy);
+  std::printf("JSON {\"bench\":\"cuda_policy_loss\",\"loss\":\"%s\",\"rows\":%lld,\"cols\":%lld,\"valid\":%s,"
+              "\"ms\":%.4f,\"copy_inputs_ms\":%.4f,\"ratio_to_copy\":%.3f}\n",
+              name.c_str(), static_cast<long long>(rows), static_cast<long long>(cols), valid ? "true" : "false", ms,
+              copy, ms / copy);
 }
 
 }  // namespace
@@ -231,6 +233,9 @@ int main(int argc, char** argv) {
   bench_grpo(responses, group, iters, /*shuffled=*/false);
   bench_grpo(responses, group, iters, /*shuffled=*/true);
   bench_gae(rows, cols, iters);
-  bench_ppo(rows, cols, iters);
+  bench_policy_loss(verl::algo::VanillaPPO{}, rows, cols, iters);
+  bench_policy_loss(verl::algo::CISPO{}, rows, cols, iters);
+  bench_policy_loss(verl::algo::GSPO{}, rows, cols, iters);
+  bench_policy_loss(verl::algo::GeoMean{}, rows, cols, iters);
   return 0;
 }
