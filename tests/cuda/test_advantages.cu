@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdint>
 #include <numeric>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -318,6 +319,40 @@ TEST(CudaAdvantages, GrpoPassKMatchesReference) {
       run_outcome(c, k::GroupLayout::contiguous, rows, 17, 31u + rows);
       run_outcome(c, k::GroupLayout::any, rows, 5, 37u + rows);
     }
+  }
+}
+
+TEST(CudaAdvantages, GrpoPassKWithNaNScoresAndBothGroupKernels) {
+  VERL_REQUIRE_GPU();
+  // Groups of 64 (one thread walks it) and 65 (a block reduces it), each with a NaN inside and one
+  // with a NaN first row (never replaced as the best, as verl::algo's scan), through the
+  // per-response entry point (T = 1).
+  std::mt19937 rng(41);
+  std::vector<std::int64_t> ids;
+  std::int64_t group = 0;
+  for (const Index size : {64, 65, 64, 65, 3}) {  // rows 0-63, 64-128, 129-192, 193-257, 258-260
+    for (Index j = 0; j < size; ++j) ids.push_back(group);
+    ++group;
+  }
+  const auto rows = static_cast<Index>(ids.size());
+  MatrixF scores = random_matrix(rows, 1, rng);
+  scores(10, 0) = scores(70, 0) = std::numeric_limits<float>::quiet_NaN();  // inside a group
+  scores(129, 0) = std::numeric_limits<float>::quiet_NaN();                 // first row of a 64-row group
+  scores(193, 0) = std::numeric_limits<float>::quiet_NaN();                 // first row of a 65-row group
+  const MatrixF ones = MatrixF::Ones(rows, 1);
+  for (const bool norm : {true, false}) {
+    const k::OutcomeParams p{k::OutcomeEstimator::grpo_passk, 1e-6f, norm, 1.0f};
+    const auto expected = k::reference_outcome(p, verl::algo::AdvantageBatch{scores, ones, ids});
+    auto d_scores = upload(scores);
+    DeviceBuffer<std::int64_t> d_ids(ids.size());
+    d_ids.upload(ids.data());
+    DeviceBuffer<float> d_out(static_cast<std::size_t>(rows));
+    std::size_t bytes = 0;
+    k::outcome_scalars(nullptr, bytes, p, k::GroupLayout::contiguous, nullptr, nullptr, nullptr, rows, nullptr);
+    DeviceBuffer<unsigned char> temp(bytes);
+    k::outcome_scalars(temp.data(), bytes, p, k::GroupLayout::contiguous, d_scores.data(), nullptr, d_ids.data(), rows,
+                       d_out.data());
+    expect_close(d_out.download(), expected.advantages, 2e-5f, 2e-5f, norm ? "passk with NaN" : "passk with NaN (no std)");
   }
 }
 

@@ -224,6 +224,8 @@ void policy_loss_case(const GoldenCase& c, CaseCheck& check) {
       check.fail(key, "verl reports '" + key + "', the cuda result has no such metric");
     }
   }
+  for (const auto& [key, value] : result.metrics)
+    if (!c.outputs().contains(key)) check.fail(key, "the cuda result has metric '" + key + "', verl does not report it");
 }
 
 /// The cases of the losses with a kernel (not clip_cov, kl_cov, bypass_mode). A configuration
@@ -352,12 +354,16 @@ void masked_whiten_case(const GoldenCase& c, CaseCheck& check) {
   if (c.has_input("cotangent")) cotangent = c.input_tensor("cotangent").matrix<float>();
   const auto out = cuda_path::masked_whiten(values, mask, cotangent ? &*cotangent : nullptr);
   check.tensor("result", out.result, c.tolerance());
-  if (cotangent) check.tensor("grad:values", out.grad, c.grad_tolerance(), c.grad_tie_indices());
+  if (cotangent) {
+    check.tensor("grad:values", out.grad, c.grad_tolerance(), c.grad_tie_indices());
+  } else if (c.outputs().contains("grad:values")) {
+    check.fail("grad:values", "the case has no cotangent input to compute 'grad:values' from");
+  }
 }
 
 /// The whitening kernel shifts the mean back only as verl's default (shift_mean = True).
 bool masked_whiten_supported(const GoldenCase& c) {
-  return !c.has_arg("shift_mean") || c.args().at("shift_mean").get<bool>();
+  return optional_bool(c.args(), "shift_mean").value_or(true);
 }
 
 void register_cuda(CudaSupport& cuda) {

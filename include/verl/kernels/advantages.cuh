@@ -56,7 +56,7 @@ inline constexpr std::int64_t kSmallGroup = 64;  ///< longest run one thread wal
 // ---- per-row scores and lengths ----------------------------------------------------------------
 
 /// One warp per row: score = sum of the row's rewards (double, rounded once), length = #(m != 0).
-__global__ void row_scores_kernel(const float* __restrict rewards, const float* __restrict mask, std::int64_t rows,
+VERL_HEADER_KERNEL void row_scores_kernel(const float* __restrict rewards, const float* __restrict mask, std::int64_t rows,
                                   std::int64_t cols, float* __restrict scores, std::int32_t* __restrict lengths) {
   const int lane = threadIdx.x & 31;
   const std::int64_t warps_per_grid = static_cast<std::int64_t>(gridDim.x) * (blockDim.x / 32);
@@ -91,14 +91,14 @@ struct GroupRuns {
   __device__ bool is_head(std::int64_t k) const { return k == 0 || keys[k - 1] != keys[k]; }
 };
 
-__global__ void iota_kernel(std::int32_t* out, std::int64_t n) {
+VERL_HEADER_KERNEL void iota_kernel(std::int32_t* out, std::int64_t n) {
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
     out[i] = static_cast<std::int32_t>(i);
 }
 
 /// GPG's alpha needs the number of nonzero scores in the batch (integer atomics: exact).
-__global__ void count_nonzero_kernel(const float* __restrict scores, std::int64_t n, unsigned long long* count) {
+VERL_HEADER_KERNEL void count_nonzero_kernel(const float* __restrict scores, std::int64_t n, unsigned long long* count) {
   using Reduce = cub::BlockReduce<long long, kThreads>;
   __shared__ typename Reduce::TempStorage temp;
   long long local = 0;
@@ -182,7 +182,7 @@ __device__ __forceinline__ void finish_batch_order(GroupStats& g, const GroupRun
 }
 
 /// One thread per run head: walks runs of up to kSmallGroup rows; longer runs go to the queue.
-__global__ void small_groups_kernel(GroupRuns in, OutcomeParams p, const unsigned long long* nonzero,
+VERL_HEADER_KERNEL void small_groups_kernel(GroupRuns in, OutcomeParams p, const unsigned long long* nonzero,
                                     float* __restrict out, std::int64_t* large_starts, unsigned int* large_count) {
   const float alpha = gpg_alpha_of(nonzero, in.n);
   for (std::int64_t k = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; k < in.n;
@@ -227,7 +227,7 @@ __global__ void small_groups_kernel(GroupRuns in, OutcomeParams p, const unsigne
       for (std::int64_t j = k; j < end; ++j)
         if (j != best) runner_up = MaxIgnoringNaN{}(runner_up, in.scores[in.row_at(j)]);
       g.best_row = in.row_at(best);
-      g.margin = in.scores[g.best_row] - runner_up;
+      g.margin = g.size < 2 ? NAN : in.scores[g.best_row] - runner_up;  // verl raises for a group of one
     }
     for (std::int64_t j = k; j < end; ++j) {
       const std::int64_t row = in.row_at(j);
@@ -237,7 +237,7 @@ __global__ void small_groups_kernel(GroupRuns in, OutcomeParams p, const unsigne
 }
 
 /// One block per queued long run: finds its end, reduces it (fixed tree: deterministic), writes it.
-__global__ void large_groups_kernel(GroupRuns in, OutcomeParams p, const unsigned long long* nonzero,
+VERL_HEADER_KERNEL void large_groups_kernel(GroupRuns in, OutcomeParams p, const unsigned long long* nonzero,
                                     float* __restrict out, const std::int64_t* large_starts,
                                     const unsigned int* large_count) {
   using ReduceD = cub::BlockReduce<double, kThreads>;
@@ -361,7 +361,7 @@ __global__ void large_groups_kernel(GroupRuns in, OutcomeParams p, const unsigne
 }
 
 /// advantages = returns = a_i * m (returns may be nullptr).
-__global__ void broadcast_kernel(const float* __restrict per_row, const float* __restrict mask, std::int64_t rows,
+VERL_HEADER_KERNEL void broadcast_kernel(const float* __restrict per_row, const float* __restrict mask, std::int64_t rows,
                                  std::int64_t cols, float* __restrict advantages, float* __restrict returns) {
   const std::int64_t n = rows * cols;
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
@@ -416,7 +416,7 @@ __host__ __device__ inline WhitenStats whiten_stats_of(const Moments& total) {
   return WhitenStats{n, mean, inv_std};
 }
 
-__global__ void finish_whiten_kernel(const Moments* __restrict rows_moments, std::int64_t rows, WhitenStats* stats) {
+VERL_HEADER_KERNEL void finish_whiten_kernel(const Moments* __restrict rows_moments, std::int64_t rows, WhitenStats* stats) {
   using Reduce = cub::BlockReduce<Moments, kThreads>;
   __shared__ typename Reduce::TempStorage temp;
   Moments local{0, 0, 0};
@@ -426,7 +426,7 @@ __global__ void finish_whiten_kernel(const Moments* __restrict rows_moments, std
 }
 
 /// out = (v - mean) * inv_std, times the mask when `zero_masked` (REINFORCE++), else not (GAE).
-__global__ void whiten_apply_kernel(const float* values, const float* __restrict mask, std::int64_t n,
+VERL_HEADER_KERNEL void whiten_apply_kernel(const float* values, const float* __restrict mask, std::int64_t n,
                                     const WhitenStats* stats, bool zero_masked, float* out) {  // out may be values
   const float mean = stats->mean, inv_std = stats->inv_std;
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
@@ -437,7 +437,7 @@ __global__ void whiten_apply_kernel(const float* values, const float* __restrict
 }
 
 /// Per-row moments of a_i broadcast over the mask: n_i copies of a_i (REINFORCE++ with baseline).
-__global__ void broadcast_moments_kernel(const float* __restrict per_row, const std::int32_t* __restrict lengths,
+VERL_HEADER_KERNEL void broadcast_moments_kernel(const float* __restrict per_row, const std::int32_t* __restrict lengths,
                                          std::int64_t rows, Moments* __restrict out) {
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < rows;
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
@@ -445,7 +445,7 @@ __global__ void broadcast_moments_kernel(const float* __restrict per_row, const 
 }
 
 /// out = ((a_i * m) - mean) * inv_std * m: verl's masked_whiten(a * m, m) * m.
-__global__ void whiten_broadcast_kernel(const float* __restrict per_row, const float* __restrict mask,
+VERL_HEADER_KERNEL void whiten_broadcast_kernel(const float* __restrict per_row, const float* __restrict mask,
                                         std::int64_t rows, std::int64_t cols, const WhitenStats* stats,
                                         float* __restrict advantages, float* __restrict returns) {
   const float mean = stats->mean, inv_std = stats->inv_std;

@@ -23,7 +23,8 @@ enum class OutcomeEstimator {
   gpg,                           ///< alpha (s - mean) / f_norm, alpha = B / #nonzero scores
   opo,                           ///< s - length-weighted group mean
   reinforce_plus_plus_baseline,  ///< s - mean, then masked whitening over the batch
-  grpo_passk,                    ///< the group's best row: (s - runner-up) / (std + eps); others 0
+  grpo_passk,                    ///< the group's best row: (s - runner-up) / (std + eps); others 0.
+                                 ///< A group of one gets NaN (verl raises: check sizes on the host)
 };
 
 constexpr std::string_view to_string(OutcomeEstimator e) {
@@ -60,7 +61,7 @@ struct GroupStats {
   float baseline = 0;  ///< opo: sum(len * s) / sum(len) (0 for a group of one)
   float sum = 0;       ///< rloo_vectorized: float32 sum of the scores in batch order
   std::int64_t best_row = -1;  ///< grpo_passk: the first row (batch order) with the group's top score
-  float margin = 0;            ///< grpo_passk: top score - the best of the other rows (-inf for none)
+  float margin = 0;            ///< grpo_passk: top score - the best of the other rows (NaN for a group of one)
 };
 
 /// The per-response scalar of each outcome estimator, float32 step by step as verl (and

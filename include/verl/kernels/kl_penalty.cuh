@@ -27,7 +27,7 @@ __global__ void kl_penalty_kernel(const float* __restrict logprob, const float* 
   }
 }
 
-__global__ void kl_rewards_kernel(const float* __restrict scores, const float* __restrict old_log_prob,
+VERL_HEADER_KERNEL void kl_rewards_kernel(const float* __restrict scores, const float* __restrict old_log_prob,
                                   const float* __restrict ref_log_prob, std::int64_t n, float ratio,
                                   float* __restrict rewards) {
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;

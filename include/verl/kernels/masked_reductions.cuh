@@ -47,7 +47,7 @@ __device__ __forceinline__ double count_denominator(double count) {
 }
 
 /// One warp per row: Welford moments of where(mask, v, 0) over the valid positions (lanes merged).
-__global__ void row_moments_kernel(const float* __restrict values, const float* __restrict mask, std::int64_t rows,
+VERL_HEADER_KERNEL void row_moments_kernel(const float* __restrict values, const float* __restrict mask, std::int64_t rows,
                                    std::int64_t cols, Moments* __restrict out) {
   const int lane = threadIdx.x & 31;
   const std::int64_t warps = static_cast<std::int64_t>(gridDim.x) * (blockDim.x / 32);
@@ -65,7 +65,7 @@ __global__ void row_moments_kernel(const float* __restrict values, const float* 
   }
 }
 
-__global__ void finish_stats_kernel(const Moments* __restrict rows_moments, std::int64_t rows, MaskedStats* stats) {
+VERL_HEADER_KERNEL void finish_stats_kernel(const Moments* __restrict rows_moments, std::int64_t rows, MaskedStats* stats) {
   using Reduce = cub::BlockReduce<Moments, kThreads>;
   __shared__ typename Reduce::TempStorage temp;
   Moments local{0, 0, 0};
@@ -88,7 +88,7 @@ __global__ void finish_stats_kernel(const Moments* __restrict rows_moments, std:
 
 /// d masked_var / d v (cotangent 1): with z = v - mean, D = n + 1e-8 and k the Bessel factor,
 /// k 2 m z / D plus the path through the mean, k (-2 sum(m z) / D) m / D; 0 at masked positions.
-__global__ void masked_var_backward_kernel(const float* __restrict values, const float* __restrict mask, std::int64_t n,
+VERL_HEADER_KERNEL void masked_var_backward_kernel(const float* __restrict values, const float* __restrict mask, std::int64_t n,
                                            bool unbiased, const MaskedStats* stats, float* __restrict grad) {
   const double count = stats->count;
   const double denominator = count_denominator(count);
@@ -106,7 +106,7 @@ __global__ void masked_var_backward_kernel(const float* __restrict values, const
 
 /// One warp per row: valid-token count and the masked loss sum (where(m, L, 0) under token-mean,
 /// L * m otherwise). loss == nullptr: counts only.
-__global__ void agg_rows_kernel(const float* __restrict loss, const float* __restrict mask, std::int64_t rows,
+VERL_HEADER_KERNEL void agg_rows_kernel(const float* __restrict loss, const float* __restrict mask, std::int64_t rows,
                                 std::int64_t cols, bool select_valid, std::int32_t* __restrict lengths,
                                 double* __restrict row_sums) {
   const int lane = threadIdx.x & 31;
@@ -133,7 +133,7 @@ __global__ void agg_rows_kernel(const float* __restrict loss, const float* __res
 
 /// One block: the batch counts, the aggregation, and (row_sums != nullptr) the loss
 /// scale * sum_i row_weight_i * rowsum_i, rows combined in a fixed order.
-__global__ void finish_agg_kernel(const std::int32_t* __restrict lengths, const double* __restrict row_sums,
+VERL_HEADER_KERNEL void finish_agg_kernel(const std::int32_t* __restrict lengths, const double* __restrict row_sums,
                                   std::int64_t rows, std::int64_t cols, AggregationParams params, AggLossState* state) {
   using ReduceL = cub::BlockReduce<long long, kThreads>;
   using ReduceD = cub::BlockReduce<double, kThreads>;
@@ -165,7 +165,7 @@ __global__ void finish_agg_kernel(const std::int32_t* __restrict lengths, const 
     *state = AggLossState{static_cast<float>(total * static_cast<double>(a.scale)), a, shared_tokens, shared_nonempty};
 }
 
-__global__ void agg_weights_kernel(const float* __restrict mask, const std::int32_t* __restrict lengths,
+VERL_HEADER_KERNEL void agg_weights_kernel(const float* __restrict mask, const std::int32_t* __restrict lengths,
                                    std::int64_t rows, std::int64_t cols, const AggLossState* state,
                                    float* __restrict weights) {
   const Aggregation a = state->aggregation;
@@ -178,7 +178,7 @@ __global__ void agg_weights_kernel(const float* __restrict mask, const std::int3
 inline unsigned warp_rows_grid(std::int64_t rows) { return grid_for(rows * 32, kThreads); }
 
 /// One warp per row: masked_sum / masked_mean of where(mask, v, 0) along the row.
-__global__ void masked_rows_kernel(const float* __restrict values, const float* __restrict mask, std::int64_t rows,
+VERL_HEADER_KERNEL void masked_rows_kernel(const float* __restrict values, const float* __restrict mask, std::int64_t rows,
                                    std::int64_t cols, bool mean, float* __restrict out) {
   const int lane = threadIdx.x & 31;
   const std::int64_t warps = static_cast<std::int64_t>(gridDim.x) * (blockDim.x / 32);
@@ -198,7 +198,7 @@ __global__ void masked_rows_kernel(const float* __restrict values, const float* 
 }
 
 /// One thread per column (coalesced across the threads of a warp): the same along columns.
-__global__ void masked_cols_kernel(const float* __restrict values, const float* __restrict mask, std::int64_t rows,
+VERL_HEADER_KERNEL void masked_cols_kernel(const float* __restrict values, const float* __restrict mask, std::int64_t rows,
                                    std::int64_t cols, bool mean, float* __restrict out) {
   for (std::int64_t col = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; col < cols;
        col += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
@@ -214,7 +214,7 @@ __global__ void masked_cols_kernel(const float* __restrict values, const float* 
 }
 
 /// VJP along rows: grad = m * cot_row (/ (count_row + 1e-8) for the mean).
-__global__ void masked_rows_backward_kernel(const float* __restrict mask, std::int64_t rows, std::int64_t cols,
+VERL_HEADER_KERNEL void masked_rows_backward_kernel(const float* __restrict mask, std::int64_t rows, std::int64_t cols,
                                             bool mean, const float* __restrict cotangent, float* __restrict grad) {
   const int lane = threadIdx.x & 31;
   const std::int64_t warps = static_cast<std::int64_t>(gridDim.x) * (blockDim.x / 32);
@@ -230,7 +230,7 @@ __global__ void masked_rows_backward_kernel(const float* __restrict mask, std::i
   }
 }
 
-__global__ void masked_cols_backward_kernel(const float* __restrict mask, std::int64_t rows, std::int64_t cols,
+VERL_HEADER_KERNEL void masked_cols_backward_kernel(const float* __restrict mask, std::int64_t rows, std::int64_t cols,
                                             bool mean, const float* __restrict cotangent, float* __restrict grad) {
   for (std::int64_t col = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; col < cols;
        col += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
@@ -245,7 +245,7 @@ __global__ void masked_cols_backward_kernel(const float* __restrict mask, std::i
 }
 
 /// VJP of the whole-batch masked_sum (1) or masked_mean (1 / (count + 1e-8)), count from `stats`.
-__global__ void masked_all_backward_kernel(const float* __restrict mask, std::int64_t n, bool mean,
+VERL_HEADER_KERNEL void masked_all_backward_kernel(const float* __restrict mask, std::int64_t n, bool mean,
                                            const MaskedStats* stats, float* __restrict grad) {
   const float scale = mean ? static_cast<float>(1.0 / count_denominator(stats->count)) : 1.0f;
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
@@ -360,7 +360,7 @@ struct WhitenBackwardScalars {
 
 /// One warp per row: sum c and sum c (v - mean) over every element of the row (whiten's output is
 /// not masked, so masked positions count too).
-__global__ void whiten_cotangent_rows_kernel(const float* __restrict values, const float* __restrict cotangent,
+VERL_HEADER_KERNEL void whiten_cotangent_rows_kernel(const float* __restrict values, const float* __restrict cotangent,
                                              std::int64_t rows, std::int64_t cols, const MaskedStats* stats,
                                              double2* __restrict row_sums) {
   const int lane = threadIdx.x & 31;
@@ -385,7 +385,7 @@ struct SumDouble2 {
 
 /// One block: the rows' sums in a fixed order, then the VJP's scalars as verl::algo computes them
 /// (in double from the float32 statistics).
-__global__ void whiten_backward_scalars_kernel(const double2* __restrict row_sums, std::int64_t rows,
+VERL_HEADER_KERNEL void whiten_backward_scalars_kernel(const double2* __restrict row_sums, std::int64_t rows,
                                                const MaskedStats* stats, bool shift_mean,
                                                WhitenBackwardScalars* out) {
   using Reduce = cub::BlockReduce<double2, kThreads>;
@@ -406,7 +406,7 @@ __global__ void whiten_backward_scalars_kernel(const double2* __restrict row_sum
                                static_cast<float>(grad_mean / denominator)};
 }
 
-__global__ void whiten_backward_kernel(const float* __restrict values, const float* __restrict mask,
+VERL_HEADER_KERNEL void whiten_backward_kernel(const float* __restrict values, const float* __restrict mask,
                                        const float* __restrict cotangent, std::int64_t n, const MaskedStats* stats,
                                        const WhitenBackwardScalars* scalars, float* __restrict grad) {
   const float mean = stats->mean_f;

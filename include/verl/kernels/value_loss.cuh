@@ -22,7 +22,7 @@ namespace verl::kernels {
 
 namespace detail {
 
-__global__ void value_loss_rows_kernel(ValueLossInputs in, float clip_range, const AggLossState* agg,
+VERL_HEADER_KERNEL void value_loss_rows_kernel(ValueLossInputs in, float clip_range, const AggLossState* agg,
                                        const std::int32_t* __restrict lengths, float* __restrict grad,
                                        ValueRow* __restrict rows_out) {
   const int lane = threadIdx.x & 31;
@@ -45,7 +45,7 @@ struct SumValueRow {
   }
 };
 
-__global__ void finish_value_loss_kernel(const ValueRow* __restrict rows_in, const std::int32_t* __restrict lengths,
+VERL_HEADER_KERNEL void finish_value_loss_kernel(const ValueRow* __restrict rows_in, const std::int32_t* __restrict lengths,
                                          std::int64_t rows, const AggLossState* agg, ValueLossState* out) {
   using Reduce = cub::BlockReduce<ValueRow, kThreads>;
   __shared__ typename Reduce::TempStorage temp;

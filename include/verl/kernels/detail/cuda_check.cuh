@@ -32,6 +32,12 @@ namespace detail {
 }  // namespace detail
 }  // namespace verl::kernels
 
+/// Declares a kernel defined in a header. A plain __global__ function gets a strong host stub in
+/// every .cu file that includes the header, so a program with two such files fails to link; as a
+/// function template (one defaulted, unused parameter) each use is a mergeable instantiation.
+/// Launch it as any kernel: name<<<grid, block>>>(args).
+#define VERL_HEADER_KERNEL template <int = 0> __global__
+
 /// Throws verl::kernels::CudaError when `expr` (a cudaError_t) is not cudaSuccess.
 #define VERL_CUDA_CHECK(expr)                                                                  \
   do {                                                                                         \
