@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "cuda_test_support.hpp"
+#include "../support/random_loss_batch.hpp"
 #include "verl/algo/kl_rewards.hpp"
 #include "verl/kernels/detail/cuda_check.cuh"
 #include "verl/kernels/kl_penalty.cuh"
@@ -62,26 +63,8 @@ void expect_scalar(double actual, double expected, double rtol, const std::strin
       << what << ": got " << actual << ", expected " << expected;
 }
 
-MatrixF random_matrix(Index rows, Index cols, std::mt19937& rng, float scale = 1.0f) {
-  std::normal_distribution<float> normal(0.0f, scale);
-  MatrixF m(rows, cols);
-  for (Index i = 0; i < m.size(); ++i) m.data()[i] = normal(rng);
-  return m;
-}
-
-/// Random lengths with fully masked rows (every 5th), single tokens and full rows.
-MatrixF random_mask(Index rows, Index cols, std::mt19937& rng) {
-  MatrixF m = MatrixF::Zero(rows, cols);
-  std::uniform_int_distribution<Index> length(0, cols);
-  for (Index i = 0; i < rows; ++i) {
-    Index n = length(rng);
-    if (i % 5 == 0) n = 0;
-    if (i % 5 == 1) n = std::min<Index>(cols, 1);
-    if (i % 5 == 2) n = cols;
-    for (Index j = 0; j < n; ++j) m(i, j) = 1.0f;
-  }
-  return m;
-}
+using verl::test::random_mask;
+using verl::test::random_matrix;
 
 // ---- host-side checks of the shared element-wise math (no GPU needed) --------------------------
 

@@ -15,6 +15,7 @@
 
 #include "verl/algo/policy_losses.hpp"
 #include "verl/kernels/policy_loss.hpp"
+#include "../support/random_loss_batch.hpp"
 #include "verl/kernels/value_loss.hpp"
 
 namespace {
@@ -25,26 +26,8 @@ using verl::algo::GlobalBatchInfo;
 using verl::algo::LossAggMode;
 namespace k = verl::kernels;
 
-MatrixF random_matrix(Index rows, Index cols, std::mt19937& rng, float scale) {
-  std::normal_distribution<float> normal(0.0f, scale);
-  MatrixF m(rows, cols);
-  for (Index i = 0; i < m.size(); ++i) m.data()[i] = normal(rng);
-  return m;
-}
-
-/// Empty rows (every 5th), single tokens, full rows and random lengths.
-MatrixF random_mask(Index rows, Index cols, std::mt19937& rng) {
-  MatrixF m = MatrixF::Zero(rows, cols);
-  std::uniform_int_distribution<Index> length(0, cols);
-  for (Index i = 0; i < rows; ++i) {
-    Index n = length(rng);
-    if (i % 5 == 0) n = 0;
-    if (i % 5 == 1) n = std::min<Index>(cols, 1);
-    if (i % 5 == 2) n = cols;
-    for (Index j = 0; j < n; ++j) m(i, j) = 1.0f;
-  }
-  return m;
-}
+using verl::test::random_mask;
+using verl::test::random_matrix;
 
 struct Batch {
   MatrixF old, lp, advantages, per_row, mask, weights;

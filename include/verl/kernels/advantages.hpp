@@ -10,6 +10,7 @@
 #include "verl/algo/advantages.hpp"
 #include "verl/core/error.hpp"
 #include "verl/kernels/detail/cuda_b_hd.hpp"
+#include "verl/kernels/detail/launch.hpp"
 
 namespace verl::kernels {
 
@@ -104,14 +105,6 @@ struct GaeParams {
     return {static_cast<float>(gamma), static_cast<float>(gamma * lam)};
   }
 };
-
-/// Checks shared by every host entry point: sizes are non-negative and fit the kernels' 32-bit
-/// in-group offsets.
-inline void check_batch_shape(std::int64_t rows, std::int64_t cols) {
-  VERL_CHECK_ARG(rows >= 0, "rows: expected >= 0, got {}", rows);
-  VERL_CHECK_ARG(cols >= 0, "cols: expected >= 0, got {}", cols);
-  VERL_CHECK_ARG(rows <= (std::int64_t{1} << 31) - 1, "rows: expected < 2^31 (32-bit row indices), got {}", rows);
-}
 
 /// The CPU reference of an outcome estimator on a full (B, T) batch: verl::algo's estimator.
 inline algo::AdvantageResult reference_outcome(const OutcomeParams& p, const algo::AdvantageBatch& batch) {

@@ -17,8 +17,8 @@
 #include "verl/algo/policy_losses.hpp"
 #include "verl/config.hpp"
 #include "verl/core/error.hpp"
-#include "verl/kernels/advantages.hpp"
 #include "verl/kernels/detail/cuda_b_hd.hpp"
+#include "verl/kernels/detail/launch.hpp"
 #include "verl/kernels/masked_reductions.hpp"
 
 namespace verl::kernels {

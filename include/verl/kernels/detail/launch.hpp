@@ -1,11 +1,13 @@
 // Launch shapes shared by the kernels, as plain host functions (g++-compilable, tested on the
-// host): how many threads a row-per-block kernel uses for a row of V elements.
+// host): how many threads a row-per-block kernel uses for a row of V elements, and the batch-shape
+// check of every (B, T) entry point.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
 
 #include "verl/config.hpp"
+#include "verl/core/error.hpp"
 
 namespace verl::kernels::detail {
 
@@ -46,3 +48,15 @@ VERL_HOST_DEVICE inline constexpr std::int64_t misaligned_head(std::uintptr_t ad
 }
 
 }  // namespace verl::kernels::detail
+
+namespace verl::kernels {
+
+/// Checks shared by every host entry point of the (B, T) kernels: sizes are non-negative and fit
+/// the kernels' 32-bit row indices and in-group offsets.
+inline void check_batch_shape(std::int64_t rows, std::int64_t cols) {
+  VERL_CHECK_ARG(rows >= 0, "rows: expected >= 0, got {}", rows);
+  VERL_CHECK_ARG(cols >= 0, "cols: expected >= 0, got {}", cols);
+  VERL_CHECK_ARG(rows <= (std::int64_t{1} << 31) - 1, "rows: expected < 2^31 (32-bit row indices), got {}", rows);
+}
+
+}  // namespace verl::kernels
