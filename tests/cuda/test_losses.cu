@@ -167,9 +167,12 @@ TEST(CudaLosses, MaskedStatsAndWhitenMatchReference) {
     DeviceBuffer<float> d_out(static_cast<std::size_t>(rows * cols));
     k::masked_whiten(nullptr, bytes, nullptr, nullptr, rows, cols, nullptr);
     DeviceBuffer<unsigned char> temp2(bytes);
-    k::masked_whiten(temp2.data(), bytes, d_f.data(), d_m.data(), rows, cols, d_out.data());
-    VERL_CUDA_EXPECT_OK(cudaDeviceSynchronize());
-    expect_close(d_out.download(), verl::algo::masked_whiten(finite, mask), 1e-5f, 1e-5f, "masked_whiten");
+    for (const bool shift_mean : {true, false}) {
+      k::masked_whiten(temp2.data(), bytes, d_f.data(), d_m.data(), rows, cols, d_out.data(), shift_mean);
+      VERL_CUDA_EXPECT_OK(cudaDeviceSynchronize());
+      expect_close(d_out.download(), verl::algo::masked_whiten(finite, mask, shift_mean), 1e-5f, 1e-5f,
+                   std::string("masked_whiten") + (shift_mean ? "" : " (shift_mean=False)"));
+    }
   }
 }
 
@@ -292,11 +295,11 @@ TEST(CudaLosses, AggLossAndWeightsMatchReference) {
 /// single tokens, full rows and log-ratios past the +-20 clamp.
 template <class AlgoLoss>
 void run_policy_loss(const AlgoLoss& reference, Index rows, Index cols, LossAggMode mode, bool per_row_advantages,
-                     bool weights, std::uint32_t seed) {
+                     bool weights, std::uint32_t seed, bool outlier = true) {
   std::mt19937 rng(seed);
   const MatrixF old = random_matrix(rows, cols, rng, 1.0f);
   MatrixF lp = old + random_matrix(rows, cols, rng, 0.3f);
-  if (rows > 2 && cols > 2) lp(2, 2) = old(2, 2) + 25.0f;  // beyond the +-20 clamp
+  if (outlier && rows > 2 && cols > 2) lp(2, 2) = old(2, 2) + 25.0f;  // beyond the +-20 clamp
   const MatrixF mask = random_mask(rows, cols, rng);
   const MatrixF per_row = random_matrix(rows, 1, rng, 2.0f);
   MatrixF advantages = random_matrix(rows, cols, rng, 2.0f);
@@ -340,16 +343,18 @@ void run_policy_loss(const AlgoLoss& reference, Index rows, Index cols, LossAggM
   expect_close(d_grad.download(), expected.grad_log_prob, 1e-7f, 1e-5f, what + " grad");
 }
 
+/// `outlier`: include the exp(25) ratio (it dominates pg_loss of the losses without the clamp,
+/// clip_cov and kl_cov, which are therefore run both ways).
 template <class AlgoLoss>
-void run_policy_loss_everywhere(const AlgoLoss& reference) {
+void run_policy_loss_everywhere(const AlgoLoss& reference, bool outlier = true) {
   std::uint32_t seed = 1;
   for (const auto mode : {LossAggMode::token_mean, LossAggMode::seq_mean_token_sum, LossAggMode::seq_mean_token_mean,
                           LossAggMode::seq_mean_token_sum_norm})
     for (const bool per_row : {false, true})
       for (const bool weights : {false, true}) {
-        run_policy_loss(reference, 1, 1, mode, per_row, weights, seed++);
-        run_policy_loss(reference, 33, 70, mode, per_row, weights, seed++);
-        run_policy_loss(reference, 128, 1024, mode, per_row, weights, seed++);
+        run_policy_loss(reference, 1, 1, mode, per_row, weights, seed++, outlier);
+        run_policy_loss(reference, 33, 70, mode, per_row, weights, seed++, outlier);
+        run_policy_loss(reference, 128, 1024, mode, per_row, weights, seed++, outlier);
       }
 }
 
@@ -370,6 +375,57 @@ TEST(CudaLosses, SequencePolicyLossesMatchReference) {
   VERL_REQUIRE_GPU();
   run_policy_loss_everywhere(verl::algo::GSPO{.clip_ratio_low = 3e-4, .clip_ratio_high = 4e-4});
   run_policy_loss_everywhere(verl::algo::GeoMean{.clip_ratio_low = 0.4, .clip_ratio_high = 0.4});
+}
+
+TEST(CudaLosses, CovariancePolicyLossesMatchReference) {
+  VERL_REQUIRE_GPU();
+  for (const bool outlier : {true, false}) {
+    run_policy_loss_everywhere(verl::algo::ClipCov{}, outlier);
+    run_policy_loss_everywhere(
+        verl::algo::ClipCov{.clip_cov_ratio = 0.1, .clip_cov_lb = -10.0, .clip_cov_ub = 10.0, .seed = 7}, outlier);
+    run_policy_loss_everywhere(
+        verl::algo::ClipCov{.clip_cov_ratio = 0.5, .clip_cov_lb = 0.0, .clip_cov_ub = 5.0, .seed = 3}, outlier);
+    run_policy_loss_everywhere(verl::algo::KLCov{}, outlier);
+    run_policy_loss_everywhere(verl::algo::KLCov{.kl_cov_ratio = 0.2, .ppo_kl_coef = 0.1}, outlier);
+  }
+}
+
+/// Every cov ties (one advantage everywhere): the kernel penalises the earliest valid tokens, as
+/// its sequential host walk does (torch's CPU topk may choose others among equal keys).
+TEST(CudaLosses, KLCovTiesGoToTheEarliestTokens) {
+  VERL_REQUIRE_GPU();
+  const Index rows = 40, cols = 300;
+  std::mt19937 rng(5);
+  const MatrixF old = random_matrix(rows, cols, rng, 1.0f);
+  const MatrixF lp = old + random_matrix(rows, cols, rng, 0.3f);
+  const MatrixF mask = random_mask(rows, cols, rng);
+  const MatrixF advantages = MatrixF::Constant(rows, cols, 0.75f);
+  const auto params = k::KLCovParams{.kl_cov_ratio = 0.3, .coef = 0.5f};
+  k::PolicyLossInputs host;
+  host.old_log_prob = old.data();
+  host.log_prob = lp.data();
+  host.advantages = advantages.data();
+  host.response_mask = mask.data();
+  host.rows = rows;
+  host.cols = cols;
+  MatrixF expected_grad(rows, cols);
+  const auto expected = k::detail::policy_loss_sequential(host, params, LossAggMode::token_mean, {}, expected_grad.data());
+
+  auto d_old = upload(old), d_lp = upload(lp), d_mask = upload(mask), d_adv = upload(advantages);
+  k::PolicyLossInputs in = host;
+  in.old_log_prob = d_old.data();
+  in.log_prob = d_lp.data();
+  in.advantages = d_adv.data();
+  in.response_mask = d_mask.data();
+  DeviceBuffer<float> d_grad(static_cast<std::size_t>(rows * cols));
+  DeviceBuffer<k::PolicyLossState> d_state(1);
+  std::size_t bytes = 0;
+  k::policy_loss(nullptr, bytes, in, params, LossAggMode::token_mean, {}, nullptr, nullptr);
+  DeviceBuffer<unsigned char> temp(bytes);
+  k::policy_loss(temp.data(), bytes, in, params, LossAggMode::token_mean, {}, d_grad.data(), d_state.data());
+  const k::PolicyLossState s = d_state.download().at(0);
+  expect_scalar(s.pg_loss, expected.pg_loss, 1e-5, "kl_cov with tied cov: pg_loss");
+  expect_close(d_grad.download(), expected_grad, 1e-7f, 1e-5f, "kl_cov with tied cov: grad");
 }
 
 TEST(CudaLosses, PolicyLossOfAnEmptyBatch) {

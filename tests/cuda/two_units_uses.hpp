@@ -27,6 +27,8 @@ int use_every_kernel_header(bool launch) {
   k::masked_whiten_backward(nullptr, bytes, nullptr, nullptr, nullptr, 0, 0, nullptr);
   k::agg_loss(nullptr, bytes, nullptr, nullptr, 0, 0, mode, {}, nullptr);
   k::policy_loss(nullptr, bytes, k::PolicyLossInputs{}, k::GSPOParams{}, mode, {}, nullptr, nullptr);
+  k::policy_loss(nullptr, bytes, k::PolicyLossInputs{}, k::ClipCovParams{}, mode, {}, nullptr, nullptr);
+  k::policy_loss(nullptr, bytes, k::PolicyLossInputs{}, k::KLCovParams{}, mode, {}, nullptr, nullptr);
   k::value_loss(nullptr, bytes, k::ValueLossInputs{}, 0.2, mode, {}, nullptr, nullptr);
   k::entropy_loss<float>(nullptr, bytes, nullptr, k::LogitsShape{}, nullptr, 0, 0, mode, {}, nullptr);
   k::outcome_advantages(nullptr, bytes, k::OutcomeParams{}, k::GroupLayout::any, nullptr, nullptr, nullptr, 0, 0,

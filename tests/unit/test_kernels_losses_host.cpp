@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <random>
@@ -33,13 +34,15 @@ struct Batch {
   MatrixF old, lp, advantages, per_row, mask, weights;
 };
 
-Batch random_batch(Index rows, Index cols, std::uint32_t seed) {
+/// `outliers`: two log-ratios of +-25 (past verl's +-20 clamp). Losses without the clamp (clip_cov,
+/// kl_cov) then have an exp(25) ratio that dominates pg_loss, so they are also run without.
+Batch random_batch(Index rows, Index cols, std::uint32_t seed, bool outliers = true) {
   std::mt19937 rng(seed);
   Batch b;
   b.old = random_matrix(rows, cols, rng, 1.0f);
   b.lp = b.old + random_matrix(rows, cols, rng, 0.3f);
-  if (rows > 2 && cols > 2) b.lp(2, 2) = b.old(2, 2) + 25.0f;  // beyond the +-20 clamp
-  if (rows > 3 && cols > 1) b.lp(3, 1) = b.old(3, 1) - 25.0f;
+  if (outliers && rows > 2 && cols > 2) b.lp(2, 2) = b.old(2, 2) + 25.0f;  // beyond the +-20 clamp
+  if (outliers && rows > 3 && cols > 1) b.lp(3, 1) = b.old(3, 1) - 25.0f;
   b.mask = random_mask(rows, cols, rng);
   b.per_row = random_matrix(rows, 1, rng, 2.0f);
   if (rows > 4) b.per_row(4, 0) = 0.0f;  // A = 0: sign 0, tau_neg
@@ -58,9 +61,9 @@ void expect_near_value(double actual, double expected, const std::string& what) 
 }
 
 template <class AlgoLoss>
-void check_loss(const AlgoLoss& reference, Index rows, Index cols, std::uint32_t seed) {
+void check_loss(const AlgoLoss& reference, Index rows, Index cols, std::uint32_t seed, bool outliers = true) {
   const auto params = k::kernel_policy_loss(reference);
-  const Batch b = random_batch(rows, cols, seed);
+  const Batch b = random_batch(rows, cols, seed, outliers);
   for (const auto mode : {LossAggMode::token_mean, LossAggMode::seq_mean_token_sum, LossAggMode::seq_mean_token_mean,
                           LossAggMode::seq_mean_token_sum_norm})
     for (const bool per_row : {false, true})
@@ -103,11 +106,17 @@ void check_loss(const AlgoLoss& reference, Index rows, Index cols, std::uint32_t
 }
 
 template <class AlgoLoss>
-void check_shapes(const AlgoLoss& reference) {
-  check_loss(reference, 1, 1, 11);
-  check_loss(reference, 7, 3, 12);
-  check_loss(reference, 33, 70, 13);
-  check_loss(reference, 64, 300, 14);
+void check_shapes(const AlgoLoss& reference, bool outliers = true) {
+  check_loss(reference, 1, 1, 11, outliers);
+  check_loss(reference, 7, 3, 12, outliers);
+  check_loss(reference, 33, 70, 13, outliers);
+  check_loss(reference, 64, 300, 14, outliers);
+}
+
+template <class AlgoLoss>
+void check_shapes_with_and_without_outliers(const AlgoLoss& reference) {
+  check_shapes(reference, true);
+  check_shapes(reference, false);
 }
 
 TEST(KernelsPolicyLossHost, VanillaMatchesReference) {
@@ -136,6 +145,93 @@ TEST(KernelsPolicyLossHost, GSPOMatchesReference) {
 TEST(KernelsPolicyLossHost, GeoMeanMatchesReference) {
   check_shapes(verl::algo::GeoMean{.clip_ratio_low = 0.4, .clip_ratio_high = 0.4});
   check_shapes(verl::algo::GeoMean{.clip_ratio_low = 0.05, .clip_ratio_high = 0.1});
+}
+
+TEST(KernelsPolicyLossHost, ClipCovMatchesReference) {
+  check_shapes_with_and_without_outliers(verl::algo::ClipCov{});
+  check_shapes_with_and_without_outliers(
+      verl::algo::ClipCov{.clip_cov_ratio = 0.1, .clip_cov_lb = -10.0, .clip_cov_ub = 10.0, .seed = 7});
+  check_shapes_with_and_without_outliers(
+      verl::algo::ClipCov{.clip_cov_ratio = 0.5, .clip_cov_lb = 0.0, .clip_cov_ub = 5.0, .seed = 3});
+}
+
+TEST(KernelsPolicyLossHost, KLCovMatchesReference) {
+  check_shapes_with_and_without_outliers(verl::algo::KLCov{});
+  check_shapes_with_and_without_outliers(verl::algo::KLCov{.kl_cov_ratio = 0.2, .ppo_kl_coef = 0.1});
+  check_shapes_with_and_without_outliers(verl::algo::KLCov{.kl_cov_ratio = 1.0, .ppo_kl_coef = 2.0});
+}
+
+/// The selection pass really picks tokens in the configurations above (else the comparisons
+/// would not exercise the zeroed and penalised tokens).
+TEST(KernelsPolicyLossHost, CovSelectionsPickTokens) {
+  const Batch b = random_batch(64, 300, 14);
+  k::PolicyLossInputs in;
+  in.old_log_prob = b.old.data();
+  in.log_prob = b.lp.data();
+  in.advantages = b.advantages.data();
+  in.response_mask = b.mask.data();
+  in.rows = 64;
+  in.cols = 300;
+  const std::int64_t valid = static_cast<std::int64_t>((b.mask.array() != 0.0f).count());
+  std::vector<std::uint8_t> chosen(64 * 300);
+  const auto count = [&] { return std::count(chosen.begin(), chosen.end(), std::uint8_t{1}); };
+
+  const auto clip = k::kernel_policy_loss(
+      verl::algo::ClipCov{.clip_cov_ratio = 0.1, .clip_cov_lb = -10.0, .clip_cov_ub = 10.0, .seed = 7});
+  k::detail::select_tokens_sequential(clip, in, valid, chosen.data());
+  EXPECT_EQ(count(), static_cast<std::int64_t>(0.1 * static_cast<double>(valid)));
+  std::vector<std::uint8_t> other_seed(chosen.size());
+  auto reseeded = clip;
+  reseeded.seed = 8;
+  k::detail::select_tokens_sequential(reseeded, in, valid, other_seed.data());
+  EXPECT_NE(chosen, other_seed);
+
+  const auto kl = k::kernel_policy_loss(verl::algo::KLCov{.kl_cov_ratio = 0.2, .ppo_kl_coef = 0.1});
+  k::detail::select_tokens_sequential(kl, in, valid, chosen.data());
+  EXPECT_EQ(count(), static_cast<std::int64_t>(0.2 * static_cast<double>(valid)));
+  for (std::size_t i = 0; i < chosen.size(); ++i)
+    if (chosen[i] != 0) ASSERT_NE(b.mask.data()[i], 0.0f) << "a masked token was chosen at " << i;
+}
+
+TEST(KernelsPolicyLossHost, CovarianceRankKeyOrdersAsTopk) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const float ranked[] = {std::numeric_limits<float>::quiet_NaN(), inf, 3.5f, 1e-30f, 0.0f, -1e-30f, -2.0f, -inf};
+  for (std::size_t i = 0; i + 1 < std::size(ranked); ++i)
+    EXPECT_GT(k::detail::covariance_rank_key(ranked[i], true), k::detail::covariance_rank_key(ranked[i + 1], true))
+        << ranked[i] << " should rank above " << ranked[i + 1];
+  EXPECT_EQ(k::detail::covariance_rank_key(0.0f, true), k::detail::covariance_rank_key(-0.0f, true));
+  EXPECT_LT(k::detail::covariance_rank_key(0.0f, false), k::detail::covariance_rank_key(-inf, true));
+}
+
+TEST(KernelsPolicyLossHost, MersenneTwisterIsTheStandardOne) {
+  k::detail::Mt19937_64 standard_seed(5489);
+  std::uint64_t draw = 0;
+  for (int i = 0; i < 10000; ++i) draw = standard_seed();
+  EXPECT_EQ(draw, 9981545732273789042ULL);  // the value the C++ standard specifies
+  for (const std::uint64_t seed : {0ULL, 1ULL, 12345678901234ULL, ~0ULL}) {
+    k::detail::Mt19937_64 ours(seed);
+    std::mt19937_64 reference(seed);
+    for (int i = 0; i < 2000; ++i) ASSERT_EQ(ours(), reference()) << "seed " << seed << " draw " << i;
+  }
+  for (const std::int64_t size : {1, 2, 17, 1000})
+    for (const std::int64_t count : {0L, 1L, size / 2, size}) {
+      std::vector<std::int64_t> ours(static_cast<std::size_t>(size)), reference(ours.size());
+      for (std::int64_t i = 0; i < size; ++i) ours[static_cast<std::size_t>(i)] = reference[static_cast<std::size_t>(i)] = i;
+      k::detail::choose_front(ours.data(), size, count, 99);
+      verl::algo::detail::choose_front(reference, static_cast<std::size_t>(count), 99);
+      EXPECT_EQ(ours, reference) << "size " << size << " count " << count;
+    }
+}
+
+TEST(KernelsPolicyLossHost, CovParametersAreChecked) {
+  try {
+    (void)k::kernel_policy_loss(verl::algo::KLCov{.kl_cov_ratio = 1.5});
+    FAIL() << "expected an error";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("kl_cov_ratio: expected a value in (0, 1], got 1.5"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW((void)k::kernel_policy_loss(verl::algo::ClipCov{.clip_cov_ratio = 0.0}), std::invalid_argument);
 }
 
 TEST(KernelsPolicyLossHost, GarbageAtMaskedPositionsFollowsVerl) {

@@ -189,25 +189,27 @@ algo::PolicyLossResult run_policy_loss(const KernelLoss& loss, std::string_view 
   VERL_CUDA_CHECK(cudaDeviceSynchronize());
   const kernels::PolicyLossState s = state.download().at(0);
   algo::PolicyLossResult result{s.pg_loss, to_host(d_grad, rows, cols), {}};
-  // The metrics verl reports for each loss: none for gpg, ppo_kl only for reinforce.
+  // The metrics verl reports for each loss: none for gpg, ppo_kl only for reinforce and kl_cov,
+  // no pg_clipfrac_lower for clip_cov.
   if (name == "gpg") return result;
   result.metrics["actor/ppo_kl"] = s.ppo_kl;
-  if (name == "reinforce") return result;
+  if (name == "reinforce" || name == "kl_cov") return result;
   result.metrics["actor/pg_clipfrac"] = s.pg_clipfrac;
+  if (name == "clip_cov") return result;
   result.metrics["actor/pg_clipfrac_lower"] = s.pg_clipfrac_lower;
   return result;
 }
 
 }  // namespace
 
-WhitenOutput masked_whiten(const MatrixF& values, const MatrixF& mask, const MatrixF* cotangent) {
+WhitenOutput masked_whiten(const MatrixF& values, const MatrixF& mask, const MatrixF* cotangent, bool shift_mean) {
   const Index rows = values.rows(), cols = values.cols();
   auto d_v = to_device(values), d_m = to_device(mask);
   DeviceBuffer<float> d_out(static_cast<std::size_t>(rows * cols));
   std::size_t bytes = 0;
   kernels::masked_whiten(nullptr, bytes, nullptr, nullptr, rows, cols, nullptr);
   DeviceBuffer<unsigned char> temp(bytes);
-  kernels::masked_whiten(temp.data(), bytes, d_v.data(), d_m.data(), rows, cols, d_out.data());
+  kernels::masked_whiten(temp.data(), bytes, d_v.data(), d_m.data(), rows, cols, d_out.data(), shift_mean);
   WhitenOutput out;
   out.result = to_host(d_out, rows, cols);
   if (cotangent != nullptr) {
@@ -215,7 +217,7 @@ WhitenOutput masked_whiten(const MatrixF& values, const MatrixF& mask, const Mat
     kernels::masked_whiten_backward(nullptr, bytes, nullptr, nullptr, nullptr, rows, cols, nullptr);
     DeviceBuffer<unsigned char> temp_backward(bytes);
     kernels::masked_whiten_backward(temp_backward.data(), bytes, d_v.data(), d_m.data(), d_c.data(), rows, cols,
-                                    d_out.data());
+                                    d_out.data(), shift_mean);
     out.grad = to_host(d_out, rows, cols);
   }
   return out;

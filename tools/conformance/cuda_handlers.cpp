@@ -228,7 +228,34 @@ void policy_loss_case(const GoldenCase& c, CaseCheck& check) {
     if (!c.outputs().contains(key)) check.fail(key, "the cuda result has metric '" + key + "', verl does not report it");
 }
 
-/// The cases of the losses with a kernel (not clip_cov, kl_cov, bypass_mode). A configuration
+/// verl's deprecated compute_policy_loss: the vanilla kernel with keyword clip ranges and verl's
+/// unprefixed metric names.
+void deprecated_policy_loss_case(const GoldenCase& c, CaseCheck& check) {
+  require_known_outputs(c, check, {"pg_loss", "pg_clipfrac", "ppo_kl", "pg_clipfrac_lower", "grad:log_prob"});
+  const json& args = c.args();
+  const auto cliprange = optional_number(args, "cliprange");
+  const auto low = optional_number(args, "cliprange_low") ? optional_number(args, "cliprange_low") : cliprange;
+  const auto high = optional_number(args, "cliprange_high") ? optional_number(args, "cliprange_high") : cliprange;
+  VERL_CHECK_ARG(low.has_value(), "cliprange_low: expected a number (or cliprange), got neither");
+  VERL_CHECK_ARG(high.has_value(), "cliprange_high: expected a number (or cliprange), got neither");
+  const algo::VanillaPPO loss{.clip_ratio_low = *low,
+                              .clip_ratio_high = *high,
+                              .clip_ratio_c = optional_number(args, "clip_ratio_c").value_or(3.0)};
+  const MatrixF old = c.input_tensor("old_log_prob").matrix<float>();
+  const MatrixF lp = c.input_tensor("log_prob").matrix<float>();
+  const MatrixF adv = c.input_tensor("advantages").matrix<float>();
+  const MatrixF mask = c.input_tensor("response_mask").matrix<float>();
+  const algo::PolicyLossBatch batch{old, lp, adv, mask};
+  (void)algo::detail::validate_policy_loss_batch(batch);
+  const auto mode = algo::parse_loss_agg_mode(args.value("loss_agg_mode", std::string("token-mean")));
+  const auto result = cuda_path::policy_loss(loss, batch, mode, {});
+  check.scalar("pg_loss", result.pg_loss, c.tolerance());
+  for (const char* key : {"pg_clipfrac", "ppo_kl", "pg_clipfrac_lower"})
+    check.scalar(key, result.metrics.at(std::string("actor/") + key), c.tolerance());
+  check.tensor("grad:log_prob", result.grad_log_prob, c.grad_tolerance(), c.grad_tie_indices());
+}
+
+/// The cases of the losses with a kernel (all but bypass_mode). A configuration
 /// verl rejects is run, so that the case raises as on the CPU.
 bool policy_loss_supported(const GoldenCase& c) {
   try {
@@ -352,18 +379,14 @@ void masked_whiten_case(const GoldenCase& c, CaseCheck& check) {
   algo::detail::require_unbiased_count(static_cast<double>((mask.array() != 0.0f).count()));  // verl raises
   std::optional<MatrixF> cotangent;
   if (c.has_input("cotangent")) cotangent = c.input_tensor("cotangent").matrix<float>();
-  const auto out = cuda_path::masked_whiten(values, mask, cotangent ? &*cotangent : nullptr);
+  const bool shift_mean = optional_bool(c.args(), "shift_mean").value_or(true);
+  const auto out = cuda_path::masked_whiten(values, mask, cotangent ? &*cotangent : nullptr, shift_mean);
   check.tensor("result", out.result, c.tolerance());
   if (cotangent) {
     check.tensor("grad:values", out.grad, c.grad_tolerance(), c.grad_tie_indices());
   } else if (c.outputs().contains("grad:values")) {
     check.fail("grad:values", "the case has no cotangent input to compute 'grad:values' from");
   }
-}
-
-/// The whitening kernel shifts the mean back only as verl's default (shift_mean = True).
-bool masked_whiten_supported(const GoldenCase& c) {
-  return optional_bool(c.args(), "shift_mean").value_or(true);
 }
 
 void register_cuda(CudaSupport& cuda) {
@@ -392,7 +415,7 @@ void register_cuda(CudaSupport& cuda) {
   t["kl_penalty_forward"] = kl_case;
   t["compute_rewards"] = compute_rewards_case;
   t["masked_whiten"] = masked_whiten_case;
-  cuda.supports["masked_whiten"] = masked_whiten_supported;
+  t["compute_policy_loss"] = deprecated_policy_loss_case;
   t["compute_value_loss"] = value_loss_case;
   t["compute_entropy_loss"] = entropy_loss_case;
   for (const char* fn : {"compute_policy_loss_vanilla", "compute_policy_loss_gspo", "compute_policy_loss_sapo",

@@ -47,12 +47,12 @@ KlOutput kl_penalty(kernels::KlType type, const MatrixF& logprob, const MatrixF&
 /// verl's compute_rewards: scores - (old - ref) * kl_ratio.
 MatrixF kl_rewards(const MatrixF& scores, const MatrixF& old_log_prob, const MatrixF& ref_log_prob, double kl_ratio);
 
-/// verl's masked_whiten (shift_mean = True) and, with a cotangent, its VJP w.r.t. the values.
+/// verl's masked_whiten and, with a cotangent, its VJP w.r.t. the values.
 struct WhitenOutput {
   MatrixF result;
   MatrixF grad;  ///< empty without a cotangent
 };
-WhitenOutput masked_whiten(const MatrixF& values, const MatrixF& mask, const MatrixF* cotangent);
+WhitenOutput masked_whiten(const MatrixF& values, const MatrixF& mask, const MatrixF* cotangent, bool shift_mean);
 
 /// verl's compute_value_loss through kernels/value_loss.cuh.
 algo::ValueLoss<float> value_loss(const MatrixF& vpreds, const MatrixF& returns, const MatrixF& values,
@@ -61,7 +61,7 @@ algo::ValueLoss<float> value_loss(const MatrixF& vpreds, const MatrixF& returns,
 /// verl's compute_entropy_loss through kernels/entropy_loss.cuh: logits (B*T, V), mask (B, T).
 algo::EntropyLoss entropy_loss(const MatrixF& logits, const MatrixF& mask, algo::LossAggMode mode);
 
-/// Whether kernels/policy_loss.cuh runs this loss (not clip_cov, kl_cov, bypass_mode).
+/// Whether kernels/policy_loss.cuh runs this loss (all but bypass_mode).
 bool has_policy_loss_kernel(const algo::AnyPolicyLoss& loss);
 
 /// A policy loss through kernels/policy_loss.cuh: pg_loss, grad w.r.t. log_prob, and the metrics

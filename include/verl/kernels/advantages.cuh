@@ -425,13 +425,17 @@ VERL_HEADER_KERNEL void finish_whiten_kernel(const Moments* __restrict rows_mome
   if (threadIdx.x == 0) *stats = whiten_stats_of(total);
 }
 
-/// out = (v - mean) * inv_std, times the mask when `zero_masked` (REINFORCE++), else not (GAE).
+/// out = (v - mean) * inv_std, times the mask when `zero_masked` (REINFORCE++), else not (GAE);
+/// plus the mean again when `add_mean` (masked_whiten with shift_mean=False), rounded as the CPU's
+/// separate multiply and add (no FMA).
 VERL_HEADER_KERNEL void whiten_apply_kernel(const float* values, const float* __restrict mask, std::int64_t n,
-                                    const WhitenStats* stats, bool zero_masked, float* out) {  // out may be values
+                                    const WhitenStats* stats, bool zero_masked, bool add_mean,
+                                    float* out) {  // out may be values
   const float mean = stats->mean, inv_std = stats->inv_std;
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    const float w = (values[i] - mean) * inv_std;
+    float w = (values[i] - mean) * inv_std;
+    if (add_mean) w = add_rn(w, mean);
     out[i] = zero_masked ? w * mask[i] : w;
   }
 }
@@ -636,10 +640,11 @@ inline unsigned row_grid(std::int64_t rows) {
 
 /// GAE/REINFORCE++ tail: finish the whitening statistics and write the whitened advantages.
 inline void whiten_rows(const Moments* row_moments, std::int64_t rows, std::int64_t cols, const float* values,
-                        const float* mask, bool zero_masked, WhitenStats* stats, float* out, cudaStream_t stream) {
+                        const float* mask, bool zero_masked, WhitenStats* stats, float* out, cudaStream_t stream,
+                        bool add_mean = false) {
   finish_whiten_kernel<<<1, kThreads, 0, stream>>>(row_moments, rows, stats);
   whiten_apply_kernel<<<grid_for(rows * cols, kThreads), kThreads, 0, stream>>>(values, mask, rows * cols, stats,
-                                                                                 zero_masked, out);
+                                                                                 zero_masked, add_mean, out);
 }
 
 }  // namespace detail

@@ -331,8 +331,6 @@ inline void masked_whiten(void* temp, std::size_t& temp_bytes, const float* valu
                           std::int64_t rows, std::int64_t cols, float* out, bool shift_mean = true,
                           cudaStream_t stream = nullptr) {
   check_batch_shape(rows, cols);
-  VERL_CHECK_ARG(shift_mean, "shift_mean: only true (verl's default, used by every caller) is supported on cuda, got {}",
-                 shift_mean);
   detail::TempCarver carve(temp);
   auto* moments = carve.take<detail::Moments>(static_cast<std::size_t>(rows));
   auto* stats = carve.take<WhitenStats>(1);
@@ -345,7 +343,8 @@ inline void masked_whiten(void* temp, std::size_t& temp_bytes, const float* valu
   if (rows == 0 || cols == 0) return;
   detail::row_moments_kernel<<<detail::warp_rows_grid(rows), detail::kThreads, 0, stream>>>(values, mask, rows, cols,
                                                                                            moments);
-  detail::whiten_rows(moments, rows, cols, values, mask, /*zero_masked=*/false, stats, out, stream);
+  detail::whiten_rows(moments, rows, cols, values, mask, /*zero_masked=*/false, stats, out, stream,
+                      /*add_mean=*/!shift_mean);
   VERL_CUDA_CHECK(cudaGetLastError());
 }
 

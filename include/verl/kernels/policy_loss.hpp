@@ -7,18 +7,25 @@
 // per-row terms (`add_row_terms`, `finish_row`). The row walkers below are written once for a
 // strided slice of a row, so the CUDA kernel (one warp per row, lane stride 32) and the
 // sequential host run (`detail::policy_loss_sequential`, stride 1) execute the same code.
-// CPU references: verl::algo::VanillaPPO, GPGLoss, ReinforceLoss, CISPO, SAPO, GSPO, GeoMean.
+// clip_cov and kl_cov first choose tokens across the whole batch (kSelection: a seeded draw or a
+// top-k by covariance); the token pass then reads each token's `selected` flag.
+// CPU references: verl::algo::VanillaPPO, GPGLoss, ReinforceLoss, CISPO, SAPO, GSPO, GeoMean,
+// ClipCov, KLCov.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <concepts>
 #include <cstdint>
+#include <cstring>
+#include <vector>
 
 #include "verl/algo/policy_losses.hpp"
 #include "verl/config.hpp"
 #include "verl/core/error.hpp"
 #include "verl/kernels/detail/cuda_b_hd.hpp"
 #include "verl/kernels/detail/launch.hpp"
+#include "verl/kernels/detail/mt19937_64.hpp"
 #include "verl/kernels/masked_reductions.hpp"
 
 namespace verl::kernels {
@@ -33,6 +40,9 @@ struct PolicyLossInputs {
   const float* response_mask = nullptr;       ///< (B, T) 0/1
   const float* rollout_is_weights = nullptr;  ///< (B, T) or nullptr
   std::int64_t rows = 0, cols = 0;
+  /// (B, T) 0/1: the tokens a batch-level choice picked (clip_cov, kl_cov). policy_loss fills it
+  /// in from its own selection pass; leave it null.
+  const std::uint8_t* token_selection = nullptr;
 };
 
 /// pg_loss and verl's metrics (actor/pg_clipfrac, actor/ppo_kl, actor/pg_clipfrac_lower); a loss
@@ -51,6 +61,7 @@ struct PolicyTokenInput {
   float advantage;
   float mask;
   float is_weight;
+  bool selected = false;  ///< picked by the loss's batch-level choice (clip_cov, kl_cov)
 };
 
 /// One token's contribution: its term in the row sum, its ppo_kl term, the clip indicators, and
@@ -394,6 +405,163 @@ struct GeoMeanParams {
   }
 };
 
+// ---- losses with a batch-level token choice (clip_cov, kl_cov) -------------------------------------
+
+/// How a loss picks tokens across the whole batch before its token pass. Both choices rank valid
+/// tokens by the detached cov = (A - mean(A)) * (log_prob - mean(log_prob)), means over the valid
+/// tokens.
+enum class TokenSelection {
+  none,
+  random_in_covariance_band,  ///< clip_cov: a seeded random few of the unclipped tokens with lb < cov < ub
+  top_covariance,             ///< kl_cov: the k largest cov
+};
+
+/// The batch means that centre cov.
+struct CovarianceCentres {
+  float advantage;
+  float log_prob;
+};
+
+namespace detail {
+#if defined(__CUDA_ARCH__)
+VERL_KERNELS_HD float ppo_abs(float x) { return fabsf(x); }
+#else
+VERL_KERNELS_HD float ppo_abs(float x) { return std::fabs(x); }
+#endif
+
+VERL_KERNELS_HD float token_covariance(const PolicyTokenInput& in, CovarianceCentres c) {
+  return (in.advantage - c.advantage) * (in.log_prob - c.log_prob);
+}
+
+/// An unsigned key whose order is kl_cov's ranking of cov: NaN above everything (as torch.topk
+/// ranks it), -0 equal to +0, and a masked token (0) below every valid one.
+VERL_KERNELS_HD std::uint64_t covariance_rank_key(float cov, bool valid) {
+  if (!valid) return 0;
+  std::uint32_t bits = 0xFFFFFFFFu;
+  if (!ppo_isnan(cov)) {
+    const float canonical = cov == 0.0f ? 0.0f : cov;
+#if defined(__CUDA_ARCH__)
+    bits = __float_as_uint(canonical);
+#else
+    std::memcpy(&bits, &canonical, sizeof bits);
+#endif
+    bits = (bits & 0x80000000u) != 0 ? ~bits : bits | 0x80000000u;  // sign-magnitude to an ordered integer
+  }
+  return (std::uint64_t{1} << 32) | bits;
+}
+}  // namespace detail
+
+/// verl's "clip_cov": PPO's clipped surrogate on r = exp(log_prob - old) (no +-20 clamp, no dual
+/// clip) with the loss and gradient of max(int(clip_cov_ratio * N_valid), 1) tokens zeroed, drawn
+/// at random among the valid, unclipped tokens with clip_cov_lb < cov < clip_cov_ub (centres:
+/// masked_mean). The draw is verl::algo::ClipCov's (std::mt19937_64 from `seed`, a partial
+/// Fisher-Yates over the candidates in batch order), so the kernel zeroes the tokens the CPU does.
+/// pg_clipfrac is the fraction zeroed; ppo_kl has no clamp; pg_clipfrac_lower is 0.
+struct ClipCovParams {
+  using Row = TokenwiseRow;
+  static constexpr bool kRowPass = false, kOwnReduction = false, kReadsOldLogProb = true,
+                        kForcesSeqMeanTokenMean = false;
+  static constexpr TokenSelection kSelection = TokenSelection::random_in_covariance_band;
+  float ratio_low = 0.8f, ratio_high = 1.2f;
+  double clip_cov_ratio = 0.0002;
+  float cov_lower = 1.0f, cov_upper = 5.0f;
+  std::uint64_t seed = 0;
+
+  static ClipCovParams from(const algo::ClipCov& loss) {
+    VERL_CHECK_ARG(loss.clip_cov_ratio > 0, "clip_cov_ratio: expected a value > 0, got {}", loss.clip_cov_ratio);
+    const auto range = detail::RatioRange::from(loss.clip_ratio_low, loss.clip_ratio_high);
+    return {range.low, range.high, loss.clip_cov_ratio, static_cast<float>(loss.clip_cov_lb),
+            static_cast<float>(loss.clip_cov_ub), loss.seed};
+  }
+
+  VERL_KERNELS_HD CovarianceCentres centres(double advantage_sum, double log_prob_sum, std::int64_t valid) const {
+    const auto count = static_cast<double>(valid);
+    return {masked_mean_of(advantage_sum, count), masked_mean_of(log_prob_sum, count)};
+  }
+  /// Whether the token may be zeroed.
+  VERL_KERNELS_HD bool candidate(const PolicyTokenInput& in, CovarianceCentres c) const {
+    const float ratio = detail::ppo_exp(in.log_prob - in.old_log_prob);
+    const detail::PpoSurrogate s = detail::ppo_surrogate(-in.advantage, ratio, ratio_low, ratio_high);
+    const float cov = detail::token_covariance(in, c);
+    return in.mask > 0.0f && !(s.clipped > s.unclipped) && cov < cov_upper && cov > cov_lower;
+  }
+  /// How many candidates are zeroed (all of them when there are fewer).
+  VERL_KERNELS_HD std::int64_t budget(std::int64_t valid) const {
+    const auto count = static_cast<std::int64_t>(clip_cov_ratio * static_cast<double>(valid));
+    return count > 1 ? count : 1;
+  }
+
+  VERL_KERNELS_HD PpoToken token(const Row&, const PolicyTokenInput& in, float row_weight, bool select_valid) const {
+    const float log_ratio = in.log_prob - in.old_log_prob;
+    const float ratio = detail::ppo_exp(log_ratio);
+    const float neg_advantage = -in.advantage;
+    const bool valid = in.mask != 0.0f;
+    const detail::PpoSurrogate s = detail::ppo_surrogate(neg_advantage, ratio, ratio_low, ratio_high);
+    const float keep = in.selected ? 0.0f : 1.0f;  // verl's corr
+    PpoToken t;
+    t.loss_term = detail::ppo_row_term((s.loss * keep) * in.is_weight, in.mask, select_valid);
+    t.kl_term = detail::kl_term(log_ratio, in.mask);
+    t.clipped = valid && in.selected;
+    t.clipped_lower = false;
+    const float upstream = (valid ? row_weight : 0.0f) * in.is_weight;
+    t.grad = in.selected ? 0.0f : upstream * s.ratio_share * neg_advantage * ratio;
+    return t;
+  }
+};
+
+/// verl's "kl_cov": -A r with r = exp(log_prob - old) unclamped, plus ppo_kl_coef * |log_prob - old|
+/// on the top max(1, int(N_valid * kl_cov_ratio)) valid tokens by cov (centres: torch's mean of
+/// the valid values). Among equal cov at the boundary the kernel takes the earliest in batch order
+/// (torch's CPU topk may take others; verl::algo::KLCov reproduces torch). ppo_kl = mean |log-ratio|;
+/// both clipfracs 0 (verl reports neither).
+struct KLCovParams {
+  using Row = TokenwiseRow;
+  static constexpr bool kRowPass = false, kOwnReduction = false, kReadsOldLogProb = true,
+                        kForcesSeqMeanTokenMean = false;
+  static constexpr TokenSelection kSelection = TokenSelection::top_covariance;
+  double kl_cov_ratio = 0.0002;
+  float coef = 1.0f;  ///< ppo_kl_coef
+
+  /// A ratio above 1 is refused outright: verl raises whenever it selects more tokens than there
+  /// are, which the host cannot tell before the kernel has counted them.
+  static KLCovParams from(const algo::KLCov& loss) {
+    VERL_CHECK_ARG(loss.kl_cov_ratio > 0 && loss.kl_cov_ratio <= 1, "kl_cov_ratio: expected a value in (0, 1], got {}",
+                   loss.kl_cov_ratio);
+    return {loss.kl_cov_ratio, static_cast<float>(loss.ppo_kl_coef)};
+  }
+
+  VERL_KERNELS_HD CovarianceCentres centres(double advantage_sum, double log_prob_sum, std::int64_t valid) const {
+    const auto count = static_cast<float>(valid);
+    return {static_cast<float>(advantage_sum) / count, static_cast<float>(log_prob_sum) / count};
+  }
+  /// How many tokens are penalised (none without a valid token).
+  VERL_KERNELS_HD std::int64_t selected_count(std::int64_t valid) const {
+    if (valid <= 0) return 0;
+    const auto count = static_cast<std::int64_t>(static_cast<double>(valid) * kl_cov_ratio);
+    return count > 1 ? count : 1;
+  }
+
+  VERL_KERNELS_HD PpoToken token(const Row&, const PolicyTokenInput& in, float row_weight, bool select_valid) const {
+    using detail::add_rn;
+    using detail::mul_rn;
+    const float log_ratio = in.log_prob - in.old_log_prob;
+    const float ratio = detail::ppo_exp(log_ratio);
+    const bool valid = in.mask != 0.0f;
+    const float surrogate = -in.advantage * ratio;
+    const float abs_log_ratio = detail::ppo_abs(log_ratio);
+    const float loss = in.selected ? add_rn(surrogate, mul_rn(coef, abs_log_ratio)) : surrogate;
+    PpoToken t;
+    t.loss_term = detail::ppo_row_term(loss * in.is_weight, in.mask, select_valid);
+    t.kl_term = valid ? abs_log_ratio * in.mask : 0.0f;
+    t.clipped = t.clipped_lower = false;
+    const float upstream = (valid ? row_weight : 0.0f) * in.is_weight;
+    // d|x|/dx = sign(x) (0 at 0); the surrogate's part goes through exp's r.
+    const float penalty_slope = in.selected ? mul_rn(coef, detail::ppo_sign(log_ratio)) : 0.0f;
+    t.grad = add_rn(mul_rn(mul_rn(upstream, -in.advantage), ratio), mul_rn(upstream, penalty_slope));
+    return t;
+  }
+};
+
 /// The kernel parameters of a verl::algo policy loss: kernel_policy_loss(algo::CISPO{...}).
 inline VanillaPPOParams kernel_policy_loss(const algo::VanillaPPO& loss) { return VanillaPPOParams::from(loss); }
 inline GPGParams kernel_policy_loss(const algo::GPGLoss& loss) { return GPGParams::from(loss); }
@@ -402,6 +570,8 @@ inline CISPOParams kernel_policy_loss(const algo::CISPO& loss) { return CISPOPar
 inline SAPOParams kernel_policy_loss(const algo::SAPO& loss) { return SAPOParams::from(loss); }
 inline GSPOParams kernel_policy_loss(const algo::GSPO& loss) { return GSPOParams::from(loss); }
 inline GeoMeanParams kernel_policy_loss(const algo::GeoMean& loss) { return GeoMeanParams::from(loss); }
+inline ClipCovParams kernel_policy_loss(const algo::ClipCov& loss) { return ClipCovParams::from(loss); }
+inline KLCovParams kernel_policy_loss(const algo::KLCov& loss) { return KLCovParams::from(loss); }
 
 // ---- the row walkers shared by the kernel and the host -------------------------------------------------
 
@@ -429,6 +599,7 @@ VERL_KERNELS_HD PolicyTokenInput policy_token_input(const PolicyLossInputs& in, 
   t.advantage = in.advantages_per_row ? in.advantages[row] : in.advantages[i];
   t.mask = in.response_mask[i];
   t.is_weight = in.rollout_is_weights != nullptr ? in.rollout_is_weights[i] : 1.0f;
+  t.selected = in.token_selection != nullptr && in.token_selection[i] != 0;
   return t;
 }
 
@@ -496,6 +667,60 @@ inline void check_policy_loss_inputs(const PolicyLossInputs& in, bool reads_old_
                  "old_log_prob: expected a ({}, {}) device array for this loss, got null", in.rows, in.cols);
 }
 
+template <class Loss>
+constexpr TokenSelection token_selection_of() {
+  if constexpr (requires { Loss::kSelection; }) {
+    return Loss::kSelection;
+  } else {
+    return TokenSelection::none;
+  }
+}
+
+/// The batch-level choice of the selection pass on one host thread (the kernels make the same
+/// choice; only their double sums run in another order): 1 in `selection` (B, T) for each chosen
+/// token. `valid`: the mask's valid tokens.
+template <class Loss>
+void select_tokens_sequential(const Loss& loss, const PolicyLossInputs& in, std::int64_t valid,
+                              std::uint8_t* selection) {
+  const std::int64_t n = in.rows * in.cols;
+  std::fill(selection, selection + n, std::uint8_t{0});
+  double advantage_sum = 0, log_prob_sum = 0;
+  for (std::int64_t r = 0; r < in.rows; ++r)
+    for (std::int64_t t = 0; t < in.cols; ++t) {
+      const PolicyTokenInput tok = policy_token_input<Loss>(in, r, r * in.cols + t);
+      if (tok.mask > 0.0f) {
+        advantage_sum += static_cast<double>(tok.advantage);
+        log_prob_sum += static_cast<double>(tok.log_prob);
+      }
+    }
+  const CovarianceCentres centres = loss.centres(advantage_sum, log_prob_sum, valid);
+  if constexpr (Loss::kSelection == TokenSelection::random_in_covariance_band) {
+    std::vector<std::int64_t> candidates;
+    for (std::int64_t r = 0; r < in.rows; ++r)
+      for (std::int64_t t = 0; t < in.cols; ++t)
+        if (loss.candidate(policy_token_input<Loss>(in, r, r * in.cols + t), centres))
+          candidates.push_back(r * in.cols + t);
+    const auto size = static_cast<std::int64_t>(candidates.size());
+    const std::int64_t chosen = std::min(size, loss.budget(valid));
+    if (chosen < size) choose_front(candidates.data(), size, chosen, loss.seed);
+    for (std::int64_t k = 0; k < chosen; ++k) selection[candidates[static_cast<std::size_t>(k)]] = 1;
+  } else if constexpr (Loss::kSelection == TokenSelection::top_covariance) {
+    std::vector<std::pair<std::uint64_t, std::int64_t>> keyed;
+    for (std::int64_t r = 0; r < in.rows; ++r)
+      for (std::int64_t t = 0; t < in.cols; ++t) {
+        const PolicyTokenInput tok = policy_token_input<Loss>(in, r, r * in.cols + t);
+        if (tok.mask > 0.0f)
+          keyed.emplace_back(covariance_rank_key(token_covariance(tok, centres), true), r * in.cols + t);
+      }
+    const auto count = static_cast<std::size_t>(loss.selected_count(valid));
+    // Larger key first, then batch order: the order of the kernel's stable descending radix sort.
+    std::sort(keyed.begin(), keyed.end(), [](const auto& a, const auto& b) {
+      return a.first != b.first ? a.first > b.first : a.second < b.second;
+    });
+    for (std::size_t k = 0; k < count && k < keyed.size(); ++k) selection[keyed[k].second] = 1;
+  }
+}
+
 /// The kernel's algorithm on one host thread, rows in order (the host tests check it against
 /// verl::algo; the kernel differs only in the order of its double sums). `grad` is (B, T).
 template <class Loss>
@@ -505,12 +730,19 @@ PolicyLossState policy_loss_sequential(const PolicyLossInputs& in, const Loss& l
   check_policy_loss_inputs(in, Loss::kReadsOldLogProb);
   const HostMaskCounts counts(in.response_mask, in.rows, in.cols);
   const Aggregation a = counts.aggregation(effective_mode<Loss>(mode), info, in.cols);
+  PolicyLossInputs run = in;
+  std::vector<std::uint8_t> selection;
+  if constexpr (token_selection_of<Loss>() != TokenSelection::none) {
+    selection.resize(static_cast<std::size_t>(in.rows * in.cols));
+    select_tokens_sequential(loss, in, counts.tokens, selection.data());
+    run.token_selection = selection.data();
+  }
   PpoRow total{0, 0, 0, 0};
   for (std::int64_t r = 0; r < in.rows; ++r) {
     const std::int64_t length = counts.lengths[static_cast<std::size_t>(r)];
     typename Loss::Row state{};
-    if constexpr (Loss::kRowPass) state = loss.finish_row(policy_row_sums(loss, in, r, 0, 1), {length, in.rows});
-    PpoRow row = policy_token_pass(loss, in, state, r, a.gradient_weight(length), a.selects_valid(), grad, 0, 1);
+    if constexpr (Loss::kRowPass) state = loss.finish_row(policy_row_sums(loss, run, r, 0, 1), {length, in.rows});
+    PpoRow row = policy_token_pass(loss, run, state, r, a.gradient_weight(length), a.selects_valid(), grad, 0, 1);
     if constexpr (Loss::kOwnReduction) row.loss_sum = state.loss;
     total.loss_sum += weighted_row_loss<Loss>(row, a, length);
     total.kl_sum += row.kl_sum;
