@@ -390,6 +390,32 @@ TEST(CudaLosses, CovariancePolicyLossesMatchReference) {
   }
 }
 
+/// One policy loss on given host matrices vs verl::algo (token-mean).
+template <class AlgoLoss>
+void run_policy_loss_on(const AlgoLoss& reference, const MatrixF& old, const MatrixF& lp, const MatrixF& adv,
+                        const MatrixF& mask, const std::string& what) {
+  const Index rows = old.rows(), cols = old.cols();
+  const auto expected = reference.compute(verl::algo::PolicyLossBatch{old, lp, adv, mask}, {LossAggMode::token_mean, {}});
+  auto d_old = upload(old), d_lp = upload(lp), d_adv = upload(adv), d_mask = upload(mask);
+  k::PolicyLossInputs in;
+  in.old_log_prob = d_old.data();
+  in.log_prob = d_lp.data();
+  in.advantages = d_adv.data();
+  in.response_mask = d_mask.data();
+  in.rows = rows;
+  in.cols = cols;
+  DeviceBuffer<float> d_grad(static_cast<std::size_t>(rows * cols));
+  DeviceBuffer<k::PolicyLossState> d_state(1);
+  const auto params = k::kernel_policy_loss(reference);
+  std::size_t bytes = 0;
+  k::policy_loss(nullptr, bytes, in, params, LossAggMode::token_mean, {}, nullptr, nullptr);
+  DeviceBuffer<unsigned char> temp(bytes);
+  k::policy_loss(temp.data(), bytes, in, params, LossAggMode::token_mean, {}, d_grad.data(), d_state.data());
+  const k::PolicyLossState s = d_state.download().at(0);
+  expect_scalar(s.pg_loss, expected.pg_loss, 1e-5, what + " pg_loss");
+  expect_close(d_grad.download(), expected.grad_log_prob, 1e-7f, 1e-5f, what + " grad");
+}
+
 /// Every cov ties (one advantage everywhere): the kernel penalises the earliest valid tokens, as
 /// its sequential host walk does (torch's CPU topk may choose others among equal keys).
 TEST(CudaLosses, KLCovTiesGoToTheEarliestTokens) {
@@ -439,6 +465,30 @@ TEST(CudaLosses, PolicyLossOfAnEmptyBatch) {
   const k::PolicyLossState s = d_state.download().at(0);
   EXPECT_EQ(s.pg_clipfrac, 0.0f);
   EXPECT_EQ(s.ppo_kl, 0.0f);
+  // The losses with a selection pass, at (0, 0), (B, 0) and with every token masked.
+  for (const auto& [rows, cols] : {std::pair<Index, Index>{0, 0}, {3, 0}}) {
+    k::PolicyLossInputs empty;
+    empty.rows = rows;
+    empty.cols = cols;
+    for (const auto mode : {LossAggMode::token_mean, LossAggMode::seq_mean_token_mean}) {
+      bytes = 0;
+      k::policy_loss(nullptr, bytes, empty, k::ClipCovParams{}, mode, {}, nullptr, nullptr);
+      DeviceBuffer<unsigned char> t1(bytes);
+      k::policy_loss(t1.data(), bytes, empty, k::ClipCovParams{}, mode, {}, nullptr, d_state.data());
+      EXPECT_EQ(d_state.download().at(0).pg_clipfrac, 0.0f);
+      k::policy_loss(nullptr, bytes, empty, k::KLCovParams{}, mode, {}, nullptr, nullptr);
+      DeviceBuffer<unsigned char> t2(bytes);
+      k::policy_loss(t2.data(), bytes, empty, k::KLCovParams{}, mode, {}, nullptr, d_state.data());
+      EXPECT_EQ(d_state.download().at(0).ppo_kl, 0.0f);
+    }
+  }
+  const Index rows = 4, cols = 40;
+  std::mt19937 rng(9);
+  const MatrixF old = random_matrix(rows, cols, rng), lp = random_matrix(rows, cols, rng),
+                adv = random_matrix(rows, cols, rng), none = MatrixF::Zero(rows, cols);
+  run_policy_loss_on(verl::algo::ClipCov{.clip_cov_ratio = 0.5, .clip_cov_lb = -10, .clip_cov_ub = 10}, old, lp, adv,
+                     none, "clip_cov, every token masked");
+  run_policy_loss_on(verl::algo::KLCov{.kl_cov_ratio = 0.5}, old, lp, adv, none, "kl_cov, every token masked");
 }
 
 TEST(CudaLosses, ValueLossMatchesReference) {

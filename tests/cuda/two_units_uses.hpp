@@ -7,9 +7,11 @@
 
 #include "verl/kernels/advantages.cuh"
 #include "verl/kernels/entropy_loss.cuh"
+#include "verl/kernels/functional.cuh"
 #include "verl/kernels/kl_penalty.cuh"
 #include "verl/kernels/logprob_entropy.cuh"
 #include "verl/kernels/masked_reductions.cuh"
+#include "verl/kernels/optimal_token_baseline.cuh"
 #include "verl/kernels/policy_loss.cuh"
 #include "verl/kernels/sampling.cuh"
 #include "verl/kernels/value_loss.cuh"
@@ -33,8 +35,13 @@ int use_every_kernel_header(bool launch) {
   k::entropy_loss<float>(nullptr, bytes, nullptr, k::LogitsShape{}, nullptr, 0, 0, mode, {}, nullptr);
   k::outcome_advantages(nullptr, bytes, k::OutcomeParams{}, k::GroupLayout::any, nullptr, nullptr, nullptr, 0, 0,
                         nullptr, nullptr);
+  k::optimal_token_baseline_advantages(nullptr, bytes, k::OptimalTokenBaselineParams{}, k::GroupLayout::any, nullptr,
+                                       nullptr, nullptr, nullptr, nullptr, nullptr, 0, 0, nullptr, nullptr);
   k::gae_advantages(nullptr, bytes, k::GaeParams{}, nullptr, nullptr, nullptr, 0, 0, nullptr, nullptr);
   k::kl_penalty(k::KlType::low_var_kl, nullptr, nullptr, 0, nullptr);
+  k::gather_from_labels<float>(nullptr, 0, 0, nullptr, nullptr);
+  k::clip_by_value(nullptr, nullptr, nullptr, 0, nullptr);
+  k::response_mask<std::int64_t>(nullptr, 0, 0, nullptr, 1, nullptr);
   k::sample_tokens<float>(nullptr, k::LogitsShape{}, k::SamplingConfig{}, nullptr, nullptr, 0, nullptr, nullptr);
   return Unit;
 }

@@ -189,8 +189,11 @@ TEST(KernelsPolicyLossHost, CovSelectionsPickTokens) {
   const auto kl = k::kernel_policy_loss(verl::algo::KLCov{.kl_cov_ratio = 0.2, .ppo_kl_coef = 0.1});
   k::detail::select_tokens_sequential(kl, in, valid, chosen.data());
   EXPECT_EQ(count(), static_cast<std::int64_t>(0.2 * static_cast<double>(valid)));
-  for (std::size_t i = 0; i < chosen.size(); ++i)
-    if (chosen[i] != 0) ASSERT_NE(b.mask.data()[i], 0.0f) << "a masked token was chosen at " << i;
+  for (std::size_t i = 0; i < chosen.size(); ++i) {
+    if (chosen[i] != 0) {
+      ASSERT_NE(b.mask.data()[i], 0.0f) << "a masked token was chosen at " << i;
+    }
+  }
 }
 
 TEST(KernelsPolicyLossHost, CovarianceRankKeyOrdersAsTopk) {
@@ -204,12 +207,13 @@ TEST(KernelsPolicyLossHost, CovarianceRankKeyOrdersAsTopk) {
 }
 
 TEST(KernelsPolicyLossHost, MersenneTwisterIsTheStandardOne) {
-  k::detail::Mt19937_64 standard_seed(5489);
+  std::vector<std::uint64_t> state(k::detail::Mt19937_64::kStateSize);
+  k::detail::Mt19937_64 standard_seed(state.data(), 5489);
   std::uint64_t draw = 0;
   for (int i = 0; i < 10000; ++i) draw = standard_seed();
   EXPECT_EQ(draw, 9981545732273789042ULL);  // the value the C++ standard specifies
   for (const std::uint64_t seed : {0ULL, 1ULL, 12345678901234ULL, ~0ULL}) {
-    k::detail::Mt19937_64 ours(seed);
+    k::detail::Mt19937_64 ours(state.data(), seed);
     std::mt19937_64 reference(seed);
     for (int i = 0; i < 2000; ++i) ASSERT_EQ(ours(), reference()) << "seed " << seed << " draw " << i;
   }
@@ -217,7 +221,7 @@ TEST(KernelsPolicyLossHost, MersenneTwisterIsTheStandardOne) {
     for (const std::int64_t count : {0L, 1L, size / 2, size}) {
       std::vector<std::int64_t> ours(static_cast<std::size_t>(size)), reference(ours.size());
       for (std::int64_t i = 0; i < size; ++i) ours[static_cast<std::size_t>(i)] = reference[static_cast<std::size_t>(i)] = i;
-      k::detail::choose_front(ours.data(), size, count, 99);
+      k::detail::choose_front(ours.data(), size, count, 99, state.data());
       verl::algo::detail::choose_front(reference, static_cast<std::size_t>(count), 99);
       EXPECT_EQ(ours, reference) << "size " << size << " count " << count;
     }
@@ -232,6 +236,12 @@ TEST(KernelsPolicyLossHost, CovParametersAreChecked) {
         << e.what();
   }
   EXPECT_THROW((void)k::kernel_policy_loss(verl::algo::ClipCov{.clip_cov_ratio = 0.0}), std::invalid_argument);
+  EXPECT_THROW((void)k::kernel_policy_loss(verl::algo::ClipCov{.clip_cov_ratio = std::numeric_limits<double>::infinity()}),
+               std::invalid_argument);
+  // A ratio past 1 zeroes every candidate (the budget is capped at the valid tokens, no overflow).
+  const auto greedy = k::kernel_policy_loss(verl::algo::ClipCov{.clip_cov_ratio = 1e300});
+  EXPECT_EQ(greedy.budget(1000), 1000);
+  EXPECT_EQ(greedy.budget(0), 1);
 }
 
 TEST(KernelsPolicyLossHost, GarbageAtMaskedPositionsFollowsVerl) {

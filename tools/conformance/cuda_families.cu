@@ -15,6 +15,8 @@
 #include "verl/kernels/masked_reductions.cuh"
 #include "verl/kernels/policy_loss.cuh"
 #include "verl/kernels/entropy_loss.cuh"
+#include "verl/kernels/functional.cuh"
+#include "verl/kernels/optimal_token_baseline.cuh"
 #include "verl/kernels/value_loss.cuh"
 
 namespace verl::conformance::cuda_path {
@@ -88,6 +90,29 @@ algo::AdvantageResult gae(double gamma, double lam, const MatrixF& rewards, cons
   VERL_CUDA_CHECK(cudaDeviceSynchronize());
   VERL_CHECK_ARG(rows > 0, "response_mask: whitening needs at least 2 valid tokens in the batch, got an empty batch");
   require_whitening_count(stats);
+  return {to_host(d_adv, rows, cols), to_host(d_ret, rows, cols)};
+}
+
+algo::AdvantageResult optimal_token_baseline(const kernels::OptimalTokenBaselineParams& params, const MatrixF& rewards,
+                                             const MatrixF& mask, const std::vector<std::int64_t>& ids,
+                                             const MatrixF& old_log_probs, const MatrixF& sum_pi_squared,
+                                             const MatrixF* rollout_is_weights) {
+  const Index rows = rewards.rows(), cols = rewards.cols();
+  auto d_r = to_device(rewards), d_m = to_device(mask), d_old = to_device(old_log_probs),
+       d_sq = to_device(sum_pi_squared);
+  DeviceBuffer<float> d_w(rollout_is_weights != nullptr ? static_cast<std::size_t>(rows * cols) : 0);
+  if (rollout_is_weights != nullptr) d_w.upload(rollout_is_weights->data());
+  DeviceBuffer<std::int64_t> d_ids(ids.data(), ids.size());
+  DeviceBuffer<float> d_adv(static_cast<std::size_t>(rows * cols)), d_ret(static_cast<std::size_t>(rows * cols));
+  std::size_t bytes = 0;
+  kernels::optimal_token_baseline_advantages(nullptr, bytes, params, kernels::GroupLayout::any, nullptr, nullptr,
+                                             nullptr, nullptr, nullptr, nullptr, rows, cols, nullptr, nullptr);
+  DeviceBuffer<unsigned char> temp(bytes);
+  kernels::optimal_token_baseline_advantages(temp.data(), bytes, params, kernels::GroupLayout::any, d_r.data(),
+                                             d_m.data(), d_ids.data(), d_old.data(), d_sq.data(),
+                                             rollout_is_weights != nullptr ? d_w.data() : nullptr, rows, cols,
+                                             d_adv.data(), d_ret.data());
+  VERL_CUDA_CHECK(cudaDeviceSynchronize());
   return {to_host(d_adv, rows, cols), to_host(d_ret, rows, cols)};
 }
 
@@ -220,6 +245,34 @@ WhitenOutput masked_whiten(const MatrixF& values, const MatrixF& mask, const Mat
                                     d_out.data(), shift_mean);
     out.grad = to_host(d_out, rows, cols);
   }
+  return out;
+}
+
+VectorF gather_from_labels(const MatrixF& data, const std::vector<std::int64_t>& labels) {
+  auto d_data = to_device(data);
+  DeviceBuffer<std::int64_t> d_labels(labels.data(), labels.size());
+  DeviceBuffer<float> d_out(labels.size());
+  kernels::gather_from_labels(d_data.data(), data.rows(), data.cols(), d_labels.data(), d_out.data());
+  VectorF out(static_cast<Index>(labels.size()));
+  d_out.download(out.data());
+  return out;
+}
+
+MatrixF clip_by_value(const MatrixF& x, const MatrixF& tensor_min, const MatrixF& tensor_max) {
+  auto d_x = to_device(x), d_lo = to_device(tensor_min), d_hi = to_device(tensor_max);
+  DeviceBuffer<float> d_out(static_cast<std::size_t>(x.size()));
+  kernels::clip_by_value(d_x.data(), d_lo.data(), d_hi.data(), x.size(), d_out.data());
+  return to_host(d_out, x.rows(), x.cols());
+}
+
+RowMatrix<std::int64_t> response_mask(const RowMatrix<std::int64_t>& response_ids, const std::vector<std::int64_t>& eos) {
+  const Index rows = response_ids.rows(), cols = response_ids.cols();
+  DeviceBuffer<std::int64_t> d_ids(response_ids.data(), static_cast<std::size_t>(response_ids.size()));
+  DeviceBuffer<std::int64_t> d_eos(eos.data(), eos.size());
+  DeviceBuffer<std::int64_t> d_mask(static_cast<std::size_t>(response_ids.size()));
+  kernels::response_mask(d_ids.data(), rows, cols, d_eos.data(), static_cast<int>(eos.size()), d_mask.data());
+  RowMatrix<std::int64_t> out(rows, cols);
+  d_mask.download(out.data());
   return out;
 }
 

@@ -1,8 +1,10 @@
-// verl_conformance --device cuda: the golden cases that have a kernel (advantages, agg_loss,
-// kl_penalty, compute_rewards, vanilla PPO, log-probs / entropy / sum p^2 / masked_sum / masked_mean / masked_var of the functional family) run through cuda_runner.hpp. Host-side argument checks come first
-// (verl raises there; the kernels do not check), then the kernels, then the same comparisons as
-// the CPU handlers. A case whose function (or configuration) has no kernel is reported as
-// "unsupported on cuda" by main.cpp; this file only registers what it really runs.
+// verl_conformance --device cuda: every golden case whose function has a kernel (every advantage
+// estimator, agg_loss, kl_penalty, compute_rewards, every policy loss
+// but bypass_mode, value and entropy losses, and the functional family) runs through
+// cuda_runner.hpp. Host-side argument checks come first (verl raises there; the kernels do not
+// check), then the kernels, then the same comparisons as the CPU handlers. A case whose function
+// (or configuration) has no kernel is reported as "unsupported on cuda" by main.cpp; this file
+// only registers what it really runs.
 // Linked into verl_conformance only when the build has CUDA (tools/conformance/CMakeLists.txt).
 #include <fmt/format.h>
 
@@ -115,6 +117,35 @@ void gae_case(const GoldenCase& c, CaseCheck& check) {
   const double gamma = optional_number(c.args(), "gamma").value_or(1.0);
   const double lam = optional_number(c.args(), "lam").value_or(1.0);
   compare_advantages(c, check, cuda_path::gae(gamma, lam, in.rewards, *in.values, in.mask));
+}
+
+/// optimal_token_baseline (E = algo::OptimalTokenBaseline) and its multi-turn form.
+template <class E>
+void optimal_token_baseline_case(const GoldenCase& c, CaseCheck& check) {
+  if (!c.registry_name().empty() && c.registry_name() != E::name)
+    check.fail("registry_name", "registry_name '" + c.registry_name() + "' does not match fn " + c.fn());
+  const AdvantageInputs in(c);
+  const auto optional_matrix = [&](const char* key) {
+    return c.has_input(key) ? std::optional<MatrixF>(c.input_tensor(key).matrix<float>()) : std::nullopt;
+  };
+  const auto old_log_probs = optional_matrix("old_log_probs");
+  const auto sum_pi_squared = optional_matrix("sum_pi_squared");
+  const auto weights = optional_matrix("rollout_is_weights");
+  algo::AdvantageBatch batch{.token_level_rewards = in.rewards, .response_mask = in.mask, .index = in.index};
+  if (in.values) batch.values.emplace(*in.values);
+  if (in.baselines) batch.reward_baselines.emplace(*in.baselines);
+  if (old_log_probs) batch.old_log_probs.emplace(*old_log_probs);
+  if (sum_pi_squared) batch.sum_pi_squared.emplace(*sum_pi_squared);
+  if (weights) batch.rollout_is_weights.emplace(*weights);
+  algo::detail::validate_advantage_batch<E>(batch);  // shapes and presence, as verl raises
+  require_binary_mask(in.mask, "response_mask");
+  E estimator;
+  if (auto v = optional_bool(c.args(), "handle_zero_tail")) estimator.handle_zero_tail = *v;
+  if (auto v = optional_number(c.args(), "epsilon")) estimator.epsilon = *v;
+  compare_advantages(c, check,
+                     cuda_path::optimal_token_baseline(kernels::OptimalTokenBaselineParams::from(estimator), in.rewards,
+                                                       in.mask, in.index, *old_log_probs, *sum_pi_squared,
+                                                       weights ? &*weights : nullptr));
 }
 
 void reinforce_case(const GoldenCase& c, CaseCheck& check) {
@@ -370,6 +401,40 @@ void entropy_loss_case(const GoldenCase& c, CaseCheck& check) {
   check.tensor("grad:logits", out.grad_logits, c.grad_tolerance(), c.grad_tie_indices());
 }
 
+void gather_case(const GoldenCase& c, CaseCheck& check) {
+  require_known_outputs(c, check, {"output"});
+  const MatrixF data = c.input_tensor("data").matrix<float>();
+  const std::vector<std::int64_t> labels = c.input_tensor("label").int64s();
+  verl::detail::require_length("label", static_cast<Index>(labels.size()), data.rows());
+  for (const std::int64_t label : labels)  // verl raises; the kernel would leave NaN
+    VERL_CHECK_ARG(label >= 0 && label < data.cols(), "label: expected values in [0, {}), got {}", data.cols(), label);
+  check.tensor("output", cuda_path::gather_from_labels(data, labels), c.tolerance());
+}
+
+void clip_by_value_case(const GoldenCase& c, CaseCheck& check) {
+  require_known_outputs(c, check, {"result"});
+  const MatrixF x = c.input_tensor("x").matrix<float>();
+  const MatrixF lower = c.input_tensor("tensor_min").matrix<float>();
+  const MatrixF upper = c.input_tensor("tensor_max").matrix<float>();
+  verl::detail::require_same_shape("tensor_min", shape_of(lower), "x", shape_of(x));
+  verl::detail::require_same_shape("tensor_max", shape_of(upper), "x", shape_of(x));
+  check.tensor("result", cuda_path::clip_by_value(x, lower, upper), c.tolerance());
+}
+
+void response_mask_case(const GoldenCase& c, CaseCheck& check) {
+  require_known_outputs(c, check, {"response_mask"});
+  const RowMatrix<std::int64_t> ids = c.input_tensor("response_id").matrix<std::int64_t>();
+  std::vector<std::int64_t> eos;
+  const json& arg = c.has_arg("eos_token") ? c.args().at("eos_token") : json(2);  // verl's default
+  if (arg.is_array()) {
+    for (const auto& e : arg) eos.push_back(e.get<std::int64_t>());
+  } else {
+    eos.push_back(arg.get<std::int64_t>());
+  }
+  VERL_CHECK_ARG(!eos.empty(), "eos_token: expected an id or a non-empty list of ids, got []");
+  check.tensor("response_mask", cuda_path::response_mask(ids, eos), c.tolerance());
+}
+
 void masked_whiten_case(const GoldenCase& c, CaseCheck& check) {
   require_known_outputs(c, check, {"result", "grad:values"});
   const MatrixF values = c.input_tensor("values").matrix<float>();
@@ -410,6 +475,9 @@ void register_cuda(CudaSupport& cuda) {
   t["compute_gae_advantage_return"] = gae_case;
   t["compute_reinforce_plus_plus_outcome_advantage"] = reinforce_case;
   t["compute_remax_outcome_advantage"] = remax_case;
+  t["compute_optimal_token_baseline_advantage"] = optimal_token_baseline_case<algo::OptimalTokenBaseline>;
+  t["compute_multi_turn_optimal_token_baseline_advantage"] =
+      optimal_token_baseline_case<algo::MultiTurnOptimalTokenBaseline>;
   t["agg_loss"] = agg_loss_case;
   t["kl_penalty"] = kl_case;
   t["kl_penalty_forward"] = kl_case;
@@ -433,6 +501,9 @@ void register_cuda(CudaSupport& cuda) {
   t["masked_sum"] = masked_reduction_case;
   t["masked_mean"] = masked_reduction_case;
   t["masked_var"] = masked_var_case;
+  t["gather_from_labels"] = gather_case;
+  t["clip_by_value"] = clip_by_value_case;
+  t["get_response_mask"] = response_mask_case;
 }
 
 const CudaRegistrar registrar{register_cuda};

@@ -15,6 +15,7 @@
 #include "verl/kernels/advantages.hpp"
 #include "verl/kernels/kl_penalty.hpp"
 #include "verl/kernels/masked_reductions.hpp"
+#include "verl/kernels/optimal_token_baseline.hpp"
 #include "verl/kernels/policy_loss.hpp"
 
 namespace verl::conformance::cuda_path {
@@ -29,6 +30,12 @@ algo::AdvantageResult outcome_advantages(const kernels::OutcomeParams& params, c
 algo::AdvantageResult gae(double gamma, double lam, const MatrixF& rewards, const MatrixF& values, const MatrixF& mask);
 algo::AdvantageResult reinforce_plus_plus(double gamma, const MatrixF& rewards, const MatrixF& mask);
 algo::AdvantageResult remax(const MatrixF& rewards, const MatrixF& mask, const VectorF& baselines);
+
+/// Both optimal-token-baseline forms; rollout_is_weights may be null.
+algo::AdvantageResult optimal_token_baseline(const kernels::OptimalTokenBaselineParams& params, const MatrixF& rewards,
+                                             const MatrixF& mask, const std::vector<std::int64_t>& ids,
+                                             const MatrixF& old_log_probs, const MatrixF& sum_pi_squared,
+                                             const MatrixF* rollout_is_weights);
 
 struct AggLossOutput {
   float loss;
@@ -53,6 +60,11 @@ struct WhitenOutput {
   MatrixF grad;  ///< empty without a cotangent
 };
 WhitenOutput masked_whiten(const MatrixF& values, const MatrixF& mask, const MatrixF* cotangent, bool shift_mean);
+
+/// verl's gather_from_labels, clip_by_value and get_response_mask through kernels/functional.cuh.
+VectorF gather_from_labels(const MatrixF& data, const std::vector<std::int64_t>& labels);
+MatrixF clip_by_value(const MatrixF& x, const MatrixF& tensor_min, const MatrixF& tensor_max);
+RowMatrix<std::int64_t> response_mask(const RowMatrix<std::int64_t>& response_ids, const std::vector<std::int64_t>& eos);
 
 /// verl's compute_value_loss through kernels/value_loss.cuh.
 algo::ValueLoss<float> value_loss(const MatrixF& vpreds, const MatrixF& returns, const MatrixF& values,

@@ -97,6 +97,40 @@ VERL_HEADER_KERNEL void iota_kernel(std::int32_t* out, std::int64_t n) {
     out[i] = static_cast<std::int32_t>(i);
 }
 
+/// GroupLayout::any's stable sort of (id, row) pairs, which gathers equal ids wherever they are
+/// and keeps batch order inside a group. Carved from the caller's temp in the constructor (the
+/// same carve in the size query and the real call); `apply` sorts and points `runs` at the result.
+/// With GroupLayout::contiguous it takes nothing and does nothing.
+struct GroupSort {
+  std::int64_t* sorted_keys = nullptr;
+  std::int32_t* perm = nullptr;
+  std::int32_t* iota = nullptr;
+  void* temp = nullptr;
+  std::size_t bytes = 0;
+  bool sorts = false;
+
+  GroupSort(TempCarver& carve, GroupLayout layout, const std::int64_t* ids, std::int64_t rows, cudaStream_t stream)
+      : sorts(layout == GroupLayout::any) {
+    if (!sorts) return;
+    const auto n = static_cast<std::size_t>(rows);
+    sorted_keys = carve.take<std::int64_t>(n);
+    perm = carve.take<std::int32_t>(n);
+    iota = carve.take<std::int32_t>(n);
+    VERL_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, bytes, ids, sorted_keys, iota, perm,
+                                                      static_cast<int>(rows > 0 ? rows : 1), 0, 64, stream));
+    temp = carve.take<unsigned char>(bytes);
+  }
+
+  void apply(const std::int64_t* ids, std::int64_t rows, GroupRuns& runs, cudaStream_t stream) {
+    if (!sorts || rows == 0) return;
+    iota_kernel<<<grid_for(rows, kThreads), kThreads, 0, stream>>>(iota, rows);
+    VERL_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, bytes, ids, sorted_keys, iota, perm, static_cast<int>(rows),
+                                                      0, 64, stream));
+    runs.keys = sorted_keys;
+    runs.perm = perm;
+  }
+};
+
 /// GPG's alpha needs the number of nonzero scores in the batch (integer atomics: exact).
 VERL_HEADER_KERNEL void count_nonzero_kernel(const float* __restrict scores, std::int64_t n, unsigned long long* count) {
   using Reduce = cub::BlockReduce<long long, kThreads>;
@@ -664,19 +698,7 @@ inline void outcome_scalars(void* temp, std::size_t& temp_bytes, const OutcomePa
   detail::TempCarver carve(temp);
   auto* large_starts = carve.take<std::int64_t>(static_cast<std::size_t>(rows / (detail::kSmallGroup + 1) + 1));
   auto* counters = carve.take<unsigned long long>(2);  // [0]: queued long runs (as unsigned int), [1]: nonzero
-  std::int64_t* sorted_keys = nullptr;
-  std::int32_t* perm = nullptr;
-  std::int32_t* iota = nullptr;
-  void* sort_temp = nullptr;
-  std::size_t sort_bytes = 0;
-  if (layout == GroupLayout::any) {
-    sorted_keys = carve.take<std::int64_t>(static_cast<std::size_t>(rows));
-    perm = carve.take<std::int32_t>(static_cast<std::size_t>(rows));
-    iota = carve.take<std::int32_t>(static_cast<std::size_t>(rows));
-    VERL_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, ids, sorted_keys, iota, perm,
-                                                      static_cast<int>(rows > 0 ? rows : 1), 0, 64, stream));
-    sort_temp = carve.take<unsigned char>(sort_bytes);
-  }
+  detail::GroupSort group_sort(carve, layout, ids, rows, stream);
   if (carve.querying()) {
     temp_bytes = carve.bytes();
     return;
@@ -688,13 +710,7 @@ inline void outcome_scalars(void* temp, std::size_t& temp_bytes, const OutcomePa
   unsigned long long* nonzero = params.estimator == OutcomeEstimator::gpg ? counters + 1 : nullptr;
   VERL_CUDA_CHECK(cudaMemsetAsync(counters, 0, 2 * sizeof(unsigned long long), stream));
   detail::GroupRuns runs{scores, lengths, ids, nullptr, rows};
-  if (layout == GroupLayout::any) {
-    detail::iota_kernel<<<detail::grid_for(rows, detail::kThreads), detail::kThreads, 0, stream>>>(iota, rows);
-    VERL_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(sort_temp, sort_bytes, ids, sorted_keys, iota, perm,
-                                                      static_cast<int>(rows), 0, 64, stream));
-    runs.keys = sorted_keys;
-    runs.perm = perm;
-  }
+  group_sort.apply(ids, rows, runs, stream);
   if (nonzero != nullptr)
     detail::count_nonzero_kernel<<<detail::grid_for(rows, detail::kThreads, 1024), detail::kThreads, 0, stream>>>(
         scores, rows, nonzero);

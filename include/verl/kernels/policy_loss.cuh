@@ -142,15 +142,17 @@ __global__ void covariance_candidates_kernel(PolicyLossInputs in, Loss loss, con
   }
 }
 
-/// clip_cov: verl::algo's draw, one thread (a partial Fisher-Yates is sequential; it runs
-/// budget = clip_cov_ratio * N_valid steps, a few hundred at verl's default ratio of 2e-4).
+/// clip_cov: verl::algo's draw, one thread (a partial Fisher-Yates is sequential: budget =
+/// clip_cov_ratio * N_valid steps, a few hundred at verl's default ratio of 2e-4 but a long serial
+/// kernel at ratios like 0.1 over millions of tokens). The engine's 2.5 KB live in shared memory.
 template <class Loss>
 __global__ void covariance_draw_kernel(Loss loss, std::int32_t* candidates, const std::int32_t* candidate_count,
                                        const AggLossState* agg, std::int32_t* chosen_count) {
+  __shared__ std::uint64_t engine_state[Mt19937_64::kStateSize];
   const std::int64_t size = *candidate_count;
   const std::int64_t budget = loss.budget(agg->tokens);
   const std::int64_t chosen = size < budget ? size : budget;
-  if (chosen < size) choose_front(candidates, size, chosen, loss.seed);
+  if (chosen < size) choose_front(candidates, size, chosen, loss.seed, engine_state);
   *chosen_count = static_cast<std::int32_t>(chosen);
 }
 

@@ -468,7 +468,8 @@ struct ClipCovParams {
   std::uint64_t seed = 0;
 
   static ClipCovParams from(const algo::ClipCov& loss) {
-    VERL_CHECK_ARG(loss.clip_cov_ratio > 0, "clip_cov_ratio: expected a value > 0, got {}", loss.clip_cov_ratio);
+    VERL_CHECK_ARG(loss.clip_cov_ratio > 0 && std::isfinite(loss.clip_cov_ratio),
+                   "clip_cov_ratio: expected a finite value > 0, got {}", loss.clip_cov_ratio);
     const auto range = detail::RatioRange::from(loss.clip_ratio_low, loss.clip_ratio_high);
     return {range.low, range.high, loss.clip_cov_ratio, static_cast<float>(loss.clip_cov_lb),
             static_cast<float>(loss.clip_cov_ub), loss.seed};
@@ -485,9 +486,11 @@ struct ClipCovParams {
     const float cov = detail::token_covariance(in, c);
     return in.mask > 0.0f && !(s.clipped > s.unclipped) && cov < cov_upper && cov > cov_lower;
   }
-  /// How many candidates are zeroed (all of them when there are fewer).
+  /// How many candidates are zeroed (all of them when there are fewer). Capped at `valid` before
+  /// the cast (there are never more candidates than valid tokens), so a large ratio cannot overflow.
   VERL_KERNELS_HD std::int64_t budget(std::int64_t valid) const {
-    const auto count = static_cast<std::int64_t>(clip_cov_ratio * static_cast<double>(valid));
+    const double wanted = clip_cov_ratio * static_cast<double>(valid);
+    const auto count = wanted >= static_cast<double>(valid) ? valid : static_cast<std::int64_t>(wanted);
     return count > 1 ? count : 1;
   }
 
@@ -702,7 +705,10 @@ void select_tokens_sequential(const Loss& loss, const PolicyLossInputs& in, std:
           candidates.push_back(r * in.cols + t);
     const auto size = static_cast<std::int64_t>(candidates.size());
     const std::int64_t chosen = std::min(size, loss.budget(valid));
-    if (chosen < size) choose_front(candidates.data(), size, chosen, loss.seed);
+    if (chosen < size) {
+      std::vector<std::uint64_t> engine_state(Mt19937_64::kStateSize);
+      choose_front(candidates.data(), size, chosen, loss.seed, engine_state.data());
+    }
     for (std::int64_t k = 0; k < chosen; ++k) selection[candidates[static_cast<std::size_t>(k)]] = 1;
   } else if constexpr (Loss::kSelection == TokenSelection::top_covariance) {
     std::vector<std::pair<std::uint64_t, std::int64_t>> keyed;

@@ -15,9 +15,12 @@ namespace verl::kernels::detail {
 #if defined(__CUDA_ARCH__)
 __device__ __forceinline__ float mul_rn(float a, float b) { return __fmul_rn(a, b); }
 __device__ __forceinline__ float add_rn(float a, float b) { return __fadd_rn(a, b); }
+/// IEEE division whatever -prec-div / --use_fast_math say.
+__device__ __forceinline__ float div_rn(float a, float b) { return __fdiv_rn(a, b); }
 #else
 inline float mul_rn(float a, float b) { return a * b; }
 inline float add_rn(float a, float b) { return a + b; }
+inline float div_rn(float a, float b) { return a / b; }
 #endif
 
 }  // namespace verl::kernels::detail

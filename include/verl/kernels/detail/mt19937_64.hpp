@@ -10,17 +10,21 @@
 
 namespace verl::kernels::detail {
 
+/// The engine's 312 words live in storage the caller provides (kStateSize words, e.g. shared
+/// memory in a kernel: 2.5 KB on a thread's stack would raise the device's per-thread stack
+/// limit for the whole context). Not copyable: a copy would share the words.
 class Mt19937_64 {
  public:
   static constexpr int kStateSize = 312;
   static constexpr int kShiftSize = 156;
 
-  VERL_KERNELS_HD explicit Mt19937_64(std::uint64_t seed) {
+  VERL_KERNELS_HD Mt19937_64(std::uint64_t* state, std::uint64_t seed) : state_(state), next_(kStateSize) {
     state_[0] = seed;
     for (int i = 1; i < kStateSize; ++i)
       state_[i] = 6364136223846793005ULL * (state_[i - 1] ^ (state_[i - 1] >> 62)) + static_cast<std::uint64_t>(i);
-    next_ = kStateSize;
   }
+  Mt19937_64(const Mt19937_64&) = delete;
+  Mt19937_64& operator=(const Mt19937_64&) = delete;
 
   VERL_KERNELS_HD std::uint64_t operator()() {
     if (next_ >= kStateSize) twist();
@@ -43,7 +47,7 @@ class Mt19937_64 {
     next_ = 0;
   }
 
-  std::uint64_t state_[kStateSize];
+  std::uint64_t* state_;
   int next_;
 };
 
@@ -60,9 +64,11 @@ VERL_KERNELS_HD std::uint64_t uniform_below(Engine& engine, std::uint64_t n) {
 
 /// Moves `count` uniformly chosen entries of items[0, size) to its front, as
 /// verl::algo::detail::choose_front does with std::mt19937_64(seed) (a partial Fisher-Yates).
+/// `engine_state`: Mt19937_64::kStateSize words of scratch.
 template <class T>
-VERL_KERNELS_HD void choose_front(T* items, std::int64_t size, std::int64_t count, std::uint64_t seed) {
-  Mt19937_64 engine(seed);
+VERL_KERNELS_HD void choose_front(T* items, std::int64_t size, std::int64_t count, std::uint64_t seed,
+                                  std::uint64_t* engine_state) {
+  Mt19937_64 engine(engine_state, seed);
   for (std::int64_t k = 0; k < count && k + 1 < size; ++k) {
     const std::int64_t pick = k + static_cast<std::int64_t>(uniform_below(engine, static_cast<std::uint64_t>(size - k)));
     const T held = items[k];
