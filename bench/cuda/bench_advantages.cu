@@ -9,7 +9,11 @@
 //          whitened): target within 2x of a copy of its inputs (3 x 64 MiB).
 //   ppo    policy_loss on 4096 x 4096 (old/new log-probs, per-token advantages, mask in; grad
 //          out): vanilla PPO and cispo (token-mean), gspo and geo_mean (a row pass first, so the
-//          log-probs and mask are read twice: their ratio to the copy shows what that costs).
+//          log-probs and mask are read twice: their ratio to the copy shows what that costs),
+//          clip_cov and kl_cov at verl's default ratios (a selection pass first: batch means, then
+//          a compaction and draw, or a radix sort of 64-bit keys).
+//   otb    optimal_token_baseline_advantages, both forms, 4096 x 4096 in groups of 8 with IS
+//          weights: ratio over a copy of its five inputs.
 //
 //   cuda_bench_advantages [--responses N] [--group G] [--rows B] [--cols T] [--iters K]
 // One JSON line per case on stdout (prefix "JSON ").
@@ -25,6 +29,7 @@
 
 #include "verl/kernels/detail/cuda_check.cuh"
 #include "verl/kernels/advantages.cuh"
+#include "verl/kernels/optimal_token_baseline.cuh"
 #include "verl/kernels/policy_loss.cuh"
 
 namespace {
@@ -160,6 +165,58 @@ void bench_gae(Index rows, Index cols, int iters) {
               static_cast<long long>(rows), static_cast<long long>(cols), valid ? "true" : "false", ms, copy, ms / copy);
 }
 
+/// Both optimal-token-baseline forms on (rows, cols) in groups of `group` (contiguous ids), with
+/// IS weights: validated against verl::algo, then timed beside a copy of its five inputs.
+void bench_optimal_token_baseline(Index rows, Index cols, Index group, bool multi_turn, int iters) {
+  std::mt19937 rng(4);
+  const MatrixF rewards = random_matrix(rows, cols, rng, 0.1f);
+  const MatrixF mask = prefix_mask(rows, cols, rng);
+  MatrixF old_log_probs(rows, cols), sum_pi_squared(rows, cols), weights(rows, cols);
+  std::uniform_real_distribution<float> prob(0.01f, 1.0f), weight(0.5f, 2.0f);
+  for (Index i = 0; i < old_log_probs.size(); ++i) {
+    const float p = prob(rng);
+    old_log_probs.data()[i] = std::log(p);
+    sum_pi_squared.data()[i] = p * p + 0.5f * (1.0f - p * p);
+    weights.data()[i] = weight(rng);
+  }
+  std::vector<std::int64_t> ids(static_cast<std::size_t>(rows));
+  for (Index i = 0; i < rows; ++i) ids[static_cast<std::size_t>(i)] = i / group;
+  verl::algo::AdvantageBatch batch{rewards, mask, ids};
+  batch.old_log_probs.emplace(old_log_probs);
+  batch.sum_pi_squared.emplace(sum_pi_squared);
+  batch.rollout_is_weights.emplace(weights);
+  const auto params = multi_turn ? k::OptimalTokenBaselineParams::multi_turn_form()
+                                 : k::OptimalTokenBaselineParams::single_turn();
+  const auto expected = k::reference_optimal_token_baseline(params, batch);
+  const std::size_t n = static_cast<std::size_t>(rows * cols);
+  DeviceBuffer<float> d_r(rewards.data(), n), d_m(mask.data(), n), d_old(old_log_probs.data(), n),
+      d_sq(sum_pi_squared.data(), n), d_w(weights.data(), n), d_adv(n), d_ret(n);
+  DeviceBuffer<std::int64_t> d_ids(ids.data(), ids.size());
+  std::size_t bytes = 0;
+  k::optimal_token_baseline_advantages(nullptr, bytes, params, k::GroupLayout::contiguous, nullptr, nullptr, nullptr,
+                                       nullptr, nullptr, nullptr, rows, cols, nullptr, nullptr);
+  DeviceBuffer<unsigned char> temp(bytes);
+  const auto run = [&] {
+    k::optimal_token_baseline_advantages(temp.data(), bytes, params, k::GroupLayout::contiguous, d_r.data(),
+                                         d_m.data(), d_ids.data(), d_old.data(), d_sq.data(), d_w.data(), rows, cols,
+                                         d_adv.data(), d_ret.data());
+  };
+  run();
+  VERL_CUDA_CHECK(cudaDeviceSynchronize());
+  const bool valid = worst_excess(d_ret.download(), expected.returns.data(), 1e-5f, 1e-5f) <= 0.0f &&
+                     worst_excess(d_adv.download(), expected.advantages.data(), 1e-5f, 1e-5f) <= 0.0f;
+  const float ms = time_ms(run, iters);
+  const float copy = copy_ms(5 * n * sizeof(float), iters);  // a copy of its five inputs
+  const char* name = multi_turn ? "tir_optimal_token_baseline" : "optimal_token_baseline";
+  std::printf("%s %lld x %lld fp32, groups of %lld: valid=%s  %.3f ms  copy of inputs %.3f ms  -> %.2fx the copy\n",
+              name, static_cast<long long>(rows), static_cast<long long>(cols), static_cast<long long>(group),
+              valid ? "yes" : "NO", ms, copy, ms / copy);
+  std::printf("JSON {\"bench\":\"cuda_optimal_token_baseline\",\"form\":\"%s\",\"rows\":%lld,\"cols\":%lld,"
+              "\"valid\":%s,\"ms\":%.4f,\"copy_inputs_ms\":%.4f,\"ratio_to_copy\":%.3f}\n",
+              name, static_cast<long long>(rows), static_cast<long long>(cols), valid ? "true" : "false", ms, copy,
+              ms / copy);
+}
+
 template <class AlgoLoss>
 void bench_policy_loss(const AlgoLoss& reference, Index rows, Index cols, int iters) {
   std::mt19937 rng(3);
@@ -237,5 +294,9 @@ int main(int argc, char** argv) {
   bench_policy_loss(verl::algo::CISPO{}, rows, cols, iters);
   bench_policy_loss(verl::algo::GSPO{}, rows, cols, iters);
   bench_policy_loss(verl::algo::GeoMean{}, rows, cols, iters);
+  bench_policy_loss(verl::algo::ClipCov{}, rows, cols, iters);  // verl's defaults: ratio 2e-4
+  bench_policy_loss(verl::algo::KLCov{}, rows, cols, iters);
+  bench_optimal_token_baseline(rows, cols, group, /*multi_turn=*/false, iters);
+  bench_optimal_token_baseline(rows, cols, group, /*multi_turn=*/true, iters);
   return 0;
 }
