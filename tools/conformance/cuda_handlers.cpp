@@ -444,7 +444,7 @@ void masked_whiten_case(const GoldenCase& c, CaseCheck& check) {
   algo::detail::require_unbiased_count(static_cast<double>((mask.array() != 0.0f).count()));  // verl raises
   std::optional<MatrixF> cotangent;
   if (c.has_input("cotangent")) cotangent = c.input_tensor("cotangent").matrix<float>();
-  const bool shift_mean = optional_bool(c.args(), "shift_mean").value_or(true);
+  const bool shift_mean = shift_mean_of(c.args());
   const auto out = cuda_path::masked_whiten(values, mask, cotangent ? &*cotangent : nullptr, shift_mean);
   check.tensor("result", out.result, c.tolerance());
   if (cotangent) {

@@ -131,7 +131,7 @@ void masked_var(const GoldenCase& c, CaseCheck& check) {
 void masked_whiten(const GoldenCase& c, CaseCheck& check) {
   const MatrixF values = c.input_tensor("values").matrix<float>();
   const MatrixF mask = c.input_tensor("mask").matrix<float>();
-  const bool shift_mean = c.has_arg("shift_mean") ? c.args().at("shift_mean").get<bool>() : true;
+  const bool shift_mean = shift_mean_of(c.args());
   Outputs out(c, check);
   out.tensor("result", algo::masked_whiten(values, mask, shift_mean));
   if (c.has_input("cotangent"))

@@ -54,4 +54,12 @@ inline std::optional<double> optional_number(const json& object, const char* key
   return object.at(key).get<double>();
 }
 
+/// masked_whiten's shift_mean as verl reads it (`if not shift_mean: whitened += mean`): absent is
+/// the default True, an explicit None is falsy, so the mean is added back as with False.
+inline bool shift_mean_of(const json& args) {
+  if (!args.contains("shift_mean")) return true;
+  const json& value = args.at("shift_mean");
+  return value.is_null() ? false : value.get<bool>();
+}
+
 }  // namespace verl::conformance
