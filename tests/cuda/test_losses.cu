@@ -291,6 +291,40 @@ TEST(CudaLosses, AggLossAndWeightsMatchReference) {
   }
 }
 
+/// The kernel's pg_loss, metrics and gradient of one policy loss (a KernelPolicyLoss) on host
+/// matrices. `advantages` is (B, T), or (B, 1) read per row when `per_row_advantages`; `weights`
+/// may be null.
+struct DevicePolicyLoss {
+  k::PolicyLossState state;
+  std::vector<float> grad;
+};
+
+template <class Params>
+DevicePolicyLoss policy_loss_on_device(const Params& params, const MatrixF& old, const MatrixF& lp,
+                                       const MatrixF& advantages, bool per_row_advantages, const MatrixF& mask,
+                                       const MatrixF* weights, LossAggMode mode, const GlobalBatchInfo& info) {
+  const Index rows = old.rows(), cols = old.cols();
+  auto d_old = upload(old), d_lp = upload(lp), d_adv = upload(advantages), d_mask = upload(mask);
+  DeviceBuffer<float> d_w(weights != nullptr ? static_cast<std::size_t>(weights->size()) : 0);
+  if (weights != nullptr) d_w.upload(weights->data());
+  DeviceBuffer<float> d_grad(static_cast<std::size_t>(rows * cols));
+  DeviceBuffer<k::PolicyLossState> d_state(1);
+  k::PolicyLossInputs in;
+  in.old_log_prob = d_old.data();
+  in.log_prob = d_lp.data();
+  in.advantages = d_adv.data();
+  in.advantages_per_row = per_row_advantages;
+  in.response_mask = d_mask.data();
+  in.rollout_is_weights = weights != nullptr ? d_w.data() : nullptr;
+  in.rows = rows;
+  in.cols = cols;
+  std::size_t bytes = 0;
+  k::policy_loss(nullptr, bytes, in, params, mode, info, nullptr, nullptr);
+  DeviceBuffer<unsigned char> temp(bytes);
+  k::policy_loss(temp.data(), bytes, in, params, mode, info, d_grad.data(), d_state.data());
+  return {d_state.download().at(0), d_grad.download()};
+}
+
 /// One policy loss through the kernel vs its verl::algo reference, on a batch with empty rows,
 /// single tokens, full rows and log-ratios past the +-20 clamp.
 template <class AlgoLoss>
@@ -310,25 +344,10 @@ void run_policy_loss(const AlgoLoss& reference, Index rows, Index cols, LossAggM
   GlobalBatchInfo info;
   const auto expected = reference.compute(batch, {mode, info});
 
-  auto d_old = upload(old), d_lp = upload(lp), d_mask = upload(mask), d_w = upload(is_weights);
-  auto d_adv = upload(per_row_advantages ? per_row : advantages);
-  DeviceBuffer<float> d_grad(static_cast<std::size_t>(rows * cols));
-  DeviceBuffer<k::PolicyLossState> d_state(1);
-  k::PolicyLossInputs in;
-  in.old_log_prob = d_old.data();
-  in.log_prob = d_lp.data();
-  in.advantages = d_adv.data();
-  in.advantages_per_row = per_row_advantages;
-  in.response_mask = d_mask.data();
-  in.rollout_is_weights = weights ? d_w.data() : nullptr;
-  in.rows = rows;
-  in.cols = cols;
-  const auto params = k::kernel_policy_loss(reference);
-  std::size_t bytes = 0;
-  k::policy_loss(nullptr, bytes, in, params, mode, info, nullptr, nullptr);
-  DeviceBuffer<unsigned char> temp(bytes);
-  k::policy_loss(temp.data(), bytes, in, params, mode, info, d_grad.data(), d_state.data());
-  const k::PolicyLossState s = d_state.download().at(0);
+  const auto device = policy_loss_on_device(k::kernel_policy_loss(reference), old, lp,
+                                            per_row_advantages ? per_row : advantages, per_row_advantages, mask,
+                                            weights ? &is_weights : nullptr, mode, info);
+  const k::PolicyLossState& s = device.state;
   const std::string what = std::string(AlgoLoss::name) + " " + std::string(verl::algo::to_string(mode)) +
                            (per_row_advantages ? " per-row A" : "") + (weights ? " IS weights" : "") + " (" +
                            std::to_string(rows) + ", " + std::to_string(cols) + ")";
@@ -340,7 +359,7 @@ void run_policy_loss(const AlgoLoss& reference, Index rows, Index cols, LossAggM
   metric("actor/pg_clipfrac", s.pg_clipfrac, 1e-6);
   metric("actor/ppo_kl", s.ppo_kl, 1e-5);
   metric("actor/pg_clipfrac_lower", s.pg_clipfrac_lower, 1e-6);
-  expect_close(d_grad.download(), expected.grad_log_prob, 1e-7f, 1e-5f, what + " grad");
+  expect_close(device.grad, expected.grad_log_prob, 1e-7f, 1e-5f, what + " grad");
 }
 
 /// `outlier`: include the exp(25) ratio (it dominates pg_loss of the losses without the clamp,
@@ -394,26 +413,11 @@ TEST(CudaLosses, CovariancePolicyLossesMatchReference) {
 template <class AlgoLoss>
 void run_policy_loss_on(const AlgoLoss& reference, const MatrixF& old, const MatrixF& lp, const MatrixF& adv,
                         const MatrixF& mask, const std::string& what) {
-  const Index rows = old.rows(), cols = old.cols();
   const auto expected = reference.compute(verl::algo::PolicyLossBatch{old, lp, adv, mask}, {LossAggMode::token_mean, {}});
-  auto d_old = upload(old), d_lp = upload(lp), d_adv = upload(adv), d_mask = upload(mask);
-  k::PolicyLossInputs in;
-  in.old_log_prob = d_old.data();
-  in.log_prob = d_lp.data();
-  in.advantages = d_adv.data();
-  in.response_mask = d_mask.data();
-  in.rows = rows;
-  in.cols = cols;
-  DeviceBuffer<float> d_grad(static_cast<std::size_t>(rows * cols));
-  DeviceBuffer<k::PolicyLossState> d_state(1);
-  const auto params = k::kernel_policy_loss(reference);
-  std::size_t bytes = 0;
-  k::policy_loss(nullptr, bytes, in, params, LossAggMode::token_mean, {}, nullptr, nullptr);
-  DeviceBuffer<unsigned char> temp(bytes);
-  k::policy_loss(temp.data(), bytes, in, params, LossAggMode::token_mean, {}, d_grad.data(), d_state.data());
-  const k::PolicyLossState s = d_state.download().at(0);
-  expect_scalar(s.pg_loss, expected.pg_loss, 1e-5, what + " pg_loss");
-  expect_close(d_grad.download(), expected.grad_log_prob, 1e-7f, 1e-5f, what + " grad");
+  const auto device = policy_loss_on_device(k::kernel_policy_loss(reference), old, lp, adv, false, mask, nullptr,
+                                            LossAggMode::token_mean, {});
+  expect_scalar(device.state.pg_loss, expected.pg_loss, 1e-5, what + " pg_loss");
+  expect_close(device.grad, expected.grad_log_prob, 1e-7f, 1e-5f, what + " grad");
 }
 
 /// Every cov ties (one advantage everywhere): the kernel penalises the earliest valid tokens, as
@@ -437,21 +441,11 @@ TEST(CudaLosses, KLCovTiesGoToTheEarliestTokens) {
   MatrixF expected_grad(rows, cols);
   const auto expected = k::detail::policy_loss_sequential(host, params, LossAggMode::token_mean, {}, expected_grad.data());
 
-  auto d_old = upload(old), d_lp = upload(lp), d_mask = upload(mask), d_adv = upload(advantages);
-  k::PolicyLossInputs in = host;
-  in.old_log_prob = d_old.data();
-  in.log_prob = d_lp.data();
-  in.advantages = d_adv.data();
-  in.response_mask = d_mask.data();
-  DeviceBuffer<float> d_grad(static_cast<std::size_t>(rows * cols));
-  DeviceBuffer<k::PolicyLossState> d_state(1);
-  std::size_t bytes = 0;
-  k::policy_loss(nullptr, bytes, in, params, LossAggMode::token_mean, {}, nullptr, nullptr);
-  DeviceBuffer<unsigned char> temp(bytes);
-  k::policy_loss(temp.data(), bytes, in, params, LossAggMode::token_mean, {}, d_grad.data(), d_state.data());
-  const k::PolicyLossState s = d_state.download().at(0);
+  const auto device =
+      policy_loss_on_device(params, old, lp, advantages, false, mask, nullptr, LossAggMode::token_mean, {});
+  const k::PolicyLossState& s = device.state;
   expect_scalar(s.pg_loss, expected.pg_loss, 1e-5, "kl_cov with tied cov: pg_loss");
-  expect_close(d_grad.download(), expected_grad, 1e-7f, 1e-5f, "kl_cov with tied cov: grad");
+  expect_close(device.grad, expected_grad, 1e-7f, 1e-5f, "kl_cov with tied cov: grad");
 }
 
 TEST(CudaLosses, PolicyLossOfAnEmptyBatch) {
