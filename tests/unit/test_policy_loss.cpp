@@ -268,6 +268,19 @@ TEST(PolicyLossErrors, CovarianceRatiosMustBePositive) {
   const auto in = random_inputs(2, 3, 1);
   EXPECT_TRUE(contains(message_of([&] { (void)compute_policy_loss(ClipCov{.clip_cov_ratio = 0}, in.batch()); }),
                        "clip_cov_ratio"));
+  // Python's int(inf * N) raises in verl; an infinite ratio must not reach the integer cast.
+  EXPECT_TRUE(contains(message_of([&] {
+                         (void)compute_policy_loss(ClipCov{.clip_cov_ratio = std::numeric_limits<double>::infinity()},
+                                                   in.batch());
+                       }),
+                       "clip_cov_ratio"));
+  // A ratio far beyond 1 zeroes every candidate, as any ratio >= 1 does.
+  const auto huge = compute_policy_loss(ClipCov{.clip_cov_ratio = 1e300, .clip_cov_lb = -1e30, .clip_cov_ub = 1e30},
+                                        in.batch());
+  const auto whole = compute_policy_loss(ClipCov{.clip_cov_ratio = 1.0, .clip_cov_lb = -1e30, .clip_cov_ub = 1e30},
+                                         in.batch());
+  EXPECT_EQ(huge.pg_loss, whole.pg_loss);
+  EXPECT_EQ(huge.metrics.at("actor/pg_clipfrac"), whole.metrics.at("actor/pg_clipfrac"));
   EXPECT_TRUE(contains(message_of([&] { (void)compute_policy_loss(KLCov{.kl_cov_ratio = -1}, in.batch()); }),
                        "kl_cov_ratio"));
   // torch.topk cannot pick more tokens than there are.

@@ -83,7 +83,9 @@ struct ClipCov {
 
   PolicyLossResult compute(const PolicyLossBatch& batch, const AggregationContext& context) const {
     using namespace detail;
-    VERL_CHECK_ARG(clip_cov_ratio > 0, "clip_cov_ratio: expected a value > 0, got {}", clip_cov_ratio);
+    // verl's int(clip_cov_ratio * N) raises for an infinite ratio; NaN fails the comparison.
+    VERL_CHECK_ARG(clip_cov_ratio > 0 && std::isfinite(clip_cov_ratio),
+                   "clip_cov_ratio: expected a finite value > 0, got {}", clip_cov_ratio);
     const MaskCounts counts = validate_policy_loss_batch(batch);
     FusedAggregation reduction(counts, context.loss_agg_mode, context.global_batch_info);
     const auto range = RatioClipRange::from_clip_ratios(clip_ratio_low, clip_ratio_high);
@@ -124,7 +126,9 @@ struct ClipCov {
     }
 
     // Zero the chosen tokens: corr = 0 multiplies their loss and their gradient.
-    const auto budget = std::max<std::int64_t>(static_cast<std::int64_t>(clip_cov_ratio * valid), 1);
+    // Capped at the valid count before the cast (a larger budget picks every candidate anyway),
+    // so an absurd ratio cannot overflow the integer conversion.
+    const auto budget = std::max<std::int64_t>(static_cast<std::int64_t>(std::min(clip_cov_ratio * valid, valid)), 1);
     const std::size_t chosen = std::min(candidates.size(), static_cast<std::size_t>(budget));
     if (chosen < candidates.size()) choose_front(candidates, chosen, seed);
     for (std::size_t k = 0; k < chosen; ++k) {
