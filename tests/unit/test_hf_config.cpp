@@ -34,6 +34,16 @@ const char* llama_config = R"({
   "rope_theta": 500000.0, "tie_word_embeddings": true, "torch_dtype": "bfloat16", "use_cache": true,
   "vocab_size": 128256})";
 
+// Qwen3-0.6B's shape: per-head q/k norms, head_dim 128 with hidden 1024 / 16 heads.
+const char* qwen3_config = R"({
+  "architectures": ["Qwen3ForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+  "bos_token_id": 151643, "eos_token_id": 151645, "head_dim": 128, "hidden_act": "silu", "hidden_size": 1024,
+  "initializer_range": 0.02, "intermediate_size": 3072, "max_position_embeddings": 40960, "max_window_layers": 28,
+  "model_type": "qwen3", "num_attention_heads": 16, "num_hidden_layers": 28, "num_key_value_heads": 8,
+  "rms_norm_eps": 1e-06, "rope_scaling": null, "rope_theta": 1000000, "sliding_window": null,
+  "tie_word_embeddings": true, "torch_dtype": "bfloat16", "transformers_version": "4.51.0", "use_cache": true,
+  "use_sliding_window": false, "vocab_size": 151936})";
+
 std::string error_of(const nlohmann::json& json) {
   try {
     (void)HfModelConfig::from_json(json, "tiny/config.json");
@@ -89,6 +99,54 @@ TEST(HfConfig, ParsesALlama3Config) {
   EXPECT_EQ(config.eos_token_ids, (std::vector<std::int64_t>{128001, 128008, 128009}));
 }
 
+TEST(HfConfig, ParsesAQwen3Config) {
+  const auto config = HfModelConfig::from_json(nlohmann::json::parse(qwen3_config));
+  EXPECT_EQ(config.family, ModelFamily::qwen3);
+  EXPECT_EQ(config.model_type, "qwen3");
+  EXPECT_EQ(config.head_dim, 128);
+  EXPECT_EQ(config.num_key_value_groups(), 2);
+  EXPECT_TRUE(config.qk_norm);
+  EXPECT_FALSE(config.qkv_bias);
+  EXPECT_FALSE(config.o_proj_bias);
+  EXPECT_FALSE(config.mlp_bias);
+  EXPECT_FALSE(config.use_sliding_window);
+  EXPECT_TRUE(config.tie_word_embeddings);
+  EXPECT_DOUBLE_EQ(config.rope_theta, 1e6);
+  EXPECT_FALSE(config.rope_scaling.has_value());
+  // attention_bias puts biases on q, k, v and o, as in Qwen3Attention.
+  auto biased = nlohmann::json::parse(qwen3_config);
+  biased["attention_bias"] = true;
+  EXPECT_TRUE(HfModelConfig::from_json(biased).qkv_bias);
+  EXPECT_TRUE(HfModelConfig::from_json(biased).o_proj_bias);
+  // Qwen2 and Llama have no q/k norms.
+  EXPECT_FALSE(HfModelConfig::from_json(nlohmann::json::parse(qwen2_config)).qk_norm);
+  EXPECT_FALSE(HfModelConfig::from_json(nlohmann::json::parse(llama_config)).qk_norm);
+}
+
+TEST(HfConfig, SlidingWindowCountsOnlyWhereALayerSlides) {
+  // As Qwen2Config / Qwen3Config decide: use_sliding_window with a window and a layer at or past
+  // max_window_layers (or a "sliding_attention" entry in layer_types).
+  auto json = nlohmann::json::parse(qwen2_config);  // 24 layers, max_window_layers 21
+  json["use_sliding_window"] = true;
+  EXPECT_TRUE(HfModelConfig::from_json(json).use_sliding_window);
+  json["max_window_layers"] = 24;
+  EXPECT_FALSE(HfModelConfig::from_json(json).use_sliding_window);
+  json["max_window_layers"] = 21;
+  json["sliding_window"] = nullptr;
+  EXPECT_FALSE(HfModelConfig::from_json(json).use_sliding_window);
+  json = nlohmann::json::parse(qwen3_config);
+  json["use_sliding_window"] = true;
+  json["sliding_window"] = 4096;
+  json["layer_types"] = nlohmann::json::array();
+  for (int l = 0; l < 28; ++l) json["layer_types"].push_back("full_attention");
+  EXPECT_FALSE(HfModelConfig::from_json(json).use_sliding_window);
+  json["layer_types"][27] = "sliding_attention";
+  EXPECT_TRUE(HfModelConfig::from_json(json).use_sliding_window);
+  // Without use_sliding_window no layer slides, whatever layer_types says.
+  json["use_sliding_window"] = false;
+  EXPECT_FALSE(HfModelConfig::from_json(json).use_sliding_window);
+}
+
 TEST(HfConfig, DefaultsFollowTheTransformersConfigClasses) {
   const nlohmann::json minimal = {{"model_type", "llama"},       {"hidden_size", 64},       {"intermediate_size", 128},
                                   {"num_hidden_layers", 2},      {"num_attention_heads", 4}, {"vocab_size", 100}};
@@ -125,6 +183,19 @@ TEST(HfConfig, DefaultsFollowTheTransformersConfigClasses) {
   legacy.erase("model_type");
   legacy["architectures"] = {"Qwen2ForTokenClassification"};
   EXPECT_EQ(HfModelConfig::from_json(legacy).family, ModelFamily::qwen2);
+  legacy["architectures"] = {"Qwen3ForCausalLM"};
+  EXPECT_EQ(HfModelConfig::from_json(legacy).family, ModelFamily::qwen3);
+  // Other architectures whose names merely start alike are not these families.
+  legacy["architectures"] = {"Qwen2MoeForCausalLM"};
+  EXPECT_TRUE(contains(error_of(legacy), "Qwen2MoeForCausalLM"));
+
+  auto qwen3_json = minimal;
+  qwen3_json["model_type"] = "qwen3";
+  const auto qwen3 = HfModelConfig::from_json(qwen3_json);
+  EXPECT_EQ(qwen3.max_position_embeddings, 32768);
+  EXPECT_TRUE(qwen3.bos_token_ids.empty());
+  EXPECT_FALSE(qwen3.qkv_bias);
+  EXPECT_TRUE(qwen3.qk_norm);
 
   // transformers v5 nests the rope settings.
   auto nested = minimal;
@@ -164,7 +235,7 @@ TEST(HfConfig, ErrorsNameTheFileAndTheKey) {
   json = nlohmann::json::parse(qwen2_config);
   json["model_type"] = "mistral";
   message = error_of(json);
-  EXPECT_TRUE(contains(message, "expected one of llama, qwen2, got 'mistral'")) << message;
+  EXPECT_TRUE(contains(message, "expected one of llama, qwen2, qwen3, got 'mistral'")) << message;
 
   json = nlohmann::json::parse(qwen2_config);
   json["hidden_size"] = 0;
@@ -183,7 +254,7 @@ TEST(HfConfig, ErrorsNameTheFileAndTheKey) {
 }
 
 TEST(HfConfig, RoundTripsThroughJsonAndFiles) {
-  for (const char* text : {qwen2_config, llama_config}) {
+  for (const char* text : {qwen2_config, llama_config, qwen3_config}) {
     const auto config = HfModelConfig::from_json(nlohmann::json::parse(text));
     EXPECT_EQ(HfModelConfig::from_json(config.to_json()), config);
   }

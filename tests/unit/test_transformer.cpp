@@ -48,6 +48,15 @@ HfModelConfig llama_config() {
                                  {"original_max_position_embeddings", 8}}}});
 }
 
+/// Qwen3: per-head q/k norms, every attention bias, an explicit head_dim, GQA.
+HfModelConfig qwen3_config() {
+  return tiny_config("qwen3", {{"attention_bias", true},
+                               {"head_dim", 4},
+                               {"num_attention_heads", 4},
+                               {"num_key_value_heads", 2},
+                               {"rope_theta", 1e4}});
+}
+
 /// Random norm weights and biases too, so that every parameter matters.
 template <class Model>
 void randomize(Model& model, std::uint64_t seed, double scale = 0.5) {
@@ -162,6 +171,17 @@ TEST(TransformerGradients, LlamaEveryParameterMatchesFiniteDifferences) {
   const Batch b = padded_batch(model.vocab_size());
   const auto batch = TokenBatch::padded(b.ids, b.mask);
   check_gradients(model, batch, make_loss(batch, model.vocab_size(), 4));
+}
+
+TEST(TransformerGradients, Qwen3EveryParameterMatchesFiniteDifferences) {
+  auto model = BasicTransformer<double>(qwen3_config(), {.num_threads = 2});
+  randomize(model, 7);
+  std::size_t head_norms = 0;
+  model.for_each_parameter([&](const auto& p) { head_norms += p.name.ends_with("q_norm.weight") || p.name.ends_with("k_norm.weight"); });
+  EXPECT_EQ(head_norms, 4u);  // two layers, q and k
+  const Batch b = padded_batch(model.vocab_size());
+  const auto batch = TokenBatch::padded(b.ids, b.mask);
+  check_gradients(model, batch, make_loss(batch, model.vocab_size(), 8));
 }
 
 TEST(TransformerGradients, PackedSequencesMatchFiniteDifferences) {

@@ -3,10 +3,11 @@
 (tests/data/models/<name>/), made with `transformers` and nothing downloaded from the hub.
 
     pip install torch transformers safetensors
-    python3 tools/scripts/make_model_golden.py [--out tests/data/models]
+    python3 tools/scripts/make_model_golden.py [--out tests/data/models] [--only tiny-qwen3,...]
 
 For each model (a Qwen2-architecture one with q/k/v biases and tied embeddings, a Llama one with
-grouped-query attention, an explicit head_dim, llama3 rope scaling and an untied LM head) it
+grouped-query attention, an explicit head_dim, llama3 rope scaling and an untied LM head, a Qwen3
+one with per-head q/k norms, attention biases on q/k/v/o and an explicit head_dim) it
   * builds the model from a config with a fixed seed (weights drawn wider than transformers' 0.02
     so that logits are far apart and greedy decoding is robust to float rounding; norm weights and
     biases are randomized too so that they are exercised), rounds the weights to bfloat16 and saves
@@ -87,6 +88,30 @@ MODELS = {
         chat_template="llama3",
         seed=4321,
     ),
+    "tiny-qwen3": dict(
+        tokenizer="qwen2",
+        config=dict(
+            model_type="qwen3",
+            vocab_size=1408,
+            hidden_size=32,
+            intermediate_size=56,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=12,
+            max_position_embeddings=64,
+            rope_theta=1000000.0,
+            rms_norm_eps=1e-6,
+            attention_bias=True,
+            tie_word_embeddings=True,
+            bos_token_id=1400,
+            eos_token_id=[1402, 1400],
+            architectures=["Qwen3ForCausalLM"],
+        ),
+        special=dict(bos_token=None, eos_token="<|im_end|>", pad_token="<|endoftext|>"),
+        chat_template="qwen2",
+        seed=2468,
+    ),
 }
 
 PROMPT_LENGTHS = [3, 5, 8]  # left-padded to the longest
@@ -99,7 +124,8 @@ CHAT = [{"role": "user", "content": "Hello there! What is 2 + 3?"}]
 def make_config(spec):
     fields = dict(spec)
     model_type = fields.pop("model_type")
-    config_class = transformers.Qwen2Config if model_type == "qwen2" else transformers.LlamaConfig
+    config_class = {"qwen2": transformers.Qwen2Config, "qwen3": transformers.Qwen3Config,
+                    "llama": transformers.LlamaConfig}[model_type]
     config = config_class(**fields)
     config._attn_implementation = "eager"
     return config
@@ -254,9 +280,15 @@ def make_model(name, spec, out_root):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=REPO / "tests" / "data" / "models")
+    parser.add_argument("--only", default="", help="comma-separated model names (default: all)")
     args = parser.parse_args()
+    only = {name for name in args.only.split(",") if name}
+    unknown = only - MODELS.keys()
+    if unknown:
+        parser.error(f"--only: unknown models {sorted(unknown)} (known: {sorted(MODELS)})")
     for name, spec in MODELS.items():
-        make_model(name, spec, args.out)
+        if not only or name in only:
+            make_model(name, spec, args.out)
 
 
 if __name__ == "__main__":

@@ -1,8 +1,8 @@
-// A Hugging Face `config.json` for the Llama / Qwen2 decoder family, parsed into a struct.
+// A Hugging Face `config.json` for the Llama / Qwen2 / Qwen3 decoder family, parsed into a struct.
 //
 // The shape-defining keys (hidden_size, intermediate_size, num_hidden_layers,
 // num_attention_heads, vocab_size) are required; every other key falls back to the default of the
-// architecture's transformers config class (LlamaConfig / Qwen2Config), so a config that loads
+// architecture's transformers config class (LlamaConfig / Qwen2Config / Qwen3Config), so a config that loads
 // in transformers loads here with the same values. A missing or ill-typed key is a
 // verl::InvalidArgument naming the file and the key.
 #pragma once
@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <filesystem>
 #include <optional>
@@ -23,10 +24,17 @@
 namespace verl::model {
 
 /// The decoder families the reference model implements.
-enum class ModelFamily { llama, qwen2 };
+/// Qwen3 is Qwen2 with per-head RMSNorms on the queries and keys (before the rotary embedding) and
+/// Llama's attention_bias switch instead of Qwen2's fixed q/k/v biases.
+enum class ModelFamily { llama, qwen2, qwen3 };
 
 constexpr std::string_view to_string(ModelFamily family) {
-  return family == ModelFamily::llama ? "llama" : "qwen2";
+  switch (family) {
+    case ModelFamily::llama: return "llama";
+    case ModelFamily::qwen2: return "qwen2";
+    case ModelFamily::qwen3: return "qwen3";
+  }
+  return "unknown";
 }
 
 /// `rope_scaling` (Llama-3.1 "llama3", "linear", "dynamic", "yarn", ...); which fields matter
@@ -42,7 +50,7 @@ struct RopeScaling {
 
 struct HfModelConfig {
   ModelFamily family = ModelFamily::llama;
-  std::string model_type;                  ///< "llama" or "qwen2"
+  std::string model_type;                  ///< "llama", "qwen2" or "qwen3"
   std::vector<std::string> architectures;  ///< e.g. {"Qwen2ForCausalLM"}
   std::int64_t hidden_size = 0;
   std::int64_t intermediate_size = 0;
@@ -60,7 +68,8 @@ struct HfModelConfig {
   bool qkv_bias = false;    ///< q/k/v projections have biases (always for Qwen2; attention_bias for Llama)
   bool o_proj_bias = false; ///< o_proj has a bias (Llama's attention_bias; never for Qwen2)
   bool mlp_bias = false;    ///< Llama's mlp_bias
-  bool use_sliding_window = false;  ///< Qwen2 only
+  bool qk_norm = false;     ///< per-head RMSNorm of q and k before RoPE (Qwen3's q_norm / k_norm)
+  bool use_sliding_window = false;  ///< Qwen2 / Qwen3 only
   std::vector<std::int64_t> bos_token_ids;  ///< bos_token_id: int, list or null
   std::vector<std::int64_t> eos_token_ids;  ///< eos_token_id: int, list or null
   std::optional<std::int64_t> pad_token_id;
@@ -169,17 +178,33 @@ inline ModelFamily family_of(const ConfigReader& reader, std::string_view source
   if (const auto model_type = reader.optional_string("model_type")) {
     if (*model_type == "llama") return ModelFamily::llama;
     if (*model_type == "qwen2") return ModelFamily::qwen2;
-    ::verl::detail::throw_invalid_argument("{}: model_type: expected one of llama, qwen2, got '{}'", source,
+    if (*model_type == "qwen3") return ModelFamily::qwen3;
+    ::verl::detail::throw_invalid_argument("{}: model_type: expected one of llama, qwen2, qwen3, got '{}'", source,
                                            *model_type);
   }
-  // Older files without model_type: the architecture class name tells the family.
+  // Older files without model_type: the architecture class name tells the family ("Qwen2For...",
+  // not "Qwen2MoeFor..." or "Qwen2VLFor...", which are other architectures).
   for (const auto& name : architectures) {
-    if (name.starts_with("Llama")) return ModelFamily::llama;
-    if (name.starts_with("Qwen2")) return ModelFamily::qwen2;
+    if (name.starts_with("LlamaFor")) return ModelFamily::llama;
+    if (name.starts_with("Qwen2For")) return ModelFamily::qwen2;
+    if (name.starts_with("Qwen3For")) return ModelFamily::qwen3;
   }
   ::verl::detail::throw_invalid_argument(
-      "{}: expected model_type llama or qwen2 (or a Llama*/Qwen2* architecture), got neither (architectures: [{}])",
+      "{}: expected model_type llama, qwen2 or qwen3 (or a LlamaFor*/Qwen2For*/Qwen3For* architecture), got neither "
+      "(architectures: [{}])",
       source, fmt::join(architectures, ", "));
+}
+
+/// Whether use_sliding_window = true makes any layer slide, as Qwen2Config / Qwen3Config decide:
+/// sliding_window null turns it off; a layer slides when layer_types says "sliding_attention" or,
+/// without layer_types, from layer max_window_layers on (default 28).
+inline bool some_layer_slides(const ConfigReader& reader, std::int64_t num_layers) {
+  if (reader.present("sliding_window") && !reader.has("sliding_window")) return false;
+  if (reader.has("layer_types")) {
+    const auto types = reader.string_list("layer_types");
+    return std::find(types.begin(), types.end(), "sliding_attention") != types.end();
+  }
+  return reader.int_or("max_window_layers", 28) < num_layers;
 }
 
 }  // namespace detail
@@ -258,12 +283,18 @@ inline HfModelConfig HfModelConfig::from_json(const nlohmann::json& json, std::s
   if (llama) {
     config.qkv_bias = config.o_proj_bias = reader.bool_or("attention_bias", false);
     config.mlp_bias = reader.bool_or("mlp_bias", false);
-  } else {
+  } else if (config.family == ModelFamily::qwen2) {
     // Qwen2's attention always has q/k/v biases and a bias-free o_proj.
     config.qkv_bias = true;
     config.o_proj_bias = false;
     config.use_sliding_window = reader.bool_or("use_sliding_window", false);
+  } else {
+    // Qwen3: attention_bias covers q, k, v and o; the MLP has none.
+    config.qkv_bias = config.o_proj_bias = reader.bool_or("attention_bias", false);
+    config.qk_norm = true;
+    config.use_sliding_window = reader.bool_or("use_sliding_window", false);
   }
+  if (config.use_sliding_window) config.use_sliding_window = detail::some_layer_slides(reader, config.num_hidden_layers);
   config.bos_token_ids = reader.present("bos_token_id") ? reader.int_or_list("bos_token_id")
                                                     : (llama ? std::vector<std::int64_t>{1} : std::vector<std::int64_t>{});
   config.eos_token_ids = reader.present("eos_token_id") ? reader.int_or_list("eos_token_id")
@@ -307,6 +338,7 @@ inline nlohmann::json HfModelConfig::to_json() const {
     json["attention_bias"] = qkv_bias;
     json["mlp_bias"] = mlp_bias;
   } else {
+    if (family == ModelFamily::qwen3) json["attention_bias"] = qkv_bias;
     json["use_sliding_window"] = use_sliding_window;
   }
   auto ids = [](const std::vector<std::int64_t>& values) -> nlohmann::json {

@@ -1,5 +1,6 @@
-// The decoder body of the Llama / Qwen2 family: token embedding, then per layer
+// The decoder body of the Llama / Qwen2 / Qwen3 family: token embedding, then per layer
 //   x = x + o_proj(attention(rope(q_proj(rms_norm(x))), rope(k_proj(.)), v_proj(.)))
+//   (Qwen3 normalizes each head of q and k with its own RMSNorm before the rope)
 //   x = x + down_proj(silu(gate_proj(rms_norm(x))) * up_proj(rms_norm(x)))
 // and a final RMSNorm, over the valid tokens of a TokenBatch (every layout is computed packed:
 // padding never costs a flop). Forward keeps what backward needs when asked; backward takes the
@@ -69,6 +70,8 @@ struct LayerActivations {
   RowMatrix<S> x;        ///< layer input (N, H)
   Vector<S> inv_rms_in;  ///< input_layernorm factors (N)
   RowMatrix<S> q, k, v;  ///< after the rotary embedding for q and k: (N, heads * D), (N, kv_heads * D)
+  RowMatrix<S> q_raw, k_raw;         ///< qk_norm only: the projections before the per-head norms
+  Vector<S> inv_rms_q, inv_rms_k;    ///< qk_norm only: the norms' factors (N * heads), (N * kv_heads)
   RowMatrix<S> attn;     ///< attention output before o_proj (N, heads * D)
   RowMatrix<S> lse;      ///< log-sum-exp of each query's scores (N, heads)
   RowMatrix<S> x_mid;    ///< residual stream after attention (N, H)
@@ -80,7 +83,7 @@ struct LayerActivations {
 template <class S>
 struct LayerScratch {
   RowMatrix<S> h, act, y;
-  RowMatrix<S> d_act, d_gate, d_up, d_h, d_attn, dq, dk, dv;
+  RowMatrix<S> d_act, d_gate, d_up, d_h, d_attn, dq, dk, dv, d_head_norm;
 };
 
 template <class S>
@@ -215,6 +218,12 @@ class DecoderBody {
                                    pack(&detail::PackedLayerWeights::k));
     detail::linear_forward<Scalar>(pool, s.h, w.v_proj.value, bias(w.v_bias), act.v,
                                    pack(&detail::PackedLayerWeights::v));
+    if (config_.qk_norm) {
+      act.q_raw.swap(act.q);
+      act.k_raw.swap(act.k);
+      head_norm_forward(act.q_raw, w.q_norm.value, act.q, act.inv_rms_q);
+      head_norm_forward(act.k_raw, w.k_norm.value, act.k, act.inv_rms_k);
+    }
     RotaryEmbedding<Scalar>::apply(act.q.data(), act.q.cols(), n, heads, d, cos, sin);
     RotaryEmbedding<Scalar>::apply(act.k.data(), act.k.cols(), n, kv_heads, d, cos, sin);
     act.attn.resize(n, heads * d);
@@ -249,6 +258,28 @@ class DecoderBody {
   static RowMatrix<Scalar>* bias_grad(ParameterTensor<Scalar>& t) { return t.present() ? &t.grad : nullptr; }
 
  private:
+  /// RMSNorm over each head_dim slice of a (N, heads * D) projection (rows of D in memory).
+  void head_norm_forward(const RowMatrix<Scalar>& raw, const RowMatrix<Scalar>& weight, RowMatrix<Scalar>& out,
+                         Vector<Scalar>& inv_rms) const {
+    const Index d = config_.head_dim, slices = raw.size() / d;
+    out.resize(raw.rows(), raw.cols());
+    const Eigen::Map<const RowMatrix<Scalar>> in(raw.data(), slices, d);
+    Eigen::Map<RowMatrix<Scalar>> normed(out.data(), slices, d);
+    detail::rms_norm_forward<Scalar>(in, weight, config_.rms_norm_eps, normed, inv_rms);
+  }
+
+  /// d(raw) from d(normed) in place, accumulating the norm weight's gradient.
+  void head_norm_backward(const RowMatrix<Scalar>& raw, ParameterTensor<Scalar>& weight, const Vector<Scalar>& inv_rms,
+                          RowMatrix<Scalar>& grad) {
+    const Index d = config_.head_dim, slices = raw.size() / d;
+    auto& d_raw = scratch_.d_head_norm;
+    d_raw.resize(grad.rows(), grad.cols());
+    const Eigen::Map<const RowMatrix<Scalar>> x(raw.data(), slices, d), dy(grad.data(), slices, d);
+    Eigen::Map<RowMatrix<Scalar>> dx(d_raw.data(), slices, d);
+    detail::rms_norm_backward<Scalar>(x, weight.value, inv_rms, dy, &weight.grad, dx, false);
+    grad.swap(d_raw);
+  }
+
   static void swiglu(const RowMatrix<Scalar>& gate, const RowMatrix<Scalar>& up, RowMatrix<Scalar>& out) {
     out.resize(gate.rows(), gate.cols());
     if constexpr (std::is_same_v<Scalar, float>) {
@@ -322,6 +353,10 @@ class DecoderBody {
     attend_backward(act);
     RotaryEmbedding<Scalar>::apply(s.dq.data(), s.dq.cols(), n, heads, d, cos_, sin_, true);
     RotaryEmbedding<Scalar>::apply(s.dk.data(), s.dk.cols(), n, kv_heads, d, cos_, sin_, true);
+    if (config_.qk_norm) {
+      head_norm_backward(act.q_raw, w.q_norm, act.inv_rms_q, s.dq);
+      head_norm_backward(act.k_raw, w.k_norm, act.inv_rms_k, s.dk);
+    }
     detail::rms_norm_recompute<Scalar>(act.x, w.input_layernorm.value, act.inv_rms_in, s.h);
     detail::linear_backward_weight<Scalar>(pool, s.dq, s.h, w.q_proj.grad, bias_grad(w.q_bias));
     detail::linear_backward_weight<Scalar>(pool, s.dk, s.h, w.k_proj.grad, bias_grad(w.k_bias));

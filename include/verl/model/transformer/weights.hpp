@@ -1,4 +1,4 @@
-// The parameters of the reference Llama / Qwen2 transformer, named as in Hugging Face checkpoints
+// The parameters of the reference Llama / Qwen2 / Qwen3 transformer, named as in Hugging Face checkpoints
 // ("model.layers.3.self_attn.q_proj.weight", ...), each with its gradient buffer.
 #pragma once
 
@@ -52,10 +52,12 @@ struct ParameterTensor {
   }
 };
 
-/// One decoder layer. Bias tensors are absent (no shape) where the config has none.
+/// One decoder layer. Bias tensors and the q/k norms are absent (no shape) where the config has
+/// none.
 template <class Scalar>
 struct DecoderLayerWeights {
   ParameterTensor<Scalar> input_layernorm, q_proj, q_bias, k_proj, k_bias, v_proj, v_bias, o_proj, o_bias;
+  ParameterTensor<Scalar> q_norm, k_norm;  ///< (head_dim): Qwen3's per-head RMSNorm weights
   ParameterTensor<Scalar> post_attention_layernorm, gate_proj, gate_bias, up_proj, up_bias, down_proj, down_bias;
 
   DecoderLayerWeights() = default;
@@ -74,6 +76,10 @@ struct DecoderLayerWeights {
       v_bias = ParameterTensor<Scalar>::vector(p + "self_attn.v_proj.bias", kv);
     }
     if (c.o_proj_bias) o_bias = ParameterTensor<Scalar>::vector(p + "self_attn.o_proj.bias", h);
+    if (c.qk_norm) {
+      q_norm = ParameterTensor<Scalar>::vector(p + "self_attn.q_norm.weight", c.head_dim);
+      k_norm = ParameterTensor<Scalar>::vector(p + "self_attn.k_norm.weight", c.head_dim);
+    }
     post_attention_layernorm = ParameterTensor<Scalar>::vector(p + "post_attention_layernorm.weight", h);
     gate_proj = ParameterTensor<Scalar>::matrix(p + "mlp.gate_proj.weight", i, h);
     up_proj = ParameterTensor<Scalar>::matrix(p + "mlp.up_proj.weight", i, h);
@@ -89,7 +95,7 @@ struct DecoderLayerWeights {
   template <class Self, class Fn>
   static void for_each(Self& self, Fn&& fn) {
     for (auto* t : {&self.q_proj, &self.q_bias, &self.k_proj, &self.k_bias, &self.v_proj, &self.v_bias, &self.o_proj,
-                    &self.o_bias, &self.gate_proj, &self.gate_bias, &self.up_proj, &self.up_bias, &self.down_proj,
+                    &self.o_bias, &self.q_norm, &self.k_norm, &self.gate_proj, &self.gate_bias, &self.up_proj, &self.up_bias, &self.down_proj,
                     &self.down_bias, &self.input_layernorm, &self.post_attention_layernorm}) {
       if (t->present()) fn(*t);
     }
