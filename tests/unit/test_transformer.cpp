@@ -540,10 +540,60 @@ TEST(TransformerErrors, NameTheArgumentAndValue) {
   auto gelu = qwen2_config();
   gelu.hidden_act = "gelu";
   EXPECT_THROW(Transformer{gelu}, verl::NotImplemented);
-  auto yarn = qwen2_config();
-  yarn.rope_scaling = RopeScaling{};
-  yarn.rope_scaling->rope_type = "yarn";
-  EXPECT_THROW(Transformer{yarn}, verl::NotImplemented);
+  auto dynamic = qwen2_config();
+  dynamic.rope_scaling = RopeScaling{};
+  dynamic.rope_scaling->rope_type = "dynamic";
+  EXPECT_NE(error_of([&] { Transformer{dynamic}; }).find("rope_type 'dynamic' is not implemented"), std::string::npos);
+  auto shrinking = qwen2_config();
+  shrinking.rope_scaling = RopeScaling{.rope_type = "yarn", .factor = 0.5};
+  EXPECT_NE(error_of([&] { Transformer{shrinking}; }).find("rope_scaling.factor"), std::string::npos);
+}
+
+// YaRN's frequencies and cos/sin scale, bit for bit transformers' _compute_yarn_parameters
+// (transformers 5.23, float32) for a Qwen3-style and a DeepSeek-style (mscale, betas, no
+// truncation) configuration.
+TEST(RotaryEmbedding, YarnMatchesTransformers) {
+  auto qwen3 = tiny_config("qwen3", {{"hidden_size", 64},
+                                     {"head_dim", 16},
+                                     {"num_attention_heads", 4},
+                                     {"max_position_embeddings", 128},
+                                     {"rope_theta", 10000.0},
+                                     {"rope_scaling",
+                                      {{"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 32}}}});
+  const RotaryEmbedding<float> a(qwen3);
+  const std::vector<float> a_expected = {0x1.0p+0f,       0x1.94c584p-3f, 0x1.99999ap-6f, 0x1.030dc6p-7f,
+                                         0x1.47ae14p-9f,  0x1.9e7c70p-11f, 0x1.0624dep-12f, 0x1.4b96c0p-14f};
+  ASSERT_EQ(a.inv_freq().size(), 8);
+  for (Index i = 0; i < 8; ++i) EXPECT_EQ(a.inv_freq()[i], a_expected[static_cast<std::size_t>(i)]) << i;
+  EXPECT_EQ(a.attention_scaling(), static_cast<float>(1.138629436111989));
+
+  auto deepseek = tiny_config("llama", {{"hidden_size", 64},
+                                        {"num_attention_heads", 4},
+                                        {"max_position_embeddings", 256},
+                                        {"rope_theta", 500000.0},
+                                        {"rope_scaling",
+                                         {{"rope_type", "yarn"},
+                                          {"factor", 8.0},
+                                          {"original_max_position_embeddings", 16},
+                                          {"mscale", 1.0},
+                                          {"mscale_all_dim", 0.5},
+                                          {"beta_fast", 16},
+                                          {"beta_slow", 2},
+                                          {"truncate", false}}}});
+  EXPECT_EQ(HfModelConfig::from_json(deepseek.to_json()), deepseek);  // the YaRN keys round-trip
+  const RotaryEmbedding<float> b(deepseek);
+  const std::vector<float> b_expected = {0x1.0p+0f,        0x1.8d2760p-6f,  0x1.341190p-8f,  0x1.ddee9ep-11f,
+                                         0x1.72ba42p-13f,  0x1.1f91f0p-15f, 0x1.be2188p-18f, 0x1.5a0f4ep-20f};
+  for (Index i = 0; i < 8; ++i) EXPECT_EQ(b.inv_freq()[i], b_expected[static_cast<std::size_t>(i)]) << i;
+  EXPECT_EQ(b.attention_scaling(), static_cast<float>(1.094179988101349));
+
+  // The scale multiplies the tables.
+  verl::RowMatrix<float> cos, sin;
+  const std::vector<std::int64_t> positions = {0, 5};
+  a.tables(positions, cos, sin);
+  EXPECT_EQ(cos(0, 0), a.attention_scaling());
+  EXPECT_EQ(sin(0, 3), 0.0f);
+  EXPECT_NEAR(cos(1, 1) * cos(1, 1) + sin(1, 1) * sin(1, 1), a.attention_scaling() * a.attention_scaling(), 1e-5);
 }
 
 // A minimal user model: satisfying the concept is all a trainer needs.

@@ -45,6 +45,11 @@ struct RopeScaling {
   double low_freq_factor = 1.0;
   double high_freq_factor = 4.0;
   std::optional<std::int64_t> original_max_position_embeddings;
+  // YaRN only (absent: derived as transformers derives them).
+  std::optional<double> attention_factor;  ///< scale of cos and sin
+  std::optional<double> beta_fast, beta_slow;  ///< rotation counts bounding the ramp (32, 1)
+  std::optional<double> mscale, mscale_all_dim;  ///< DeepSeek-style attention_factor terms
+  bool truncate = true;  ///< round the ramp's bounds outwards
   friend bool operator==(const RopeScaling&, const RopeScaling&) = default;
 };
 
@@ -275,6 +280,12 @@ inline HfModelConfig HfModelConfig::from_json(const nlohmann::json& json, std::s
     if (rope.has("original_max_position_embeddings")) {
       scaling.original_max_position_embeddings = rope.int_or("original_max_position_embeddings", 0);
     }
+    for (auto [key, field] : {std::pair{"attention_factor", &scaling.attention_factor},
+                              std::pair{"beta_fast", &scaling.beta_fast}, std::pair{"beta_slow", &scaling.beta_slow},
+                              std::pair{"mscale", &scaling.mscale}, std::pair{"mscale_all_dim", &scaling.mscale_all_dim}}) {
+      if (rope.has(key)) *field = rope.number_or(key, 0.0);
+    }
+    scaling.truncate = rope.bool_or("truncate", true);
     if (scaling.rope_type != "default") config.rope_scaling = scaling;
   }
 
@@ -357,6 +368,13 @@ inline nlohmann::json HfModelConfig::to_json() const {
     if (rope_scaling->original_max_position_embeddings) {
       scaling["original_max_position_embeddings"] = *rope_scaling->original_max_position_embeddings;
     }
+    for (auto [key, field] :
+         {std::pair{"attention_factor", &rope_scaling->attention_factor}, std::pair{"beta_fast", &rope_scaling->beta_fast},
+          std::pair{"beta_slow", &rope_scaling->beta_slow}, std::pair{"mscale", &rope_scaling->mscale},
+          std::pair{"mscale_all_dim", &rope_scaling->mscale_all_dim}}) {
+      if (*field) scaling[key] = **field;
+    }
+    if (!rope_scaling->truncate) scaling["truncate"] = false;
     json["rope_scaling"] = scaling;
   } else {
     json["rope_scaling"] = nullptr;
