@@ -29,11 +29,7 @@ namespace k = verl::kernels;
 
 using verl::kernels::DeviceBuffer;
 
-DeviceBuffer<float> upload(const MatrixF& m) {
-  DeviceBuffer<float> d(static_cast<std::size_t>(m.size()));
-  d.upload(m.data());
-  return d;
-}
+using verl::testing::upload;
 
 /// Elements agree within atol + rtol * |expected| (NaN matches NaN); reports the first mismatch.
 void expect_close(const std::vector<float>& actual, const MatrixF& expected, float atol, float rtol,

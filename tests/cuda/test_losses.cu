@@ -37,11 +37,7 @@ using verl::algo::LossAggMode;
 
 using verl::kernels::DeviceBuffer;
 
-DeviceBuffer<float> upload(const MatrixF& m) {
-  DeviceBuffer<float> d(static_cast<std::size_t>(m.size()));
-  d.upload(m.data());
-  return d;
-}
+using verl::testing::upload;
 
 void expect_close(const std::vector<float>& actual, const MatrixF& expected, float atol, float rtol,
                   const std::string& what) {

@@ -40,9 +40,7 @@ OtbBatch random_batch(Index rows, Index cols, std::uint32_t seed, bool holes, bo
   return verl::test::random_otb_batch(rows, cols, seed, holes, shuffle, sizes);
 }
 
-DeviceBuffer<float> upload(const MatrixF& m) {
-  return DeviceBuffer<float>(m.data(), static_cast<std::size_t>(m.size()));
-}
+using verl::testing::upload;
 
 struct DeviceResult {
   std::vector<float> advantages, returns;

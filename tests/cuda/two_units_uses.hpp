@@ -13,6 +13,7 @@
 #include "verl/kernels/masked_reductions.cuh"
 #include "verl/kernels/optimal_token_baseline.cuh"
 #include "verl/kernels/policy_loss.cuh"
+#include "verl/kernels/rollout_correction.cuh"
 #include "verl/kernels/sampling.cuh"
 #include "verl/kernels/value_loss.cuh"
 
@@ -31,6 +32,10 @@ int use_every_kernel_header(bool launch) {
   k::policy_loss(nullptr, bytes, k::PolicyLossInputs{}, k::GSPOParams{}, mode, {}, nullptr, nullptr);
   k::policy_loss(nullptr, bytes, k::PolicyLossInputs{}, k::ClipCovParams{}, mode, {}, nullptr, nullptr);
   k::policy_loss(nullptr, bytes, k::PolicyLossInputs{}, k::KLCovParams{}, mode, {}, nullptr, nullptr);
+  (void)k::bypass_mode_policy_loss(nullptr, bytes, k::PolicyLossInputs{}, k::BypassModeParams{}, mode, {}, nullptr,
+                                   nullptr);
+  (void)k::rollout_correction(nullptr, bytes, k::RolloutCorrectionBatch{}, k::RolloutCorrectionParams{}, nullptr,
+                              nullptr);
   k::value_loss(nullptr, bytes, k::ValueLossInputs{}, 0.2, mode, {}, nullptr, nullptr);
   k::entropy_loss<float>(nullptr, bytes, nullptr, k::LogitsShape{}, nullptr, 0, 0, mode, {}, nullptr);
   k::outcome_advantages(nullptr, bytes, k::OutcomeParams{}, k::GroupLayout::any, nullptr, nullptr, nullptr, 0, 0,

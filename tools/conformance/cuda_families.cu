@@ -5,6 +5,8 @@
 
 #include <cstdint>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "cuda_runner.hpp"
@@ -14,6 +16,7 @@
 #include "verl/kernels/logprob_entropy.cuh"
 #include "verl/kernels/masked_reductions.cuh"
 #include "verl/kernels/policy_loss.cuh"
+#include "verl/kernels/rollout_correction.cuh"
 #include "verl/kernels/entropy_loss.cuh"
 #include "verl/kernels/functional.cuh"
 #include "verl/kernels/optimal_token_baseline.cuh"
@@ -225,6 +228,30 @@ algo::PolicyLossResult run_policy_loss(const KernelLoss& loss, std::string_view 
   return result;
 }
 
+/// bypass_mode through kernels/rollout_correction.cuh: the correction, then the vanilla or
+/// REINFORCE kernel; the metrics come back merged (the loss's and every "rollout_corr/..." one).
+algo::PolicyLossResult run_bypass_mode(const kernels::BypassModeParams& params, const algo::PolicyLossBatch& batch,
+                                       algo::LossAggMode mode, const algo::GlobalBatchInfo& info) {
+  const Index rows = batch.log_prob.rows(), cols = batch.log_prob.cols();
+  auto d_old = to_device(batch.old_log_prob), d_lp = to_device(batch.log_prob), d_adv = to_device(batch.advantages),
+       d_m = to_device(batch.response_mask);
+  DeviceBuffer<float> d_grad(static_cast<std::size_t>(rows * cols));
+  DeviceBuffer<kernels::PolicyLossState> state(1);
+  kernels::PolicyLossInputs in;
+  in.old_log_prob = d_old.data();
+  in.log_prob = d_lp.data();
+  in.advantages = d_adv.data();
+  in.response_mask = d_m.data();
+  in.rows = rows;
+  in.cols = cols;
+  std::size_t bytes = 0;
+  (void)kernels::bypass_mode_policy_loss(nullptr, bytes, in, params, mode, info, nullptr, nullptr);
+  DeviceBuffer<unsigned char> temp(bytes);
+  auto out = kernels::bypass_mode_policy_loss(temp.data(), bytes, in, params, mode, info, d_grad.data(), state.data());
+  VERL_CUDA_CHECK(cudaDeviceSynchronize());
+  return {out.state.pg_loss, to_host(d_grad, rows, cols), std::move(out.metrics)};
+}
+
 }  // namespace
 
 WhitenOutput masked_whiten(const MatrixF& values, const MatrixF& mask, const MatrixF* cotangent, bool shift_mean) {
@@ -326,7 +353,9 @@ algo::PolicyLossResult policy_loss(const algo::AnyPolicyLoss& loss, const algo::
   return std::visit(
       [&](const auto& l) -> algo::PolicyLossResult {
         using Loss = std::decay_t<decltype(l)>;
-        if constexpr (has_kernel<Loss>) {
+        if constexpr (std::is_same_v<Loss, algo::BypassMode>) {
+          return run_bypass_mode(kernels::kernel_policy_loss(l), batch, mode, info);
+        } else if constexpr (has_kernel<Loss>) {
           return run_policy_loss(kernels::kernel_policy_loss(l), Loss::name, batch, mode, info);
         } else {
           verl::detail::throw_invalid_argument("loss_mode: no CUDA kernel for policy loss '{}'", Loss::name);

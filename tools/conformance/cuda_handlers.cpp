@@ -1,6 +1,6 @@
 // verl_conformance --device cuda: every golden case whose function has a kernel (every advantage
-// estimator, agg_loss, kl_penalty, compute_rewards, every policy loss
-// but bypass_mode, value and entropy losses, and the functional family) runs through
+// estimator, agg_loss, kl_penalty, compute_rewards, every policy loss (bypass_mode with its
+// rollout correction), value and entropy losses, and the functional family) runs through
 // cuda_runner.hpp. Host-side argument checks come first (verl raises there; the kernels do not
 // check), then the kernels, then the same comparisons as the CPU handlers. A case whose function
 // (or configuration) has no kernel is reported as "unsupported on cuda" by main.cpp; this file
@@ -286,8 +286,8 @@ void deprecated_policy_loss_case(const GoldenCase& c, CaseCheck& check) {
   check.tensor("grad:log_prob", result.grad_log_prob, c.grad_tolerance(), c.grad_tie_indices());
 }
 
-/// The cases of the losses with a kernel (all but bypass_mode). A configuration
-/// verl rejects is run, so that the case raises as on the CPU.
+/// The cases of the losses with a kernel (all of them). A configuration verl rejects is run, so
+/// that the case raises as on the CPU.
 bool policy_loss_supported(const GoldenCase& c) {
   try {
     return cuda_path::has_policy_loss_kernel(policy_loss_of(c));

@@ -17,6 +17,7 @@
 #include "verl/kernels/masked_reductions.hpp"
 #include "verl/kernels/optimal_token_baseline.hpp"
 #include "verl/kernels/policy_loss.hpp"
+#include "verl/kernels/rollout_correction.hpp"
 
 namespace verl::conformance::cuda_path {
 
@@ -73,11 +74,12 @@ algo::ValueLoss<float> value_loss(const MatrixF& vpreds, const MatrixF& returns,
 /// verl's compute_entropy_loss through kernels/entropy_loss.cuh: logits (B*T, V), mask (B, T).
 algo::EntropyLoss entropy_loss(const MatrixF& logits, const MatrixF& mask, algo::LossAggMode mode);
 
-/// Whether kernels/policy_loss.cuh runs this loss (all but bypass_mode).
+/// Whether a kernel runs this loss (every policy loss: bypass_mode through
+/// kernels/rollout_correction.cuh, the others through kernels/policy_loss.cuh).
 bool has_policy_loss_kernel(const algo::AnyPolicyLoss& loss);
 
-/// A policy loss through kernels/policy_loss.cuh: pg_loss, grad w.r.t. log_prob, and the metrics
-/// verl reports for it. Requires has_policy_loss_kernel(loss).
+/// A policy loss through its kernels: pg_loss, grad w.r.t. log_prob, and the metrics verl reports
+/// for it (bypass_mode's include every "rollout_corr/..." metric). Requires has_policy_loss_kernel(loss).
 algo::PolicyLossResult policy_loss(const algo::AnyPolicyLoss& loss, const algo::PolicyLossBatch& batch,
                                    algo::LossAggMode mode, const algo::GlobalBatchInfo& info);
 

@@ -346,6 +346,20 @@ struct RejectionTokenSums {
   std::int64_t high = 0, low = 0;
   float max = -std::numeric_limits<float>::infinity();
   float min = std::numeric_limits<float>::infinity();
+
+  /// A sequence option's row: each of its `length` valid tokens has the row's value, so the token
+  /// sums take it `length` times at once (clamped to [clamp_low, upper] for the std).
+  void add_sequence_row(float value, std::int64_t length, float clamp_low, float upper) {
+    const double n = static_cast<double>(length);
+    const double clamped = std::min(std::max(value, clamp_low), upper);
+    sum += static_cast<double>(value) * n;
+    clamped_sum += clamped * n;
+    clamped_squares += clamped * clamped * n;
+    if (length > 0) {
+      max = std::max(max, value);
+      min = std::min(min, value);
+    }
+  }
 };
 
 /// The divergence of every token of a row, one loop per estimator (k1 and k2 vectorise; k3 calls
@@ -443,6 +457,85 @@ inline void finish_rejection_metrics(Metrics& metrics, const std::string& prefix
   }
 }
 
+/// The sequence-level IS metrics over every row's log-ratio sum (fully masked rows: 0), compared
+/// in log space.
+inline void sequence_weight_metrics(Metrics& metrics, std::span<const float> sequence_log_ratio, float upper,
+                                    float lower) {
+  const auto rows = static_cast<std::int64_t>(sequence_log_ratio.size());
+  const float log_upper = std::log(upper), log_lower = std::log(lower);
+  const auto [lo, hi] = std::minmax_element(sequence_log_ratio.begin(), sequence_log_ratio.end());
+  metrics["rollout_is_max"] = std::exp(std::min(*hi, kRolloutSafetyBound));
+  metrics["rollout_is_min"] = std::exp(*lo);
+  metrics["rollout_is_ratio_fraction_high"] =
+      fraction(std::count_if(sequence_log_ratio.begin(), sequence_log_ratio.end(), [&](float v) { return v > log_upper; }), rows);
+  metrics["rollout_is_ratio_fraction_low"] =
+      fraction(std::count_if(sequence_log_ratio.begin(), sequence_log_ratio.end(), [&](float v) { return v < log_lower; }), rows);
+}
+
+/// The rollout_is_seq_* metrics of the per-row mean weights (0 for fully masked rows).
+inline void row_mean_weight_metrics(Metrics& metrics, std::span<const float> row_means, float upper, float lower) {
+  const auto rows = static_cast<std::int64_t>(row_means.size());
+  const VectorStats s = vector_stats(row_means);
+  float max_deviation = 0;
+  for (float v : row_means) max_deviation = std::max(max_deviation, std::abs(v - 1.0f));
+  metrics["rollout_is_seq_mean"] = s.mean;
+  metrics["rollout_is_seq_std"] = s.std;
+  metrics["rollout_is_seq_max"] = s.max;
+  metrics["rollout_is_seq_min"] = s.min;
+  metrics["rollout_is_seq_max_deviation"] = max_deviation;
+  metrics["rollout_is_seq_fraction_high"] =
+      fraction(std::count_if(row_means.begin(), row_means.end(), [&](float v) { return v > upper; }), rows);
+  metrics["rollout_is_seq_fraction_low"] =
+      fraction(std::count_if(row_means.begin(), row_means.end(), [&](float v) { return v < lower; }), rows);
+}
+
+/// compute_offpolicy_metrics' sums: the token sums (kl, k3, rho_squared: whoever walks the tokens
+/// adds them) and the per-row terms of each row's masked means (add_row).
+struct OffpolicySums {
+  double kl = 0, k3 = 0, rho_squared = 0;
+  double training_ppl = 0, training_log_ppl = 0, rollout_ppl = 0, rollout_log_ppl = 0;
+  double diff_sum = 0, abs_diff_sum = 0, ppl_ratio = 0, chi2_seq = 0;
+  float diff_max = -std::numeric_limits<float>::infinity(), diff_min = std::numeric_limits<float>::infinity();
+
+  /// One row from its masked sums of log_prob, rollout_log_prob and their difference.
+  void add_row(double training_sum, double rollout_sum, double log_ratio_sum, double length) {
+    const float training_mean = masked_mean_f(training_sum, length);
+    const float rollout_mean = masked_mean_f(rollout_sum, length);
+    training_ppl += std::exp(-training_mean);
+    training_log_ppl += -training_mean;
+    rollout_ppl += std::exp(-rollout_mean);
+    rollout_log_ppl += -rollout_mean;
+    const float diff = rollout_mean - training_mean;
+    diff_sum += diff;
+    abs_diff_sum += std::abs(diff);
+    diff_max = std::max(diff_max, diff);
+    diff_min = std::min(diff_min, diff);
+    ppl_ratio += std::exp(diff);
+    const float sequence_log_ratio =
+        std::min(std::max(static_cast<float>(log_ratio_sum), -kRolloutSafetyBound), kRolloutSafetyBound);
+    chi2_seq += std::exp(2.0f * sequence_log_ratio);
+  }
+
+  [[nodiscard]] Metrics metrics(double rows, double valid_tokens) const {
+    Metrics m;
+    m["training_ppl"] = mean_of(training_ppl, rows);
+    m["training_log_ppl"] = mean_of(training_log_ppl, rows);
+    m["kl"] = masked_mean_f(kl, valid_tokens);
+    m["k3_kl"] = masked_mean_f(k3, valid_tokens);
+    m["rollout_ppl"] = mean_of(rollout_ppl, rows);
+    m["rollout_log_ppl"] = mean_of(rollout_log_ppl, rows);
+    m["log_ppl_diff"] = mean_of(diff_sum, rows);
+    m["log_ppl_abs_diff"] = mean_of(abs_diff_sum, rows);
+    m["log_ppl_diff_max"] = diff_max;
+    m["log_ppl_diff_min"] = diff_min;
+    m["ppl_ratio"] = mean_of(ppl_ratio, rows);
+    // E[.] - 1 cancels in float32 when the policies agree; evaluated in double (see masked_std).
+    m["chi2_token"] = static_cast<float>(rho_squared / static_cast<double>(static_cast<float>(valid_tokens) + 1e-8f) - 1.0);
+    m["chi2_seq"] = static_cast<float>(chi2_seq / rows - 1.0);
+    return m;
+  }
+};
+
 }  // namespace detail
 
 // ---- importance sampling ----------------------------------------------------------------------------
@@ -522,15 +615,7 @@ inline ImportanceWeights compute_rollout_correction_weights(const ConstMatrixRef
     metrics["rollout_is_max"] = max;
     metrics["rollout_is_min"] = min;
   } else {
-    // Over every row, fully masked ones included (their log-ratio sum is 0), in log space.
-    const float log_upper = std::log(upper), log_lower = std::log(lower);
-    const auto [lo, hi] = std::minmax_element(sequence_log_ratio.begin(), sequence_log_ratio.end());
-    metrics["rollout_is_max"] = std::exp(std::min(*hi, kRolloutSafetyBound));
-    metrics["rollout_is_min"] = std::exp(*lo);
-    metrics["rollout_is_ratio_fraction_high"] =
-        fraction(std::count_if(sequence_log_ratio.begin(), sequence_log_ratio.end(), [&](float v) { return v > log_upper; }), rows);
-    metrics["rollout_is_ratio_fraction_low"] =
-        fraction(std::count_if(sequence_log_ratio.begin(), sequence_log_ratio.end(), [&](float v) { return v < log_lower; }), rows);
+    sequence_weight_metrics(metrics, sequence_log_ratio, upper, lower);
   }
   metrics["rollout_is_std"] = counts.tokens > 1 ? masked_std(clamped_sum, clamped_squares, valid) : 0.0f;
   {
@@ -544,21 +629,7 @@ inline ImportanceWeights compute_rollout_correction_weights(const ConstMatrixRef
     }
     metrics["rollout_is_eff_sample_size"] = 1.0 / static_cast<double>(masked_mean_f(normalized_squares, valid));
   }
-  {
-    // Per-row mean weights over every row (0 for fully masked rows).
-    const VectorStats s = vector_stats(row_means);
-    float max_deviation = 0;
-    for (float v : row_means) max_deviation = std::max(max_deviation, std::abs(v - 1.0f));
-    metrics["rollout_is_seq_mean"] = s.mean;
-    metrics["rollout_is_seq_std"] = s.std;
-    metrics["rollout_is_seq_max"] = s.max;
-    metrics["rollout_is_seq_min"] = s.min;
-    metrics["rollout_is_seq_max_deviation"] = max_deviation;
-    metrics["rollout_is_seq_fraction_high"] =
-        fraction(std::count_if(row_means.begin(), row_means.end(), [&](float v) { return v > upper; }), rows);
-    metrics["rollout_is_seq_fraction_low"] =
-        fraction(std::count_if(row_means.begin(), row_means.end(), [&](float v) { return v < lower; }), rows);
-  }
+  row_mean_weight_metrics(metrics, row_means, upper, lower);
 
   // Truncate (torch.clamp(max=threshold) keeps NaN), then optionally normalise to mean 1.
   for (Index k = 0; k < out.weights.size(); ++k) out.weights.data()[k] = std::min(out.weights.data()[k], upper);
@@ -671,16 +742,8 @@ inline RejectionResult compute_rollout_rejection_mask(const ConstMatrixRefF& log
       }
       row_values[static_cast<std::size_t>(i)] = value;
       if (!per_token) {
-        // Every valid token of the row is judged by the row's value: the token sums in O(1).
-        const double n = static_cast<double>(length);
-        const double clamped = std::min(std::max(value, clamp_low), upper_f);
-        sums.sum += static_cast<double>(value) * n;
-        sums.clamped_sum += clamped * n;
-        sums.clamped_squares += clamped * clamped * n;
-        if (length > 0) {
-          sums.max = std::max(sums.max, value);
-          sums.min = std::min(sums.min, value);
-        }
+        // Every valid token of the row is judged by the row's value.
+        sums.add_sequence_row(value, length, clamp_low, upper_f);
         if (!keeps(value)) {
           std::fill_n(combined.data() + i * cols, cols, 0.0f);
           rejected_tokens += length;
@@ -730,10 +793,7 @@ inline Metrics compute_offpolicy_metrics(const ConstMatrixRefF& log_prob, const 
   const Index rows = log_prob.rows(), cols = log_prob.cols();
   const double valid = static_cast<double>(counts.tokens);
 
-  double kl = 0, k3 = 0, rho_squared = 0;
-  double training_ppl = 0, training_log_ppl = 0, rollout_ppl = 0, rollout_log_ppl = 0;
-  double diff_sum = 0, abs_diff_sum = 0, ppl_ratio = 0, chi2_seq = 0;
-  float diff_max = -std::numeric_limits<float>::infinity(), diff_min = std::numeric_limits<float>::infinity();
+  OffpolicySums sums;
   for (Index i = 0; i < rows; ++i) {
     const float* lp = view_row(log_prob, i);
     const float* ro = view_row(rollout_log_prob, i);
@@ -745,48 +805,17 @@ inline Metrics compute_offpolicy_metrics(const ConstMatrixRefF& log_prob, const 
       training_sum += static_cast<double>(lp[j] * m[j]);
       rollout_sum += static_cast<double>(ro[j] * m[j]);
       log_ratio_sum += static_cast<double>(log_ratio * m[j]);
-      kl += static_cast<double>((ro[j] - lp[j]) * m[j]);
+      sums.kl += static_cast<double>((ro[j] - lp[j]) * m[j]);
       // k3 uses the unclamped ratio, chi2 the ±20-clamped one: one exp unless the clamp is active.
       const float clamped = std::min(std::max(log_ratio, -kRolloutSafetyBound), kRolloutSafetyBound);
       const float rho = std::exp(clamped);
       const float ratio = clamped == log_ratio ? rho : std::exp(log_ratio);
-      k3 += static_cast<double>(((ratio - log_ratio) - 1.0f) * m[j]);
-      rho_squared += static_cast<double>((rho * rho) * m[j]);
+      sums.k3 += static_cast<double>(((ratio - log_ratio) - 1.0f) * m[j]);
+      sums.rho_squared += static_cast<double>((rho * rho) * m[j]);
     }
-    const double length = static_cast<double>(counts.row_lengths[i]);
-    const float training_mean = masked_mean_f(training_sum, length);
-    const float rollout_mean = masked_mean_f(rollout_sum, length);
-    training_ppl += std::exp(-training_mean);
-    training_log_ppl += -training_mean;
-    rollout_ppl += std::exp(-rollout_mean);
-    rollout_log_ppl += -rollout_mean;
-    const float diff = rollout_mean - training_mean;
-    diff_sum += diff;
-    abs_diff_sum += std::abs(diff);
-    diff_max = std::max(diff_max, diff);
-    diff_min = std::min(diff_min, diff);
-    ppl_ratio += std::exp(diff);
-    const float sequence_log_ratio =
-        std::min(std::max(static_cast<float>(log_ratio_sum), -kRolloutSafetyBound), kRolloutSafetyBound);
-    chi2_seq += std::exp(2.0f * sequence_log_ratio);
+    sums.add_row(training_sum, rollout_sum, log_ratio_sum, static_cast<double>(counts.row_lengths[i]));
   }
-  const double n = static_cast<double>(rows);
-  Metrics metrics;
-  metrics["training_ppl"] = mean_of(training_ppl, n);
-  metrics["training_log_ppl"] = mean_of(training_log_ppl, n);
-  metrics["kl"] = masked_mean_f(kl, valid);
-  metrics["k3_kl"] = masked_mean_f(k3, valid);
-  metrics["rollout_ppl"] = mean_of(rollout_ppl, n);
-  metrics["rollout_log_ppl"] = mean_of(rollout_log_ppl, n);
-  metrics["log_ppl_diff"] = mean_of(diff_sum, n);
-  metrics["log_ppl_abs_diff"] = mean_of(abs_diff_sum, n);
-  metrics["log_ppl_diff_max"] = diff_max;
-  metrics["log_ppl_diff_min"] = diff_min;
-  metrics["ppl_ratio"] = mean_of(ppl_ratio, n);
-  // E[.] - 1 cancels in float32 when the policies agree; evaluated in double (see masked_std).
-  metrics["chi2_token"] = static_cast<float>(rho_squared / static_cast<double>(static_cast<float>(valid) + 1e-8f) - 1.0);
-  metrics["chi2_seq"] = static_cast<float>(chi2_seq / n - 1.0);
-  return metrics;
+  return sums.metrics(static_cast<double>(rows), valid);
 }
 
 // ---- the pipeline -------------------------------------------------------------------------------------
