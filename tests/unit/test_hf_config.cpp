@@ -126,9 +126,18 @@ TEST(HfConfig, ParsesAQwen3Config) {
 TEST(HfConfig, SlidingWindowCountsOnlyWhereALayerSlides) {
   // As Qwen2Config / Qwen3Config decide: use_sliding_window with a window and a layer at or past
   // max_window_layers (or a "sliding_attention" entry in layer_types).
-  auto json = nlohmann::json::parse(qwen2_config);  // 24 layers, max_window_layers 21
+  auto json = nlohmann::json::parse(qwen2_config);  // 24 layers, max_window_layers 21, sliding_window 32768
   json["use_sliding_window"] = true;
-  EXPECT_TRUE(HfModelConfig::from_json(json).use_sliding_window);
+  const auto sliding = HfModelConfig::from_json(json);
+  EXPECT_TRUE(sliding.use_sliding_window);
+  EXPECT_EQ(sliding.sliding_window, 32768);
+  EXPECT_EQ(sliding.attention_window(20), 0);
+  EXPECT_EQ(sliding.attention_window(21), 32768);
+  EXPECT_EQ(sliding.attention_window(23), 32768);
+  EXPECT_EQ(HfModelConfig::from_json(sliding.to_json()), sliding);  // written back as layer_types
+  json["sliding_window"] = 0;
+  EXPECT_TRUE(contains(error_of(json), "'sliding_window': expected a positive integer, got 0"));
+  json["sliding_window"] = 32768;
   json["max_window_layers"] = 24;
   EXPECT_FALSE(HfModelConfig::from_json(json).use_sliding_window);
   json["max_window_layers"] = 21;
@@ -142,6 +151,11 @@ TEST(HfConfig, SlidingWindowCountsOnlyWhereALayerSlides) {
   EXPECT_FALSE(HfModelConfig::from_json(json).use_sliding_window);
   json["layer_types"][27] = "sliding_attention";
   EXPECT_TRUE(HfModelConfig::from_json(json).use_sliding_window);
+  EXPECT_EQ(HfModelConfig::from_json(json).attention_window(27), 4096);
+  EXPECT_EQ(HfModelConfig::from_json(json).attention_window(26), 0);
+  auto short_types = json;
+  short_types["layer_types"].erase(0);
+  EXPECT_TRUE(contains(error_of(short_types), "'layer_types': expected one entry per layer (28), got 27"));
   // Without use_sliding_window no layer slides, whatever layer_types says.
   json["use_sliding_window"] = false;
   EXPECT_FALSE(HfModelConfig::from_json(json).use_sliding_window);

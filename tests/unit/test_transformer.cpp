@@ -48,13 +48,17 @@ HfModelConfig llama_config() {
                                  {"original_max_position_embeddings", 8}}}});
 }
 
-/// Qwen3: per-head q/k norms, every attention bias, an explicit head_dim, GQA.
+/// Qwen3: per-head q/k norms, every attention bias, an explicit head_dim, GQA, and a second layer
+/// that attends through a sliding window of 2 keys.
 HfModelConfig qwen3_config() {
   return tiny_config("qwen3", {{"attention_bias", true},
                                {"head_dim", 4},
                                {"num_attention_heads", 4},
                                {"num_key_value_heads", 2},
-                               {"rope_theta", 1e4}});
+                               {"rope_theta", 1e4},
+                               {"use_sliding_window", true},
+                               {"sliding_window", 2},
+                               {"max_window_layers", 1}});
 }
 
 /// Random norm weights and biases too, so that every parameter matters.
@@ -179,6 +183,8 @@ TEST(TransformerGradients, Qwen3EveryParameterMatchesFiniteDifferences) {
   std::size_t head_norms = 0;
   model.for_each_parameter([&](const auto& p) { head_norms += p.name.ends_with("q_norm.weight") || p.name.ends_with("k_norm.weight"); });
   EXPECT_EQ(head_norms, 4u);  // two layers, q and k
+  EXPECT_EQ(model.config().attention_window(0), 0);
+  EXPECT_EQ(model.config().attention_window(1), 2);
   const Batch b = padded_batch(model.vocab_size());
   const auto batch = TokenBatch::padded(b.ids, b.mask);
   check_gradients(model, batch, make_loss(batch, model.vocab_size(), 8));
@@ -621,3 +627,53 @@ TEST(ModelConcepts, AreSatisfiedByTheReferenceModelsAndUserTypes) {
 }
 
 }  // namespace
+
+// Sliding-window attention against a dense masked softmax, across query blocks (64 queries) and
+// with cached keys (key_offset), forward and backward; window 0 is plain causal attention.
+TEST(Attention, SlidingWindowMatchesADenseMaskedSoftmax) {
+  using verl::model::detail::attention_backward_head;
+  using verl::model::detail::attention_forward_head;
+  const Index d = 3;
+  std::mt19937_64 rng(21);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  for (const Index offset : {Index{0}, Index{37}}) {
+    for (const Index window : {Index{0}, Index{1}, Index{5}, Index{64}, Index{65}, Index{300}}) {
+      const Index queries = 150, keys = offset + queries;
+      MatrixD q(queries, d), k(keys, d), v(keys, d), d_out(queries, d);
+      for (auto* m : {&q, &k, &v, &d_out})
+        for (Index i = 0; i < m->size(); ++i) m->data()[i] = normal(rng);
+      const double scale = 0.7;
+      // Dense reference: P = softmax(scale q k^T) over the visible keys.
+      MatrixD p = MatrixD::Zero(queries, keys);
+      for (Index i = 0; i < queries; ++i) {
+        const Index end = offset + i + 1, first = window > 0 ? std::max<Index>(0, end - window) : 0;
+        double max = -1e300;
+        for (Index j = first; j < end; ++j) max = std::max(max, scale * q.row(i).dot(k.row(j)));
+        double sum = 0;
+        for (Index j = first; j < end; ++j) sum += p(i, j) = std::exp(scale * q.row(i).dot(k.row(j)) - max);
+        p.row(i) /= sum;
+      }
+      const MatrixD expected = p * v;
+      MatrixD out(queries, d);
+      std::vector<double> lse(static_cast<std::size_t>(queries)), scratch;
+      attention_forward_head<double>({q.data(), d}, {k.data(), d}, {v.data(), d}, queries, offset, d, scale,
+                                     {out.data(), d}, lse.data(), 1, scratch, window);
+      EXPECT_LT((out - expected).cwiseAbs().maxCoeff(), 1e-12) << "offset " << offset << " window " << window;
+      if (offset != 0) continue;  // backward runs on whole sequences
+      // dS = P (dP - rowsum(P dP)) scale, dP = dO v^T; dq = dS k, dk = dS^T q, dv = P^T dO.
+      const MatrixD dp = d_out * v.transpose();
+      MatrixD ds(queries, keys);
+      for (Index i = 0; i < queries; ++i) {
+        const double centre = p.row(i).dot(dp.row(i));
+        for (Index j = 0; j < keys; ++j) ds(i, j) = p(i, j) * (dp(i, j) - centre) * scale;
+      }
+      MatrixD dq(queries, d), dk = MatrixD::Zero(keys, d), dv = MatrixD::Zero(keys, d);
+      attention_backward_head<double>({q.data(), d}, {k.data(), d}, {v.data(), d}, {out.data(), d}, {d_out.data(), d},
+                                      lse.data(), 1, queries, d, scale, {dq.data(), d}, {dk.data(), d}, {dv.data(), d},
+                                      scratch, window);
+      EXPECT_LT((dq - ds * k).cwiseAbs().maxCoeff(), 1e-12) << "window " << window;
+      EXPECT_LT((dk - ds.transpose() * q).cwiseAbs().maxCoeff(), 1e-12) << "window " << window;
+      EXPECT_LT((dv - p.transpose() * d_out).cwiseAbs().maxCoeff(), 1e-12) << "window " << window;
+    }
+  }
+}

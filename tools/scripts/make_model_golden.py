@@ -7,7 +7,8 @@
 
 For each model (a Qwen2-architecture one with q/k/v biases and tied embeddings, a Llama one with
 grouped-query attention, an explicit head_dim, llama3 rope scaling and an untied LM head, a Qwen3
-one with per-head q/k norms, attention biases on q/k/v/o and an explicit head_dim) it
+one with per-head q/k norms, attention biases on q/k/v/o and an explicit head_dim, a Qwen2 one
+whose later layers attend through a sliding window of 4 keys) it
   * builds the model from a config with a fixed seed (weights drawn wider than transformers' 0.02
     so that logits are far apart and greedy decoding is robust to float rounding; norm weights and
     biases are randomized too so that they are exercised), rounds the weights to bfloat16 and saves
@@ -111,6 +112,31 @@ MODELS = {
         special=dict(bos_token=None, eos_token="<|im_end|>", pad_token="<|endoftext|>"),
         chat_template="qwen2",
         seed=2468,
+    ),
+    "tiny-qwen2-sliding": dict(
+        tokenizer="qwen2",
+        config=dict(
+            model_type="qwen2",
+            vocab_size=1408,
+            hidden_size=32,
+            intermediate_size=48,
+            num_hidden_layers=3,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=64,
+            rope_theta=10000.0,
+            rms_norm_eps=1e-6,
+            use_sliding_window=True,
+            sliding_window=4,
+            max_window_layers=1,
+            tie_word_embeddings=False,
+            bos_token_id=1400,
+            eos_token_id=[1402, 1400],
+            architectures=["Qwen2ForCausalLM"],
+        ),
+        special=dict(bos_token=None, eos_token="<|im_end|>", pad_token="<|endoftext|>"),
+        chat_template="qwen2",
+        seed=1357,
     ),
 }
 

@@ -74,7 +74,9 @@ struct HfModelConfig {
   bool o_proj_bias = false; ///< o_proj has a bias (Llama's attention_bias; never for Qwen2)
   bool mlp_bias = false;    ///< Llama's mlp_bias
   bool qk_norm = false;     ///< per-head RMSNorm of q and k before RoPE (Qwen3's q_norm / k_norm)
-  bool use_sliding_window = false;  ///< Qwen2 / Qwen3 only
+  bool use_sliding_window = false;  ///< Qwen2 / Qwen3: some layer attends through a sliding window
+  std::int64_t sliding_window = 0;  ///< with use_sliding_window: the keys a query sees (itself included)
+  std::vector<bool> sliding_layers; ///< with use_sliding_window: which layers slide (one per layer)
   std::vector<std::int64_t> bos_token_ids;  ///< bos_token_id: int, list or null
   std::vector<std::int64_t> eos_token_ids;  ///< eos_token_id: int, list or null
   std::optional<std::int64_t> pad_token_id;
@@ -84,6 +86,10 @@ struct HfModelConfig {
     return bos_token_ids.empty() ? std::nullopt : std::optional(bos_token_ids.front());
   }
   [[nodiscard]] std::int64_t num_key_value_groups() const { return num_attention_heads / num_key_value_heads; }
+  /// The keys a query of `layer` may see, itself included (0: every earlier key).
+  [[nodiscard]] std::int64_t attention_window(std::int64_t layer) const {
+    return use_sliding_window && sliding_layers.at(static_cast<std::size_t>(layer)) ? sliding_window : 0;
+  }
 
   /// Parses a config object; `source` names it in error messages.
   static HfModelConfig from_json(const nlohmann::json& json, std::string_view source = "config.json");
@@ -200,16 +206,23 @@ inline ModelFamily family_of(const ConfigReader& reader, std::string_view source
       source, fmt::join(architectures, ", "));
 }
 
-/// Whether use_sliding_window = true makes any layer slide, as Qwen2Config / Qwen3Config decide:
-/// sliding_window null turns it off; a layer slides when layer_types says "sliding_attention" or,
-/// without layer_types, from layer max_window_layers on (default 28).
-inline bool some_layer_slides(const ConfigReader& reader, std::int64_t num_layers) {
-  if (reader.present("sliding_window") && !reader.has("sliding_window")) return false;
+/// Which layers use_sliding_window = true makes slide, as Qwen2Config / Qwen3Config decide:
+/// sliding_window null turns it off (empty result); a layer slides when layer_types says
+/// "sliding_attention" or, without layer_types, from layer max_window_layers on (default 28).
+inline std::vector<bool> sliding_layers_of(const ConfigReader& reader, std::int64_t num_layers, std::string_view source) {
+  if (reader.present("sliding_window") && !reader.has("sliding_window")) return {};
+  std::vector<bool> layers(static_cast<std::size_t>(num_layers), false);
   if (reader.has("layer_types")) {
     const auto types = reader.string_list("layer_types");
-    return std::find(types.begin(), types.end(), "sliding_attention") != types.end();
+    VERL_CHECK_ARG(static_cast<std::int64_t>(types.size()) == num_layers,
+                   "{}: key 'layer_types': expected one entry per layer ({}), got {}", source, num_layers, types.size());
+    for (std::size_t l = 0; l < types.size(); ++l) layers[l] = types[l] == "sliding_attention";
+  } else {
+    const std::int64_t first = reader.int_or("max_window_layers", 28);
+    for (std::int64_t l = std::max<std::int64_t>(first, 0); l < num_layers; ++l) layers[static_cast<std::size_t>(l)] = true;
   }
-  return reader.int_or("max_window_layers", 28) < num_layers;
+  if (std::find(layers.begin(), layers.end(), true) == layers.end()) return {};
+  return layers;
 }
 
 }  // namespace detail
@@ -305,7 +318,15 @@ inline HfModelConfig HfModelConfig::from_json(const nlohmann::json& json, std::s
     config.qk_norm = true;
     config.use_sliding_window = reader.bool_or("use_sliding_window", false);
   }
-  if (config.use_sliding_window) config.use_sliding_window = detail::some_layer_slides(reader, config.num_hidden_layers);
+  if (config.use_sliding_window) {
+    config.sliding_layers = detail::sliding_layers_of(reader, config.num_hidden_layers, source);
+    config.use_sliding_window = !config.sliding_layers.empty();
+  }
+  if (config.use_sliding_window) {
+    config.sliding_window = reader.int_or("sliding_window", 4096);
+    VERL_CHECK_ARG(config.sliding_window > 0, "{}: key 'sliding_window': expected a positive integer, got {}", source,
+                   config.sliding_window);
+  }
   config.bos_token_ids = reader.present("bos_token_id") ? reader.int_or_list("bos_token_id")
                                                     : (llama ? std::vector<std::int64_t>{1} : std::vector<std::int64_t>{});
   config.eos_token_ids = reader.present("eos_token_id") ? reader.int_or_list("eos_token_id")
@@ -351,6 +372,11 @@ inline nlohmann::json HfModelConfig::to_json() const {
   } else {
     if (family == ModelFamily::qwen3) json["attention_bias"] = qkv_bias;
     json["use_sliding_window"] = use_sliding_window;
+    json["sliding_window"] = use_sliding_window ? nlohmann::json(sliding_window) : nlohmann::json(nullptr);
+    if (use_sliding_window) {
+      json["layer_types"] = nlohmann::json::array();
+      for (const bool slides : sliding_layers) json["layer_types"].push_back(slides ? "sliding_attention" : "full_attention");
+    }
   }
   auto ids = [](const std::vector<std::int64_t>& values) -> nlohmann::json {
     if (values.empty()) return nullptr;

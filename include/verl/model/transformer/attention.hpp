@@ -4,7 +4,8 @@
 // instead of storing (L, L) matrices.
 //
 // Query i of a call attends to keys [0, key_offset + i]: key_offset = 0 for a whole sequence,
-// the number of cached tokens when extending a KV cache.
+// the number of cached tokens when extending a KV cache. With a sliding window W > 0 it sees only
+// the last W of those keys (itself included), as transformers' sliding-window mask does.
 #pragma once
 
 #include <Eigen/Core>
@@ -40,42 +41,54 @@ struct ConstHeadRows {
   Index stride;
 };
 
+/// The first key a query sees: `end` keys are causally visible, the last `window` of them with a
+/// sliding window (0: all).
+inline Index first_visible_key(Index end, Index window) { return window > 0 && end > window ? end - window : 0; }
+
 /// out = softmax(scale q k^T + causal mask) v for `queries` query rows; lse (if not null) gets
-/// the log-sum-exp of each query's scaled scores (lse_stride apart).
+/// the log-sum-exp of each query's scaled scores (lse_stride apart). `window` > 0: sliding-window
+/// attention over the last `window` keys.
 template <class S>
 void attention_forward_head(ConstHeadRows<S> q, ConstHeadRows<S> k, ConstHeadRows<S> v, Index queries, Index key_offset,
                             Index head_dim, S scale, HeadRows<S> out, S* lse, Index lse_stride,
-                            std::vector<S>& scratch) {
+                            std::vector<S>& scratch, Index window = 0) {
   for (Index i0 = 0; i0 < queries; i0 += attention_query_block) {
     const Index rows = std::min(attention_query_block, queries - i0);
-    const Index keys = key_offset + i0 + rows;  // keys any query of the block can see
+    // Keys any query of the block can see: [first, end).
+    const Index first = first_visible_key(key_offset + i0 + 1, window), end = key_offset + i0 + rows;
+    const Index keys = end - first;
     scratch.resize(static_cast<std::size_t>(rows * keys));
     Eigen::Map<RowMatrix<S>> scores(scratch.data(), rows, keys);
-    gemm<S>(rows, keys, head_dim, rows_of(q.data + i0 * q.stride, q.stride), transpose_of(k.data, k.stride),
-            scores.data(), keys, false);
+    gemm<S>(rows, keys, head_dim, rows_of(q.data + i0 * q.stride, q.stride),
+            transpose_of(k.data + first * k.stride, k.stride), scores.data(), keys, false);
     for (Index r = 0; r < rows; ++r) {
-      const Index visible = key_offset + i0 + r + 1;
-      S* row = scores.data() + r * keys;
-      const S shift = scale * scores.row(r).head(visible).maxCoeff();
+      const Index row_end = key_offset + i0 + r + 1 - first;  // within the block's keys
+      const Index row_first = first_visible_key(key_offset + i0 + r + 1, window) - first;
+      const Index visible = row_end - row_first;
+      S* row = scores.data() + r * keys + row_first;
+      const S shift = scale * scores.row(r).segment(row_first, visible).maxCoeff();
       const auto sum = static_cast<S>(exp_shifted_row<S>(row, visible, scale, shift));
-      scores.row(r).head(visible) /= sum;
-      scores.row(r).tail(keys - visible).setZero();
+      scores.row(r).segment(row_first, visible) /= sum;
+      scores.row(r).head(row_first).setZero();
+      scores.row(r).tail(keys - row_end).setZero();
       if (lse != nullptr) lse[(i0 + r) * lse_stride] = shift + std::log(sum);
     }
-    gemm<S>(rows, head_dim, keys, rows_of(scores.data(), keys), rows_of(v.data, v.stride), out.data + i0 * out.stride,
-            out.stride, false);
+    gemm<S>(rows, head_dim, keys, rows_of(scores.data(), keys), rows_of(v.data + first * v.stride, v.stride),
+            out.data + i0 * out.stride, out.stride, false);
   }
 }
 
-/// Backward of attention_forward_head (key_offset 0) for one query head: dq = (overwritten),
-/// dk and dv accumulate (several query heads share a key/value head).
+/// Backward of attention_forward_head (key_offset 0, the same window) for one query head: dq =
+/// (overwritten), dk and dv accumulate (several query heads share a key/value head).
 template <class S>
 void attention_backward_head(ConstHeadRows<S> q, ConstHeadRows<S> k, ConstHeadRows<S> v, ConstHeadRows<S> out,
                              ConstHeadRows<S> d_out, const S* lse, Index lse_stride, Index queries, Index head_dim,
-                             S scale, HeadRows<S> dq, HeadRows<S> dk, HeadRows<S> dv, std::vector<S>& scratch) {
+                             S scale, HeadRows<S> dq, HeadRows<S> dk, HeadRows<S> dv, std::vector<S>& scratch,
+                             Index window = 0) {
   for (Index i0 = 0; i0 < queries; i0 += attention_query_block) {
     const Index rows = std::min(attention_query_block, queries - i0);
-    const Index keys = i0 + rows;
+    const Index first = first_visible_key(i0 + 1, window);
+    const Index keys = i0 + rows - first;
     scratch.resize(static_cast<std::size_t>(2 * rows * keys));
     Eigen::Map<RowMatrix<S>> probs(scratch.data(), rows, keys);
     Eigen::Map<RowMatrix<S>> d_scores(scratch.data() + rows * keys, rows, keys);
@@ -84,23 +97,31 @@ void attention_backward_head(ConstHeadRows<S> q, ConstHeadRows<S> k, ConstHeadRo
                                       Eigen::OuterStride<>(d_out.stride));
     const auto q_block = rows_of(q.data + i0 * q.stride, q.stride);
     const auto do_rows = rows_of(d_out.data + i0 * d_out.stride, d_out.stride);
-    gemm<S>(rows, keys, head_dim, q_block, transpose_of(k.data, k.stride), probs.data(), keys, false);
-    gemm<S>(rows, keys, head_dim, do_rows, transpose_of(v.data, v.stride), d_scores.data(), keys, false);  // dP
+    const S* k_first = k.data + first * k.stride;
+    gemm<S>(rows, keys, head_dim, q_block, transpose_of(k_first, k.stride), probs.data(), keys, false);
+    gemm<S>(rows, keys, head_dim, do_rows, transpose_of(v.data + first * v.stride, v.stride), d_scores.data(), keys,
+            false);  // dP
     for (Index r = 0; r < rows; ++r) {
-      const Index visible = i0 + r + 1;
-      exp_shifted_row<S>(probs.data() + r * keys, visible, scale, lse[(i0 + r) * lse_stride]);
-      const auto p = probs.row(r).head(visible).array();
-      probs.row(r).tail(keys - visible).setZero();
+      const Index row_end = i0 + r + 1 - first;
+      const Index row_first = first_visible_key(i0 + r + 1, window) - first;
+      const Index visible = row_end - row_first;
+      exp_shifted_row<S>(probs.data() + r * keys + row_first, visible, scale, lse[(i0 + r) * lse_stride]);
+      const auto p = probs.row(r).segment(row_first, visible).array();
+      probs.row(r).head(row_first).setZero();
+      probs.row(r).tail(keys - row_end).setZero();
       // dS = P (dP - rowsum(dP P)), and rowsum(dP P) = dO . O.
       const S centre = do_block.row(r).dot(o_block.row(r));
-      auto ds = d_scores.row(r).head(visible).array();
+      auto ds = d_scores.row(r).segment(row_first, visible).array();
       ds = p * (ds - centre) * scale;
-      d_scores.row(r).tail(keys - visible).setZero();
+      d_scores.row(r).head(row_first).setZero();
+      d_scores.row(r).tail(keys - row_end).setZero();
     }
-    gemm<S>(rows, head_dim, keys, rows_of(d_scores.data(), keys), rows_of(k.data, k.stride), dq.data + i0 * dq.stride,
+    gemm<S>(rows, head_dim, keys, rows_of(d_scores.data(), keys), rows_of(k_first, k.stride), dq.data + i0 * dq.stride,
             dq.stride, false);
-    gemm<S>(keys, head_dim, rows, transpose_of(d_scores.data(), keys), q_block, dk.data, dk.stride, true);
-    gemm<S>(keys, head_dim, rows, transpose_of(probs.data(), keys), do_rows, dv.data, dv.stride, true);
+    gemm<S>(keys, head_dim, rows, transpose_of(d_scores.data(), keys), q_block, dk.data + first * dk.stride, dk.stride,
+            true);
+    gemm<S>(keys, head_dim, rows, transpose_of(probs.data(), keys), do_rows, dv.data + first * dv.stride, dv.stride,
+            true);
   }
 }
 

@@ -56,9 +56,6 @@ inline void require_supported(const HfModelConfig& config) {
   if (config.hidden_act != "silu") {
     ::verl::detail::throw_not_implemented("hidden_act: only 'silu' (SwiGLU) is implemented, got '{}'", config.hidden_act);
   }
-  if (config.use_sliding_window) {
-    ::verl::detail::throw_not_implemented("use_sliding_window: sliding-window attention is not implemented (got true)");
-  }
   VERL_CHECK_ARG(config.head_dim % 2 == 0, "head_dim: expected an even number (rotary embeddings), got {}",
                  config.head_dim);
 }
@@ -140,7 +137,9 @@ class DecoderBody {
       auto& act = activations_[keep_activations ? l : 0];
       act.x.swap(x);
       x.resize(n, hidden);
-      layer_forward(weights_.layers[l], act, x, cos_, sin_, [&](detail::LayerActivations<Scalar>& a) { attend(a); });
+      const Index window = config_.attention_window(static_cast<Index>(l));
+      layer_forward(weights_.layers[l], act, x, cos_, sin_,
+                    [&](detail::LayerActivations<Scalar>& a) { attend(a, window); });
     }
     final_x_.swap(x);
     hidden_.resize(n, hidden);
@@ -163,7 +162,9 @@ class DecoderBody {
     RowMatrix<Scalar> dx(n, width);
     detail::rms_norm_backward<Scalar>(final_x_, weights_.norm.value, final_inv_rms_, d_hidden, &weights_.norm.grad,
                                       dx, false);
-    for (std::size_t l = weights_.layers.size(); l-- > 0;) layer_backward(weights_.layers[l], activations_[l], dx);
+    for (std::size_t l = weights_.layers.size(); l-- > 0;) {
+      layer_backward(weights_.layers[l], activations_[l], dx, config_.attention_window(static_cast<Index>(l)));
+    }
     // Embedding rows gather the gradient of their tokens; the padding token's row gets none
     // (nn.Embedding's padding_idx).
     auto& grad = weights_.embed_tokens.grad;
@@ -289,8 +290,9 @@ class DecoderBody {
     }
   }
 
-  /// Causal attention within each sequence of the batch, one task per (sequence, head).
-  void attend(detail::LayerActivations<Scalar>& act) {
+  /// Causal attention within each sequence of the batch (over the last `window` keys when > 0),
+  /// one task per (sequence, head).
+  void attend(detail::LayerActivations<Scalar>& act, Index window) {
     const Index heads = config_.num_attention_heads, d = config_.head_dim;
     const Index group = heads / config_.num_key_value_heads;
     const auto scale = static_cast<Scalar>(1.0 / std::sqrt(static_cast<double>(d)));
@@ -305,12 +307,12 @@ class DecoderBody {
                                              {act.k.data() + begin * act.k.cols() + kv * d, act.k.cols()},
                                              {act.v.data() + begin * act.v.cols() + kv * d, act.v.cols()}, length, 0,
                                              d, scale, {act.attn.data() + begin * act.attn.cols() + h * d, act.attn.cols()},
-                                             act.lse.data() + begin * heads + h, heads, buffer);
+                                             act.lse.data() + begin * heads + h, heads, buffer, window);
     });
   }
 
   void layer_backward(DecoderLayerWeights<Scalar>& w, const detail::LayerActivations<Scalar>& act,
-                      RowMatrix<Scalar>& dx) {
+                      RowMatrix<Scalar>& dx, Index window) {
     auto& pool = *pool_;
     auto& s = scratch_;
     const Index n = act.x.rows(), width = config_.hidden_size, inner = config_.intermediate_size;
@@ -350,7 +352,7 @@ class DecoderBody {
     s.dq.resize(n, heads * d);
     s.dk.setZero(n, kv_heads * d);
     s.dv.setZero(n, kv_heads * d);
-    attend_backward(act);
+    attend_backward(act, window);
     RotaryEmbedding<Scalar>::apply(s.dq.data(), s.dq.cols(), n, heads, d, cos_, sin_, true);
     RotaryEmbedding<Scalar>::apply(s.dk.data(), s.dk.cols(), n, kv_heads, d, cos_, sin_, true);
     if (config_.qk_norm) {
@@ -370,7 +372,7 @@ class DecoderBody {
 
   /// One task per (sequence, key/value head): the query heads of a group run in order, so their
   /// dk and dv contributions add up deterministically.
-  void attend_backward(const detail::LayerActivations<Scalar>& act) {
+  void attend_backward(const detail::LayerActivations<Scalar>& act, Index window) {
     auto& s = scratch_;
     const Index heads = config_.num_attention_heads, kv_heads = config_.num_key_value_heads, d = config_.head_dim;
     const Index group = heads / kv_heads;
@@ -391,7 +393,7 @@ class DecoderBody {
             {s.d_attn.data() + begin * s.d_attn.cols() + h * d, s.d_attn.cols()}, act.lse.data() + begin * heads + h,
             heads, length, d, scale, {s.dq.data() + begin * s.dq.cols() + h * d, s.dq.cols()},
             {s.dk.data() + begin * s.dk.cols() + kv * d, s.dk.cols()},
-            {s.dv.data() + begin * s.dv.cols() + kv * d, s.dv.cols()}, buffer);
+            {s.dv.data() + begin * s.dv.cols() + kv * d, s.dv.cols()}, buffer, window);
       }
     });
   }

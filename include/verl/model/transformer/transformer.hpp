@@ -363,6 +363,7 @@ class BasicTransformer {
     RowMatrix<Scalar> x(m, width);
     body_.embed(tokens, x);
     for (Index layer = 0; layer < c.num_hidden_layers; ++layer) {
+      const Index window = c.attention_window(layer);
       act.x.swap(x);
       x.resize(m, width);
       body_.layer_forward(body_.weights().layers[static_cast<std::size_t>(layer)], act, x, decode_cos_, decode_sin_,
@@ -385,7 +386,8 @@ class BasicTransformer {
                                   {a.q.data() + begin * a.q.cols() + h * d, a.q.cols()},
                                   {cache.keys(layer, s) + kv * d, kv_width}, {cache.values(layer, s) + kv * d, kv_width},
                                   count, cache.length(s), d, scale,
-                                  {a.attn.data() + begin * a.attn.cols() + h * d, a.attn.cols()}, nullptr, 0, buffer);
+                                  {a.attn.data() + begin * a.attn.cols() + h * d, a.attn.cols()}, nullptr, 0, buffer,
+                                  window);
                             });
                           },
                           packed != nullptr ? &packed->layers[static_cast<std::size_t>(layer)] : nullptr);
