@@ -123,6 +123,34 @@ TEST(HfConfig, ParsesAQwen3Config) {
   EXPECT_FALSE(HfModelConfig::from_json(nlohmann::json::parse(llama_config)).qk_norm);
 }
 
+TEST(HfConfig, ParsesAMistralConfigWithMistralConfigDefaults) {
+  const nlohmann::json minimal = {{"model_type", "mistral"},  {"hidden_size", 64},         {"intermediate_size", 128},
+                                  {"num_hidden_layers", 2},     {"num_attention_heads", 16}, {"vocab_size", 100}};
+  const auto config = HfModelConfig::from_json(minimal);
+  EXPECT_EQ(config.family, ModelFamily::mistral);
+  EXPECT_EQ(config.num_key_value_heads, 8);  // MistralConfig's default, not one per query head
+  EXPECT_EQ(config.max_position_embeddings, 131072);
+  EXPECT_EQ(config.bos_token_ids, std::vector<std::int64_t>{1});
+  EXPECT_EQ(config.eos_token_ids, std::vector<std::int64_t>{2});
+  EXPECT_FALSE(config.qkv_bias || config.o_proj_bias || config.mlp_bias || config.qk_norm);
+  // Every layer slides, 4096 keys by default.
+  EXPECT_EQ(config.attention_window(0), 4096);
+  EXPECT_EQ(config.attention_window(1), 4096);
+  EXPECT_EQ(HfModelConfig::from_json(config.to_json()), config);
+  auto explicit_null = minimal;
+  explicit_null["sliding_window"] = nullptr;  // Mistral-7B-v0.2 and later
+  explicit_null["num_key_value_heads"] = nullptr;
+  const auto full = HfModelConfig::from_json(explicit_null);
+  EXPECT_FALSE(full.use_sliding_window);
+  EXPECT_EQ(full.attention_window(1), 0);
+  EXPECT_EQ(full.num_key_value_heads, 16);
+  EXPECT_EQ(HfModelConfig::from_json(full.to_json()), full);
+  auto legacy = minimal;
+  legacy.erase("model_type");
+  legacy["architectures"] = {"MistralForCausalLM"};
+  EXPECT_EQ(HfModelConfig::from_json(legacy).family, ModelFamily::mistral);
+}
+
 TEST(HfConfig, SlidingWindowCountsOnlyWhereALayerSlides) {
   // As Qwen2Config / Qwen3Config decide: use_sliding_window with a window and a layer at or past
   // max_window_layers (or a "sliding_attention" entry in layer_types).
@@ -247,9 +275,9 @@ TEST(HfConfig, ErrorsNameTheFileAndTheKey) {
   EXPECT_TRUE(contains(error_of(json), "'eos_token_id'"));
 
   json = nlohmann::json::parse(qwen2_config);
-  json["model_type"] = "mistral";
+  json["model_type"] = "mixtral";
   message = error_of(json);
-  EXPECT_TRUE(contains(message, "expected one of llama, qwen2, qwen3, got 'mistral'")) << message;
+  EXPECT_TRUE(contains(message, "expected one of llama, mistral, qwen2, qwen3, got 'mixtral'")) << message;
 
   json = nlohmann::json::parse(qwen2_config);
   json["hidden_size"] = 0;

@@ -66,7 +66,7 @@ TEST_P(GreedyParity, MatchesTransformersGenerate) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(TinyModels, GreedyParity, ::testing::Values("tiny-qwen2", "tiny-llama", "tiny-qwen3", "tiny-qwen2-sliding"));
+INSTANTIATE_TEST_SUITE_P(TinyModels, GreedyParity, ::testing::Values("tiny-qwen2", "tiny-llama", "tiny-qwen3", "tiny-qwen2-sliding", "tiny-mistral"));
 
 class RolloutTest : public ::testing::Test {
  protected:

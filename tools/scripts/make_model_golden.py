@@ -8,7 +8,7 @@
 For each model (a Qwen2-architecture one with q/k/v biases and tied embeddings, a Llama one with
 grouped-query attention, an explicit head_dim, llama3 rope scaling and an untied LM head, a Qwen3
 one with per-head q/k norms, attention biases on q/k/v/o and an explicit head_dim, a Qwen2 one
-whose later layers attend through a sliding window of 4 keys) it
+whose later layers attend through a sliding window of 4 keys, a Mistral one with a window of 5) it
   * builds the model from a config with a fixed seed (weights drawn wider than transformers' 0.02
     so that logits are far apart and greedy decoding is robust to float rounding; norm weights and
     biases are randomized too so that they are exercised), rounds the weights to bfloat16 and saves
@@ -138,6 +138,29 @@ MODELS = {
         chat_template="qwen2",
         seed=1357,
     ),
+    "tiny-mistral": dict(
+        tokenizer="llama3",
+        config=dict(
+            model_type="mistral",
+            vocab_size=1408,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=64,
+            rope_theta=10000.0,
+            rms_norm_eps=1e-5,
+            sliding_window=5,
+            tie_word_embeddings=False,
+            bos_token_id=1400,
+            eos_token_id=1401,
+            architectures=["MistralForCausalLM"],
+        ),
+        special=dict(bos_token="<|begin_of_text|>", eos_token="<|eot_id|>", pad_token="<|end_of_text|>"),
+        chat_template="llama3",
+        seed=9753,
+    ),
 }
 
 PROMPT_LENGTHS = [3, 5, 8]  # left-padded to the longest
@@ -151,7 +174,7 @@ def make_config(spec):
     fields = dict(spec)
     model_type = fields.pop("model_type")
     config_class = {"qwen2": transformers.Qwen2Config, "qwen3": transformers.Qwen3Config,
-                    "llama": transformers.LlamaConfig}[model_type]
+                    "llama": transformers.LlamaConfig, "mistral": transformers.MistralConfig}[model_type]
     config = config_class(**fields)
     config._attn_implementation = "eager"
     return config

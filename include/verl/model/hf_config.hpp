@@ -1,8 +1,9 @@
-// A Hugging Face `config.json` for the Llama / Qwen2 / Qwen3 decoder family, parsed into a struct.
+// A Hugging Face `config.json` for the Llama / Mistral / Qwen2 / Qwen3 decoder family, parsed into
+// a struct.
 //
 // The shape-defining keys (hidden_size, intermediate_size, num_hidden_layers,
 // num_attention_heads, vocab_size) are required; every other key falls back to the default of the
-// architecture's transformers config class (LlamaConfig / Qwen2Config / Qwen3Config), so a config that loads
+// architecture's transformers config class (LlamaConfig / MistralConfig / Qwen2Config / Qwen3Config), so a config that loads
 // in transformers loads here with the same values. A missing or ill-typed key is a
 // verl::InvalidArgument naming the file and the key.
 #pragma once
@@ -25,14 +26,16 @@ namespace verl::model {
 
 /// The decoder families the reference model implements.
 /// Qwen3 is Qwen2 with per-head RMSNorms on the queries and keys (before the rotary embedding) and
-/// Llama's attention_bias switch instead of Qwen2's fixed q/k/v biases.
-enum class ModelFamily { llama, qwen2, qwen3 };
+/// Llama's attention_bias switch instead of Qwen2's fixed q/k/v biases. Mistral is Llama without
+/// biases whose every layer attends through a sliding window (unless sliding_window is null).
+enum class ModelFamily { llama, qwen2, qwen3, mistral };
 
 constexpr std::string_view to_string(ModelFamily family) {
   switch (family) {
     case ModelFamily::llama: return "llama";
     case ModelFamily::qwen2: return "qwen2";
     case ModelFamily::qwen3: return "qwen3";
+    case ModelFamily::mistral: return "mistral";
   }
   return "unknown";
 }
@@ -55,7 +58,7 @@ struct RopeScaling {
 
 struct HfModelConfig {
   ModelFamily family = ModelFamily::llama;
-  std::string model_type;                  ///< "llama", "qwen2" or "qwen3"
+  std::string model_type;                  ///< "llama", "mistral", "qwen2" or "qwen3"
   std::vector<std::string> architectures;  ///< e.g. {"Qwen2ForCausalLM"}
   std::int64_t hidden_size = 0;
   std::int64_t intermediate_size = 0;
@@ -190,8 +193,9 @@ inline ModelFamily family_of(const ConfigReader& reader, std::string_view source
     if (*model_type == "llama") return ModelFamily::llama;
     if (*model_type == "qwen2") return ModelFamily::qwen2;
     if (*model_type == "qwen3") return ModelFamily::qwen3;
-    ::verl::detail::throw_invalid_argument("{}: model_type: expected one of llama, qwen2, qwen3, got '{}'", source,
-                                           *model_type);
+    if (*model_type == "mistral") return ModelFamily::mistral;
+    ::verl::detail::throw_invalid_argument("{}: model_type: expected one of llama, mistral, qwen2, qwen3, got '{}'",
+                                           source, *model_type);
   }
   // Older files without model_type: the architecture class name tells the family ("Qwen2For...",
   // not "Qwen2MoeFor..." or "Qwen2VLFor...", which are other architectures).
@@ -199,10 +203,11 @@ inline ModelFamily family_of(const ConfigReader& reader, std::string_view source
     if (name.starts_with("LlamaFor")) return ModelFamily::llama;
     if (name.starts_with("Qwen2For")) return ModelFamily::qwen2;
     if (name.starts_with("Qwen3For")) return ModelFamily::qwen3;
+    if (name.starts_with("MistralFor")) return ModelFamily::mistral;
   }
   ::verl::detail::throw_invalid_argument(
-      "{}: expected model_type llama, qwen2 or qwen3 (or a LlamaFor*/Qwen2For*/Qwen3For* architecture), got neither "
-      "(architectures: [{}])",
+      "{}: expected model_type llama, mistral, qwen2 or qwen3 (or a LlamaFor*/MistralFor*/Qwen2For*/Qwen3For* "
+      "architecture), got neither (architectures: [{}])",
       source, fmt::join(architectures, ", "));
 }
 
@@ -234,7 +239,7 @@ inline HfModelConfig HfModelConfig::from_json(const nlohmann::json& json, std::s
   config.architectures = reader.string_list("architectures");
   config.family = detail::family_of(reader, source, config.architectures);
   config.model_type = std::string(to_string(config.family));
-  const bool llama = config.family == ModelFamily::llama;
+  const bool llama = config.family == ModelFamily::llama, mistral = config.family == ModelFamily::mistral;
 
   config.hidden_size = reader.required_int("hidden_size");
   config.intermediate_size = reader.required_int("intermediate_size");
@@ -247,7 +252,10 @@ inline HfModelConfig HfModelConfig::from_json(const nlohmann::json& json, std::s
         std::pair{"num_attention_heads", config.num_attention_heads}, std::pair{"vocab_size", config.vocab_size}}) {
     VERL_CHECK_ARG(value > 0, "{}: key '{}': expected a positive integer, got {}", source, key, value);
   }
-  config.num_key_value_heads = reader.int_or("num_key_value_heads", config.num_attention_heads);
+  // MistralConfig's default is 8 key/value heads; an explicit null means one per query head.
+  config.num_key_value_heads = mistral && !reader.present("num_key_value_heads")
+                                   ? 8
+                                   : reader.int_or("num_key_value_heads", config.num_attention_heads);
   VERL_CHECK_ARG(config.num_key_value_heads > 0 && config.num_attention_heads % config.num_key_value_heads == 0,
                  "{}: key 'num_key_value_heads': expected a positive divisor of num_attention_heads ({}), got {}",
                  source, config.num_attention_heads, config.num_key_value_heads);
@@ -262,7 +270,7 @@ inline HfModelConfig HfModelConfig::from_json(const nlohmann::json& json, std::s
                    source, config.num_attention_heads, config.hidden_size);
     config.head_dim = config.hidden_size / config.num_attention_heads;
   }
-  config.max_position_embeddings = reader.int_or("max_position_embeddings", llama ? 2048 : 32768);
+  config.max_position_embeddings = reader.int_or("max_position_embeddings", llama ? 2048 : mistral ? 131072 : 32768);
   VERL_CHECK_ARG(config.max_position_embeddings > 0,
                  "{}: key 'max_position_embeddings': expected a positive integer, got {}", source,
                  config.max_position_embeddings);
@@ -307,6 +315,12 @@ inline HfModelConfig HfModelConfig::from_json(const nlohmann::json& json, std::s
   if (llama) {
     config.qkv_bias = config.o_proj_bias = reader.bool_or("attention_bias", false);
     config.mlp_bias = reader.bool_or("mlp_bias", false);
+  } else if (mistral) {
+    // No biases; sliding_window (default 4096, null for none) applies to every layer.
+    if (!reader.present("sliding_window") || reader.has("sliding_window")) {
+      config.use_sliding_window = true;
+      config.sliding_layers.assign(static_cast<std::size_t>(config.num_hidden_layers), true);
+    }
   } else if (config.family == ModelFamily::qwen2) {
     // Qwen2's attention always has q/k/v biases and a bias-free o_proj.
     config.qkv_bias = true;
@@ -318,7 +332,7 @@ inline HfModelConfig HfModelConfig::from_json(const nlohmann::json& json, std::s
     config.qk_norm = true;
     config.use_sliding_window = reader.bool_or("use_sliding_window", false);
   }
-  if (config.use_sliding_window) {
+  if (config.use_sliding_window && !mistral) {
     config.sliding_layers = detail::sliding_layers_of(reader, config.num_hidden_layers, source);
     config.use_sliding_window = !config.sliding_layers.empty();
   }
@@ -328,9 +342,9 @@ inline HfModelConfig HfModelConfig::from_json(const nlohmann::json& json, std::s
                    config.sliding_window);
   }
   config.bos_token_ids = reader.present("bos_token_id") ? reader.int_or_list("bos_token_id")
-                                                    : (llama ? std::vector<std::int64_t>{1} : std::vector<std::int64_t>{});
+                                                    : (llama || mistral ? std::vector<std::int64_t>{1} : std::vector<std::int64_t>{});
   config.eos_token_ids = reader.present("eos_token_id") ? reader.int_or_list("eos_token_id")
-                                                    : (llama ? std::vector<std::int64_t>{2} : std::vector<std::int64_t>{});
+                                                    : (llama || mistral ? std::vector<std::int64_t>{2} : std::vector<std::int64_t>{});
   if (reader.has("pad_token_id")) config.pad_token_id = reader.int_or("pad_token_id", 0);
   config.torch_dtype = reader.optional_string("torch_dtype");
   if (!config.torch_dtype) config.torch_dtype = reader.optional_string("dtype");
@@ -369,6 +383,8 @@ inline nlohmann::json HfModelConfig::to_json() const {
   if (family == ModelFamily::llama) {
     json["attention_bias"] = qkv_bias;
     json["mlp_bias"] = mlp_bias;
+  } else if (family == ModelFamily::mistral) {
+    json["sliding_window"] = use_sliding_window ? nlohmann::json(sliding_window) : nlohmann::json(nullptr);
   } else {
     if (family == ModelFamily::qwen3) json["attention_bias"] = qkv_bias;
     json["use_sliding_window"] = use_sliding_window;

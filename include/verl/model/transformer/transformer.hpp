@@ -1,4 +1,4 @@
-// The reference policy model: a Llama / Qwen2 / Qwen3-family decoder (DecoderBody) with its LM head
+// The reference policy model: a Llama / Mistral / Qwen2 / Qwen3-family decoder (DecoderBody) with its LM head
 // (lm_head, or the embedding matrix when tie_word_embeddings), satisfying CausalLM; plus the KV-cache
 // path rollout uses (extend()).
 //
