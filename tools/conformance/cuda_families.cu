@@ -190,33 +190,46 @@ namespace {
 template <class Loss>
 constexpr bool has_kernel = requires(const Loss& loss) { kernels::kernel_policy_loss(loss); };
 
+/// A policy-loss batch on the device, with its gradient and state buffers and the kernels' inputs.
+struct DevicePolicyBatch {
+  Index rows, cols;
+  DeviceBuffer<float> old_log_prob, log_prob, advantages, mask, weights, grad;
+  DeviceBuffer<kernels::PolicyLossState> state{1};
+  kernels::PolicyLossInputs inputs;
+
+  /// `with_weights`: upload batch.rollout_is_weights (when present) as the inputs' IS weights.
+  DevicePolicyBatch(const algo::PolicyLossBatch& batch, bool with_weights)
+      : rows(batch.log_prob.rows()),
+        cols(batch.log_prob.cols()),
+        old_log_prob(to_device(batch.old_log_prob)),
+        log_prob(to_device(batch.log_prob)),
+        advantages(to_device(batch.advantages)),
+        mask(to_device(batch.response_mask)),
+        weights(with_weights && batch.rollout_is_weights ? static_cast<std::size_t>(rows * cols) : 0),
+        grad(static_cast<std::size_t>(rows * cols)) {
+    if (weights.size() > 0) weights.upload(MatrixF(*batch.rollout_is_weights).data());
+    inputs.old_log_prob = old_log_prob.data();
+    inputs.log_prob = log_prob.data();
+    inputs.advantages = advantages.data();
+    inputs.response_mask = mask.data();
+    inputs.rollout_is_weights = weights.size() > 0 ? weights.data() : nullptr;
+    inputs.rows = rows;
+    inputs.cols = cols;
+  }
+};
+
 template <class KernelLoss>
 algo::PolicyLossResult run_policy_loss(const KernelLoss& loss, std::string_view name,
                                        const algo::PolicyLossBatch& batch, algo::LossAggMode mode,
                                        const algo::GlobalBatchInfo& info) {
-  const Index rows = batch.log_prob.rows(), cols = batch.log_prob.cols();
-  auto d_old = to_device(batch.old_log_prob), d_lp = to_device(batch.log_prob), d_adv = to_device(batch.advantages),
-       d_m = to_device(batch.response_mask);
-  const bool weighted = batch.rollout_is_weights.has_value();
-  DeviceBuffer<float> d_w(weighted ? static_cast<std::size_t>(rows * cols) : 0);
-  if (weighted) d_w.upload(MatrixF(*batch.rollout_is_weights).data());
-  DeviceBuffer<float> d_grad(static_cast<std::size_t>(rows * cols));
-  DeviceBuffer<kernels::PolicyLossState> state(1);
-  kernels::PolicyLossInputs in;
-  in.old_log_prob = d_old.data();
-  in.log_prob = d_lp.data();
-  in.advantages = d_adv.data();
-  in.response_mask = d_m.data();
-  in.rollout_is_weights = weighted ? d_w.data() : nullptr;
-  in.rows = rows;
-  in.cols = cols;
+  DevicePolicyBatch d(batch, true);
   std::size_t bytes = 0;
-  kernels::policy_loss(nullptr, bytes, in, loss, mode, info, nullptr, nullptr);
+  kernels::policy_loss(nullptr, bytes, d.inputs, loss, mode, info, nullptr, nullptr);
   DeviceBuffer<unsigned char> temp(bytes);
-  kernels::policy_loss(temp.data(), bytes, in, loss, mode, info, d_grad.data(), state.data());
+  kernels::policy_loss(temp.data(), bytes, d.inputs, loss, mode, info, d.grad.data(), d.state.data());
   VERL_CUDA_CHECK(cudaDeviceSynchronize());
-  const kernels::PolicyLossState s = state.download().at(0);
-  algo::PolicyLossResult result{s.pg_loss, to_host(d_grad, rows, cols), {}};
+  const kernels::PolicyLossState s = d.state.download().at(0);
+  algo::PolicyLossResult result{s.pg_loss, to_host(d.grad, d.rows, d.cols), {}};
   // The metrics verl reports for each loss: none for gpg, ppo_kl only for reinforce and kl_cov,
   // no pg_clipfrac_lower for clip_cov.
   if (name == "gpg") return result;
@@ -230,26 +243,17 @@ algo::PolicyLossResult run_policy_loss(const KernelLoss& loss, std::string_view 
 
 /// bypass_mode through kernels/rollout_correction.cuh: the correction, then the vanilla or
 /// REINFORCE kernel; the metrics come back merged (the loss's and every "rollout_corr/..." one).
+/// batch.rollout_is_weights is ignored, as in verl.
 algo::PolicyLossResult run_bypass_mode(const kernels::BypassModeParams& params, const algo::PolicyLossBatch& batch,
                                        algo::LossAggMode mode, const algo::GlobalBatchInfo& info) {
-  const Index rows = batch.log_prob.rows(), cols = batch.log_prob.cols();
-  auto d_old = to_device(batch.old_log_prob), d_lp = to_device(batch.log_prob), d_adv = to_device(batch.advantages),
-       d_m = to_device(batch.response_mask);
-  DeviceBuffer<float> d_grad(static_cast<std::size_t>(rows * cols));
-  DeviceBuffer<kernels::PolicyLossState> state(1);
-  kernels::PolicyLossInputs in;
-  in.old_log_prob = d_old.data();
-  in.log_prob = d_lp.data();
-  in.advantages = d_adv.data();
-  in.response_mask = d_m.data();
-  in.rows = rows;
-  in.cols = cols;
+  DevicePolicyBatch d(batch, false);
   std::size_t bytes = 0;
-  (void)kernels::bypass_mode_policy_loss(nullptr, bytes, in, params, mode, info, nullptr, nullptr);
+  (void)kernels::bypass_mode_policy_loss(nullptr, bytes, d.inputs, params, mode, info, nullptr, nullptr);
   DeviceBuffer<unsigned char> temp(bytes);
-  auto out = kernels::bypass_mode_policy_loss(temp.data(), bytes, in, params, mode, info, d_grad.data(), state.data());
+  auto out = kernels::bypass_mode_policy_loss(temp.data(), bytes, d.inputs, params, mode, info, d.grad.data(),
+                                              d.state.data());
   VERL_CUDA_CHECK(cudaDeviceSynchronize());
-  return {out.state.pg_loss, to_host(d_grad, rows, cols), std::move(out.metrics)};
+  return {out.state.pg_loss, to_host(d.grad, d.rows, d.cols), std::move(out.metrics)};
 }
 
 }  // namespace
