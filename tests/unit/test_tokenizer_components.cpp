@@ -1,5 +1,7 @@
 // The tokenizer's parts: NFC and Split against the tokenizers package, the Oniguruma -> PCRE2
-// translation, UTF-8 handling, and the errors for unsupported or broken tokenizer.json files.
+// translation, UTF-8 handling, the SentencePiece-style parts (Metaspace, Prepend / Replace,
+// byte fallback, the decoders; expected values from tokenizers 0.23.3), and the errors for
+// unsupported or broken tokenizer.json files.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -8,10 +10,13 @@
 #include <string>
 #include <vector>
 
+#include "verl/model/tokenizer/bpe_model.hpp"
+#include "verl/model/tokenizer/decoder.hpp"
 #include "verl/model/tokenizer/detail/nfc.hpp"
 #include "verl/model/tokenizer/detail/pcre2_regex.hpp"
 #include "verl/model/tokenizer/detail/unicode.hpp"
 #include "verl/model/tokenizer/hf_tokenizer.hpp"
+#include "verl/model/tokenizer/normalizer.hpp"
 #include "verl/model/tokenizer/pre_tokenizer.hpp"
 
 using namespace verl;
@@ -176,7 +181,16 @@ TEST(HfTokenizerErrors, UnsupportedComponentsAreNotImplemented) {
   EXPECT_THROW((void)HfTokenizer::from_json(with("decoder", {{"type", "WordPiece"}})), NotImplemented);
   EXPECT_THROW((void)HfTokenizer::from_json(with("post_processor", {{"type", "BertProcessing"}})), NotImplemented);
   EXPECT_THROW((void)HfTokenizer::from_json(model_with("type", "WordPiece")), NotImplemented);
-  EXPECT_THROW((void)HfTokenizer::from_json(model_with("byte_fallback", true)), NotImplemented);
+  EXPECT_NO_THROW((void)HfTokenizer::from_json(model_with("byte_fallback", true)));
+  EXPECT_THROW((void)HfTokenizer::from_json(with("normalizer", {{"type", "Precompiled"}, {"precompiled_charsmap", ""}})),
+               NotImplemented);
+  EXPECT_THROW((void)HfTokenizer::from_json(with("decoder", {{"type", "BPEDecoder"}, {"suffix", "</w>"}})), NotImplemented);
+  // Replace with a regex pattern (normalizer or decoder) is refused by name.
+  const nlohmann::json regex_replace = {{"type", "Replace"}, {"pattern", {{"Regex", " +"}}}, {"content", "\u2581"}};
+  auto regex_message = error_of<NotImplemented>([&] { (void)HfTokenizer::from_json(with("normalizer", regex_replace)); });
+  EXPECT_TRUE(contains(regex_message, "Regex")) << regex_message;
+  regex_message = error_of<NotImplemented>([&] { (void)HfTokenizer::from_json(with("decoder", regex_replace)); });
+  EXPECT_TRUE(contains(regex_message, "decoder Replace.pattern")) << regex_message;
   EXPECT_THROW((void)HfTokenizer::from_json(model_with("dropout", 0.1)), NotImplemented);
   EXPECT_THROW((void)HfTokenizer::from_json(model_with("continuing_subword_prefix", "##")), NotImplemented);
   const auto message = error_of<NotImplemented>([&] { (void)HfTokenizer::from_json(with("normalizer", {{"type", "NFKC"}})); });
@@ -254,4 +268,195 @@ TEST(HfTokenizerErrors, WrongJsonTypesAreInvalidArguments) {
   json["post_processor"]["processors"][1].erase("single");
   EXPECT_THROW((void)HfTokenizer::from_json(json), InvalidArgument);
   EXPECT_THROW((void)HfTokenizer::from_json(nlohmann::json::object()), InvalidArgument);
+}
+
+namespace {
+
+const std::string meta = "\u2581";  // SentencePiece's meta symbol
+
+/// "▁" for each '_' of `text`, to keep the expectations readable.
+std::string m(std::string_view text) {
+  std::string out;
+  for (const char c : text) out += c == '_' ? meta : std::string(1, c);
+  return out;
+}
+
+std::vector<std::string> ms(std::initializer_list<std::string_view> items) {
+  std::vector<std::string> out;
+  for (const auto item : items) out.push_back(m(item));
+  return out;
+}
+
+PreTokenizer metaspace(const char* scheme, bool split) {
+  return PreTokenizer::from_json({{"type", "Metaspace"}, {"replacement", meta}, {"prepend_scheme", scheme}, {"split", split}});
+}
+
+std::string decode_with(const nlohmann::json& config, const std::vector<std::string>& tokens) {
+  return Decoder::from_json(config).decode(tokens);
+}
+
+}  // namespace
+
+TEST(TokenizerMetaspace, EveryPrependSchemeWithAndWithoutSplit) {
+  // split false: one piece, spaces -> "▁".
+  EXPECT_EQ(metaspace("first", false).words("ab c"), ms({"_ab_c"}));
+  EXPECT_EQ(metaspace("first", false).words(" ab"), ms({"_ab"}));  // already starts with "▁"
+  EXPECT_EQ(metaspace("always", false).words("  ab  "), ms({"__ab__"}));
+  EXPECT_EQ(metaspace("never", false).words("ab c"), ms({"ab_c"}));
+  // split true: a piece starts at each "▁" (MergedWithNext), runs of "▁" stay apart.
+  EXPECT_EQ(metaspace("always", true).words("ab c"), ms({"_ab", "_c"}));
+  EXPECT_EQ(metaspace("first", true).words("  ab  "), ms({"_", "_ab", "_", "_"}));
+  EXPECT_EQ(metaspace("never", true).words("ab c"), ms({"ab", "_c"}));
+  EXPECT_EQ(metaspace("never", true).words("ab "), ms({"ab", "_"}));
+  EXPECT_EQ(metaspace("never", true).words(m("a_b")), ms({"a", "_b"}));  // a "▁" in the text splits too
+  // "first" prepends only to text at the start of the input (not after an added token).
+  EXPECT_EQ(metaspace("first", false).words("ab", /*at_text_start=*/false), ms({"ab"}));
+  EXPECT_EQ(metaspace("always", false).words("ab", /*at_text_start=*/false), ms({"_ab"}));
+  EXPECT_TRUE(metaspace("always", true).words("").empty());
+  // After a Split that drops a leading delimiter, the first piece no longer starts the input.
+  const auto split_then_metaspace = PreTokenizer::from_json(
+      {{"type", "Sequence"},
+       {"pretokenizers",
+        {{{"type", "Split"}, {"pattern", {{"String", ","}}}, {"behavior", "Removed"}, {"invert", false}},
+         {{"type", "Metaspace"}, {"replacement", meta}, {"prepend_scheme", "first"}, {"split", false}}}}});
+  EXPECT_EQ(split_then_metaspace.words("a,b"), ms({"_a", "b"}));
+  EXPECT_EQ(split_then_metaspace.words(",a,b"), ms({"a", "b"}));
+  // Legacy fields: add_prefix_space true keeps the default "always"; split defaults to true.
+  const auto legacy = PreTokenizer::from_json({{"type", "Metaspace"}, {"replacement", meta}, {"add_prefix_space", true}});
+  EXPECT_EQ(legacy.words("a b"), ms({"_a", "_b"}));
+}
+
+TEST(TokenizerMetaspace, BadOptionsAreInvalidArguments) {
+  auto with = [](nlohmann::json json) { return [json] { (void)PreTokenizer::from_json(json); }; };
+  auto message = error_of<InvalidArgument>(with({{"type", "Metaspace"}, {"replacement", meta + meta}}));
+  EXPECT_TRUE(contains(message, "Metaspace.replacement")) << message;
+  EXPECT_THROW(with({{"type", "Metaspace"}, {"replacement", ""}})(), InvalidArgument);
+  message = error_of<InvalidArgument>(with({{"type", "Metaspace"}, {"replacement", meta}, {"prepend_scheme", "First"}}));
+  EXPECT_TRUE(contains(message, "prepend_scheme")) << message;
+  // As in tokenizers, add_prefix_space false needs prepend_scheme "never".
+  EXPECT_THROW(with({{"type", "Metaspace"}, {"replacement", meta}, {"add_prefix_space", false}})(), InvalidArgument);
+  EXPECT_NO_THROW(
+      with({{"type", "Metaspace"}, {"replacement", meta}, {"add_prefix_space", false}, {"prepend_scheme", "never"}})());
+}
+
+TEST(TokenizerNormalizer, PrependAndReplace) {
+  const auto legacy = Normalizer::from_json(
+      {{"type", "Sequence"},
+       {"normalizers",
+        {{{"type", "Prepend"}, {"prepend", meta}}, {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", meta}}}}});
+  EXPECT_EQ(legacy.apply("a b  c"), m("_a_b__c"));
+  EXPECT_EQ(legacy.apply(" "), m("__"));
+  EXPECT_EQ(legacy.apply(""), "");  // Prepend leaves empty text empty
+  const auto replace =
+      Normalizer::from_json({{"type", "Replace"}, {"pattern", {{"String", "aa"}}}, {"content", "b"}});
+  EXPECT_EQ(replace.apply("aaaaa"), "bba");  // left to right, non-overlapping
+  EXPECT_THROW((void)Normalizer::from_json({{"type", "Replace"}, {"pattern", {{"String", ""}}}, {"content", "x"}}),
+               NotImplemented);
+  EXPECT_THROW((void)Normalizer::from_json({{"type", "Replace"}, {"pattern", {{"String", "a"}}}}), InvalidArgument);
+  EXPECT_THROW((void)Normalizer::from_json({{"type", "Prepend"}}), InvalidArgument);
+}
+
+TEST(TokenizerSentencePiece, NormalizerAndMetaspaceRunPerPieceBetweenAddedTokens) {
+  // Legacy Llama-2: Prepend marks every piece between added tokens (normalizers run per piece).
+  const auto llama2 = HfTokenizer::from_file(data_dir / "llama2.tokenizer.json");
+  auto tokens = [](const HfTokenizer& tokenizer, std::string_view text) {
+    std::vector<std::string> out;
+    for (const auto id : tokenizer.encode(text, false)) out.push_back(*tokenizer.id_to_token(id));
+    return out;
+  };
+  auto llama2_tokens = tokens(llama2, "is</s>is");
+  EXPECT_EQ(llama2_tokens, ms({"_is", "</s>", "_is"}));
+  EXPECT_EQ(llama2.encode("is", true).front(), *llama2.token_to_id("<s>"));
+  // Metaspace "first" (Mistral): only the text at offset 0 gets "▁".
+  const auto mistral = HfTokenizer::from_file(data_dir / "mistral.tokenizer.json");
+  EXPECT_EQ(tokens(mistral, "is</s>is"), ms({"_i", "s", "</s>", "is"}));
+  EXPECT_EQ(tokens(mistral, "</s>is"), ms({"</s>", "is"}));
+  EXPECT_EQ(mistral.decode(mistral.encode(" is</s> is", false), false), "is</s> is");
+  // Decoding drops one leading space of the whole text (Strip after Fuse), so with the legacy
+  // normalizer a piece after an added token keeps its extra "▁" as a space.
+  EXPECT_EQ(llama2.decode(llama2.encode(" is</s> is", false), false), " is</s>  is");
+  EXPECT_EQ(llama2.decode(llama2.encode("is</s>is", false), true), "is is");
+}
+
+TEST(TokenizerBpe, ByteFallbackAndUnknownCharacters) {
+  auto model = [](bool fuse_unk, bool with_unk) {
+    nlohmann::json json = {{"type", "BPE"},
+                           {"vocab", {{"<unk>", 0}, {"<0xC3>", 1}, {"<0xA9>", 2}, {"a", 3}, {"b", 4}, {"ab", 5}, {"<0xF0>", 6}}},
+                           {"merges", {"a b"}},
+                           {"byte_fallback", true},
+                           {"fuse_unk", fuse_unk},
+                           {"unk_token", with_unk ? nlohmann::json("<unk>") : nlohmann::json()}};
+    return BpeModel::from_json(json);
+  };
+  auto ids = [](const BpeModel& bpe, std::string_view word) {
+    std::vector<std::int32_t> out;
+    bpe.tokenize(word, out);
+    return out;
+  };
+  using Ids = std::vector<std::int32_t>;
+  const auto fused = model(true, true);
+  EXPECT_TRUE(fused.byte_fallback());
+  EXPECT_EQ(ids(fused, "\xC3\xA9"), (Ids{1, 2}));  // é: both byte tokens exist
+  // 😀 lacks <0x9F> and <0x98>: unk. A pending unk is only placed before the next in-vocabulary
+  // character, so it lands after byte tokens and fuses with a later unk across them (tokenizers).
+  EXPECT_EQ(ids(fused, "\xF0\x9F\x98\x80\xC3\xA9\xF0\x9F\x98\x80"), (Ids{1, 2, 0}));
+  EXPECT_EQ(ids(fused, "\xF0\x9F\x98\x80\xC3\xA9" "a"), (Ids{1, 2, 0, 3}));
+  EXPECT_EQ(ids(fused, "a\xF0\x9F\x98\x80" "b"), (Ids{3, 0, 4}));  // the unk keeps a and b from merging
+  EXPECT_EQ(ids(fused, "ab"), (Ids{5}));
+  const auto separate = model(false, true);
+  EXPECT_EQ(ids(separate, "\xF0\x9F\x98\x80\xC3\xA9\xF0\x9F\x98\x80"), (Ids{1, 2, 0, 0}));
+  EXPECT_EQ(ids(separate, "a\xE4\xB8\xAD\xE4\xB8\xAD" "b"), (Ids{3, 0, 0, 4}));
+  // Without an unk token the character is dropped, and its neighbours can merge.
+  const auto no_unk = model(true, false);
+  EXPECT_EQ(ids(no_unk, "a\xF0\x9F\x98\x80" "b"), (Ids{5}));
+  EXPECT_EQ(ids(no_unk, "\xF0\x9F\x98\x80\xF0\x9F\x98\x80"), Ids{});
+}
+
+TEST(TokenizerDecoder, ByteFallbackRunsAndInvalidBytes) {
+  const nlohmann::json byte_fallback = {{"type", "ByteFallback"}};
+  const std::string fffd = "\xEF\xBF\xBD";
+  EXPECT_EQ(decode_with(byte_fallback, {"<0xE4>", "<0xB8>", "<0xAD>"}), "\xE4\xB8\xAD");
+  // A run that is not valid UTF-8 gives one U+FFFD per byte, valid bytes in it included.
+  EXPECT_EQ(decode_with(byte_fallback, {"<0x41>", "<0xE4>"}), fffd + fffd);
+  EXPECT_EQ(decode_with(byte_fallback, {"<0xE4>", "<0xB8>", "a", "<0xAD>"}), fffd + fffd + "a" + fffd);
+  EXPECT_EQ(decode_with(byte_fallback, {"<0xFF>", "<0xFE>"}), fffd + fffd);
+  // Rust's from_str_radix: either case, and a leading '+'.
+  EXPECT_EQ(decode_with(byte_fallback, {"<0xe4>", "<0xb8>", "<0xad>"}), "\xE4\xB8\xAD");
+  EXPECT_EQ(decode_with(byte_fallback, {"<0x+F>"}), "\x0F");
+  EXPECT_EQ(decode_with(byte_fallback, {"<0x4G>", "<0x-1>", "<0x41"}), "<0x4G><0x-1><0x41");
+}
+
+TEST(TokenizerDecoder, ReplaceStripFuseMetaspace) {
+  EXPECT_EQ(decode_with({{"type", "Replace"}, {"pattern", {{"String", "ab"}}}, {"content", "X"}}, {"aab", "abab", "b"}),
+            "aXXXb");
+  // Strip works on each token.
+  const nlohmann::json strip = {{"type", "Strip"}, {"content", " "}, {"start", 2}, {"stop", 1}};
+  EXPECT_EQ(decode_with(strip, {"  a  ", "  b "}), "a b");
+  EXPECT_EQ(decode_with({{"type", "Sequence"}, {"decoders", {{{"type", "Fuse"}}, strip}}}, {"  a  ", "  b "}), "a    b");
+  // Where tokenizers panics (stripping more than the token holds), the token becomes empty.
+  EXPECT_EQ(decode_with({{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 1}}, {" ", "x"}), "x");
+  // The Metaspace decoder drops every "▁" of the first token, unless prepend_scheme is "never".
+  const nlohmann::json first = {{"type", "Metaspace"}, {"replacement", meta}, {"prepend_scheme", "first"}, {"split", false}};
+  const nlohmann::json never = {{"type", "Metaspace"}, {"replacement", meta}, {"prepend_scheme", "never"}, {"split", false}};
+  EXPECT_EQ(decode_with(first, ms({"_a_b", "_c"})), "ab c");
+  EXPECT_EQ(decode_with(first, ms({"__", "_a"})), " a");
+  EXPECT_EQ(decode_with(never, ms({"__", "_a"})), "   a");
+  // Llama-2 / Mistral: Replace, ByteFallback, Fuse, then Strip one leading space of the whole text.
+  const nlohmann::json llama = {
+      {"type", "Sequence"},
+      {"decoders",
+       {{{"type", "Replace"}, {"pattern", {{"String", meta}}}, {"content", " "}},
+        {{"type", "ByteFallback"}},
+        {{"type", "Fuse"}},
+        {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}}}};
+  EXPECT_EQ(decode_with(llama, ms({"_", "<0x20>", "_a"})), "  a");
+  EXPECT_EQ(decode_with(llama, ms({"<0x20>", "a"})), "a");
+  EXPECT_EQ(decode_with(llama, ms({"_Hello", "_world"})), "Hello world");
+  // No decoder: tokens joined with spaces; an empty Sequence: concatenated.
+  EXPECT_EQ(decode_with(nullptr, {"a", "b"}), "a b");
+  EXPECT_EQ(decode_with({{"type", "Sequence"}, {"decoders", nlohmann::json::array()}}, {"a", "b"}), "ab");
+  EXPECT_THROW((void)Decoder::from_json({{"type", "Strip"}, {"content", "  "}, {"start", 1}, {"stop", 0}}), InvalidArgument);
+  EXPECT_THROW((void)Decoder::from_json({{"type", "Strip"}, {"content", " "}, {"start", -1}, {"stop", 0}}), InvalidArgument);
+  EXPECT_THROW((void)Decoder::from_json({{"type", "Strip"}, {"start", 1}, {"stop", 0}}), InvalidArgument);
+  EXPECT_THROW((void)Decoder::from_json({{"type", "CTC"}}), NotImplemented);
 }

@@ -1,6 +1,8 @@
 // HfTokenizer against golden data from the `tokenizers` package
 // (tools/scripts/make_tokenizer_golden.py): identical ids and strings on >= 1,000 strings per
-// pre-tokenization style.
+// style: byte-level (gpt2, gpt2_prefix, qwen2, llama3) and SentencePiece-style with byte fallback
+// (llama2: legacy Prepend/Replace normalizer; mistral: Metaspace "first"; metaspace_unk: Metaspace
+// "always" with split, missing byte tokens, the Metaspace decoder).
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -78,7 +80,8 @@ TEST_P(GoldenTokenizer, EncodeAndDecodeMatchTheTokenizersPackage) {
   EXPECT_EQ(failures, 0u) << name << ": " << failures << " of " << rows.size() << " golden rows differ";
 }
 
-INSTANTIATE_TEST_SUITE_P(Styles, GoldenTokenizer, ::testing::Values("gpt2", "gpt2_prefix", "qwen2", "llama3"));
+INSTANTIATE_TEST_SUITE_P(Styles, GoldenTokenizer,
+                         ::testing::Values("gpt2", "gpt2_prefix", "qwen2", "llama3", "llama2", "mistral", "metaspace_unk"));
 
 namespace {
 
@@ -103,6 +106,30 @@ TEST(HfTokenizerProperties, ByteLevelRoundTripsArbitraryText) {
     for (int trial = 0; trial < 300; ++trial) {
       const auto text = random_text(gen, gen() % 64);
       ASSERT_EQ(tokenizer.decode(tokenizer.encode(text, false), false), text) << style << " " << escaped(text);
+    }
+  }
+}
+
+TEST(HfTokenizerProperties, SentencePieceRoundTripsAndDecodesAnyIds) {
+  // Legacy Llama-2: the normalizer's "▁"s (one per space, one in front) become exactly the spaces
+  // again, byte fallback covers every character, and Strip drops the one in front.
+  const auto llama2 = HfTokenizer::from_file(data_dir / "llama2.tokenizer.json");
+  std::mt19937 gen(11);
+  for (int trial = 0; trial < 300; ++trial) {
+    const auto text = random_text(gen, gen() % 64);
+    if (text.find("<s>") != std::string::npos || text.find("</s>") != std::string::npos) continue;
+    ASSERT_EQ(llama2.decode(llama2.encode(text, false), false), text) << escaped(text);
+  }
+  // Any ids decode to valid UTF-8, broken byte-token runs included.
+  for (const char* style : {"llama2", "mistral", "metaspace_unk"}) {
+    const auto tokenizer = HfTokenizer::from_file(data_dir / (std::string(style) + ".tokenizer.json"));
+    for (int trial = 0; trial < 500; ++trial) {
+      std::vector<TokenId> ids(gen() % 10);
+      for (auto& id : ids) id = static_cast<TokenId>(gen() % (trial % 2 ? 260 : tokenizer.vocab_size()));
+      for (const bool skip : {false, true}) {
+        const auto text = tokenizer.decode(ids, skip);
+        ASSERT_FALSE(verl::model::detail::find_invalid_utf8(text).has_value()) << style << " " << nlohmann::json(ids).dump();
+      }
     }
   }
 }

@@ -14,6 +14,16 @@ trained vocabulary):
   qwen2        NFC normalizer + Split(Qwen2 regex) + ByteLevel(use_regex=false); ChatML specials
   llama3       Split(Llama-3 regex) + ByteLevel(use_regex=false), ignore_merges, a
                TemplateProcessing post-processor that prepends <|begin_of_text|>
+and three SentencePiece-style BPE tokenizers with byte_fallback, laid out like Llama-2 (<unk> <s> </s>
+at ids 0-2, then <0x00>..<0xFF> as ordinary vocabulary entries, then the learned pieces; a small
+limit_alphabet leaves many characters to byte fallback):
+  llama2         the legacy normalizer Sequence[Prepend("▁"), Replace(" " -> "▁")], no pre-tokenizer,
+                 fuse_unk, decoder Sequence[Replace("▁" -> " "), ByteFallback, Fuse, Strip(" ", 1, 0)],
+                 TemplateProcessing prepending <s>
+  mistral        no normalizer, Metaspace(prepend_scheme "first", split false) (trained on whole lines,
+                 so pieces also span words and whitespace runs), the same decoder and post-processor
+  metaspace_unk  Metaspace(prepend_scheme "always", split true), some byte tokens missing (so unk is
+                 used, with fuse_unk false), the Metaspace decoder alone (byte tokens decode literally)
 and writes, for each, <name>.tokenizer.json and <name>.golden.jsonl with one line per string
 (>= 1,000 strings: Unicode incl. CJK, emoji, combining marks, RTL, whitespace runs, digits and long
 numbers, contractions, special tokens embedded in text, the empty string):
@@ -21,7 +31,8 @@ numbers, contractions, special tokens embedded in text, the empty string):
    "decoded" (decode(ids_plain) with skip_special_tokens=False; only when != text),
    "decoded_skip" (the same with True; only when != decoded)}
 and lines {"decode_ids", "decoded", "decoded_skip"} decoding random id sequences (partial UTF-8
-byte tokens included, so U+FFFD replacement is checked too).
+byte tokens included, so U+FFFD replacement is checked too; for the SentencePiece styles also runs
+of <0xXX> tokens: whole characters, cut characters, random bytes, between other tokens).
 
 With --nfc-tables it also regenerates include/verl/model/tokenizer/detail/nfc_tables.hpp, the
 Unicode data (from Python's unicodedata) behind our NFC normalizer (Qwen2's tokenizer.json uses one).
@@ -231,6 +242,110 @@ def train(name, corpus):
     return tokenizer
 
 
+SENTENCEPIECE_SPECIALS = ["<unk>", "<s>", "</s>"]
+# metaspace_unk lacks these byte tokens: 4-byte lead bytes (emoji and other astral characters
+# become <unk>) and some continuation bytes.
+MISSING_BYTES = {"metaspace_unk": set(range(0xF0, 0x100)) | set(range(0x80, 0x88))}
+
+
+def train_sentencepiece(name, corpus):
+    split = name != "mistral"
+    tokenizer = Tokenizer(models.BPE(unk_token="<unk>", fuse_unk=(name != "metaspace_unk"), byte_fallback=True))
+    tokenizer.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="always", split=split)
+    trainer = trainers.BpeTrainer(vocab_size=1000, min_frequency=2, special_tokens=SENTENCEPIECE_SPECIALS,
+                                  limit_alphabet=100, show_progress=False)
+    tokenizer.train_from_iterator(corpus, trainer=trainer)
+
+    # Llama-2's vocabulary layout: the specials, the 256 byte tokens, then the learned pieces.
+    data = json.loads(tokenizer.to_str())
+    learned = [token for token, _ in sorted(data["model"]["vocab"].items(), key=lambda item: item[1])
+               if token not in SENTENCEPIECE_SPECIALS]
+    missing = MISSING_BYTES.get(name, set())
+    byte_tokens = [f"<0x{b:02X}>" for b in range(256) if b not in missing]
+    vocab = {token: i for i, token in enumerate(SENTENCEPIECE_SPECIALS + byte_tokens + learned)}
+    data["model"]["vocab"] = vocab
+    data["added_tokens"] = [{"id": vocab[content], "content": content, "single_word": False, "lstrip": False,
+                             "rstrip": False, "normalized": False, "special": True}
+                            for content in SENTENCEPIECE_SPECIALS]
+    tokenizer = Tokenizer.from_str(json.dumps(data))
+
+    sentencepiece_decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(),
+                                               decoders.Fuse(), decoders.Strip(" ", 1, 0)])
+    if name == "llama2":
+        tokenizer.normalizer = normalizers.Sequence([normalizers.Prepend("\u2581"), normalizers.Replace(" ", "\u2581")])
+        tokenizer.pre_tokenizer = None
+        tokenizer.decoder = sentencepiece_decoder
+    elif name == "mistral":
+        tokenizer.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="first", split=False)
+        tokenizer.decoder = sentencepiece_decoder
+    else:
+        tokenizer.decoder = decoders.Metaspace(replacement="\u2581", prepend_scheme="always", split=True)
+    if name in ("llama2", "mistral"):
+        tokenizer.post_processor = processors.TemplateProcessing(single="<s> $A", pair="<s> $A <s> $B:1",
+                                                                 special_tokens=[("<s>", vocab["<s>"])])
+    return tokenizer
+
+
+# Text for the SentencePiece styles on top of golden_strings(): the meta symbol and byte-token
+# spellings typed as text, characters that are rare or absent in the corpus (byte fallback, unk).
+SENTENCEPIECE_EDGE_CASES = [
+    "\u2581", "\u2581\u2581", " \u2581", "\u2581 ", "\u2581a", "a\u2581b", "a \u2581 b", "<0x41>", "<0xE4><0xB8>",
+    "<unk>", "<unk><unk>", "x<unk>y", "<s><s>", "</s> </s>", " <s>", "<s> ", "a<s>b", "  <s>  ",
+    "\U0010ffff\U0010fffe", "\U0001d11e", "\ua66e", "\U00013000\U00013001", "a\U0001f600b", "\U0001f600" * 3,
+    "\u00e9\U0001f600\u4e2d", "\U0001f600\u00e9\U0001f600", "\u4e2d\U0001f600", "\u03a9\U0001f600\u03a9",
+    "\u0800\u07ff", "\u00ff\u0100", "  two leading", "two trailing  ", "   ", "\t", "\n", " \n ", "a\u3000b",
+    "\u00a0", "x" * 300, "ab " * 120,
+]
+RARE_CHARACTER_RANGES = [(0x0100, 0x024F), (0x0370, 0x03FF), (0x0400, 0x04FF), (0x0590, 0x06FF), (0x0900, 0x0DFF),
+                         (0x1E00, 0x1EFF), (0x2000, 0x2BFF), (0x3040, 0x30FF), (0x4E00, 0x9FFF), (0xAC00, 0xD7A3),
+                         (0x1F300, 0x1FAFF), (0x10000, 0x1007F), (0xE000, 0xE0FF)]
+
+
+def sentencepiece_strings(seed):
+    rng = random.Random(seed)
+    strings = list(SENTENCEPIECE_EDGE_CASES)
+    for _ in range(150):
+        pieces = []
+        for _ in range(rng.randint(1, 8)):
+            if rng.random() < 0.5:
+                first, last = rng.choice(RARE_CHARACTER_RANGES)
+                pieces.append("".join(chr(rng.randint(first, last)) for _ in range(rng.randint(1, 4))))
+            else:
+                pieces.append(rng.choice(ENGLISH + WHITESPACE + SENTENCEPIECE_SPECIALS))
+        strings.append(rng.choice(["", " ", "  "]) + rng.choice([" ", "", "  "]).join(pieces))
+    return strings
+
+
+def byte_run_rows(tokenizer, seed):
+    """Decoding runs of <0xXX> tokens: whole UTF-8 characters, cut ones, random bytes, mixed with
+    other tokens and specials (ByteFallback turns a broken run into one U+FFFD per byte)."""
+    rng = random.Random(seed)
+    vocab = tokenizer.get_vocab()
+    byte_ids = {b: vocab[f"<0x{b:02X}>"] for b in range(256) if f"<0x{b:02X}>" in vocab}
+    others = sorted(i for token, i in vocab.items() if not (token.startswith("<0x") and len(token) == 6))
+    rows = []
+    for _ in range(200):
+        ids = []
+        for _ in range(rng.randint(1, 6)):
+            kind = rng.random()
+            if kind < 0.55:
+                first, last = rng.choice(RARE_CHARACTER_RANGES + [(0x20, 0x7E), (0x80, 0x7FF)])
+                data = chr(rng.randint(first, last)).encode("utf-8")
+                if rng.random() < 0.3:
+                    data = data[:rng.randint(1, len(data))] if rng.random() < 0.5 else data[rng.randint(0, len(data) - 1):]
+            elif kind < 0.7:
+                data = bytes(rng.randrange(256) for _ in range(rng.randint(1, 3)))
+            else:
+                data = b""
+                ids.append(rng.choice(others))
+            ids.extend(byte_ids[b] for b in data if b in byte_ids)
+        if not ids:
+            ids = [rng.choice(others)]
+        rows.append({"decode_ids": ids, "decoded": tokenizer.decode(ids, skip_special_tokens=False),
+                     "decoded_skip": tokenizer.decode(ids, skip_special_tokens=True)})
+    return rows
+
+
 def special_strings(name):
     return {
         "gpt2": ["<|endoftext|>"],
@@ -238,6 +353,9 @@ def special_strings(name):
         "qwen2": ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>"],
         "llama3": ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>",
                    "<|reserved_special_token_0|>"],
+        "llama2": SENTENCEPIECE_SPECIALS,
+        "mistral": SENTENCEPIECE_SPECIALS,
+        "metaspace_unk": SENTENCEPIECE_SPECIALS,
     }[name]
 
 
@@ -501,6 +619,18 @@ def main():
         strings = golden_strings(special_strings(name), seed=seed)
         assert len(strings) >= 1000, len(strings)
         write_jsonl(os.path.join(out, f"{name}.golden.jsonl"), golden_rows(tokenizer, strings, seed=seed + 1000))
+        print(f"{name}: vocab {tokenizer.get_vocab_size()}, {len(strings)} strings")
+
+    for seed, name in enumerate(["llama2", "mistral", "metaspace_unk"], start=200):
+        tokenizer = train_sentencepiece(name, corpus)
+        path = os.path.join(out, f"{name}.tokenizer.json")
+        tokenizer.save(path, pretty=True)
+        tokenizer = Tokenizer.from_file(path)
+        strings = list(dict.fromkeys(golden_strings(special_strings(name), seed=seed) +
+                                     sentencepiece_strings(seed=seed + 500)))
+        assert len(strings) >= 1000, len(strings)
+        rows = golden_rows(tokenizer, strings, seed=seed + 1000) + byte_run_rows(tokenizer, seed=seed + 2000)
+        write_jsonl(os.path.join(out, f"{name}.golden.jsonl"), rows)
         print(f"{name}: vocab {tokenizer.get_vocab_size()}, {len(strings)} strings")
 
     rows = []

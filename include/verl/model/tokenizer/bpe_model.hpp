@@ -65,8 +65,9 @@ class BpeCache {
 
 }  // namespace detail
 
-/// Byte-level BPE as tokenizer.json describes it (byte_fallback false, no dropout, no
-/// continuing-subword prefix or end-of-word suffix; unk_token optional).
+/// BPE as tokenizer.json describes it: byte-level (GPT-2 style) or SentencePiece style with
+/// byte_fallback (a character outside the vocabulary becomes its UTF-8 bytes as <0xXX> tokens);
+/// unk_token and fuse_unk optional; no dropout, continuing-subword prefix or end-of-word suffix.
 class BpeModel {
  public:
   BpeModel() = default;
@@ -90,9 +91,6 @@ class BpeModel {
       VERL_CHECK_ARG(found->is_string(), "tokenizer.json model.{}: expected a string, got {}", key, found->dump());
       return found->get<std::string>();
     };
-    if (flag("byte_fallback")) {
-      ::verl::detail::throw_not_implemented("tokenizer.json model.byte_fallback: only false is supported");
-    }
     if (!string_or_empty("continuing_subword_prefix").empty() || !string_or_empty("end_of_word_suffix").empty()) {
       ::verl::detail::throw_not_implemented(
           "tokenizer.json model: continuing_subword_prefix / end_of_word_suffix are not supported");
@@ -107,6 +105,7 @@ class BpeModel {
     BpeModel bpe;
     bpe.ignore_merges_ = flag("ignore_merges");
     bpe.fuse_unk_ = flag("fuse_unk");
+    bpe.byte_fallback_ = flag("byte_fallback");
     const auto vocab = model.find("vocab");
     VERL_CHECK_ARG(vocab != model.end() && vocab->is_object(), "tokenizer.json model.vocab: expected an object");
     bpe.vocab_.reserve(vocab->size());
@@ -141,6 +140,13 @@ class BpeModel {
       VERL_CHECK_ARG(found != bpe.vocab_.end(), "tokenizer.json model.unk_token: '{}' is not in the vocabulary", unk);
       bpe.unk_id_ = found->second;
     }
+    if (bpe.byte_fallback_) {
+      static constexpr char hex[] = "0123456789ABCDEF";
+      for (std::size_t byte = 0; byte < 256; ++byte) {
+        const char name[] = {'<', '0', 'x', hex[byte >> 4], hex[byte & 15], '>'};
+        if (const auto id = bpe.token_to_id(std::string_view(name, sizeof(name)))) bpe.byte_ids_[byte] = *id;
+      }
+    }
     return bpe;
   }
 
@@ -148,6 +154,7 @@ class BpeModel {
   [[nodiscard]] std::size_t id_space() const { return id_to_token_.size(); }
   [[nodiscard]] std::size_t size() const { return vocab_.size(); }
   [[nodiscard]] std::size_t merge_count() const { return merges_.size(); }
+  [[nodiscard]] bool byte_fallback() const { return byte_fallback_; }
 
   [[nodiscard]] std::optional<std::int32_t> token_to_id(std::string_view token) const {
     const auto found = vocab_.find(token);
@@ -248,8 +255,10 @@ class BpeModel {
     symbols.clear();
     queue.clear();
 
-    // One symbol per character; characters outside the vocabulary become unk (fused if asked)
-    // or, without an unk token, are dropped, as tokenizers does.
+    // One symbol per character. A character outside the vocabulary becomes its byte tokens
+    // (byte_fallback, when all of them exist), else unk (fused if asked) or, without an unk token,
+    // nothing. As in tokenizers, byte tokens do not flush a pending unk: it lands after them, and
+    // fuses with a later unk across them.
     bool pending_unk = false;
     auto push_symbol = [&](std::int32_t id) {
       const auto index = static_cast<std::int32_t>(symbols.size());
@@ -263,6 +272,11 @@ class BpeModel {
         if (pending_unk) push_symbol(*unk_id_);
         pending_unk = false;
         push_symbol(*id);
+      } else if (byte_fallback_ && std::all_of(word.begin() + static_cast<std::ptrdiff_t>(begin),
+                                               word.begin() + static_cast<std::ptrdiff_t>(pos), [&](char byte) {
+                                                 return byte_ids_[static_cast<unsigned char>(byte)] >= 0;
+                                               })) {
+        for (std::size_t k = begin; k < pos; ++k) push_symbol(byte_ids_[static_cast<unsigned char>(word[k])]);
       } else if (unk_id_) {
         if (pending_unk && !fuse_unk_) push_symbol(*unk_id_);
         pending_unk = true;
@@ -317,6 +331,12 @@ class BpeModel {
   std::optional<std::int32_t> unk_id_;
   bool ignore_merges_ = false;
   bool fuse_unk_ = false;
+  bool byte_fallback_ = false;
+  std::array<std::int32_t, 256> byte_ids_ = [] {  ///< byte_fallback: the id of <0xXX>, or -1
+    std::array<std::int32_t, 256> ids{};
+    ids.fill(-1);
+    return ids;
+  }();
   std::shared_ptr<detail::BpeCache> cache_ = std::make_shared<detail::BpeCache>();
 };
 

@@ -1,5 +1,5 @@
 // The Tokenizer concept: what rollout, datasets and the trainer need from a tokenizer, met by the
-// Hugging Face byte-level BPE tokenizer (HfTokenizer) and the character tokenizer
+// Hugging Face BPE tokenizer (HfTokenizer) and the character tokenizer
 // (CharTokenizer) alike.
 #pragma once
 

@@ -1,13 +1,20 @@
-// A Hugging Face `tokenizer.json` (byte-level BPE: GPT-2, Qwen2, Llama-3 and their relatives),
-// encoding and decoding exactly as the `tokenizers` package does.
+// A Hugging Face `tokenizer.json` with a BPE model, encoding and decoding exactly as the
+// `tokenizers` package does. Two families are supported:
+//   byte-level BPE (GPT-2, Qwen2, Llama-3 and their relatives): NFC, Split / ByteLevel
+//     pre-tokenizers, ByteLevel decoder;
+//   SentencePiece-style BPE with byte_fallback (Llama-2, Mistral <= v0.3, TinyLlama): either the
+//     legacy normalizer Sequence[Prepend("▁"), Replace(" " -> "▁")] without a pre-tokenizer, or a
+//     Metaspace pre-tokenizer (prepend_scheme first / always / never, split or not); decoders
+//     Replace, ByteFallback, Fuse, Strip, Metaspace.
 //
-//   text -> cut out added tokens (raw, then after normalization) -> normalizer (NFC) ->
-//   pre-tokenizer (Split / ByteLevel) -> BPE per word -> post-processor (e.g. prepend <bos>)
-//   ids  -> token strings (skipping special tokens on request) -> ByteLevel decoder -> text
+//   text -> cut out added tokens (raw, then after normalization) -> normalizer, per piece between
+//   added tokens -> pre-tokenizer -> BPE per word -> post-processor (e.g. prepend <bos>)
+//   ids  -> token strings (skipping special tokens on request) -> decoder chain -> text
 //
-// Unsupported components (WordPiece/Unigram models, byte fallback, other normalizers,
-// pre-tokenizers, decoders or post-processors) throw verl::NotImplemented when the file is
-// loaded. Unlike tokenizers, decode() rejects ids outside the vocabulary instead of dropping them.
+// Unsupported components (WordPiece/Unigram models, BPE dropout, other normalizers,
+// pre-tokenizers, decoders or post-processors, Replace with a regex) throw verl::NotImplemented
+// when the file is loaded. Unlike tokenizers, decode() rejects ids outside the vocabulary instead
+// of dropping them.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -25,6 +32,7 @@
 #include "verl/model/tokenizer/added_vocabulary.hpp"
 #include "verl/model/tokenizer/bpe_model.hpp"
 #include "verl/model/tokenizer/concept.hpp"
+#include "verl/model/tokenizer/decoder.hpp"
 #include "verl/model/tokenizer/detail/byte_level.hpp"
 #include "verl/model/tokenizer/detail/unicode.hpp"
 #include "verl/model/tokenizer/normalizer.hpp"
@@ -102,7 +110,7 @@ class HfTokenizer {
       tokenizer.normalizer_ = Normalizer::from_json(json.value("normalizer", nlohmann::json()));
       tokenizer.pre_tokenizer_ = PreTokenizer::from_json(json.value("pre_tokenizer", nlohmann::json()));
       tokenizer.template_.append(json.value("post_processor", nlohmann::json()));
-      tokenizer.parse_decoder(json.value("decoder", nlohmann::json()));
+      tokenizer.decoder_ = Decoder::from_json(json.value("decoder", nlohmann::json()));
       const Normalizer& normalizer = tokenizer.normalizer_;
       tokenizer.added_ = AddedVocabulary::from_json(
           json.value("added_tokens", nlohmann::json()), [&](std::string_view content) { return normalizer.apply(content); });
@@ -151,6 +159,8 @@ class HfTokenizer {
     std::vector<TextSegment> normalized_segments;
     added_.split(text, /*normalized_pass=*/false, raw_segments);
     for (const TextSegment& raw : raw_segments) {
+      // Metaspace's prepend_scheme "first" marks only the text at offset 0 of the input.
+      const bool raw_at_start = raw.text.data() == text.data();
       if (raw.is_added_token()) {
         ids.push_back(raw.added_token_id);
         continue;
@@ -164,7 +174,8 @@ class HfTokenizer {
           ids.push_back(segment.added_token_id);
           continue;
         }
-        pre_tokenizer_.run(segment.text, [&](std::string_view word) { model_.tokenize(word, ids); });
+        const bool at_start = raw_at_start && segment.text.data() == piece.data();
+        pre_tokenizer_.run(segment.text, [&](std::string_view word) { model_.tokenize(word, ids); }, at_start);
       }
     }
     if (add_special_tokens) ids.insert(ids.end(), template_.suffix.begin(), template_.suffix.end());
@@ -173,11 +184,17 @@ class HfTokenizer {
 
   /// Text of `ids`. With skip_special_tokens, special added tokens are left out (the default of
   /// the tokenizers package; transformers' decode defaults to false). Bytes that do not form
-  /// valid UTF-8 (a multi-byte character cut between tokens) become U+FFFD.
+  /// valid UTF-8 (a multi-byte character cut between tokens) become U+FFFD, as the decoder says
+  /// (ByteLevel: per invalid sequence; ByteFallback: per byte of a broken run of <0xXX> tokens).
   [[nodiscard]] std::string decode(std::span<const TokenId> ids, bool skip_special_tokens = true) const {
+    const bool byte_level = decoder_.is_byte_level();
     std::string bytes;
-    bytes.reserve(ids.size() * 4);
-    bool first = true;
+    std::vector<std::string> tokens;
+    if (byte_level) {
+      bytes.reserve(ids.size() * 4);
+    } else {
+      tokens.reserve(ids.size());
+    }
     for (std::size_t i = 0; i < ids.size(); ++i) {
       const TokenId id = ids[i];
       const auto kind = id >= 0 && static_cast<std::size_t>(id) < id_kinds_.size() ? id_kinds_[static_cast<std::size_t>(id)]
@@ -185,12 +202,13 @@ class HfTokenizer {
       VERL_CHECK_ARG(kind != IdKind::absent, "ids[{}]: expected a token id in the vocabulary [0, {}), got {}", i,
                      vocab_size(), id);
       if (skip_special_tokens && kind == IdKind::special) continue;
-      // Without a decoder, tokenizers joins the token strings with spaces.
-      if (!byte_level_decoder_ && !first) bytes += ' ';
-      bytes += decoded_[static_cast<std::size_t>(id)];
-      first = false;
+      if (byte_level) {
+        bytes += decoded_[static_cast<std::size_t>(id)];
+      } else {
+        tokens.push_back(decoded_[static_cast<std::size_t>(id)]);
+      }
     }
-    return byte_level_decoder_ ? detail::utf8_lossy(bytes) : bytes;
+    return byte_level ? detail::utf8_lossy(bytes) : decoder_.decode(std::move(tokens));
   }
 
   /// One past the largest id (model vocabulary and added tokens).
@@ -223,13 +241,15 @@ class HfTokenizer {
   [[nodiscard]] const AddedVocabulary& added_vocabulary() const { return added_; }
   [[nodiscard]] const BpeModel& model() const { return model_; }
   [[nodiscard]] const PreTokenizer& pre_tokenizer() const { return pre_tokenizer_; }
+  [[nodiscard]] const Normalizer& normalizer() const { return normalizer_; }
+  [[nodiscard]] const Decoder& decoder() const { return decoder_; }
 
  private:
   enum class IdKind : std::uint8_t { absent, regular, special };
 
-  /// What each id decodes to, computed once: the token's bytes under the ByteLevel decoder (or
-  /// its text without one), and whether skip_special_tokens drops it. As in tokenizers, a token
-  /// is special when its string is a special added token's content.
+  /// What each id decodes to, computed once: the token's bytes under the ByteLevel decoder (else
+  /// the token string the decoder chain starts from), and whether skip_special_tokens drops it.
+  /// As in tokenizers, a token is special when its string is a special added token's content.
   void build_decode_table() {
     const auto& tables = detail::byte_level_tables();
     const std::size_t size = vocab_size();
@@ -240,7 +260,7 @@ class HfTokenizer {
       decoded_[id].clear();  // an added token may reuse a model id
       // Tokens spelled in byte characters give their bytes; others (e.g. added tokens with
       // characters outside the byte alphabet) their UTF-8 text.
-      if (!byte_level_decoder_ || !tables.decode(token, decoded_[id])) decoded_[id] = token;
+      if (!decoder_.is_byte_level() || !tables.decode(token, decoded_[id])) decoded_[id] = token;
     };
     for (std::size_t id = 0; id < size; ++id) {
       if (const std::string* token = model_.id_to_token(static_cast<TokenId>(id))) set(id, *token);
@@ -250,31 +270,15 @@ class HfTokenizer {
     }
   }
 
-  void parse_decoder(const nlohmann::json& json) {
-    if (json.is_null()) return;
-    VERL_CHECK_ARG(json.is_object() && json.contains("type") && json["type"].is_string(),
-                   "tokenizer.json decoder: expected null or an object with a 'type', got {}", json.dump());
-    const auto& type = json["type"].get_ref<const std::string&>();
-    if (type == "ByteLevel") {
-      byte_level_decoder_ = true;
-    } else if (type == "Sequence" && json.contains("decoders") && json["decoders"].is_array() &&
-               json["decoders"].size() == 1) {
-      parse_decoder(json["decoders"][0]);
-    } else {
-      ::verl::detail::throw_not_implemented(
-          "tokenizer.json decoder: {} is not supported (supported: ByteLevel, or a Sequence of it)", json.dump());
-    }
-  }
-
   BpeModel model_;
   Normalizer normalizer_;
   PreTokenizer pre_tokenizer_;
   detail::SingleSequenceTemplate template_;
   AddedVocabulary added_;
-  bool byte_level_decoder_ = false;
+  Decoder decoder_;
   SpecialTokenIds special_ids_;
   std::vector<IdKind> id_kinds_;     ///< by id
-  std::vector<std::string> decoded_;  ///< by id: bytes (ByteLevel decoder) or text
+  std::vector<std::string> decoded_;  ///< by id: bytes (ByteLevel decoder) or the token string
 };
 
 static_assert(Tokenizer<HfTokenizer>);

@@ -2,8 +2,10 @@
 //
 // Supported: ByteLevel (GPT-2: optional prefix space, the GPT-2 regex, the byte -> character
 // map), Split (a regex or literal with tokenizers' five delimiter behaviours and `invert`; the
-// Qwen2 and Llama-3 patterns) and Sequence. Each step maps every current piece to new pieces and
-// drops empty ones, like tokenizers' PreTokenizedString.
+// Qwen2 and Llama-3 patterns), Metaspace (SentencePiece style: spaces -> "▁", a "▁" prepended
+// by prepend_scheme, optional split before each "▁"; Mistral, newer Llama-2 conversions) and
+// Sequence. Each step maps every current piece to new pieces and drops empty ones, like
+// tokenizers' PreTokenizedString.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -20,6 +22,7 @@
 #include "verl/core/error.hpp"
 #include "verl/model/tokenizer/detail/byte_level.hpp"
 #include "verl/model/tokenizer/detail/pcre2_regex.hpp"
+#include "verl/model/tokenizer/detail/unicode.hpp"
 
 namespace verl::model {
 
@@ -193,9 +196,98 @@ struct ByteLevelStep {
   }
 };
 
+/// Metaspace's prepend_scheme: when a "▁" goes in front of a piece that does not start with one.
+enum class PrependScheme { always, first, never };
+
+/// The options Metaspace shares between its pre-tokenizer and decoder forms.
+struct MetaspaceOptions {
+  std::string replacement = "\u2581";  ///< one character, UTF-8
+  PrependScheme prepend_scheme = PrependScheme::always;
+  bool split = true;
+
+  /// Reads the fields as tokenizers does: prepend_scheme defaults to "always"; a legacy
+  /// add_prefix_space=false must come with prepend_scheme "never"; split defaults to true.
+  static MetaspaceOptions from_json(const nlohmann::json& json, std::string_view where) {
+    MetaspaceOptions options;
+    const auto replacement = json.find("replacement");
+    VERL_CHECK_ARG(replacement != json.end() && replacement->is_string(),
+                   "tokenizer.json {} Metaspace.replacement: expected a one-character string", where);
+    options.replacement = replacement->get<std::string>();
+    VERL_CHECK_ARG(detail::is_single_code_point(options.replacement),
+                   "tokenizer.json {} Metaspace.replacement: expected one character, got \"{}\"", where,
+                   options.replacement);
+    if (const auto scheme = json.find("prepend_scheme"); scheme != json.end() && !scheme->is_null()) {
+      const std::string name = scheme->is_string() ? scheme->get<std::string>() : scheme->dump();
+      if (name == "always") {
+        options.prepend_scheme = PrependScheme::always;
+      } else if (name == "first") {
+        options.prepend_scheme = PrependScheme::first;
+      } else if (name == "never") {
+        options.prepend_scheme = PrependScheme::never;
+      } else {
+        ::verl::detail::throw_invalid_argument(
+            "tokenizer.json {} Metaspace.prepend_scheme: expected \"first\", \"always\" or \"never\", got {}", where,
+            scheme->dump());
+      }
+    }
+    if (const auto add = json.find("add_prefix_space"); add != json.end() && !add->is_null()) {
+      VERL_CHECK_ARG(add->is_boolean(), "tokenizer.json {} Metaspace.add_prefix_space: expected a boolean", where);
+      VERL_CHECK_ARG(add->get<bool>() || options.prepend_scheme == PrependScheme::never,
+                     "tokenizer.json {} Metaspace: add_prefix_space false does not match prepend_scheme (expected "
+                     "\"never\")",
+                     where);
+    }
+    if (const auto split = json.find("split"); split != json.end() && !split->is_null()) {
+      VERL_CHECK_ARG(split->is_boolean(), "tokenizer.json {} Metaspace.split: expected a boolean", where);
+      options.split = split->get<bool>();
+    }
+    return options;
+  }
+};
+
+/// Metaspace: every ' ' becomes the replacement ("▁"), one is prepended as prepend_scheme says
+/// ("first": only to the piece at the very start of the input, not to text after an added
+/// token), then, with split, the piece is cut before each replacement character.
+struct MetaspaceStep {
+  MetaspaceOptions options;
+
+  /// Calls emit(word) for each resulting word (the view is valid during the call only).
+  /// `at_text_start`: whether the piece begins at offset 0 of the text being encoded.
+  template <class Emit>
+  void run(std::string_view piece, bool at_text_start, Emit&& emit) const {
+    const std::string_view replacement = options.replacement;
+    std::string out;
+    out.reserve(piece.size() + 2 * replacement.size());
+    const bool prepend = !piece.starts_with(replacement) && !piece.starts_with(' ') &&
+                         (options.prepend_scheme == PrependScheme::always ||
+                          (options.prepend_scheme == PrependScheme::first && at_text_start));
+    if (prepend) out.append(replacement);
+    for (const char c : piece) {
+      if (c == ' ') {
+        out.append(replacement);
+      } else {
+        out.push_back(c);
+      }
+    }
+    if (!options.split) {
+      emit(std::string_view(out));
+      return;
+    }
+    // Split before each replacement character, which starts the next piece (MergedWithNext).
+    const std::string_view text = out;
+    std::size_t begin = 0;
+    for (std::size_t at = text.find(replacement, 1); at != std::string_view::npos;
+         at = text.find(replacement, at + replacement.size())) {
+      emit(text.substr(begin, at - begin));
+      begin = at;
+    }
+    if (begin < text.size()) emit(text.substr(begin));
+  }
+};
+
 class PreTokenizer {
  public:
-  using Step = std::variant<SplitStep, ByteLevelStep>;
+  using Step = std::variant<SplitStep, ByteLevelStep, MetaspaceStep>;
 
   PreTokenizer() = default;
 
@@ -212,30 +304,47 @@ class PreTokenizer {
   }
 
   /// Calls on_word(word) for every word of `text` (valid UTF-8), in order. A word view is valid
-  /// during the call only.
+  /// during the call only. `at_text_start`: whether `text` begins at offset 0 of the input (false
+  /// for text after an added token), which Metaspace's prepend_scheme "first" looks at.
   template <class OnWord>
-  void run(std::string_view text, OnWord&& on_word) const {
+  void run(std::string_view text, OnWord&& on_word, bool at_text_start = true) const {
     if (text.empty()) return;
     if (steps_.empty()) {
       on_word(text);
       return;
     }
     // Pieces between steps are views: into `text` or into strings a step produced, kept in a
-    // deque (stable addresses) until the last step has run.
+    // deque (stable addresses) until the last step has run. Only the first piece can begin at
+    // the start of the input: it does while no step has cut anything off the front.
     std::vector<std::string_view> current{text};
     std::vector<std::string_view> next;
     std::deque<std::string> produced;
+    bool first_at_start = at_text_start;
     for (std::size_t k = 0; k < steps_.size(); ++k) {
       const bool last = k + 1 == steps_.size();
-      for (const std::string_view piece : current) {
+      for (std::size_t i = 0; i < current.size(); ++i) {
+        const std::string_view piece = current[i];
+        const bool piece_at_start = i == 0 && first_at_start;
         std::visit(
             [&](const auto& step) {
+              using StepType = std::decay_t<decltype(step)>;
+              auto call = [&](auto&& emit) {
+                if constexpr (std::is_same_v<StepType, MetaspaceStep>) {
+                  step.run(piece, piece_at_start, emit);
+                } else {
+                  step.run(piece, emit);
+                }
+              };
               if (last) {
-                step.run(piece, on_word);
-              } else if constexpr (std::is_same_v<std::decay_t<decltype(step)>, SplitStep>) {
-                step.run(piece, [&](std::string_view word) { next.push_back(word); });
+                call(on_word);
+              } else if constexpr (std::is_same_v<StepType, SplitStep>) {
+                call([&](std::string_view word) { next.push_back(word); });
+                // Split's pieces are views into `piece`; the first starts the input unless a prefix was dropped.
+                if (piece_at_start) first_at_start = !next.empty() && next.front().data() == piece.data();
               } else {
-                step.run(piece, [&](std::string_view word) { next.push_back(produced.emplace_back(word)); });
+                // ByteLevel and Metaspace keep all of a piece, so their first word starts where it does.
+                call([&](std::string_view word) { next.push_back(produced.emplace_back(word)); });
+                if (piece_at_start) first_at_start = !next.empty();
               }
             },
             steps_[k]);
@@ -246,9 +355,9 @@ class PreTokenizer {
   }
 
   /// The words of `text` as strings (tests, debugging).
-  [[nodiscard]] std::vector<std::string> words(std::string_view text) const {
+  [[nodiscard]] std::vector<std::string> words(std::string_view text, bool at_text_start = true) const {
     std::vector<std::string> out;
-    run(text, [&](std::string_view word) { out.emplace_back(word); });
+    run(text, [&](std::string_view word) { out.emplace_back(word); }, at_text_start);
     return out;
   }
 
@@ -286,9 +395,13 @@ class PreTokenizer {
       step.behavior = parse_split_behavior(json["behavior"].get_ref<const std::string&>());
       step.invert = json.value("invert", false);
       steps_.emplace_back(std::move(step));
+    } else if (type == "Metaspace") {
+      steps_.emplace_back(MetaspaceStep{MetaspaceOptions::from_json(json, "pre_tokenizer")});
     } else {
       ::verl::detail::throw_not_implemented(
-          "tokenizer.json pre_tokenizer: type '{}' is not supported (supported: ByteLevel, Split, Sequence)", type);
+          "tokenizer.json pre_tokenizer: type '{}' is not supported (supported: ByteLevel, Split, Metaspace, "
+          "Sequence)",
+          type);
     }
   }
 

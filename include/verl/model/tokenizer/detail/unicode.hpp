@@ -116,6 +116,11 @@ inline std::optional<std::size_t> find_invalid_utf8(std::string_view bytes) {
   return std::nullopt;
 }
 
+/// Whether `text` is valid UTF-8 holding exactly one code point (a Rust `char` in tokenizer.json).
+inline bool is_single_code_point(std::string_view text) {
+  return !text.empty() && !find_invalid_utf8(text) && utf8_length(static_cast<unsigned char>(text[0])) == text.size();
+}
+
 /// Bytes to text, replacing each maximal invalid subsequence by U+FFFD: what Rust's
 /// String::from_utf8_lossy (the tokenizers decoders) and Python's errors="replace" produce.
 inline std::string utf8_lossy(std::string_view bytes) {
