@@ -154,3 +154,44 @@ TEST(PretrainedTokenizer, LoadsSpecialTokensAndChatTemplateFromTheFolder) {
     EXPECT_NE(std::string(error.what()).find("eos_token"), std::string::npos) << error.what();
   }
 }
+
+TEST(PretrainedTokenizer, UnrecognizedChatTemplatesRenderThroughJinja) {
+  TempDir folder;
+  fs::copy_file(data_dir / "qwen2.tokenizer.json", folder.path() / "tokenizer.json");
+  const auto sources = read_json(data_dir / "jinja_templates.json");
+  const std::string qwen3 = sources["official"]["qwen3"]["template"].get<std::string>();
+  ASSERT_FALSE(detect_chat_template(qwen3).has_value());
+  nlohmann::json config = {{"eos_token", "<|im_end|>"}, {"chat_template", qwen3}};
+  std::ofstream(folder.path() / "tokenizer_config.json") << config.dump();
+  const auto loaded = load_pretrained_tokenizer(folder.path());
+  ASSERT_TRUE(loaded.chat_template.has_value());
+  EXPECT_EQ(loaded.chat_template->name(), "jinja");
+  EXPECT_EQ(std::get<JinjaChatTemplate>(loaded.chat_template->get()).eos_token(), "<|im_end|>");
+
+  // Byte for byte what jinja2 renders (tools/scripts/make_jinja_golden.py) for plain conversations.
+  std::size_t checked = 0;
+  for (const auto& row : read_jsonl(data_dir / "jinja.golden.jsonl")) {
+    if (!row.contains("template") || row["template"] != "qwen3" || !row.contains("text") || !row["context"].empty()) continue;
+    bool plain = true;
+    for (const auto& message : row["messages"]) plain = plain && message.size() == 2 && message["content"].is_string();
+    if (!plain) continue;
+    EXPECT_EQ(loaded.apply_chat_template(messages_of(row["messages"]), row["add_generation_prompt"].get<bool>()),
+              row["text"].get<std::string>())
+        << row.dump();
+    ++checked;
+  }
+  EXPECT_GE(checked, 20u);
+
+  // A template that does not parse is reported with the file, the key and the position.
+  config["chat_template"] = "{% if messages %}never closed";
+  std::ofstream(folder.path() / "tokenizer_config.json") << config.dump();
+  try {
+    (void)load_pretrained_tokenizer(folder.path());
+    FAIL() << "expected an exception";
+  } catch (const InvalidArgument& error) {
+    const std::string message = error.what();
+    EXPECT_NE(message.find("tokenizer_config.json"), std::string::npos) << message;
+    EXPECT_NE(message.find("chat_template"), std::string::npos) << message;
+    EXPECT_NE(message.find("endif"), std::string::npos) << message;
+  }
+}

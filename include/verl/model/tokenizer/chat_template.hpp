@@ -1,11 +1,12 @@
-// Chat templates for verl's `prompt` message lists ([{role, content}, ...]): the ChatML family
-// (Qwen2) and Llama-3, producing exactly the strings transformers' apply_chat_template renders
-// from those models' Jinja templates (no Jinja engine: the two templates' semantics are
-// written out here).
+// Chat templates for verl's `prompt` message lists ([{role, content}, ...]), producing exactly
+// the strings transformers' apply_chat_template renders: two fast renderers written out by hand,
+// the ChatML family (Qwen2) and Llama-3, and JinjaChatTemplate (jinja_chat_template.hpp), which
+// runs any model's Jinja template with jinja2's semantics.
 //
-// Each template is a policy type (ChatMLTemplate, Llama3Template) satisfying ChatTemplate; the
-// registry make_chat_template("chatml" | "qwen2" | "llama3") and detect_chat_template(jinja)
-// give the same templates at run time.
+// Each template is a policy type (ChatMLTemplate, Llama3Template, JinjaChatTemplate) satisfying
+// ChatTemplate; the registry make_chat_template("chatml" | "qwen2" | "llama3") and
+// detect_chat_template(jinja), which recognises the sources the fast renderers reproduce, give
+// them at run time, and AnyChatTemplate holds any of them.
 #pragma once
 
 #include <concepts>
@@ -18,23 +19,11 @@
 #include <vector>
 
 #include "verl/core/error.hpp"
+#include "verl/model/tokenizer/chat_message.hpp"
+#include "verl/model/tokenizer/jinja_chat_template.hpp"
 #include "verl/model/tokenizer/detail/unicode.hpp"
 
 namespace verl::model {
-
-/// One chat message, as in verl's `prompt` column.
-struct ChatMessage {
-  std::string role;
-  std::string content;
-  friend bool operator==(const ChatMessage&, const ChatMessage&) = default;
-};
-
-/// render(messages, add_generation_prompt) -> the prompt text; `name` is the registry name.
-template <class T>
-concept ChatTemplate = requires(const T& chat_template, std::span<const ChatMessage> messages, bool flag) {
-  { T::name } -> std::convertible_to<std::string_view>;
-  { chat_template.render(messages, flag) } -> std::same_as<std::string>;
-};
 
 /// ChatML: "<|im_start|>{role}\n{content}<|im_end|>\n" per message, then
 /// "<|im_start|>assistant\n" when asking for a generation. With a default system prompt (Qwen2
@@ -87,11 +76,12 @@ struct Llama3Template {
 
 static_assert(ChatTemplate<ChatMLTemplate>);
 static_assert(ChatTemplate<Llama3Template>);
+static_assert(ChatTemplate<JinjaChatTemplate>);
 
 /// One of the chat templates, chosen at run time.
 class AnyChatTemplate {
  public:
-  using Variant = std::variant<ChatMLTemplate, Llama3Template>;
+  using Variant = std::variant<ChatMLTemplate, Llama3Template, JinjaChatTemplate>;
 
   template <ChatTemplate T>
   AnyChatTemplate(T chat_template) : template_(std::move(chat_template)) {}  // NOLINT: implicit by design
@@ -136,10 +126,11 @@ inline std::string unescape_jinja_literal(std::string_view text) {
 
 }  // namespace detail
 
-/// Recognizes a tokenizer_config.json "chat_template" (Jinja source) that renders like one of
-/// ours: ChatML templates (with the default system prompt they embed, if any) and the Llama-3
-/// Instruct template. Returns nullopt for anything else (e.g. Llama-3.1's, which adds dated
-/// system text, or templates with reasoning blocks such as Qwen3's), rather than guessing.
+/// Recognizes a tokenizer_config.json "chat_template" (Jinja source) that one of the fast
+/// renderers reproduces: ChatML templates (with the default system prompt they embed, if any) and
+/// the Llama-3 Instruct template. Returns nullopt for anything else (e.g. Llama-3.1's, which adds
+/// dated system text, or templates with reasoning blocks such as Qwen3's), rather than guessing;
+/// those render through JinjaChatTemplate (load_pretrained_tokenizer does this).
 inline std::optional<AnyChatTemplate> detect_chat_template(std::string_view jinja,
                                                            std::string_view bos_token = "<|begin_of_text|>") {
   if (jinja.find("<think>") != std::string_view::npos) return std::nullopt;

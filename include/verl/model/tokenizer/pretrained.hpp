@@ -1,5 +1,7 @@
 // A Hugging Face model folder's tokenizer: tokenizer.json plus, when present,
-// tokenizer_config.json (bos/eos/pad tokens and the chat template).
+// tokenizer_config.json (bos/eos/pad tokens and the chat template). The chat template renders
+// through JinjaChatTemplate, as transformers' apply_chat_template does, or through one of the fast
+// renderers (detect_chat_template) where that gives the same text on probe conversations.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -20,15 +22,15 @@ namespace verl::model {
 
 struct PretrainedTokenizer {
   HfTokenizer tokenizer;
-  std::optional<AnyChatTemplate> chat_template;  ///< nullopt when absent or not recognized
+  std::optional<AnyChatTemplate> chat_template;  ///< nullopt when tokenizer_config.json gives none
   std::optional<std::string> chat_template_source;  ///< the Jinja source, when given
 
   /// The prompt text for `messages` (what apply_chat_template(..., tokenize=False) returns).
   [[nodiscard]] std::string apply_chat_template(std::span<const ChatMessage> messages,
                                                 bool add_generation_prompt = true) const {
     VERL_CHECK_ARG(chat_template.has_value(),
-                   "chat_template: this tokenizer has no chat template we recognize (supported: ChatML, Llama-3); "
-                   "pass one explicitly with make_chat_template()");
+                   "chat_template: this tokenizer has no chat template (tokenizer_config.json has no 'chat_template'); "
+                   "pass one explicitly with make_chat_template() or JinjaChatTemplate");
     return chat_template->render(messages, add_generation_prompt);
   }
   /// The prompt ids, tokenized as verl's RLHFDataset does (no extra special tokens: the template
@@ -50,6 +52,26 @@ inline std::optional<std::string> special_token_content(const nlohmann::json& co
   VERL_CHECK_ARG(found->is_object() && found->contains("content") && (*found)["content"].is_string(),
                  "{}: key '{}': expected a string or an object with 'content', got {}", source, key, found->dump());
   return (*found)["content"].get<std::string>();
+}
+
+/// Whether `fast` renders a few typical conversations (system or not, multi-turn, white space at
+/// the edges of contents, both add_generation_prompt values) exactly as `exact` does.
+inline bool renders_like(const AnyChatTemplate& fast, const JinjaChatTemplate& exact) {
+  const std::vector<std::vector<ChatMessage>> probes = {
+      {{"user", "Hello there! What is 2 + 3?"}},
+      {{"system", "You are terse."}, {"user", " 2 + 2? "}, {"assistant", "4\n"}, {"user", "And 3 + 3?"}},
+      {{"user", "first"}, {"assistant", "second"}, {"user", "\tthird\n"}},
+  };
+  try {
+    for (const auto& messages : probes) {
+      for (const bool add_generation_prompt : {false, true}) {
+        if (fast.render(messages, add_generation_prompt) != exact.render(messages, add_generation_prompt)) return false;
+      }
+    }
+  } catch (const InvalidArgument&) {
+    return false;  // the template refuses a probe (say, a system message): keep the template itself
+  }
+  return true;
 }
 
 /// Applies tokenizer_config.json: special token ids and the chat template.
@@ -82,8 +104,18 @@ inline void apply_tokenizer_config(const nlohmann::json& config, const std::stri
       }
     }
     if (!jinja.empty()) {
-      const std::string bos = detail::special_token_content(config, "bos_token", source).value_or("<|begin_of_text|>");
-      loaded.chat_template = detect_chat_template(jinja, bos);
+      const auto bos = detail::special_token_content(config, "bos_token", source);
+      const auto eos = detail::special_token_content(config, "eos_token", source);
+      std::optional<JinjaChatTemplate> exact;
+      try {
+        exact.emplace(jinja, bos, eos);
+      } catch (const InvalidArgument& error) {
+        ::verl::detail::throw_invalid_argument("{}: key 'chat_template': {}", source, error.what());
+      }
+      // detect_chat_template goes by the source's text; its fast renderer is kept only when it
+      // renders the probe conversations exactly as the template itself does.
+      const auto fast = detect_chat_template(jinja, bos.value_or("<|begin_of_text|>"));
+      loaded.chat_template = fast && renders_like(*fast, *exact) ? *fast : AnyChatTemplate(std::move(*exact));
       loaded.chat_template_source = std::move(jinja);
     }
   }
