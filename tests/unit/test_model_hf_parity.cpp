@@ -109,7 +109,8 @@ TEST_P(HfParity, GradientsMatchTransformersAutograd) {
   EXPECT_EQ(compared, static_cast<int>(grads["parameters"].size()));
 }
 
-INSTANTIATE_TEST_SUITE_P(TinyModels, HfParity, ::testing::Values("tiny-qwen2", "tiny-llama", "tiny-qwen3", "tiny-qwen2-sliding", "tiny-mistral"));
+INSTANTIATE_TEST_SUITE_P(TinyModels, HfParity, ::testing::Values("tiny-qwen2", "tiny-llama", "tiny-qwen3", "tiny-qwen2-sliding", "tiny-mistral",
+                                                          "tiny-llama2"));
 
 class CheckpointTest : public ::testing::Test {
  protected:

@@ -8,7 +8,8 @@
 For each model (a Qwen2-architecture one with q/k/v biases and tied embeddings, a Llama one with
 grouped-query attention, an explicit head_dim, llama3 rope scaling and an untied LM head, a Qwen3
 one with per-head q/k norms, attention biases on q/k/v/o and an explicit head_dim, a Qwen2 one
-whose later layers attend through a sliding window of 4 keys, a Mistral one with a window of 5) it
+whose later layers attend through a sliding window of 4 keys, a Mistral one with a window of 5, a
+Llama one with a SentencePiece-style tokenizer and Mistral-Instruct-v0.1's [INST] chat template) it
   * builds the model from a config with a fixed seed (weights drawn wider than transformers' 0.02
     so that logits are far apart and greedy decoding is robust to float rounding; norm weights and
     biases are randomized too so that they are exercised), rounds the weights to bfloat16 and saves
@@ -161,6 +162,31 @@ MODELS = {
         chat_template="llama3",
         seed=9753,
     ),
+    # SentencePiece-style tokenizer (byte fallback, Metaspace) and a Jinja-only chat template
+    # (Mistral-7B-Instruct-v0.1's [INST] format, from tests/data/tokenizer/jinja_templates.json).
+    "tiny-llama2": dict(
+        tokenizer="mistral",
+        config=dict(
+            model_type="llama",
+            vocab_size=1280,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=64,
+            rope_theta=10000.0,
+            rms_norm_eps=1e-6,
+            tie_word_embeddings=False,
+            bos_token_id=1,
+            eos_token_id=2,
+            pad_token_id=0,
+            architectures=["LlamaForCausalLM"],
+        ),
+        special=dict(bos_token="<s>", eos_token="</s>", unk_token="<unk>", pad_token="<unk>"),
+        chat_template="mistral_7b_instruct_v0_1",
+        seed=2468,
+    ),
 }
 
 PROMPT_LENGTHS = [3, 5, 8]  # left-padded to the longest
@@ -260,6 +286,9 @@ def write_tokenizer(folder, spec):
     target.unlink(missing_ok=True)
     target.symlink_to(os.path.relpath(TOKENIZERS / f"{spec['tokenizer']}.tokenizer.json", folder))
     templates = json.loads((TOKENIZERS / "chat_template_sources.json").read_text())
+    # Templates only the Jinja engine renders come from its golden corpus.
+    jinja = json.loads((TOKENIZERS / "jinja_templates.json").read_text())["official"]
+    templates.update({name: entry["template"] for name, entry in jinja.items() if name not in templates})
     config = {"tokenizer_class": "PreTrainedTokenizerFast", "chat_template": templates[spec["chat_template"]],
               "model_max_length": spec["config"]["max_position_embeddings"], "clean_up_tokenization_spaces": False}
     config.update({key: value for key, value in spec["special"].items() if value is not None})

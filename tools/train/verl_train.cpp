@@ -27,6 +27,7 @@
 #include "verl/trainer/config.hpp"
 #include "verl/trainer/config_yaml.hpp"
 #include "verl/trainer/ppo_trainer.hpp"
+#include "verl/trainer/prompt_chat_template.hpp"
 
 #ifdef VERL_TRAIN_WITH_MPI
 #include "verl/parallel/mpi_communicator.hpp"
@@ -67,8 +68,8 @@ std::vector<fs::path> paths_of(const std::vector<std::string>& files) {
   return out;
 }
 
-/// The chat template of the tokenizer folder (or data.custom_chat_template's family), else the
-/// messages' contents joined: what RLHFDataset renders prompts with.
+/// The chat template (trainer::prompt_chat_template), else the messages' contents joined: what RLHFDataset
+/// renders prompts with.
 struct Formatter {
   std::optional<model::AnyChatTemplate> chat;
   [[nodiscard]] std::string render(std::span<const model::ChatMessage> messages, bool add_generation_prompt) const {
@@ -149,9 +150,7 @@ int run(int argc, char** argv) {
                                       ? expand_home(*config.actor_rollout_ref.model.tokenizer_path)
                                       : model_path;
   const model::PretrainedTokenizer tokenizer = model::load_pretrained_tokenizer(tokenizer_path);
-  Formatter formatter{tokenizer.chat_template};
-  if (config.actor_rollout_ref.model.custom_chat_template)
-    formatter.chat = model::make_chat_template(*config.actor_rollout_ref.model.custom_chat_template);
+  const Formatter formatter{trainer::prompt_chat_template(config, tokenizer)};
 
   const bool use_critic = config.critic.enable.value_or(algorithm.needs_critic());
   VERL_CHECK_ARG(use_critic || !algorithm.needs_critic(),

@@ -12,6 +12,8 @@
 // recipes (DAPO: data.gen_batch_size, algorithm.filter_groups, reward_model.overlong_buffer).
 #pragma once
 
+#include <nlohmann/json.hpp>
+
 #include <concepts>
 #include <cstdint>
 #include <optional>
@@ -64,6 +66,8 @@ struct CheckpointContentsConfig {
 struct ModelSection {
   std::string path = "~/models/deepseek-llm-7b-chat";
   std::optional<std::string> tokenizer_path;
+  /// A Jinja chat template that replaces the tokenizer's (as in verl), or one of verl-cpp's
+  /// registry names: chatml, qwen2, llama3.
   std::optional<std::string> custom_chat_template;
   friend bool operator==(const ModelSection&, const ModelSection&) = default;
 };
@@ -271,6 +275,9 @@ struct DataConfig {
   bool validation_shuffle = false;
   bool filter_overlong_prompts = false;
   data::Truncation truncation = data::Truncation::error;
+  /// Extra variables for the chat template (e.g. {enable_thinking: false} for Qwen3), as verl
+  /// passes them to apply_chat_template.
+  nlohmann::ordered_json apply_chat_template_kwargs = nlohmann::ordered_json::object();
   friend bool operator==(const DataConfig&, const DataConfig&) = default;
 };
 
@@ -362,6 +369,7 @@ void visit_fields(Config& config, Visitor&& v) {
   v("data.validation_shuffle", d.validation_shuffle);
   v("data.filter_overlong_prompts", d.filter_overlong_prompts);
   v("data.truncation", d.truncation);
+  v("data.apply_chat_template_kwargs", d.apply_chat_template_kwargs);
 
   auto& m = config.actor_rollout_ref.model;
   v("actor_rollout_ref.model.path", m.path);

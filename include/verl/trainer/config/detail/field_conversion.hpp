@@ -5,7 +5,9 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
 
+#include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <optional>
@@ -131,6 +133,53 @@ std::string read(const ConfigNode& node, std::optional<T>& out) {
   return {};
 }
 
+/// A free-form value (say data.apply_chat_template_kwargs): unquoted scalars are typed as YAML
+/// does (true/false, integers, floats), anything else is a string.
+inline std::string read(const ConfigNode& node, nlohmann::ordered_json& out) {
+  switch (node.kind) {
+    case ConfigNode::Kind::null: out = nullptr; return {};
+    case ConfigNode::Kind::scalar: {
+      const std::string& text = node.text;
+      if (node.quoted) {
+        out = text;
+      } else if (text == "true" || text == "True") {
+        out = true;
+      } else if (text == "false" || text == "False") {
+        out = false;
+      } else if (std::int64_t integer = 0;
+                 std::from_chars(text.data(), text.data() + text.size(), integer) ==
+                     std::from_chars_result{text.data() + text.size(), std::errc()}) {
+        out = integer;
+      } else if (double number = 0.0; !text.empty() && std::from_chars(text.data(), text.data() + text.size(), number) ==
+                                                           std::from_chars_result{text.data() + text.size(), std::errc()}) {
+        out = number;
+      } else {
+        out = text;
+      }
+      return {};
+    }
+    case ConfigNode::Kind::list: {
+      out = nlohmann::ordered_json::array();
+      for (std::size_t i = 0; i < node.items.size(); ++i) {
+        nlohmann::ordered_json item;
+        if (auto error = read(node.items[i], item); !error.empty()) return fmt::format("element {}: {}", i, error);
+        out.push_back(std::move(item));
+      }
+      return {};
+    }
+    case ConfigNode::Kind::map: {
+      out = nlohmann::ordered_json::object();
+      for (const auto& [key, value] : node.entries) {
+        nlohmann::ordered_json item;
+        if (auto error = read(value, item); !error.empty()) return fmt::format("key {}: {}", key, error);
+        out[key] = std::move(item);
+      }
+      return {};
+    }
+  }
+  return "expected a value, " + describe(node);
+}
+
 // ---- writing values back in the override grammar ----------------------------------------------
 
 inline std::string quote(std::string_view text) {
@@ -163,6 +212,21 @@ std::string write(const std::vector<T>& values) {
 template <class T>
 std::string write(const std::optional<T>& value) {
   return value ? write(*value) : std::string("null");
+}
+inline std::string write(const nlohmann::ordered_json& value) {
+  if (value.is_null()) return "null";
+  if (value.is_boolean()) return write(value.get<bool>());
+  if (value.is_number_integer()) return write(value.get<std::int64_t>());
+  if (value.is_number()) return write(value.get<double>());
+  if (value.is_string()) return quote(value.get_ref<const std::string&>());
+  std::string out = value.is_array() ? "[" : "{";
+  bool first = true;
+  for (auto item = value.begin(); item != value.end(); ++item, first = false) {
+    if (!first) out += ", ";
+    if (value.is_object()) out += item.key() + ": ";
+    out += write(*item);
+  }
+  return out + (value.is_array() ? "]" : "}");
 }
 
 }  // namespace verl::trainer::detail

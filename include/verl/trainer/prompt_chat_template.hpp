@@ -1,0 +1,49 @@
+// Which chat template renders the dataset's prompts, decided as verl decides it.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "verl/core/error.hpp"
+#include "verl/model/tokenizer/chat_template.hpp"
+#include "verl/model/tokenizer/jinja_chat_template.hpp"
+#include "verl/model/tokenizer/pretrained.hpp"
+#include "verl/trainer/config/ppo_config.hpp"
+
+namespace verl::trainer {
+
+/// The template prompts render with, as verl decides it: actor_rollout_ref.model.custom_chat_template
+/// (Jinja source, or one of verl-cpp's registry names) over the tokenizer's own, and
+/// data.apply_chat_template_kwargs as extra template variables.
+inline std::optional<model::AnyChatTemplate> prompt_chat_template(const PPOConfig& config,
+                                                                  const model::PretrainedTokenizer& tokenizer) {
+  const auto& custom = config.actor_rollout_ref.model.custom_chat_template;
+  const auto& kwargs = config.data.apply_chat_template_kwargs;
+  const bool has_kwargs = kwargs.is_object() && !kwargs.empty();
+  VERL_CHECK_ARG(kwargs.is_object(), "data.apply_chat_template_kwargs: expected a mapping, got {}", kwargs.dump());
+  constexpr std::array<std::string_view, 3> registry = {"chatml", "qwen2", "llama3"};
+  if (custom && std::ranges::find(registry, *custom) != registry.end()) {
+    // These templates read no variables beyond the messages, so kwargs change nothing (as in verl).
+    return model::make_chat_template(*custom);
+  }
+  const std::optional<std::string> source = custom ? custom : tokenizer.chat_template_source;
+  if (!source) {
+    VERL_CHECK_ARG(!has_kwargs, "data.apply_chat_template_kwargs: the tokenizer has no chat template to pass {} to",
+                   kwargs.dump());
+    return tokenizer.chat_template;
+  }
+  if (!custom && !has_kwargs) return tokenizer.chat_template;  // the loader's choice (fast or Jinja)
+  auto token = [&](std::optional<model::TokenId> id) { return id ? tokenizer.tokenizer.id_to_token(*id) : std::nullopt; };
+  const auto& special = tokenizer.tokenizer.special_ids();
+  try {
+    return model::JinjaChatTemplate(*source, token(special.bos), token(special.eos), kwargs);
+  } catch (const InvalidArgument& error) {
+    if (!custom) throw;
+    ::verl::detail::throw_invalid_argument("actor_rollout_ref.model.custom_chat_template: {}", error.what());
+  }
+}
+
+}  // namespace verl::trainer
