@@ -4,7 +4,8 @@
 //
 //   verl_generate --model DIR (--prompt TEXT | --prompt-ids 1,2,3) [--max-new-tokens N]
 //                 [--temperature T] [--top-k K] [--top-p P] [--seed S] [-n N] [--threads N]
-//                 [--dtype float32|bfloat16] [--no-chat-template] [--print-ids]
+//                 [--dtype float32|bfloat16] [--no-chat-template] [--chat-template-kwargs JSON]
+//                 [--print-ids]
 #include <charconv>
 #include <cstdio>
 #include <cstdlib>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "verl/model/checkpoint.hpp"
 #include "verl/model/tokenizer/pretrained.hpp"
@@ -30,6 +32,8 @@ Generates from a Hugging Face model folder (config.json, model.safetensors or sh
   --prompt TEXT        a user message, rendered with the folder's chat template (if any) and tokenized
   --prompt-ids IDS     comma-separated prompt token ids (no tokenizer needed)
   --no-chat-template   tokenize --prompt as plain text
+  --chat-template-kwargs JSON
+                       extra chat template variables, e.g. '{"enable_thinking": false}' (Qwen3)
   --max-new-tokens N   response length limit (default 32)
   --temperature T      0 = greedy (default 1.0)
   --top-k K            sample from the K most likely tokens (default -1: all)
@@ -47,6 +51,7 @@ struct Arguments {
   std::optional<std::string> prompt;
   std::optional<std::vector<verl::model::TokenId>> prompt_ids;
   bool chat_template = true;
+  nlohmann::ordered_json chat_template_kwargs = nlohmann::ordered_json::object();
   bool print_ids = false;
   unsigned threads = 0;
   verl::model::DecodePrecision precision = verl::model::DecodePrecision::float32;
@@ -104,6 +109,15 @@ Arguments parse(int argc, char** argv) {
       args.prompt_ids = parse_ids(value());
     } else if (flag == "--no-chat-template") {
       args.chat_template = false;
+    } else if (flag == "--chat-template-kwargs") {
+      try {
+        args.chat_template_kwargs = nlohmann::ordered_json::parse(value());
+      } catch (const nlohmann::json::exception& error) {
+        fail_usage(fmt::format("--chat-template-kwargs: expected a JSON object, got invalid JSON ({})", error.what()));
+      }
+      if (!args.chat_template_kwargs.is_object()) {
+        fail_usage(fmt::format("--chat-template-kwargs: expected a JSON object, got {}", args.chat_template_kwargs.dump()));
+      }
     } else if (flag == "--max-new-tokens") {
       args.sampling.max_response_length = parse_number<std::int64_t>(flag, value());
     } else if (flag == "--temperature") {
@@ -152,6 +166,10 @@ int run(const Arguments& args) {
   std::vector<model::TokenId> prompt;
   if (args.prompt_ids) {
     prompt = *args.prompt_ids;
+  } else if (args.chat_template && !args.chat_template_kwargs.empty()) {
+    const model::ChatMessage message{"user", *args.prompt};
+    const std::string text = tokenizer->chat_template_with(args.chat_template_kwargs).render(std::span(&message, 1), true);
+    prompt = tokenizer->tokenizer.encode(text, false);
   } else if (args.chat_template && tokenizer->chat_template) {
     const model::ChatMessage message{"user", *args.prompt};
     prompt = tokenizer->encode_chat(std::span(&message, 1));

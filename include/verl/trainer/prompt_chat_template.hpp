@@ -29,19 +29,17 @@ inline std::optional<model::AnyChatTemplate> prompt_chat_template(const PPOConfi
     // These templates read no variables beyond the messages, so kwargs change nothing (as in verl).
     return model::make_chat_template(*custom);
   }
-  const std::optional<std::string> source = custom ? custom : tokenizer.chat_template_source;
-  if (!source) {
-    VERL_CHECK_ARG(!has_kwargs, "data.apply_chat_template_kwargs: the tokenizer has no chat template to pass {} to",
-                   kwargs.dump());
-    return tokenizer.chat_template;
+  if (!custom) {
+    if (!has_kwargs) return tokenizer.chat_template;  // the loader's choice (fast or Jinja)
+    try {
+      return tokenizer.chat_template_with(kwargs);
+    } catch (const InvalidArgument& error) {
+      ::verl::detail::throw_invalid_argument("data.apply_chat_template_kwargs: {}", error.what());
+    }
   }
-  if (!custom && !has_kwargs) return tokenizer.chat_template;  // the loader's choice (fast or Jinja)
-  auto token = [&](std::optional<model::TokenId> id) { return id ? tokenizer.tokenizer.id_to_token(*id) : std::nullopt; };
-  const auto& special = tokenizer.tokenizer.special_ids();
   try {
-    return model::JinjaChatTemplate(*source, token(special.bos), token(special.eos), kwargs);
+    return tokenizer.jinja_chat_template(*custom, kwargs);
   } catch (const InvalidArgument& error) {
-    if (!custom) throw;
     ::verl::detail::throw_invalid_argument("actor_rollout_ref.model.custom_chat_template: {}", error.what());
   }
 }

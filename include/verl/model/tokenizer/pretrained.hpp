@@ -33,6 +33,26 @@ struct PretrainedTokenizer {
                    "pass one explicitly with make_chat_template() or JinjaChatTemplate");
     return chat_template->render(messages, add_generation_prompt);
   }
+  /// The folder's chat template with extra template variables (transformers'
+  /// apply_chat_template(..., **kwargs); e.g. {"enable_thinking": false} for Qwen3), rendered
+  /// through its Jinja source.
+  [[nodiscard]] JinjaChatTemplate chat_template_with(const nlohmann::ordered_json& variables) const {
+    VERL_CHECK_ARG(chat_template_source.has_value(),
+                   "chat template variables {}: this tokenizer has no chat template (tokenizer_config.json has no "
+                   "'chat_template')",
+                   variables.dump());
+    return jinja_chat_template(*chat_template_source, variables);
+  }
+  /// Another Jinja chat template (say, verl's custom_chat_template) with this tokenizer's bos and
+  /// eos tokens and the given variables.
+  [[nodiscard]] JinjaChatTemplate jinja_chat_template(std::string_view source,
+                                                      const nlohmann::ordered_json& variables = {}) const {
+    VERL_CHECK_ARG(variables.is_null() || variables.is_object(),
+                   "chat template variables: expected a JSON object, got {}", variables.dump());
+    auto token = [&](std::optional<TokenId> id) { return id ? tokenizer.id_to_token(*id) : std::nullopt; };
+    const auto special = tokenizer.special_ids();
+    return JinjaChatTemplate(source, token(special.bos), token(special.eos), variables);
+  }
   /// The prompt ids, tokenized as verl's RLHFDataset does (no extra special tokens: the template
   /// already wrote them).
   [[nodiscard]] std::vector<TokenId> encode_chat(std::span<const ChatMessage> messages,
