@@ -195,3 +195,41 @@ TEST(PretrainedTokenizer, UnrecognizedChatTemplatesRenderThroughJinja) {
     EXPECT_NE(message.find("endif"), std::string::npos) << message;
   }
 }
+
+TEST(PretrainedTokenizer, ChatTemplateJinjaFileTakesPrecedence) {
+  // transformers >= 4.51 saves the template as chat_template.jinja beside tokenizer_config.json,
+  // and reads that file first.
+  TempDir folder;
+  fs::copy_file(data_dir / "qwen2.tokenizer.json", folder.path() / "tokenizer.json");
+  const auto sources = read_json(data_dir / "jinja_templates.json");
+  const std::string qwen3 = sources["official"]["qwen3"]["template"].get<std::string>();
+  std::ofstream(folder.path() / "chat_template.jinja") << qwen3;
+  const std::vector<ChatMessage> messages = {{"user", "What is 2 + 3?"}};
+  std::string expected;
+  for (const auto& row : read_jsonl(data_dir / "jinja.golden.jsonl")) {
+    if (row.value("template", "") == "qwen3" && row["context"].empty() && row["messages"].size() == 1 &&
+        row["messages"][0]["content"] == messages[0].content && row["add_generation_prompt"] == true && row.contains("text")) {
+      expected = row["text"].get<std::string>();
+    }
+  }
+  ASSERT_FALSE(expected.empty());
+
+  // Alone (no tokenizer_config.json) ...
+  EXPECT_EQ(load_pretrained_tokenizer(folder.path()).apply_chat_template(messages, true), expected);
+  // ... and over a tokenizer_config.json template.
+  const nlohmann::json config = {{"eos_token", "<|im_end|>"}, {"chat_template", "{{ 'from the config' }}"}};
+  std::ofstream(folder.path() / "tokenizer_config.json") << config.dump();
+  const auto loaded = load_pretrained_tokenizer(folder.path());
+  EXPECT_EQ(loaded.apply_chat_template(messages, true), expected);
+  EXPECT_EQ(loaded.chat_template_source, qwen3);
+  EXPECT_EQ(loaded.tokenizer.special_ids().eos, loaded.tokenizer.token_to_id("<|im_end|>"));
+
+  // A template file that does not parse is named in the error.
+  std::ofstream(folder.path() / "chat_template.jinja") << "{% for m in messages %}";
+  try {
+    (void)load_pretrained_tokenizer(folder.path());
+    FAIL() << "expected an exception";
+  } catch (const InvalidArgument& error) {
+    EXPECT_NE(std::string(error.what()).find("chat_template.jinja"), std::string::npos) << error.what();
+  }
+}

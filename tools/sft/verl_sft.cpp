@@ -55,7 +55,7 @@ int run(int argc, char** argv) {
   sft.set_save_hook([&](const fs::path& folder) {
     last_hf = folder / "huggingface";
     model::save_transformer(policy, last_hf);
-    for (const char* name : {"tokenizer.json", "tokenizer_config.json", "generation_config.json"}) {
+    for (const char* name : {"tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "generation_config.json"}) {
       if (fs::exists(source / name)) fs::copy_file(source / name, last_hf / name, fs::copy_options::overwrite_existing);
     }
   });

@@ -123,7 +123,8 @@ int train(const trainer::PPOConfig& config, const trainer::PPOAlgorithm& algorit
     const fs::path out = fs::path(expand_home(config.trainer.default_local_dir)) /
                          fmt::format("global_step_{}", ppo.global_step()) / "actor" / "huggingface";
     model::save_transformer(ppo.actor(), out);
-    for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json"}) {
+    for (const char* name : {"tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "special_tokens_map.json",
+                             "generation_config.json"}) {
       const fs::path from = (config.actor_rollout_ref.model.tokenizer_path ? expand_home(*config.actor_rollout_ref.model.tokenizer_path)
                                                                           : model_path) / name;
       if (fs::exists(from)) fs::copy_file(from, out / name, fs::copy_options::overwrite_existing);

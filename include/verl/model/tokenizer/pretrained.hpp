@@ -94,6 +94,22 @@ inline bool renders_like(const AnyChatTemplate& fast, const JinjaChatTemplate& e
   return true;
 }
 
+/// Makes `jinja` the tokenizer's chat template (`where` names its origin in errors). The older
+/// substring-based detect_chat_template renderer is kept only when it renders the probe
+/// conversations exactly as the template itself does.
+inline void set_chat_template(std::string jinja, const std::string& where, const std::optional<std::string>& bos,
+                              const std::optional<std::string>& eos, PretrainedTokenizer& loaded) {
+  std::optional<JinjaChatTemplate> exact;
+  try {
+    exact.emplace(jinja, bos, eos);
+  } catch (const InvalidArgument& error) {
+    ::verl::detail::throw_invalid_argument("{}: {}", where, error.what());
+  }
+  const auto fast = detect_chat_template(jinja, bos.value_or("<|begin_of_text|>"));
+  loaded.chat_template = fast && renders_like(*fast, *exact) ? *fast : AnyChatTemplate(std::move(*exact));
+  loaded.chat_template_source = std::move(jinja);
+}
+
 /// Applies tokenizer_config.json: special token ids and the chat template.
 inline void apply_tokenizer_config(const nlohmann::json& config, const std::string& source,
                                    PretrainedTokenizer& loaded) {
@@ -124,42 +140,51 @@ inline void apply_tokenizer_config(const nlohmann::json& config, const std::stri
       }
     }
     if (!jinja.empty()) {
-      const auto bos = detail::special_token_content(config, "bos_token", source);
-      const auto eos = detail::special_token_content(config, "eos_token", source);
-      std::optional<JinjaChatTemplate> exact;
-      try {
-        exact.emplace(jinja, bos, eos);
-      } catch (const InvalidArgument& error) {
-        ::verl::detail::throw_invalid_argument("{}: key 'chat_template': {}", source, error.what());
-      }
-      // detect_chat_template goes by the source's text; its fast renderer is kept only when it
-      // renders the probe conversations exactly as the template itself does.
-      const auto fast = detect_chat_template(jinja, bos.value_or("<|begin_of_text|>"));
-      loaded.chat_template = fast && renders_like(*fast, *exact) ? *fast : AnyChatTemplate(std::move(*exact));
-      loaded.chat_template_source = std::move(jinja);
+      set_chat_template(std::move(jinja), fmt::format("{}: key 'chat_template'", source),
+                        detail::special_token_content(config, "bos_token", source),
+                        detail::special_token_content(config, "eos_token", source), loaded);
     }
   }
 }
 
 }  // namespace detail
 
-/// Loads `folder`/tokenizer.json and, when present, `folder`/tokenizer_config.json.
-inline PretrainedTokenizer load_pretrained_tokenizer(const std::filesystem::path& folder) {
-  PretrainedTokenizer loaded{HfTokenizer::from_file(folder / "tokenizer.json"), std::nullopt, std::nullopt};
-  const auto config_path = folder / "tokenizer_config.json";
-  if (!std::filesystem::exists(config_path)) return loaded;
+namespace detail {
+
+/// Reads tokenizer_config.json into `loaded` (special tokens, chat template) and returns it.
+inline nlohmann::json read_tokenizer_config(const std::filesystem::path& config_path, PretrainedTokenizer& loaded) {
   const std::string source = config_path.string();
   nlohmann::json config;
   try {
-    config = nlohmann::json::parse(detail::read_text_file(config_path));
+    config = nlohmann::json::parse(read_text_file(config_path));
   } catch (const nlohmann::json::exception& error) {
     ::verl::detail::throw_invalid_argument("{}: not valid JSON ({})", source, error.what());
   }
   VERL_CHECK_ARG(config.is_object(), "{}: expected a JSON object", source);
   try {
-    detail::apply_tokenizer_config(config, source, loaded);
+    apply_tokenizer_config(config, source, loaded);
   } catch (const nlohmann::json::exception& error) {
     ::verl::detail::throw_invalid_argument("{}: malformed ({})", source, error.what());
+  }
+  return config;
+}
+
+}  // namespace detail
+
+/// Loads `folder`/tokenizer.json and, when present, `folder`/tokenizer_config.json and
+/// `folder`/chat_template.jinja (where transformers >= 4.51 saves the template; like
+/// transformers, it takes precedence over tokenizer_config.json's "chat_template").
+inline PretrainedTokenizer load_pretrained_tokenizer(const std::filesystem::path& folder) {
+  PretrainedTokenizer loaded{HfTokenizer::from_file(folder / "tokenizer.json"), std::nullopt, std::nullopt};
+  const auto config_path = folder / "tokenizer_config.json";
+  const auto template_path = folder / "chat_template.jinja";
+  nlohmann::json config = nlohmann::json::object();
+  if (std::filesystem::exists(config_path)) config = detail::read_tokenizer_config(config_path, loaded);
+  if (std::filesystem::exists(template_path)) {
+    const std::string source = config_path.string();
+    detail::set_chat_template(detail::read_text_file(template_path), template_path.string(),
+                              detail::special_token_content(config, "bos_token", source),
+                              detail::special_token_content(config, "eos_token", source), loaded);
   }
   return loaded;
 }
