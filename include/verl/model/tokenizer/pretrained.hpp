@@ -110,9 +110,10 @@ inline void set_chat_template(std::string jinja, const std::string& where, const
   loaded.chat_template_source = std::move(jinja);
 }
 
-/// Applies tokenizer_config.json: special token ids and the chat template.
+/// Applies tokenizer_config.json: special token ids and (unless a chat_template.jinja file
+/// replaces it) the chat template.
 inline void apply_tokenizer_config(const nlohmann::json& config, const std::string& source,
-                                   PretrainedTokenizer& loaded) {
+                                   PretrainedTokenizer& loaded, bool with_chat_template = true) {
   SpecialTokenIds ids;
   auto resolve = [&](std::string_view key) -> std::optional<TokenId> {
     const auto content = detail::special_token_content(config, key, source);
@@ -127,7 +128,7 @@ inline void apply_tokenizer_config(const nlohmann::json& config, const std::stri
   ids.pad = resolve("pad_token");
   loaded.tokenizer.set_special_ids(ids);
 
-  if (const auto found = config.find("chat_template"); found != config.end() && !found->is_null()) {
+  if (const auto found = config.find("chat_template"); with_chat_template && found != config.end() && !found->is_null()) {
     std::string jinja;
     if (found->is_string()) {
       jinja = found->get<std::string>();
@@ -152,7 +153,8 @@ inline void apply_tokenizer_config(const nlohmann::json& config, const std::stri
 namespace detail {
 
 /// Reads tokenizer_config.json into `loaded` (special tokens, chat template) and returns it.
-inline nlohmann::json read_tokenizer_config(const std::filesystem::path& config_path, PretrainedTokenizer& loaded) {
+inline nlohmann::json read_tokenizer_config(const std::filesystem::path& config_path, PretrainedTokenizer& loaded,
+                                            bool with_chat_template) {
   const std::string source = config_path.string();
   nlohmann::json config;
   try {
@@ -162,7 +164,7 @@ inline nlohmann::json read_tokenizer_config(const std::filesystem::path& config_
   }
   VERL_CHECK_ARG(config.is_object(), "{}: expected a JSON object", source);
   try {
-    apply_tokenizer_config(config, source, loaded);
+    apply_tokenizer_config(config, source, loaded, with_chat_template);
   } catch (const nlohmann::json::exception& error) {
     ::verl::detail::throw_invalid_argument("{}: malformed ({})", source, error.what());
   }
@@ -178,9 +180,11 @@ inline PretrainedTokenizer load_pretrained_tokenizer(const std::filesystem::path
   PretrainedTokenizer loaded{HfTokenizer::from_file(folder / "tokenizer.json"), std::nullopt, std::nullopt};
   const auto config_path = folder / "tokenizer_config.json";
   const auto template_path = folder / "chat_template.jinja";
+  const bool template_file = std::filesystem::exists(template_path);
   nlohmann::json config = nlohmann::json::object();
-  if (std::filesystem::exists(config_path)) config = detail::read_tokenizer_config(config_path, loaded);
-  if (std::filesystem::exists(template_path)) {
+  // The file's template replaces the config's, which is then neither parsed nor checked.
+  if (std::filesystem::exists(config_path)) config = detail::read_tokenizer_config(config_path, loaded, !template_file);
+  if (template_file) {
     const std::string source = config_path.string();
     detail::set_chat_template(detail::read_text_file(template_path), template_path.string(),
                               detail::special_token_content(config, "bos_token", source),
