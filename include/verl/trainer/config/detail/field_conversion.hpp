@@ -7,7 +7,6 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
-#include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <optional>
@@ -133,8 +132,8 @@ std::string read(const ConfigNode& node, std::optional<T>& out) {
   return {};
 }
 
-/// A free-form value (say data.apply_chat_template_kwargs): unquoted scalars are typed as YAML
-/// does (true/false, integers, floats), anything else is a string.
+/// A free-form value (say data.apply_chat_template_kwargs): unquoted scalars are typed as the
+/// typed fields read them (booleans, integers, numbers), anything else is a string.
 inline std::string read(const ConfigNode& node, nlohmann::ordered_json& out) {
   switch (node.kind) {
     case ConfigNode::Kind::null: out = nullptr; return {};
@@ -142,17 +141,12 @@ inline std::string read(const ConfigNode& node, nlohmann::ordered_json& out) {
       const std::string& text = node.text;
       if (node.quoted) {
         out = text;
-      } else if (text == "true" || text == "True") {
-        out = true;
-      } else if (text == "false" || text == "False") {
-        out = false;
-      } else if (std::int64_t integer = 0;
-                 std::from_chars(text.data(), text.data() + text.size(), integer) ==
-                     std::from_chars_result{text.data() + text.size(), std::errc()}) {
-        out = integer;
-      } else if (double number = 0.0; !text.empty() && std::from_chars(text.data(), text.data() + text.size(), number) ==
-                                                           std::from_chars_result{text.data() + text.size(), std::errc()}) {
-        out = number;
+      } else if (const auto flag = parse_bool(text)) {
+        out = *flag;
+      } else if (const auto integer = parse_int(text)) {
+        out = *integer;
+      } else if (const auto number = parse_double(text)) {
+        out = *number;
       } else {
         out = text;
       }
