@@ -4,6 +4,7 @@
 //   GenerateNoCache     the naive reference measured in the same run: every step recomputes the
 //                       whole sequence with a full forward pass;
 //   ForwardBackward     log-prob loss forward + backward over packed sequences, tokens per second.
+//   Gemm                the float32 products of a 30M model's forward + backward, GFLOP/s.
 // Counters also report the KV cache's bytes next to what the shapes require, and the rate at which
 // the decode loop gets through the weights (a decode step of 8 rows is bound by reading them).
 // The side-by-side with transformers / PyTorch eager is tools/scripts/bench_hf_baseline.py
@@ -13,10 +14,14 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <iterator>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "verl/algo/detail/parallel_rows.hpp"
+#include "verl/model/transformer/detail/gemm.hpp"
+#include "verl/model/transformer/detail/thread_pool.hpp"
 #include "verl/model/transformer/transformer.hpp"
 #include "verl/rollout/rollout.hpp"
 
@@ -153,9 +158,48 @@ void BM_ForwardBackward(benchmark::State& state) {
   state.SetLabel(config_label(which));
 }
 
+/// The products of one 30M forward + backward (8 x 256 tokens), as the model lays them out:
+/// activations row-major, weights (out, in) row-major used transposed, weight gradients from a
+/// transposed activation. bench_hf_baseline.py --gemm times torch.matmul on the same list.
+struct GemmShape {
+  const char* name;
+  Index m, n, k;
+  bool a_transposed, b_transposed;
+};
+constexpr GemmShape gemm_shapes[] = {
+    {"lm_head_forward", 2048, 32000, 512, false, true}, {"lm_head_input_grad", 2048, 512, 32000, false, false},
+    {"lm_head_weight_grad", 32000, 512, 2048, true, false}, {"mlp_up", 2048, 2816, 512, false, true},
+    {"mlp_down", 2048, 512, 1408, false, true}, {"mlp_up_weight_grad", 2816, 512, 2048, true, false},
+    {"qkv", 2048, 1024, 512, false, true}};
+
+void BM_Gemm(benchmark::State& state) {
+  using namespace verl::model::detail;
+  const GemmShape& shape = gemm_shapes[state.range(0)];
+  ThreadPool pool(bench_threads());  // 0: the default thread count, as the model's pool
+  std::vector<float> a(static_cast<std::size_t>(shape.m * shape.k)), b(static_cast<std::size_t>(shape.k * shape.n));
+  std::vector<float> c(static_cast<std::size_t>(shape.m * shape.n));
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  for (auto& x : a) x = uniform(rng);
+  for (auto& x : b) x = uniform(rng);
+  const Operand<float> a_op = shape.a_transposed ? transpose_of(a.data(), shape.m) : rows_of(a.data(), shape.k);
+  const Operand<float> b_op = shape.b_transposed ? transpose_of(b.data(), shape.k) : rows_of(b.data(), shape.n);
+  ThreadPool* threads = pool.size() > 1 ? &pool : nullptr;
+  // Warm-up (as the torch side's): the packing buffers are allocated by the first call.
+  gemm<float>(threads, shape.m, shape.n, shape.k, a_op, b_op, c.data(), shape.n, false);
+  for (auto _ : state) {
+    gemm<float>(threads, shape.m, shape.n, shape.k, a_op, b_op, c.data(), shape.n, false);
+    benchmark::DoNotOptimize(c.data());
+  }
+  state.counters["GFLOP_per_s"] = benchmark::Counter(2.0 * static_cast<double>(shape.m * shape.n) * static_cast<double>(shape.k) / 1e9,
+                                                     benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(shape.name);
+}
+
 BENCHMARK(BM_Generate)->ArgsProduct({{0, 1}, {0, 1}})->ArgNames({"", "bf16"})->Unit(benchmark::kMillisecond)->MinTime(2.0)->UseRealTime();
 BENCHMARK(BM_GenerateNoCache)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->MinTime(2.0)->UseRealTime();
 BENCHMARK(BM_ForwardBackward)->Args({0, 8, 256})->Args({1, 8, 256})->Unit(benchmark::kMillisecond)->MinTime(2.0)->UseRealTime();
+BENCHMARK(BM_Gemm)->DenseRange(0, std::size(gemm_shapes) - 1)->Unit(benchmark::kMillisecond)->MinTime(1.0)->UseRealTime();
 
 }  // namespace
 

@@ -61,12 +61,41 @@ TEST_P(GemmTest, MatchesADoubleReferenceForEveryLayout) {
   }
 }
 
-// Shapes around the kernels' tiles (8 x 32, 6 x 16) and blocks (KC 256, MC 96, NC 2048).
+// Shapes around the kernels' tiles (14 x 32, 8 x 16, 6 x 16) and blocks (KC 256; MC 196 and 96;
+// NC 512 and 2048; A shared across NC blocks in chunks of 12 x 196 rows).
 INSTANTIATE_TEST_SUITE_P(Shapes, GemmTest,
                          ::testing::Values(std::tuple<Index, Index, Index>{1, 1, 1}, std::tuple<Index, Index, Index>{1, 37, 8},
                                            std::tuple<Index, Index, Index>{7, 5, 300}, std::tuple<Index, Index, Index>{8, 32, 16},
-                                           std::tuple<Index, Index, Index>{13, 47, 64}, std::tuple<Index, Index, Index>{97, 33, 257},
-                                           std::tuple<Index, Index, Index>{200, 2050, 9}, std::tuple<Index, Index, Index>{3, 4, 0}));
+                                           std::tuple<Index, Index, Index>{13, 47, 64}, std::tuple<Index, Index, Index>{14, 32, 31},
+                                           std::tuple<Index, Index, Index>{15, 33, 257}, std::tuple<Index, Index, Index>{97, 33, 257},
+                                           std::tuple<Index, Index, Index>{197, 513, 20}, std::tuple<Index, Index, Index>{200, 2050, 9},
+                                           std::tuple<Index, Index, Index>{2400, 530, 7}, std::tuple<Index, Index, Index>{3, 4, 0}));
+
+TEST(Gemm, ResultsDoNotDependOnTheThreadCount) {
+  // Tasks split rows and columns differently with a pool; each element must still be the same
+  // chain of multiply-adds (KC blocks in sequence), so training is reproducible across machines
+  // with different core counts. Shapes cross the row chunks, NC blocks and KC blocks.
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  ThreadPool pool(3);
+  for (const auto& [m, n, k] : {std::tuple<Index, Index, Index>{2400, 600, 300}, std::tuple<Index, Index, Index>{30, 1100, 513},
+                                std::tuple<Index, Index, Index>{500, 40, 700}}) {
+    for (const bool transposed : {false, true}) {
+      std::vector<float> a(static_cast<std::size_t>(m * k)), b(static_cast<std::size_t>(k * n));
+      for (auto& x : a) x = uniform(rng);
+      for (auto& x : b) x = uniform(rng);
+      const Operand<float> a_op = transposed ? transpose_of(a.data(), m) : rows_of(a.data(), k);
+      const Operand<float> b_op = transposed ? transpose_of(b.data(), k) : rows_of(b.data(), n);
+      std::vector<float> serial(static_cast<std::size_t>(m * n)), parallel(serial.size());
+      gemm<float>(nullptr, m, n, k, a_op, b_op, serial.data(), n, false);
+      gemm<float>(&pool, m, n, k, a_op, b_op, parallel.data(), n, false);
+      for (std::size_t i = 0; i < serial.size(); ++i) {
+        ASSERT_EQ(serial[i], parallel[i]) << "m " << m << " n " << n << " k " << k << " transposed " << transposed
+                                          << " at " << i;
+      }
+    }
+  }
+}
 
 TEST(Gemm, FewRowsGiveTheBitsOfTheSameRowsInALargerProduct) {
   // Products of fewer than 8 rows (a decode step's attention) skip the blocked path; each element

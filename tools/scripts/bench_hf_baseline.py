@@ -19,6 +19,12 @@ Reports, per config (tiny = tests/data/models/tiny-qwen2's shapes, 30M = a narro
                      float32 (--bf16 also times transformers in bfloat16);
   forward+backward   8 sequences x 256 tokens, mean log-prob of the next tokens, backward,
                      tokens per second.
+
+--gemm instead times torch.matmul (float32, same threads) on the products of a 30M forward +
+backward (bench_model's BM_Gemm list), alternating rounds with BM_Gemm, and reports GFLOP/s and
+the per-shape median ratio:
+
+    python3 tools/scripts/bench_hf_baseline.py --ours build/bench/bench_model --threads 1 --gemm
 """
 
 import argparse
@@ -75,6 +81,41 @@ def ours(binary, threads, config_index):
     return rates
 
 
+# (name, m, n, k, A transposed, B transposed): bench/bench_model.cpp's gemm_shapes, in order.
+GEMM_SHAPES = [("lm_head_forward", 2048, 32000, 512, False, True), ("lm_head_input_grad", 2048, 512, 32000, False, False),
+               ("lm_head_weight_grad", 32000, 512, 2048, True, False), ("mlp_up", 2048, 2816, 512, False, True),
+               ("mlp_down", 2048, 512, 1408, False, True), ("mlp_up_weight_grad", 2816, 512, 2048, True, False),
+               ("qkv", 2048, 1024, 512, False, True)]
+
+
+def gemm_rounds(binary, threads, rounds):
+    """torch.matmul and BM_Gemm in alternating rounds on the same shapes and layouts."""
+    generator = torch.Generator().manual_seed(3)
+    operands = []
+    for _, m, n, k, a_transposed, b_transposed in GEMM_SHAPES:
+        a = torch.rand(k, m, generator=generator).t() if a_transposed else torch.rand(m, k, generator=generator)
+        b = torch.rand(n, k, generator=generator).t() if b_transposed else torch.rand(k, n, generator=generator)
+        operands.append((a, b))
+    ratios = {name: [] for name, *_ in GEMM_SHAPES}
+    env = dict(os.environ, VERL_BENCH_THREADS=str(threads))
+    for round_index in range(rounds):
+        theirs = {}
+        for (name, m, n, k, *_), (a, b) in zip(GEMM_SHAPES, operands):
+            out = torch.empty(m, n)
+            seconds = timed(lambda: torch.matmul(a, b, out=out), min_seconds=1.0)
+            theirs[name] = 2.0 * m * n * k / seconds / 1e9
+        out = subprocess.run([binary, "--benchmark_filter=BM_Gemm/", "--benchmark_format=json"], check=True, env=env,
+                             capture_output=True, text=True).stdout
+        mine = {bench["label"]: bench["GFLOP_per_s"] for bench in json.loads(out)["benchmarks"]}
+        for name, *_ in GEMM_SHAPES:
+            ratios[name].append(mine[name] / theirs[name])
+            print(f"round {round_index + 1} {name:>20}: verl-cpp {mine[name]:6.1f} vs torch {theirs[name]:6.1f} GFLOP/s "
+                  f"({ratios[name][-1]:.2f}x)", flush=True)
+    for name, values in ratios.items():
+        print(f"{name:>20}: median ratio verl-cpp / torch {statistics.median(values):.2f}x")
+    return ratios
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--ours", help="path of bench_model: alternate rounds with it and report ratios")
@@ -83,9 +124,17 @@ def main():
     parser.add_argument("--json", help="write the side-by-side results here")
     parser.add_argument("--bf16", action="store_true",
                         help="also time transformers' generate with the model in bfloat16")
+    parser.add_argument("--gemm", action="store_true",
+                        help="only the float32 products of a 30M forward + backward (needs --ours)")
     args = parser.parse_args()
     threads = args.threads
     torch.set_num_threads(threads)
+    if args.gemm:
+        if not args.ours:
+            parser.error("--gemm needs --ours")
+        print(f"torch {torch.__version__}, threads {torch.get_num_threads()}")
+        gemm_rounds(args.ours, threads, args.rounds)
+        return
     torch.manual_seed(0)
     print(f"torch {torch.__version__}, transformers {transformers.__version__}, threads {torch.get_num_threads()}, "
           f"cpu capability {torch.backends.cpu.get_cpu_capability()}")

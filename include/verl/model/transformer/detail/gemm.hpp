@@ -63,10 +63,20 @@ Operand<S> transpose_of(const S* data, Index stride) {
 
 namespace gemm_detail {
 
-/// Reduction depth per packed block; A blocks of MC x KC stay in L2, B panels of KC x NC in L3.
+/// Reduction depth per packed block. Every element of C is summed over k in these blocks, in
+/// sequence, so the results of all paths (blocked, few rows, prepacked) agree bit for bit.
 inline constexpr Index kc_block = 256;
-inline constexpr Index mc_block = 96;
-inline constexpr Index nc_block = 2048;
+
+/// Cache blocking of the loops around one micro-kernel (see blocked_gemm). `mc` (a multiple of
+/// the kernel's rows) is the row block of a task; `nc` the columns of B packed together;
+/// `a_panel_in_l1` puts the rows loop outside the panels loop, so that a kernel call keeps its
+/// A micro-panel in L1 and streams B panels from L2 (for tiles whose B panel, kc x NR, would fill
+/// L1 itself); otherwise each B panel stays in L1 while A micro-panels stream past it.
+struct Blocking {
+  Index mc;
+  Index nc;
+  bool a_panel_in_l1;
+};
 
 #if VERL_HAS_X86_DISPATCH
 VERL_TARGET_AVX2 inline void pack_b_columns8_avx2(const float* column0, Index column_stride, Index kc, Index nr_stride,
@@ -79,10 +89,14 @@ inline void pack_a(Operand<float> a, Index mc, Index kc, float* out) {
   for (Index i0 = 0; i0 < mc; i0 += MR) {
     const Index rows = std::min(MR, mc - i0);
 #if VERL_HAS_X86_DISPATCH
-    if constexpr (MR == 8) {
-      // A full panel of a row-major A is an 8 x kc transpose (only reached from the AVX paths).
+    if constexpr (MR >= 8 && MR <= 16) {
+      // A full panel of a row-major A is a transpose of 8 rows (only reached from the AVX paths);
+      // wider panels take two, the second overlapping the first (rows MR - 8 .. 7 written twice).
       if (a.col_stride == 1 && rows == MR) {
         pack_b_columns8_avx2(a.data + i0 * a.row_stride, a.row_stride, kc, MR, out);
+        if constexpr (MR > 8) {
+          pack_b_columns8_avx2(a.data + (i0 + MR - 8) * a.row_stride, a.row_stride, kc, MR, out + (MR - 8));
+        }
         out += kc * MR;
         continue;
       }
@@ -207,13 +221,24 @@ inline void store_partial(const float* tile, float* c, Index ldc, Index mr, Inde
 
 #if VERL_HAS_X86_DISPATCH
 
-/// 8 x (16 * NV) tile: 8 * NV zmm accumulators, NV B loads and eight A broadcasts per k.
-template <int NV>
+/// How many k ahead kernel_avx512 prefetches its B panel when the panel streams from L2.
+inline constexpr Index kernel_b_prefetch_k = 4;
+
+/// MR x (16 * NV) tile: MR * NV zmm accumulators, NV B loads and MR A broadcasts per k. Eight
+/// rows (16 accumulators) kept only about 60% of the FMA ports busy even from L1 (the broadcasts
+/// and loads outnumber the multiply-adds' issue slots); 14 rows (28) reach the ports' peak.
+/// `stream_b`: the B panel comes from L2 (Blocking::a_panel_in_l1), so prefetch it into L1.
+template <int NV, Index MR, bool stream_b>
 VERL_TARGET_AVX512 inline void kernel_avx512(Index kc, const float* a, const float* b, float* c, Index ldc,
                                              bool accumulate, Index mr, Index nr) {
-  constexpr Index MR = 8, NR = 16 * NV;
+  constexpr Index NR = 16 * NV;
+  // The C tile is read (or written) only after the k loop; fetching it now hides a miss per row.
+  for (Index i = 0; i < std::min(mr, MR); ++i) {
+    _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc), _MM_HINT_T0);
+    if constexpr (NV > 1) _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc + NR - 1), _MM_HINT_T0);
+  }
   __m512 acc[MR][NV];
-#pragma GCC unroll 8
+#pragma GCC unroll 16
   for (Index i = 0; i < MR; ++i) {
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_setzero_ps();
@@ -222,7 +247,13 @@ VERL_TARGET_AVX512 inline void kernel_avx512(Index kc, const float* a, const flo
     __m512 bv[NV];
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) bv[v] = _mm512_loadu_ps(b + 16 * v);
-#pragma GCC unroll 8
+    if constexpr (stream_b) {
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) {
+        _mm_prefetch(reinterpret_cast<const char*>(b + kernel_b_prefetch_k * NR + 16 * v), _MM_HINT_T0);
+      }
+    }
+#pragma GCC unroll 16
     for (Index i = 0; i < MR; ++i) {
       const __m512 ai = _mm512_set1_ps(a[i]);
 #pragma GCC unroll 4
@@ -232,7 +263,7 @@ VERL_TARGET_AVX512 inline void kernel_avx512(Index kc, const float* a, const flo
     b += NR;
   }
   if (mr == MR && nr == NR) {
-#pragma GCC unroll 8
+#pragma GCC unroll 16
     for (Index i = 0; i < MR; ++i) {
       float* row = c + i * ldc;
 #pragma GCC unroll 4
@@ -316,15 +347,31 @@ struct PackedPanels {
 
 /// Columns of C per task when a product has too few row blocks to occupy the pool.
 inline constexpr Index min_columns_per_task = 128;
+/// Row blocks whose packed A (rows x kc) is kept and reused by every NC block of B's columns when
+/// there are several (2.3 MiB at 196-row blocks and kc = 256: a share of L3).
+inline constexpr Index row_blocks_per_chunk = 12;
 
-/// The blocked loops around a micro-kernel (BLIS's five loops). For each (NC, KC) slab, B is packed
-/// once (panels split over the pool) and shared; tasks then take (MC rows x a group of columns)
-/// blocks, packing their rows of A. Every element of C is summed in the same order (k blocks in
+/// Runs fn(0) .. fn(count - 1), on the pool when there is one.
+template <class Fn>
+void for_each_task(ThreadPool* pool, Index count, Fn&& fn) {
+  if (pool != nullptr) {
+    pool->parallel_for(count, fn);
+  } else {
+    for (Index t = 0; t < count; ++t) fn(t);
+  }
+}
+
+/// The blocked loops around a micro-kernel (BLIS's five loops). Rows go in chunks; for each k
+/// block of a chunk, A is packed once (when B has several NC blocks, for all of them); for each
+/// NC block, B is packed once (panels split over the pool) and shared; tasks then take (MC rows x
+/// a group of columns) blocks. Every element of C is summed in the same order (k blocks in
 /// sequence, k within a block in sequence) whatever the split, so results do not depend on the
-/// number of threads or on the other rows of the product.
-template <Index MR, Index NR, class Kernel>
+/// number of threads, on the blocking or on the other rows of the product.
+template <Index MR, Index NR, Blocking blocking, class Kernel>
 inline void blocked_gemm(ThreadPool* pool, Index m, Index n, Index k, Operand<float> a, Operand<float> b, float* c,
                          Index ldc, bool accumulate, Kernel kernel, const PackedPanels* prepacked = nullptr) {
+  static_assert(blocking.mc % MR == 0, "Blocking::mc must be a multiple of the micro-kernel's rows");
+  constexpr Index mc_block = blocking.mc, nc_block = blocking.nc;
   const Index threads = pool != nullptr ? pool->size() : 1;
   if (pool != nullptr && m <= mc_block && n >= 2 * min_columns_per_task) {
     // Few rows (a decode step): independent column ranges, one parallel region in all, each task
@@ -339,68 +386,88 @@ inline void blocked_gemm(ThreadPool* pool, Index m, Index n, Index k, Operand<fl
         sub = *prepacked;
         sub.first_panel += g * panels_per_group;
       }
-      blocked_gemm<MR, NR>(nullptr, m, cols, k, a, {b.data + j0 * b.col_stride, b.row_stride, b.col_stride}, c + j0,
-                           ldc, accumulate, kernel, prepacked != nullptr ? &sub : nullptr);
+      blocked_gemm<MR, NR, blocking>(nullptr, m, cols, k, a, {b.data + j0 * b.col_stride, b.row_stride, b.col_stride},
+                                     c + j0, ldc, accumulate, kernel, prepacked != nullptr ? &sub : nullptr);
     });
     return;
   }
+  const Index kc_max = std::min(kc_block, k);
   thread_local std::vector<float> packed_b;
   if (prepacked == nullptr) {
-    const Index kc_max = std::min(kc_block, k);
     const Index nc_max = std::min(nc_block, (n + NR - 1) / NR * NR);
     packed_b.resize(static_cast<std::size_t>(nc_max * kc_max));
   }
   float* shared_b = packed_b.data();
-  for (Index jc = 0; jc < n; jc += nc_block) {
-    const Index nc = std::min(nc_block, n - jc);
-    const Index panels = (nc + NR - 1) / NR;
-    const Index row_blocks = (m + mc_block - 1) / mc_block;
-    // Enough tasks for the pool: split the columns only when the rows alone do not suffice.
-    Index column_groups = 1;
-    if (row_blocks < 4 * threads) {
-      column_groups = std::clamp<Index>((4 * threads + row_blocks - 1) / row_blocks, 1,
-                                        std::max<Index>(1, nc / min_columns_per_task));
-    }
-    const Index panels_per_group = (panels + column_groups - 1) / column_groups;
-    column_groups = (panels + panels_per_group - 1) / panels_per_group;
+  // With one NC block, each task packs its own rows of A where it uses them.
+  const bool share_a = n > nc_block;
+  const Index chunk_rows = share_a ? row_blocks_per_chunk * mc_block : m;
+  thread_local std::vector<float> packed_a_chunk;
+  if (share_a) packed_a_chunk.resize(static_cast<std::size_t>((std::min(chunk_rows, m) + MR - 1) / MR * MR * kc_max));
+  float* shared_a = packed_a_chunk.data();
+
+  for (Index i0 = 0; i0 < m; i0 += chunk_rows) {
+    const Index rows = std::min(chunk_rows, m - i0);
+    const Index row_blocks = (rows + mc_block - 1) / mc_block;
     for (Index pc = 0; pc < k; pc += kc_block) {
       const Index kc = std::min(kc_block, k - pc);
       const bool add = accumulate || pc > 0;
-      const Operand<float> b_slab{b.data + pc * b.row_stride + jc * b.col_stride, b.row_stride, b.col_stride};
-      auto pack_panels = [&](Index group) {
-        const Index p0 = group * panels_per_group, p1 = std::min(panels, p0 + panels_per_group);
-        pack_b<NR>({b_slab.data + p0 * NR * b.col_stride, b.row_stride, b.col_stride}, kc,
-                   std::min(nc, p1 * NR) - p0 * NR, shared_b + p0 * kc * NR);
-      };
-      auto compute = [&](Index task) {
-        const Index block = task / column_groups, group = task % column_groups;
-        const Index ic = block * mc_block, mc = std::min(mc_block, m - ic);
-        thread_local std::vector<float> packed_a;
-        packed_a.resize(static_cast<std::size_t>(((mc + MR - 1) / MR) * MR * kc));
+      auto pack_a_block = [&](Index block, float* out) {
+        const Index ic = i0 + block * mc_block, mc = std::min(mc_block, i0 + rows - ic);
         const Operand<float> a_block{a.data + ic * a.row_stride + pc * a.col_stride, a.row_stride, a.col_stride};
         if (a.row_stride == 1 && a.col_stride != 1) {
-          pack_a_transposed<MR>(a_block, mc, kc, packed_a.data());
+          pack_a_transposed<MR>(a_block, mc, kc, out);
         } else {
-          pack_a<MR>(a_block, mc, kc, packed_a.data());
-        }
-        const Index p0 = group * panels_per_group, p1 = std::min(panels, p0 + panels_per_group);
-        for (Index p = p0; p < p1; ++p) {
-          const Index jr = p * NR;
-          const float* b_panel = prepacked != nullptr ? prepacked->panel(pc, kc, jc / NR + p) : shared_b + p * kc * NR;
-          for (Index ir = 0; ir < mc; ir += MR) {
-            kernel(kc, packed_a.data() + (ir / MR) * kc * MR, b_panel, c + (ic + ir) * ldc + jc + jr, ldc, add,
-                   std::min(MR, mc - ir), std::min(NR, nc - jr));
-          }
+          pack_a<MR>(a_block, mc, kc, out);
         }
       };
-      if (pool != nullptr) {
-        if (prepacked == nullptr) pool->parallel_for(column_groups, pack_panels);
-        pool->parallel_for(row_blocks * column_groups, compute);
-      } else {
-        if (prepacked == nullptr) {
-          for (Index g = 0; g < column_groups; ++g) pack_panels(g);
+      if (share_a) for_each_task(pool, row_blocks, [&](Index block) { pack_a_block(block, shared_a + block * mc_block * kc); });
+      for (Index jc = 0; jc < n; jc += nc_block) {
+        const Index nc = std::min(nc_block, n - jc);
+        const Index panels = (nc + NR - 1) / NR;
+        // Enough tasks for the pool: split the columns only when the rows alone do not suffice.
+        Index column_groups = 1;
+        if (row_blocks < 4 * threads) {
+          column_groups = std::clamp<Index>((4 * threads + row_blocks - 1) / row_blocks, 1,
+                                            std::max<Index>(1, nc / min_columns_per_task));
         }
-        for (Index t = 0; t < row_blocks * column_groups; ++t) compute(t);
+        const Index panels_per_group = (panels + column_groups - 1) / column_groups;
+        column_groups = (panels + panels_per_group - 1) / panels_per_group;
+        const Operand<float> b_slab{b.data + pc * b.row_stride + jc * b.col_stride, b.row_stride, b.col_stride};
+        auto pack_panels = [&](Index group) {
+          const Index p0 = group * panels_per_group, p1 = std::min(panels, p0 + panels_per_group);
+          pack_b<NR>({b_slab.data + p0 * NR * b.col_stride, b.row_stride, b.col_stride}, kc,
+                     std::min(nc, p1 * NR) - p0 * NR, shared_b + p0 * kc * NR);
+        };
+        auto compute = [&](Index task) {
+          const Index block = task / column_groups, group = task % column_groups;
+          const Index ic = i0 + block * mc_block, mc = std::min(mc_block, i0 + rows - ic);
+          const float* a_packed = shared_a + block * mc_block * kc;
+          if (!share_a) {
+            thread_local std::vector<float> packed_a;
+            packed_a.resize(static_cast<std::size_t>((mc + MR - 1) / MR * MR * kc));
+            pack_a_block(block, packed_a.data());
+            a_packed = packed_a.data();
+          }
+          const Index p0 = group * panels_per_group, p1 = std::min(panels, p0 + panels_per_group);
+          auto tile = [&](Index ir, Index p) {
+            const Index jr = p * NR;
+            const float* b_panel =
+                prepacked != nullptr ? prepacked->panel(pc, kc, jc / NR + p) : shared_b + p * kc * NR;
+            kernel(kc, a_packed + (ir / MR) * kc * MR, b_panel, c + (ic + ir) * ldc + jc + jr, ldc, add,
+                   std::min(MR, mc - ir), std::min(NR, nc - jr));
+          };
+          if constexpr (blocking.a_panel_in_l1) {
+            for (Index ir = 0; ir < mc; ir += MR) {
+              for (Index p = p0; p < p1; ++p) tile(ir, p);
+            }
+          } else {
+            for (Index p = p0; p < p1; ++p) {
+              for (Index ir = 0; ir < mc; ir += MR) tile(ir, p);
+            }
+          }
+        };
+        if (prepacked == nullptr) for_each_task(pool, column_groups, pack_panels);
+        for_each_task(pool, row_blocks * column_groups, compute);
       }
     }
   }
@@ -713,7 +780,7 @@ VERL_TARGET_AMX inline void sgemm_amx_prepacked(Index m, Index n, Index k, Opera
 }
 #endif
 
-/// Zmm registers per row of the AVX-512 tile (8 x 32: 16 accumulators; 3 measured no faster here
+/// Zmm registers per row of the wide AVX-512 tile (3 measured no faster with 8 rows here
 /// and pads a 64-wide attention head to 96).
 inline constexpr int avx512_vectors = 2;
 inline constexpr Index avx512_nr = 16 * avx512_vectors;
@@ -721,22 +788,33 @@ inline constexpr Index avx2_nr = 16;
 /// Panels of a PackedMatrix on AVX-512: 16 columns, so that few-row products can read three at a
 /// time from three places (kernel_avx512_streams).
 inline constexpr Index avx512_packed_nr = 16;
+/// Rows of the wide AVX-512 tile (14 x 32: 28 accumulators). Its B panel (kc x 32, 32 KiB) would
+/// fill L1 by itself, so B streams from L2 in NC blocks of 512 columns (512 KiB) past A
+/// micro-panels held in L1 (14 KiB): 1.5x the 8 x 32 tile's rate at the training products of a
+/// 30M model on a Cascade Lake core (RESULTS.md).
+inline constexpr Index avx512_mr = 14;
+inline constexpr Blocking avx512_blocking{.mc = 14 * avx512_mr, .nc = 512, .a_panel_in_l1 = true};
+/// 8 x 16 and AVX2's 6 x 16 tiles: a 16 KiB B panel stays in L1 while A streams past it.
+inline constexpr Blocking avx512_narrow_blocking{.mc = 96, .nc = 2048, .a_panel_in_l1 = false};
+inline constexpr Blocking avx2_blocking{.mc = 96, .nc = 2048, .a_panel_in_l1 = false};
 
 VERL_TARGET_AVX512 inline void sgemm_avx512(ThreadPool* pool, Index m, Index n, Index k, Operand<float> a,
                                             Operand<float> b, float* c, Index ldc, bool accumulate,
                                             const PackedPanels* prepacked = nullptr) {
-  blocked_gemm<8, avx512_nr>(pool, m, n, k, a, b, c, ldc, accumulate, kernel_avx512<avx512_vectors>, prepacked);
+  blocked_gemm<avx512_mr, avx512_nr, avx512_blocking>(pool, m, n, k, a, b, c, ldc, accumulate,
+                                                      kernel_avx512<avx512_vectors, avx512_mr, true>, prepacked);
 }
 /// Narrow products (an attention head of 16 or fewer dimensions): one zmm per row, no padding waste.
 VERL_TARGET_AVX512 inline void sgemm_avx512_narrow(ThreadPool* pool, Index m, Index n, Index k, Operand<float> a,
                                                    Operand<float> b, float* c, Index ldc, bool accumulate,
                                                    const PackedPanels* prepacked = nullptr) {
-  blocked_gemm<8, 16>(pool, m, n, k, a, b, c, ldc, accumulate, kernel_avx512<1>, prepacked);
+  blocked_gemm<8, 16, avx512_narrow_blocking>(pool, m, n, k, a, b, c, ldc, accumulate, kernel_avx512<1, 8, false>,
+                                              prepacked);
 }
 VERL_TARGET_AVX2 inline void sgemm_avx2(ThreadPool* pool, Index m, Index n, Index k, Operand<float> a,
                                         Operand<float> b, float* c, Index ldc, bool accumulate,
                                         const PackedPanels* prepacked = nullptr) {
-  blocked_gemm<6, avx2_nr>(pool, m, n, k, a, b, c, ldc, accumulate, kernel_avx2, prepacked);
+  blocked_gemm<6, avx2_nr, avx2_blocking>(pool, m, n, k, a, b, c, ldc, accumulate, kernel_avx2, prepacked);
 }
 
 #endif
