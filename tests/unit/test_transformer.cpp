@@ -551,7 +551,9 @@ TEST(TransformerErrors, NameTheArgumentAndValue) {
   dynamic.rope_scaling->rope_type = "dynamic";
   EXPECT_NE(error_of([&] { Transformer{dynamic}; }).find("rope_type 'dynamic' is not implemented"), std::string::npos);
   auto shrinking = qwen2_config();
-  shrinking.rope_scaling = RopeScaling{.rope_type = "yarn", .factor = 0.5};
+  shrinking.rope_scaling = RopeScaling{};
+  shrinking.rope_scaling->rope_type = "yarn";
+  shrinking.rope_scaling->factor = 0.5;
   EXPECT_NE(error_of([&] { Transformer{shrinking}; }).find("rope_scaling.factor"), std::string::npos);
 }
 
