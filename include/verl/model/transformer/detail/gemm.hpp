@@ -794,27 +794,28 @@ inline constexpr Index avx512_packed_nr = 16;
 /// 30M model on a Cascade Lake core (RESULTS.md).
 inline constexpr Index avx512_mr = 14;
 inline constexpr Blocking avx512_blocking{.mc = 14 * avx512_mr, .nc = 512, .a_panel_in_l1 = true};
-/// 8 x 16 and AVX2's 6 x 16 tiles: a 16 KiB B panel stays in L1 while A streams past it.
-inline constexpr Blocking avx512_narrow_blocking{.mc = 96, .nc = 2048, .a_panel_in_l1 = false};
-inline constexpr Blocking avx2_blocking{.mc = 96, .nc = 2048, .a_panel_in_l1 = false};
+/// The 16-column tiles (AVX-512's narrow 8 x 16, AVX2's 6 x 16): a 16 KiB B panel stays in L1
+/// while A streams past it.
+inline constexpr Blocking sixteen_column_blocking{.mc = 96, .nc = 2048, .a_panel_in_l1 = false};
 
 VERL_TARGET_AVX512 inline void sgemm_avx512(ThreadPool* pool, Index m, Index n, Index k, Operand<float> a,
                                             Operand<float> b, float* c, Index ldc, bool accumulate,
                                             const PackedPanels* prepacked = nullptr) {
   blocked_gemm<avx512_mr, avx512_nr, avx512_blocking>(pool, m, n, k, a, b, c, ldc, accumulate,
-                                                      kernel_avx512<avx512_vectors, avx512_mr, true>, prepacked);
+                                                      kernel_avx512<avx512_vectors, avx512_mr, avx512_blocking.a_panel_in_l1>,
+                                                      prepacked);
 }
 /// Narrow products (an attention head of 16 or fewer dimensions): one zmm per row, no padding waste.
 VERL_TARGET_AVX512 inline void sgemm_avx512_narrow(ThreadPool* pool, Index m, Index n, Index k, Operand<float> a,
                                                    Operand<float> b, float* c, Index ldc, bool accumulate,
                                                    const PackedPanels* prepacked = nullptr) {
-  blocked_gemm<8, 16, avx512_narrow_blocking>(pool, m, n, k, a, b, c, ldc, accumulate, kernel_avx512<1, 8, false>,
-                                              prepacked);
+  blocked_gemm<8, 16, sixteen_column_blocking>(pool, m, n, k, a, b, c, ldc, accumulate,
+                                               kernel_avx512<1, 8, sixteen_column_blocking.a_panel_in_l1>, prepacked);
 }
 VERL_TARGET_AVX2 inline void sgemm_avx2(ThreadPool* pool, Index m, Index n, Index k, Operand<float> a,
                                         Operand<float> b, float* c, Index ldc, bool accumulate,
                                         const PackedPanels* prepacked = nullptr) {
-  blocked_gemm<6, avx2_nr, avx2_blocking>(pool, m, n, k, a, b, c, ldc, accumulate, kernel_avx2, prepacked);
+  blocked_gemm<6, avx2_nr, sixteen_column_blocking>(pool, m, n, k, a, b, c, ldc, accumulate, kernel_avx2, prepacked);
 }
 
 #endif
