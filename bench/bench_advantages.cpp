@@ -160,7 +160,7 @@ void bm_estimator(benchmark::State& state, Estimator estimator, bool shuffled) {
   for (auto _ : state) {
     AdvantageResult out = estimator.compute(batch);
     benchmark::DoNotOptimize(out.advantages.data());
-    benchmark::DoNotOptimize(out.returns.data());
+    benchmark::DoNotOptimize(out.returns().data());
   }
   set_items(state);
 }
@@ -173,7 +173,7 @@ void bm_estimator_reused_output(benchmark::State& state, Estimator estimator, bo
   for (auto _ : state) {
     estimator.compute_into(batch, out);
     benchmark::DoNotOptimize(out.advantages.data());
-    benchmark::DoNotOptimize(out.returns.data());
+    benchmark::DoNotOptimize(out.returns().data());
   }
   set_items(state);
 }

@@ -216,7 +216,7 @@ int main(int argc, char** argv) try {
     metrics["critic/score/max"] = sequence_score.maxCoeff();
     metrics["critic/score/min"] = sequence_score.minCoeff();
     add_stats(metrics, "critic/advantages", adv.advantages, mask);
-    add_stats(metrics, "critic/returns", adv.returns, mask);
+    add_stats(metrics, "critic/returns", adv.returns(), mask);
     const MatrixF lengths = mask.rowwise().sum();
     add_stats(metrics, "response_length", lengths, ones);
     metrics["response_length/clip_ratio"] = (lengths.array() == static_cast<float>(T)).cast<double>().mean();

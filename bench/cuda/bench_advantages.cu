@@ -154,7 +154,7 @@ void bench_gae(Index rows, Index cols, int iters) {
   };
   run();
   VERL_CUDA_CHECK(cudaDeviceSynchronize());
-  const bool valid = worst_excess(d_ret.download(), expected.returns.data(), 1e-4f, 1e-4f) <= 0.0f &&
+  const bool valid = worst_excess(d_ret.download(), expected.returns().data(), 1e-4f, 1e-4f) <= 0.0f &&
                      worst_excess(d_adv.download(), expected.advantages.data(), 1e-4f, 1e-4f) <= 0.0f;
   const float ms = time_ms(run, iters);
   const float copy = copy_ms(3 * n * sizeof(float), iters);  // a copy of its inputs
@@ -203,7 +203,7 @@ void bench_optimal_token_baseline(Index rows, Index cols, Index group, bool mult
   };
   run();
   VERL_CUDA_CHECK(cudaDeviceSynchronize());
-  const bool valid = worst_excess(d_ret.download(), expected.returns.data(), 1e-5f, 1e-5f) <= 0.0f &&
+  const bool valid = worst_excess(d_ret.download(), expected.returns().data(), 1e-5f, 1e-5f) <= 0.0f &&
                      worst_excess(d_adv.download(), expected.advantages.data(), 1e-5f, 1e-5f) <= 0.0f;
   const float ms = time_ms(run, iters);
   const float copy = copy_ms(5 * n * sizeof(float), iters);  // a copy of its five inputs

@@ -164,7 +164,7 @@ void run_outcome(const OutcomeCase& c, k::GroupLayout layout, Index rows, Index 
                            " B=" + std::to_string(rows) + " T=" + std::to_string(cols);
   const float scale = std::max(1.0f, max_abs(expected.advantages));
   expect_close(d_adv.download(), expected.advantages, 2e-5f * scale, 2e-5f, what + " advantages");
-  expect_close(d_ret.download(), expected.returns, 2e-5f * scale, 2e-5f, what + " returns");
+  expect_close(d_ret.download(), expected.returns(), 2e-5f * scale, 2e-5f, what + " returns");
 }
 
 
@@ -239,9 +239,9 @@ TEST(CudaAdvantagesHost, SimulatedGaeScanMatchesReference) {
     simulate_reverse_scan(k::detail::GaeRecurrence{k::GaeParams::from(gamma, lam)}, rewards, &values, mask, advantages,
                           returns, moments);
     const std::string what = "simulated gae T=" + std::to_string(cols);
-    const float scale = std::max(1.0f, max_abs(expected.returns));
+    const float scale = std::max(1.0f, max_abs(expected.returns()));
     std::vector<float> flat(returns.data(), returns.data() + returns.size());
-    expect_close(flat, expected.returns, 2e-5f * scale, 2e-5f, what + " returns");
+    expect_close(flat, expected.returns(), 2e-5f * scale, 2e-5f, what + " returns");
     const MatrixF whitened = whiten_with(k::detail::whiten_stats_of(moments), advantages, mask, false);
     flat.assign(whitened.data(), whitened.data() + whitened.size());
     expect_close(flat, expected.advantages, 1e-4f, 1e-4f, what + " advantages");
@@ -258,7 +258,7 @@ TEST(CudaAdvantagesHost, SimulatedReinforceAndRemaxScansMatchReference) {
   k::detail::Moments moments;
   simulate_reverse_scan(k::detail::ReinforceRecurrence{0.99f}, rewards, nullptr, mask, out0, out1, moments);
   std::vector<float> flat(out1.data(), out1.data() + out1.size());
-  expect_close(flat, expected.returns, 2e-5f * std::max(1.0f, max_abs(expected.returns)), 2e-5f, "reinforce++ returns");
+  expect_close(flat, expected.returns(), 2e-5f * std::max(1.0f, max_abs(expected.returns())), 2e-5f, "reinforce++ returns");
   const MatrixF whitened = whiten_with(k::detail::whiten_stats_of(moments), out1, mask, true);
   flat.assign(whitened.data(), whitened.data() + whitened.size());
   expect_close(flat, expected.advantages, 1e-4f, 1e-4f, "reinforce++ advantages");
@@ -272,7 +272,7 @@ TEST(CudaAdvantagesHost, SimulatedReinforceAndRemaxScansMatchReference) {
   simulate_reverse_scan(k::detail::RemaxRecurrence{baselines.data()}, outcome, nullptr, outcome_mask, out0, out1,
                         moments);
   flat.assign(out1.data(), out1.data() + out1.size());
-  expect_close(flat, remax.returns, 1e-6f, 1e-6f, "remax returns");
+  expect_close(flat, remax.returns(), 1e-6f, 1e-6f, "remax returns");
   flat.assign(out0.data(), out0.data() + out0.size());
   expect_close(flat, remax.advantages, 1e-6f, 1e-6f, "remax advantages");
 }
@@ -435,8 +435,8 @@ void run_gae(Index rows, Index cols, double gamma, double lam, bool holes, std::
   const std::string what = "gae B=" + std::to_string(rows) + " T=" + std::to_string(cols) +
                            " gamma=" + std::to_string(gamma) + " lam=" + std::to_string(lam);
   // Long undiscounted rows accumulate: scale the tolerance with the size of the returns.
-  const float scale = std::max(1.0f, max_abs(expected.returns));
-  expect_close(d_ret.download(), expected.returns, 2e-5f * scale, 2e-5f, what + " returns");
+  const float scale = std::max(1.0f, max_abs(expected.returns()));
+  expect_close(d_ret.download(), expected.returns(), 2e-5f * scale, 2e-5f, what + " returns");
   expect_close(d_adv.download(), expected.advantages, 1e-4f, 1e-4f, what + " advantages (whitened)");
 }
 
@@ -467,8 +467,8 @@ TEST(CudaAdvantages, ReinforcePlusPlusMatchesReference) {
     k::reinforce_plus_plus_advantages(temp.data(), bytes, static_cast<float>(gamma), d_r.data(), d_m.data(), rows, cols,
                                       d_adv.data(), d_ret.data());
     VERL_CUDA_EXPECT_OK(cudaDeviceSynchronize());
-    const float scale = std::max(1.0f, max_abs(expected.returns));
-    expect_close(d_ret.download(), expected.returns, 2e-5f * scale, 2e-5f, "reinforce++ returns");
+    const float scale = std::max(1.0f, max_abs(expected.returns()));
+    expect_close(d_ret.download(), expected.returns(), 2e-5f * scale, 2e-5f, "reinforce++ returns");
     expect_close(d_adv.download(), expected.advantages, 1e-4f, 1e-4f, "reinforce++ advantages");
   }
 }
@@ -488,7 +488,7 @@ TEST(CudaAdvantages, RemaxMatchesReference) {
     DeviceBuffer<float> d_adv(static_cast<std::size_t>(rows * cols)), d_ret(static_cast<std::size_t>(rows * cols));
     k::remax_advantages(d_r.data(), d_m.data(), d_b.data(), rows, cols, d_adv.data(), d_ret.data());
     VERL_CUDA_EXPECT_OK(cudaDeviceSynchronize());
-    expect_close(d_ret.download(), expected.returns, 1e-6f, 1e-6f, "remax returns");
+    expect_close(d_ret.download(), expected.returns(), 1e-6f, 1e-6f, "remax returns");
     expect_close(d_adv.download(), expected.advantages, 1e-6f, 1e-6f, "remax advantages");
   }
 }

@@ -90,7 +90,7 @@ void check(const k::OptimalTokenBaselineParams& p, k::GroupLayout layout, const 
   const auto expected = k::reference_optimal_token_baseline(p, algo_batch(b, with_is));
   const DeviceResult got = run_device(p, layout, b, with_is);
   const std::string what = describe(p, layout, with_is, b.rewards.rows(), b.rewards.cols());
-  expect_close(got.returns, expected.returns, what + " returns");
+  expect_close(got.returns, expected.returns(), what + " returns");
   expect_close(got.advantages, expected.advantages, what + " advantages");
 }
 

@@ -9,6 +9,7 @@
 #include <functional>
 #include <numeric>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -204,7 +205,7 @@ TEST(AdvantageRegistry, TypeErasedComputeEqualsTheConcreteOne) {
   const auto a = any.compute(batch);
   const auto b = GRPO{.epsilon = 1e-6}.compute(batch);
   EXPECT_EQ(a.advantages, b.advantages);
-  EXPECT_EQ(a.returns, b.returns);
+  EXPECT_EQ(a.returns(), b.returns());
   const AnyAdvantageEstimator dr = DrGRPO{};
   EXPECT_EQ(dr.name(), "grpo");
   EXPECT_EQ(dr.compute(batch).advantages, (GRPO{.norm_adv_by_std_in_grpo = false}.compute(batch).advantages));
@@ -364,7 +365,7 @@ TEST(Grpo, NormalisesByTheGroupsUnbiasedStd) {
   }
   EXPECT_NEAR(out.advantages(4, 0), 2.0 / (1.0 + 1e-6), 1e-6);  // singleton: mean 0, std 1
   EXPECT_EQ(out.advantages(4, 1), 0.0f);
-  EXPECT_EQ(out.advantages, out.returns);
+  EXPECT_EQ(out.advantages, out.returns());
 }
 
 TEST(Grpo, DrGrpoOnlySubtractsTheMean) {
@@ -436,7 +437,7 @@ TEST(Opo, LengthWeightedBaselineAndNaNForAllMaskedGroups) {
   EXPECT_NEAR(out.advantages(1, 3), -baseline, 1e-6);
   EXPECT_EQ(out.advantages(0, 3), 0.0f);
   EXPECT_TRUE(std::isnan(out.advantages(2, 0)));  // 0/0, and NaN * 0 stays NaN as in verl
-  EXPECT_TRUE(std::isnan(out.returns(3, 3)));
+  EXPECT_TRUE(std::isnan(out.returns()(3, 3)));
   EXPECT_FLOAT_EQ(out.advantages(4, 2), 0.5f);  // singleton: baseline 0
 }
 
@@ -464,7 +465,7 @@ TEST(ReMax, RewardToGoMinusTheGreedyBaseline) {
   MatrixF returns(2, 4), advantages(2, 4);
   returns << 6, 5, 3, 0, 0.75f, 0.25f, 0, 0;
   advantages << 5.5f, 4.5f, 2.5f, 0, -0.25f, -0.75f, 0, 0;
-  EXPECT_EQ(out.returns, returns);
+  EXPECT_EQ(out.returns(), returns);
   EXPECT_EQ(out.advantages, advantages);
 }
 
@@ -494,7 +495,7 @@ TEST(Gae, MatchesVerlsRecursionIncludingMaskHoles) {
   const auto out = gae.compute({.token_level_rewards = rewards, .response_mask = mask, .values = values});
   const MatrixD raw = naive_gae_raw(rewards, values, mask, 0.9, 0.8);
   // returns = raw + values everywhere, padding included.
-  EXPECT_LT((out.returns.cast<double>() - (raw + values.cast<double>())).cwiseAbs().maxCoeff(), 1e-5);
+  EXPECT_LT((out.returns().cast<double>() - (raw + values.cast<double>())).cwiseAbs().maxCoeff(), 1e-5);
   // advantages = masked_whiten(raw, mask), not masked.
   const MatrixF whitened = masked_whiten(raw.cast<float>(), mask);
   EXPECT_LT((out.advantages - whitened).cwiseAbs().maxCoeff(), 1e-4);
@@ -510,7 +511,7 @@ TEST(Gae, GammaLambdaOneIsRewardToGoMinusValue) {
       if (mask(i, t) == 0) continue;
       double to_go = 0;
       for (Index s = t; s < 5; ++s) to_go += mask(i, s) * rewards(i, s);
-      EXPECT_NEAR(out.returns(i, t), to_go, 1e-5);  // A_t + V_t = sum of rewards to go
+      EXPECT_NEAR(out.returns()(i, t), to_go, 1e-5);  // A_t + V_t = sum of rewards to go
     }
 }
 
@@ -523,7 +524,7 @@ TEST(ReinforcePlusPlus, DiscountedReturnsResetAfterTheMaskAndWhitenedAdvantages)
     double running = 0;
     for (Index t = 3; t >= 0; --t) {
       running = rewards(i, t) + gamma * running;
-      EXPECT_NEAR(out.returns(i, t), running, 1e-5) << i << "," << t;
+      EXPECT_NEAR(out.returns()(i, t), running, 1e-5) << i << "," << t;
       running *= mask(i, t);
     }
   }
@@ -554,7 +555,7 @@ TEST(ReinforcePlusPlusBaseline, GroupMeanThenWhitening) {
   for (Index i = 0; i < 4; ++i) centered.row(i) = mask.row(i) * c[i];
   const MatrixF expected = (masked_whiten(centered, mask).array() * mask.array()).matrix();
   EXPECT_LT((out.advantages - expected).cwiseAbs().maxCoeff(), 1e-5);
-  EXPECT_EQ(out.advantages, out.returns);
+  EXPECT_EQ(out.advantages, out.returns());
 }
 
 struct OtbBatch {
@@ -590,7 +591,7 @@ TEST(OptimalTokenBaseline, PerPositionWeightedBaseline) {
     for (Index t = 0; t < 4; ++t) {
       double to_go = 0;
       for (Index s = t; s < 4; ++s) to_go += b.rewards(i, s) * b.mask(i, s);
-      EXPECT_NEAR(out.returns(i, t), to_go, 1e-5);
+      EXPECT_NEAR(out.returns()(i, t), to_go, 1e-5);
     }
   // Group {0, 1}: b_t = sum(G W m) / sum(W m).
   MatrixD w_cum(2, 4);
@@ -604,15 +605,15 @@ TEST(OptimalTokenBaseline, PerPositionWeightedBaseline) {
   for (Index t = 0; t < 4; ++t) {
     double num = 0, den = 0;
     for (Index i = 0; i < 2; ++i) {
-      num += out.returns(i, t) * w_cum(i, t) * b.mask(i, t);
+      num += out.returns()(i, t) * w_cum(i, t) * b.mask(i, t);
       den += w_cum(i, t) * b.mask(i, t);
     }
     const double baseline = num / (den + 1e-8);
     for (Index i = 0; i < 2; ++i)
-      EXPECT_NEAR(out.advantages(i, t), (out.returns(i, t) - baseline) * b.mask(i, t), 1e-4) << i << "," << t;
+      EXPECT_NEAR(out.advantages(i, t), (out.returns()(i, t) - baseline) * b.mask(i, t), 1e-4) << i << "," << t;
   }
   // Group of one: no baseline.
-  for (Index t = 0; t < 4; ++t) EXPECT_FLOAT_EQ(out.advantages(2, t), out.returns(2, t) * b.mask(2, t));
+  for (Index t = 0; t < 4; ++t) EXPECT_FLOAT_EQ(out.advantages(2, t), out.returns()(2, t) * b.mask(2, t));
 }
 
 TEST(OptimalTokenBaseline, ZeroTailFreesTheUniqueLongestResponse) {
@@ -620,7 +621,7 @@ TEST(OptimalTokenBaseline, ZeroTailFreesTheUniqueLongestResponse) {
   const auto plain = OptimalTokenBaseline{}.compute(b.batch());
   const auto tail = OptimalTokenBaseline{.handle_zero_tail = true}.compute(b.batch());
   // Row 0 is the unique longest (6 > 4): from position 4 on it gets no baseline.
-  for (Index t = 4; t < 6; ++t) EXPECT_FLOAT_EQ(tail.advantages(0, t), tail.returns(0, t));
+  for (Index t = 4; t < 6; ++t) EXPECT_FLOAT_EQ(tail.advantages(0, t), tail.returns()(0, t));
   for (Index t = 0; t < 4; ++t) EXPECT_EQ(tail.advantages(0, t), plain.advantages(0, t));
   EXPECT_EQ(tail.advantages.bottomRows(2), plain.advantages.bottomRows(2));
   // A tie for the longest: nothing changes.
@@ -639,8 +640,8 @@ TEST(MultiTurnOptimalTokenBaseline, AlignsRowsByValidTokenIndex) {
   const std::vector<Index> positions0{0, 1, 2, 3}, positions1{0, 3, 4, 5};
   for (std::size_t k = 0; k < 4; ++k) {
     const Index t0 = positions0[k], t1 = positions1[k];
-    const double baseline0 = out.returns(0, t0) - out.advantages(0, t0);
-    const double baseline1 = out.returns(1, t1) - out.advantages(1, t1);
+    const double baseline0 = out.returns()(0, t0) - out.advantages(0, t0);
+    const double baseline1 = out.returns()(1, t1) - out.advantages(1, t1);
     EXPECT_NEAR(baseline0, baseline1, 1e-5) << k;
   }
   EXPECT_EQ(out.advantages(1, 1), 0.0f);  // masked positions stay 0
@@ -651,11 +652,11 @@ TEST(MultiTurnOptimalTokenBaseline, FullyMaskedRowsLeaveTheirGroup) {
   // Row 2 is fully masked: row 1 is then alone in group 7 and keeps its returns.
   const OtbBatch b = otb_batch({3, 4, 0, 2}, {5, 7, 7, 5}, 4, 81);
   const auto out = MultiTurnOptimalTokenBaseline{}.compute(b.batch());
-  for (Index t = 0; t < 4; ++t) EXPECT_FLOAT_EQ(out.advantages(1, t), out.returns(1, t));
+  for (Index t = 0; t < 4; ++t) EXPECT_FLOAT_EQ(out.advantages(1, t), out.returns()(1, t));
   EXPECT_TRUE(out.advantages.row(2).isZero());
   // In optimal_token_baseline the masked row still counts: group 7 has two rows and a baseline.
   const auto by_position = OptimalTokenBaseline{}.compute(b.batch());
-  EXPECT_NE(by_position.advantages(1, 0), by_position.returns(1, 0));
+  EXPECT_NE(by_position.advantages(1, 0), by_position.returns()(1, 0));
 }
 
 // ---- invariances ----------------------------------------------------------------------------------
@@ -709,7 +710,7 @@ TEST(AdvantageInvariance, StridedViewsGiveTheSameResult) {
                                             .index = index,
                                             .values = ConstMatrixRefF(wide_values.leftCols(5))});
     EXPECT_EQ(dense.advantages, strided.advantages) << name;
-    EXPECT_EQ(dense.returns, strided.returns) << name;
+    EXPECT_EQ(dense.returns(), strided.returns()) << name;
   }
 }
 
@@ -718,45 +719,98 @@ TEST(AdvantageInvariance, EmptyBatchOfGroupEstimators) {
   for (const auto name : {"grpo", "grpo_vectorized", "rloo", "rloo_vectorized", "opo", "gpg", "grpo_passk"}) {
     const auto out = make_advantage_estimator(name).compute({.token_level_rewards = empty, .response_mask = empty});
     EXPECT_EQ(out.advantages.rows(), 0) << name;
-    EXPECT_EQ(out.returns.cols(), 4) << name;
+    EXPECT_EQ(out.returns().cols(), 4) << name;
   }
 }
 
+/// A 4 x 6 batch with every input some estimator needs (critic values, baselines, OTB's inputs).
+struct EveryEstimatorsInputs {
+  explicit EveryEstimatorsInputs(unsigned seed)
+      : rewards(random_matrix(4, 6, seed)),
+        values(random_matrix(4, 6, seed + 1)),
+        log_probs(random_matrix(4, 6, seed + 2, -3.0f, -0.1f)),
+        sum_pi_sq(random_matrix(4, 6, seed + 3, 0.1f, 0.9f)) {}
+  AdvantageBatch batch() const {
+    return {.token_level_rewards = rewards,
+            .response_mask = mask,
+            .index = index,
+            .values = values,
+            .reward_baselines = baselines,
+            .old_log_probs = log_probs,
+            .sum_pi_squared = sum_pi_sq};
+  }
+  MatrixF mask = length_mask({5, 3, 6, 2}, 6);
+  MatrixF rewards, values, log_probs, sum_pi_sq;
+  VectorF baselines = VectorF::Constant(4, 0.25f);
+  std::vector<std::int64_t> index{3, 1, 3, 1};
+};
+
 TEST(AdvantageInvariance, ComputeIntoReusesTheCallersStorage) {
-  const MatrixF mask = length_mask({5, 3, 6, 2}, 6);
-  const MatrixF rewards = random_matrix(4, 6, 121);
-  const MatrixF values = random_matrix(4, 6, 122);
-  const MatrixF log_probs = random_matrix(4, 6, 123, -3.0f, -0.1f);
-  const MatrixF sum_pi_sq = random_matrix(4, 6, 124, 0.1f, 0.9f);
-  const VectorF baselines = VectorF::Constant(4, 0.25f);
-  const std::vector<std::int64_t> index{3, 1, 3, 1};
-  const AdvantageBatch batch{.token_level_rewards = rewards,
-                             .response_mask = mask,
-                             .index = index,
-                             .values = values,
-                             .reward_baselines = baselines,
-                             .old_log_probs = log_probs,
-                             .sum_pi_squared = sum_pi_sq};
+  const EveryEstimatorsInputs inputs(121);
+  const AdvantageBatch batch = inputs.batch();
   for (const auto name : advantage_estimator_names()) {
     const auto estimator = make_advantage_estimator(name);
     AdvantageResult reused{MatrixF::Constant(4, 6, 7.0f), MatrixF::Constant(4, 6, 7.0f)};
     const float* advantages_storage = reused.advantages.data();
-    const float* returns_storage = reused.returns.data();
+    const float* returns_storage = reused.returns().data();
     estimator.compute_into(batch, reused);
     const auto fresh = estimator.compute(batch);
     EXPECT_EQ(reused.advantages, fresh.advantages) << name;
-    EXPECT_EQ(reused.returns, fresh.returns) << name;
+    EXPECT_EQ(reused.returns(), fresh.returns()) << name;
     EXPECT_EQ(reused.advantages.data(), advantages_storage) << name;
-    EXPECT_EQ(reused.returns.data(), returns_storage) << name;
+    EXPECT_EQ(reused.returns_are_advantages(), fresh.returns_are_advantages()) << name;
+    // One matrix for both when the estimator returns its advantages as returns, else the caller's.
+    EXPECT_EQ(reused.returns().data(), reused.returns_are_advantages() ? advantages_storage : returns_storage) << name;
     AdvantageResult reshaped{MatrixF::Zero(2, 3), MatrixF()};  // wrong shapes are replaced
     compute_advantages_into(GRPO{}, batch, reshaped);
     EXPECT_EQ(reshaped.advantages, GRPO{}.compute(batch).advantages);
   }
 }
 
+TEST(AdvantageInvariance, OutcomeEstimatorsReturnOneMatrixAsVerlReturnsOneTensor) {
+  // verl's outcome-reward estimators end with `return scores, scores`; the others compute returns
+  // of their own. The shared form holds one matrix; switching a result between estimators (as a
+  // trainer reusing the previous step's result might) keeps each one's returns right.
+  const std::set<std::string_view> shared{"grpo", "grpo_vectorized", "rloo", "rloo_vectorized", "opo", "gpg",
+                                          "grpo_passk", "reinforce_plus_plus_baseline"};
+  const EveryEstimatorsInputs inputs(131);
+  const AdvantageBatch batch = inputs.batch();
+  std::size_t shared_seen = 0;
+  for (const auto name : advantage_estimator_names()) {
+    const auto estimator = make_advantage_estimator(name);
+    const AdvantageResult fresh = estimator.compute(batch);
+    const bool expect_shared = shared.contains(name);
+    shared_seen += expect_shared ? 1 : 0;
+    EXPECT_EQ(fresh.returns_are_advantages(), expect_shared) << name;
+    if (expect_shared) {
+      EXPECT_EQ(fresh.returns().data(), fresh.advantages.data()) << name;
+    }
+    for (const auto other : {std::string_view{"gae"}, std::string_view{"grpo"}}) {
+      AdvantageResult switched = make_advantage_estimator(other).compute(batch);
+      estimator.compute_into(batch, switched);
+      EXPECT_EQ(switched.returns_are_advantages(), expect_shared) << name << " after " << other;
+      EXPECT_EQ(switched.advantages, fresh.advantages) << name << " after " << other;
+      EXPECT_EQ(switched.returns(), fresh.returns()) << name << " after " << other;
+    }
+  }
+  EXPECT_EQ(shared_seen, shared.size());
+  // Writing through either name writes the one matrix, as with verl's single tensor.
+  AdvantageResult result = AdvantageResult::shared(MatrixF::Zero(2, 3));
+  result.returns()(1, 2) = 5.0f;
+  EXPECT_EQ(result.advantages(1, 2), 5.0f);
+  const AdvantageResult copy = result;  // a copy shares within itself, not with the original
+  result.advantages(0, 0) = 1.0f;
+  EXPECT_EQ(copy.returns()(0, 0), 0.0f);
+  EXPECT_EQ(copy.returns().data(), copy.advantages.data());
+  const AdvantageResult separate{MatrixF::Zero(2, 3), MatrixF::Ones(2, 3)};
+  EXPECT_FALSE(separate.returns_are_advantages());
+  EXPECT_EQ(separate.returns(), MatrixF::Ones(2, 3));
+}
+
 TEST(AdvantageInvariance, LargeBatchesStreamTheirOutputs) {
-  // 2 x 2048 x 2048 floats = 32 MiB of output: the broadcast bypasses the caches then. Same values.
-  const Index rows = 2048, cols = 2048;
+  // 4096 x 2048 floats = 32 MiB of output: a broadcast into reused storage bypasses the caches
+  // then (fresh storage takes plain stores). Same values either way.
+  const Index rows = 4096, cols = 2048;
   MatrixF mask = MatrixF::Ones(rows, cols);
   for (Index i = 0; i < rows; ++i) mask.row(i).tail(i % cols).setZero();
   MatrixF rewards = MatrixF::Zero(rows, cols);
@@ -765,16 +819,18 @@ TEST(AdvantageInvariance, LargeBatchesStreamTheirOutputs) {
     rewards(i, 0) = static_cast<float>(i % 5) * 0.25f;
     index[static_cast<std::size_t>(i)] = (i * 7) % 256;
   }
-  const auto out = GRPO{}.compute({.token_level_rewards = rewards, .response_mask = mask, .index = index});
+  const AdvantageBatch batch{.token_level_rewards = rewards, .response_mask = mask, .index = index};
+  const auto fresh = GRPO{}.compute(batch);
   VectorF scalars(rows);
-  for (Index i = 0; i < rows; ++i) scalars[i] = out.advantages(i, 0);
-  EXPECT_EQ(out.advantages, (mask.array().colwise() * scalars.array()).matrix());
-  EXPECT_EQ(out.returns, out.advantages);
+  for (Index i = 0; i < rows; ++i) scalars[i] = fresh.advantages(i, 0);
+  EXPECT_EQ(fresh.advantages, (mask.array().colwise() * scalars.array()).matrix());
+  AdvantageResult reused{MatrixF::Constant(rows, cols, 7.0f), MatrixF()};
+  GRPO{}.compute_into(batch, reused);
+  EXPECT_EQ(reused.advantages, fresh.advantages);
+  EXPECT_EQ(reused.returns().data(), reused.advantages.data());
   mask(rows - 1, 3) = 2.0f;
-  EXPECT_TRUE(contains(message_of([&] {
-                         (void)GRPO{}.compute({.token_level_rewards = rewards, .response_mask = mask, .index = index});
-                       }),
-                       "got 2 at (2047, 3)"));
+  EXPECT_TRUE(contains(message_of([&] { GRPO{}.compute_into(batch, reused); }), "got 2 at (4095, 3)"));
+  EXPECT_TRUE(contains(message_of([&] { (void)GRPO{}.compute(batch); }), "got 2 at (4095, 3)"));
 }
 
 // ---- torch-order sums and whitening -------------------------------------------------------------

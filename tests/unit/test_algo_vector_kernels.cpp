@@ -218,7 +218,7 @@ TEST(AlgoVectorKernels, GRPOBroadcastNamesTheFirstNonBinaryMaskRow) {
   const AdvantageResult result = grpo.compute({rewards, mask, index});
   for (Index i = 0; i < rows; i += 97) {
     for (Index j = 0; j < cols; ++j) {
-      EXPECT_EQ(result.advantages(i, j), result.returns(i, j));
+      EXPECT_EQ(result.advantages(i, j), result.returns()(i, j));
       if (mask(i, j) == 0.0f) {
         EXPECT_EQ(result.advantages(i, j), 0.0f);
       }

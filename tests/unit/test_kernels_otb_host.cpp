@@ -83,7 +83,7 @@ void check_against_reference(bool multi_turn) {
           const auto expected = k::reference_optimal_token_baseline(p, algo_batch(b, with_is));
           const Outputs got = run_sequential(p, layout, b, with_is);
           const std::string what = describe(p, layout, with_is, rows, cols);
-          expect_close(got.returns, expected.returns, what + " returns");
+          expect_close(got.returns, expected.returns(), what + " returns");
           expect_close(got.advantages, expected.advantages, what + " advantages");
         }
 }
@@ -99,7 +99,7 @@ TEST(KernelsOtbHost, SingleTurnWithObservationHolesMatchesReference) {
     const k::OptimalTokenBaselineParams p{false, zero_tail, 1e-8f};
     const auto expected = k::reference_optimal_token_baseline(p, algo_batch(b, true));
     const Outputs got = run_sequential(p, k::GroupLayout::any, b, true);
-    expect_close(got.returns, expected.returns, "holes returns");
+    expect_close(got.returns, expected.returns(), "holes returns");
     expect_close(got.advantages, expected.advantages, "holes advantages");
   }
 }
@@ -133,7 +133,7 @@ TEST(KernelsOtbHost, EdgeBatches) {
           const auto expected = k::reference_optimal_token_baseline(p, algo_batch(*b, true));
           const Outputs got = run_sequential(p, layout, *b, true);
           const std::string what = describe(p, layout, true, b->rewards.rows(), b->rewards.cols());
-          expect_close(got.returns, expected.returns, what + " returns");
+          expect_close(got.returns, expected.returns(), what + " returns");
           expect_close(got.advantages, expected.advantages, what + " advantages");
         }
     }

@@ -92,7 +92,7 @@ void run_advantage_case(const GoldenCase& c, CaseCheck& check) {
     if (it.key() == "advantages") {
       check.tensor("advantages", result.advantages, c.tolerance());
     } else if (it.key() == "returns") {
-      check.tensor("returns", result.returns, c.tolerance());
+      check.tensor("returns", result.returns(), c.tolerance());
     } else {
       check.fail(it.key(), "output '" + it.key() + "' has no C++ counterpart");
     }

@@ -9,6 +9,7 @@
 #include <span>
 #include <string_view>
 #include <type_traits>
+#include <utility>
 
 #include "verl/config.hpp"
 #include "verl/core/error.hpp"
@@ -33,10 +34,48 @@ struct AdvantageBatch {
   Index response_length() const { return token_level_rewards.cols(); }
 };
 
-/// What every estimator returns, as verl's `(advantages, returns)` tuple.
-struct AdvantageResult {
+/// What every estimator returns, as verl's `(advantages, returns)` tuple. verl's outcome-reward
+/// estimators (GRPO, Dr.GRPO, RLOO, OPO, GPG, grpo_passk, REINFORCE++ with baseline) return one
+/// tensor as both; so does a result built with `shared`: one matrix holds both, `returns()` is
+/// `advantages` (half the memory and the writes at verl's scale), and writing either writes both,
+/// as with verl's tensor. GAE, REINFORCE++, ReMax and the optimal token baseline keep two.
+class AdvantageResult {
+ public:
   MatrixF advantages;  ///< (B, T)
-  MatrixF returns;     ///< (B, T)
+
+  AdvantageResult() = default;
+  /// Distinct advantages and returns.
+  AdvantageResult(MatrixF advantages_in, MatrixF returns_in)
+      : advantages(std::move(advantages_in)), returns_(std::move(returns_in)) {}
+  /// Returns that are the advantages (one matrix).
+  static AdvantageResult shared(MatrixF advantages_in) {
+    AdvantageResult result;
+    result.advantages = std::move(advantages_in);
+    result.returns_are_advantages_ = true;
+    return result;
+  }
+
+  /// (B, T); `advantages` itself when returns_are_advantages().
+  const MatrixF& returns() const noexcept { return returns_are_advantages_ ? advantages : returns_; }
+  MatrixF& returns() noexcept { return returns_are_advantages_ ? advantages : returns_; }
+  bool returns_are_advantages() const noexcept { return returns_are_advantages_; }
+
+  /// For an estimator's compute_into: from now on the returns are the advantages (a separate
+  /// returns matrix, say from a previous step of another estimator, is released).
+  void share_returns() noexcept {
+    returns_are_advantages_ = true;
+    returns_ = MatrixF();
+  }
+  /// For an estimator's compute_into: the returns as a matrix of their own, keeping its storage
+  /// when it already was one (contents unspecified after a switch from shared).
+  MatrixF& separate_returns() noexcept {
+    returns_are_advantages_ = false;
+    return returns_;
+  }
+
+ private:
+  MatrixF returns_;
+  bool returns_are_advantages_ = false;
 };
 
 /// An advantage estimator is a small value type: runtime knobs as members, verl's registry name

@@ -719,8 +719,10 @@ class PPOTrainer {
     if constexpr (has_critic) in.values.emplace(t.values);
     if (algorithm_.estimator.needs_reward_baseline()) in.reward_baselines.emplace(t.reward_baselines);
     auto result = algorithm_.estimator.compute(in);
+    // Trajectories keep the two as separate fields (they are reordered and split row-wise); a
+    // shared result (outcome estimators) is copied once here.
+    t.returns = result.returns_are_advantages() ? MatrixF(result.advantages) : std::move(result.returns());
     t.advantages = std::move(result.advantages);
-    t.returns = std::move(result.returns);
   }
 
   // ---- updates --------------------------------------------------------------------------------

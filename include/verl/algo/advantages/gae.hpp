@@ -36,7 +36,7 @@ struct GAE {
     detail::validate_advantage_batch<GAE>(batch);
     const Index rows = batch.batch_size(), cols = batch.response_length();
     detail::prepare_output(out.advantages, rows, cols);
-    detail::prepare_output(out.returns, rows, cols);
+    detail::prepare_output(out.separate_returns(), rows, cols);
     detail::MaskedBatchSum batch_sum(rows, cols);
     // Each row is a serial recursion in t; eight rows side by side fill the vector lanes.
     constexpr Index block = 8;
@@ -92,7 +92,7 @@ struct GAE {
       }
       for (Index k = 0; k < Lanes; ++k) {
         float* a = detail::row_of(out.advantages, first + k) + begin;
-        float* g = detail::row_of(out.returns, first + k) + begin;
+        float* g = detail::row_of(out.returns(), first + k) + begin;
         for (Index c = 0; c < width; ++c) {
           a[c] = advantage[c][k];
           g[c] = returns[c][k];

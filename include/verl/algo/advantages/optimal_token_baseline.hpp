@@ -96,7 +96,7 @@ struct OptimalTokenBaseline {
     detail::validate_advantage_batch<OptimalTokenBaseline>(batch);
     const Index cols = batch.response_length();
     const auto& mask = batch.response_mask;
-    const auto series = detail::path_variance_and_returns(batch, out.returns);
+    const auto series = detail::path_variance_and_returns(batch, out.separate_returns());
     const detail::PromptGroups groups(batch.index);
     detail::prepare_output(out.advantages, batch.batch_size(), cols);
     const MatrixF& w_cum = series.cumulative;
@@ -111,7 +111,7 @@ struct OptimalTokenBaseline {
         std::fill(numerator.begin(), numerator.end(), 0.0);
         std::fill(denominator.begin(), denominator.end(), 0.0);
         for (const Index row : rows) {
-          const float* ret = detail::row_of(out.returns, row);
+          const float* ret = detail::row_of(out.returns(), row);
           const float* w = w_cum.data() + row * cols;
           const float* m = detail::row_of(mask, row);
           for (Index t = 0; t < cols; ++t) {
@@ -127,7 +127,7 @@ struct OptimalTokenBaseline {
       const auto [tail_row, tail_start] =
           handle_zero_tail ? detail::unique_longest_tail(rows, series.lengths) : std::pair<Index, Index>{-1, 0};
       for (const Index row : rows) {
-        const float* ret = detail::row_of(out.returns, row);
+        const float* ret = detail::row_of(out.returns(), row);
         const float* m = detail::row_of(mask, row);
         float* adv = detail::row_of(out.advantages, row);
         const Index baseline_end = row == tail_row ? std::min(tail_start, cols) : cols;
@@ -163,7 +163,7 @@ struct MultiTurnOptimalTokenBaseline {
     detail::validate_advantage_batch<MultiTurnOptimalTokenBaseline>(batch);
     const Index cols = batch.response_length();
     const auto& mask = batch.response_mask;
-    const auto series = detail::path_variance_and_returns(batch, out.returns);
+    const auto series = detail::path_variance_and_returns(batch, out.separate_returns());
     const detail::PromptGroups groups(batch.index);
     detail::prepare_output(out.advantages, batch.batch_size(), cols);
     out.advantages.setZero();  // masked positions and fully masked rows
@@ -188,7 +188,7 @@ struct MultiTurnOptimalTokenBaseline {
         numerator.assign(span_length, 0.0);
         denominator.assign(span_length, 0.0);
         for (const Index row : members) {
-          const float* ret = detail::row_of(out.returns, row);
+          const float* ret = detail::row_of(out.returns(), row);
           const float* w = w_cum.data() + row * cols;
           const float* m = detail::row_of(mask, row);
           std::size_t k = 0;
@@ -205,7 +205,7 @@ struct MultiTurnOptimalTokenBaseline {
       const auto [tail_row, tail_start] =
           handle_zero_tail ? detail::unique_longest_tail(members, series.lengths) : std::pair<Index, Index>{-1, 0};
       for (const Index row : members) {
-        const float* ret = detail::row_of(out.returns, row);
+        const float* ret = detail::row_of(out.returns(), row);
         const float* m = detail::row_of(mask, row);
         float* adv = detail::row_of(out.advantages, row);
         Index k = 0;

@@ -33,16 +33,17 @@ struct ReinforcePlusPlus {
   void compute_into(const AdvantageBatch& batch, AdvantageResult& out) const {
     detail::validate_advantage_batch<ReinforcePlusPlus>(batch);
     const Index rows = batch.batch_size(), cols = batch.response_length();
+    MatrixF& returns = out.separate_returns();
     detail::prepare_output(out.advantages, rows, cols);
-    detail::prepare_output(out.returns, rows, cols);
+    detail::prepare_output(returns, rows, cols);
     detail::MaskedBatchSum batch_sum(rows, cols);
     // Each row is a serial recursion; a few rows side by side hide its latency (four measured best:
     // more rows means more backward memory streams than the prefetchers follow).
     constexpr Index block = 4;
     Index i = 0;
-    for (; i + block <= rows; i += block) discounted_returns<block>(batch, i, out.returns, batch_sum);
-    for (; i < rows; ++i) discounted_returns<1>(batch, i, out.returns, batch_sum);
-    detail::masked_whiten(out.returns, batch.response_mask, batch_sum, detail::MaskedPositions::zeroed, out.advantages);
+    for (; i + block <= rows; i += block) discounted_returns<block>(batch, i, returns, batch_sum);
+    for (; i < rows; ++i) discounted_returns<1>(batch, i, returns, batch_sum);
+    detail::masked_whiten(returns, batch.response_mask, batch_sum, detail::MaskedPositions::zeroed, out.advantages);
   }
 
  private:
@@ -100,12 +101,10 @@ struct ReinforcePlusPlusBaseline {
     VectorF centered(scores.size());
     for (Index i = 0; i < scores.size(); ++i)
       centered[i] = scores[i] - moments.mean[static_cast<std::size_t>(groups.group_of(i))];
-    detail::broadcast_over_mask(centered, mask, out, /*returns_equal_advantages=*/false);
+    detail::broadcast_over_mask(centered, mask, out);
     detail::MaskedBatchSum whitening(mask.rows(), mask.cols());
     for (Index i = 0; i < mask.rows(); ++i) whitening.add_row(detail::row_of(out.advantages, i), detail::row_of(mask, i));
     detail::masked_whiten(out.advantages, mask, whitening, detail::MaskedPositions::zeroed, out.advantages);
-    detail::prepare_output(out.returns, mask.rows(), mask.cols());
-    out.returns = out.advantages;
   }
 };
 

@@ -29,11 +29,11 @@ struct ReMax {
     const Index rows = batch.batch_size(), cols = batch.response_length();
     const float* baselines = batch.reward_baselines.value().data();  // present: validated above
     detail::prepare_output(out.advantages, rows, cols);
-    detail::prepare_output(out.returns, rows, cols);
+    detail::prepare_output(out.separate_returns(), rows, cols);
     for (Index i = 0; i < rows; ++i) {
       const float* m = detail::row_of(batch.response_mask, i);
       detail::require_binary_mask_row("response_mask", m, cols, i);
-      float* ret = detail::row_of(out.returns, i);
+      float* ret = detail::row_of(out.returns(), i);
       detail::reverse_cumsum_masked(detail::row_of(batch.token_level_rewards, i), m, ret, cols);
       float* adv = detail::row_of(out.advantages, i);
       const float b = baselines[i];

@@ -78,61 +78,47 @@ inline VectorF response_scores(const ConstMatrixRefF& rewards) {
 /// of the traffic.
 inline constexpr std::size_t kStreamingStoreBytes = std::size_t{32} << 20;
 
-/// One row of broadcast_over_mask: out = a * m (into one or two outputs), returning nonzero when the
-/// mask row holds something other than 0/1.
-inline unsigned broadcast_row(float a, const float* m, float* adv, float* ret, Index cols) {
+/// One row of broadcast_over_mask: out = a * m, returning nonzero when the mask row holds
+/// something other than 0/1.
+inline unsigned broadcast_row(float a, const float* m, float* out, Index cols) {
   unsigned bad = 0;
-  if (ret != nullptr) {
-    for (Index j = 0; j < cols; ++j) {
-      bad |= static_cast<unsigned>(m[j] != 0.0f) & static_cast<unsigned>(m[j] != 1.0f);
-      const float v = a * m[j];
-      adv[j] = v;
-      ret[j] = v;
-    }
-  } else {
-    for (Index j = 0; j < cols; ++j) {
-      bad |= static_cast<unsigned>(m[j] != 0.0f) & static_cast<unsigned>(m[j] != 1.0f);
-      adv[j] = a * m[j];
-    }
+  for (Index j = 0; j < cols; ++j) {
+    bad |= static_cast<unsigned>(m[j] != 0.0f) & static_cast<unsigned>(m[j] != 1.0f);
+    out[j] = a * m[j];
   }
   return bad;
 }
 
 #if defined(__SSE2__)
-/// broadcast_row with non-temporal stores; `adv`, `ret` 16-byte aligned and cols a multiple of 4.
-inline unsigned broadcast_row_streaming(float a, const float* m, float* adv, float* ret, Index cols) {
+/// broadcast_row with non-temporal stores; `out` 16-byte aligned and cols a multiple of 4.
+inline unsigned broadcast_row_streaming(float a, const float* m, float* out, Index cols) {
   const __m128 scale = _mm_set1_ps(a), zero = _mm_setzero_ps(), one = _mm_set1_ps(1.0f);
   __m128 bad = _mm_setzero_ps();
   for (Index j = 0; j < cols; j += 4) {
     const __m128 mask = _mm_loadu_ps(m + j);
     bad = _mm_or_ps(bad, _mm_and_ps(_mm_cmpneq_ps(mask, zero), _mm_cmpneq_ps(mask, one)));
-    const __m128 v = _mm_mul_ps(scale, mask);
-    _mm_stream_ps(adv + j, v);
-    if (ret != nullptr) _mm_stream_ps(ret + j, v);
+    _mm_stream_ps(out + j, _mm_mul_ps(scale, mask));
   }
   return static_cast<unsigned>(_mm_movemask_ps(bad));
 }
 #endif
 
-/// verl's `scalars.unsqueeze(-1) * response_mask` into `out.advantages` and, for the estimators
-/// that return their advantages as returns too, into `out.returns` in the same pass. Checks on the
-/// way that the mask is 0/1 (the check rides on loads the broadcast makes anyway).
-inline void broadcast_over_mask(const VectorF& per_row, const ConstMatrixRefF& mask, AdvantageResult& out,
-                                bool returns_equal_advantages = true) {
+/// verl's `scalars.unsqueeze(-1) * response_mask` into `out.advantages`, which its returns then
+/// share: every estimator ending with this broadcast returns one tensor twice in verl. Checks on
+/// the way that the mask is 0/1 (the check rides on loads the broadcast makes anyway).
+inline void broadcast_over_mask(const VectorF& per_row, const ConstMatrixRefF& mask, AdvantageResult& out) {
   const Index rows = mask.rows(), cols = mask.cols();
+  out.share_returns();
   // Non-temporal stores pay off only over reused storage: freshly allocated pages were just
   // zeroed by the kernel and are still cached, and plain stores into them measured ~25% faster.
-  const auto fits = [&](const MatrixF& m) { return m.rows() == rows && m.cols() == cols; };
-  const bool reused = fits(out.advantages) && (!returns_equal_advantages || fits(out.returns));
+  const bool reused = out.advantages.rows() == rows && out.advantages.cols() == cols;
   prepare_output(out.advantages, rows, cols);
-  if (returns_equal_advantages) prepare_output(out.returns, rows, cols);
-  float* returns = returns_equal_advantages ? out.returns.data() : nullptr;
   bool streaming = false;
   (void)reused;  // streaming is x86-only
 #if defined(__SSE2__)
-  const auto aligned = [](const float* p) { return p == nullptr || reinterpret_cast<std::uintptr_t>(p) % 16 == 0; };
-  const std::size_t bytes = static_cast<std::size_t>(rows * cols) * sizeof(float) * (returns_equal_advantages ? 2 : 1);
-  streaming = reused && bytes >= kStreamingStoreBytes && cols % 4 == 0 && aligned(out.advantages.data()) && aligned(returns);
+  const std::size_t bytes = static_cast<std::size_t>(rows * cols) * sizeof(float);
+  streaming = reused && bytes >= kStreamingStoreBytes && cols % 4 == 0 &&
+              reinterpret_cast<std::uintptr_t>(out.advantages.data()) % 16 == 0;
 #endif
   // Rows split over threads (first-touch page faults of fresh outputs included); each block
   // notes its first row with a non-0/1 mask and the first such row overall is reported, as a
@@ -143,14 +129,13 @@ inline void broadcast_over_mask(const VectorF& per_row, const ConstMatrixRefF& m
     for (Index i = begin; i < end; ++i) {
       const float* m = row_of(mask, i);
       float* adv = row_of(out.advantages, i);
-      float* ret = returns != nullptr ? returns + i * cols : nullptr;
       unsigned bad = 0;
 #if defined(__SSE2__)
       if (streaming)
-        bad = broadcast_row_streaming(per_row[i], m, adv, ret, cols);
+        bad = broadcast_row_streaming(per_row[i], m, adv, cols);
       else
 #endif
-        bad = broadcast_row(per_row[i], m, adv, ret, cols);
+        bad = broadcast_row(per_row[i], m, adv, cols);
       if (bad != 0 && bad_row == rows) bad_row = i;
     }
 #if defined(__SSE2__)
