@@ -82,6 +82,8 @@ void BM_Generate(benchmark::State& state) {
   const auto prompts = verl::rollout::PromptBatch::left_padded(prompts_for(generate_batch, prompt_length, model.vocab_size()), 0);
   const verl::rollout::SamplingParams params{.temperature = 0.0f, .max_response_length = new_tokens};
   std::size_t cache_bytes = 0;
+  // Warm-up, as the transformers side's (bench_hf_baseline.py's timed): a rollout loop's steady state.
+  (void)engine.generate(prompts, params);
   for (auto _ : state) {
     const auto out = engine.generate(prompts, params);
     cache_bytes = out.kv_cache_bytes;
@@ -147,6 +149,10 @@ void BM_ForwardBackward(benchmark::State& state) {
   const verl::MatrixI64 targets = next_token_targets(batch);
   const std::vector<float> cotangent(ids.size(), 1.0f / static_cast<float>(ids.size()));
   model.zero_grad();
+  // Warm-up, as the transformers side's: a training loop's steady state, where the activation and
+  // logits buffers of the previous step are reused (the first step faults them all in).
+  (void)model.forward(batch, {.targets = {targets.data(), ids.size()}, .keep_activations = true});
+  model.backward({.log_probs = cotangent});
   for (auto _ : state) {
     const auto out = model.forward(batch, {.targets = {targets.data(), ids.size()}, .keep_activations = true});
     model.backward({.log_probs = cotangent});

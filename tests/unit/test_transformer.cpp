@@ -353,6 +353,49 @@ TEST(TransformerForward, ResultsDoNotDependOnTheThreadCount) {
   }
 }
 
+TEST(TransformerForward, LaterStepsReuseTheLogitsBuffersWithoutChangingResults) {
+  // A vocabulary of 32768 makes the LM head work in chunks of 512 tokens: 1100 tokens are three
+  // chunks, 700 two of other sizes. Steps of other shapes, and a forward pass without backward,
+  // before a step must leave its results bit for bit those of a fresh model, whether backward
+  // reuses the saved logits or recomputes them.
+  const auto config = tiny_config("qwen2", {{"vocab_size", 32768}, {"max_position_embeddings", 2048}});
+  auto make_batch = [](std::vector<TokenId>& ids, std::size_t n, std::size_t salt) {
+    ids.resize(n);
+    for (std::size_t i = 0; i < n; ++i) ids[i] = static_cast<TokenId>((i * 7919 + salt) % 32768);
+    return TokenBatch::packed(ids, std::vector<std::int64_t>{0, static_cast<std::int64_t>(n / 3), static_cast<std::int64_t>(n)});
+  };
+  std::vector<TokenId> ids_a, ids_b;
+  const auto batch_a = make_batch(ids_a, 1100, 5), batch_b = make_batch(ids_b, 700, 17);
+  const MatrixI64 targets_a = next_token_targets(batch_a), targets_b = next_token_targets(batch_b);
+  struct StepResult {
+    MatrixF log_probs;
+    std::vector<float> grads;
+  };
+  auto step = [](Transformer& model, const TokenBatch& batch, const MatrixI64& targets, std::size_t n) {
+    model.zero_grad();
+    StepResult result;
+    result.log_probs = model.forward(batch, {.targets = {targets.data(), n}, .keep_activations = true}).log_probs;
+    model.backward({.log_probs = std::vector<float>(n, 1.0f)});
+    model.for_each_parameter([&](const auto& p) { result.grads.insert(result.grads.end(), p.grad.begin(), p.grad.end()); });
+    return result;
+  };
+  for (const std::size_t max_saved : {std::size_t{512} << 20, std::size_t{0}}) {
+    Transformer fresh = Transformer::random(config, {.seed = 7}, {.num_threads = 2, .max_saved_logits_bytes = max_saved});
+    const StepResult expected = step(fresh, batch_a, targets_a, ids_a.size());
+    Transformer model = Transformer::random(config, {.seed = 7}, {.num_threads = 2, .max_saved_logits_bytes = max_saved});
+    (void)step(model, batch_b, targets_b, ids_b.size());
+    (void)model.forward(batch_b, {.targets = {targets_b.data(), ids_b.size()}});
+    for (int repeat = 0; repeat < 2; ++repeat) {
+      const StepResult got = step(model, batch_a, targets_a, ids_a.size());
+      EXPECT_EQ(got.log_probs, expected.log_probs) << max_saved << " " << repeat;
+      EXPECT_EQ(got.grads, expected.grads) << max_saved << " " << repeat;
+    }
+    model.release_activations();
+    const StepResult after_release = step(model, batch_a, targets_a, ids_a.size());
+    EXPECT_EQ(after_release.grads, expected.grads) << max_saved;
+  }
+}
+
 TEST(TransformerForward, LogProbsAndEntropyMatchTheLogits) {
   Transformer model = Transformer::random(qwen2_config(), {.initializer_range = 0.3, .seed = 1});
   const Batch b = padded_batch(model.vocab_size());
