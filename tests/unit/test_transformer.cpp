@@ -353,11 +353,11 @@ TEST(TransformerForward, ResultsDoNotDependOnTheThreadCount) {
   }
 }
 
-TEST(TransformerForward, LaterStepsReuseTheLogitsBuffersWithoutChangingResults) {
+TEST(TransformerForward, LaterStepsGiveTheResultsOfAFreshModel) {
   // A vocabulary of 32768 makes the LM head work in chunks of 512 tokens: 1100 tokens are three
   // chunks, 700 two of other sizes. Steps of other shapes, and a forward pass without backward,
-  // before a step must leave its results bit for bit those of a fresh model, whether backward
-  // reuses the saved logits or recomputes them.
+  // before a step must leave its results bit for bit those of a fresh model (nothing a step saves
+  // or keeps leaks into the next), whether backward reuses the saved logits or recomputes them.
   const auto config = tiny_config("qwen2", {{"vocab_size", 32768}, {"max_position_embeddings", 2048}});
   auto make_batch = [](std::vector<TokenId>& ids, std::size_t n, std::size_t salt) {
     ids.resize(n);

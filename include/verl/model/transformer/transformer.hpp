@@ -170,7 +170,7 @@ class BasicTransformer {
     std::vector<Scalar> log_probs(stats_wanted ? static_cast<std::size_t>(n) : 0);
     std::vector<Scalar> entropy(log_probs.size());
     statistics_.clear();
-    recycle_logits();
+    saved_logits_.clear();
     const auto slots = batch.slots();
     const Index chunk = detail::lm_head_chunk_rows(vocab);
     const bool save_logits = options.keep_activations && stats_wanted &&
@@ -180,7 +180,6 @@ class BasicTransformer {
       RowMatrix<Scalar> logits;
       for (Index t0 = 0; t0 < n; t0 += chunk) {
         const Index rows = std::min(chunk, n - t0);
-        if (logits.size() == 0) logits = spare_logits(rows);
         chunk_logits(hidden.middleRows(t0, rows), logits);
         if (options.return_logits) {
           for (Index r = 0; r < rows; ++r) out.logits.row(slots[static_cast<std::size_t>(t0 + r)]) = logits.row(r);
@@ -194,7 +193,6 @@ class BasicTransformer {
         }
         if (save_logits) saved_logits_.push_back(std::move(logits));
       }
-      if (logits.size() > 0) spare_logits_.push_back(std::move(logits));  // not saved: kept for backward's recompute
     }
     if (!targets.empty()) out.log_probs = batch.scatter<Scalar>(log_probs);
     if (options.return_entropy) out.entropy = batch.scatter<Scalar>(entropy);
@@ -248,7 +246,6 @@ class BasicTransformer {
           if (static_cast<std::size_t>(c) < saved_logits_.size()) {
             grad.swap(saved_logits_[static_cast<std::size_t>(c)]);
           } else {
-            if (grad.size() == 0) grad = spare_logits(rows);
             chunk_logits(hidden.middleRows(t0, rows), grad);
           }
           auto slice = [&](const std::vector<Scalar>& v) {
@@ -259,7 +256,6 @@ class BasicTransformer {
           detail::head_backward<Scalar>(grad, labels, statistics_[static_cast<std::size_t>(c)], slice(grad_log_probs),
                                         slice(grad_entropy), saved_temperature_, num_threads());
         } else {
-          if (grad.size() == 0) grad = spare_logits(rows);
           grad.setZero(rows, vocab);
         }
         if (!cotangents.logits.empty()) {
@@ -271,10 +267,9 @@ class BasicTransformer {
         detail::linear_backward_input<Scalar>(body_.pool(), grad, head_weight(), d_hidden.middleRows(t0, rows), false);
         detail::linear_backward_weight<Scalar>(body_.pool(), grad, hidden.middleRows(t0, rows), head_grad, nullptr);
       }
-      if (grad.size() > 0) spare_logits_.push_back(std::move(grad));
     }
     statistics_.clear();
-    recycle_logits();
+    saved_logits_.clear();
     body_.backward(d_hidden);
   }
 
@@ -301,13 +296,12 @@ class BasicTransformer {
     detail::load_state_dict(*this, dict, body_.config().tie_word_embeddings ? "lm_head.weight" : "");
   }
 
-  /// Frees what a forward pass saved for backward (when no backward follows), the logits buffers
-  /// kept for the next training step, and the memory kept for packing the next KV cache's weights.
+  /// Frees what a forward pass saved for backward (when no backward follows), and the memory kept
+  /// for packing the weights of the next KV cache.
   void release_activations() {
     saved_ = false;
     statistics_.clear();
     saved_logits_.clear();
-    spare_logits_.clear();
     packed_recycler_->release();
     body_.release_activations();
   }
@@ -424,30 +418,14 @@ class BasicTransformer {
   }
 
  private:
-  /// A buffer from an earlier step for a chunk of `rows` tokens: one of that many rows if kept
-  /// (steps of one shape then reuse every buffer as it is), else any (resized by chunk_logits).
-  RowMatrix<Scalar> spare_logits(Index rows) {
-    if (spare_logits_.empty()) return {};
-    auto it = std::find_if(spare_logits_.begin(), spare_logits_.end(), [&](const auto& m) { return m.rows() == rows; });
-    if (it == spare_logits_.end()) it = spare_logits_.begin();
-    RowMatrix<Scalar> buffer = std::move(*it);
-    spare_logits_.erase(it);
-    return buffer;
-  }
-  /// Moves the saved logits (or, after backward, the buffers they were swapped with) to the spares.
-  void recycle_logits() {
-    for (auto& m : saved_logits_) {
-      if (m.size() > 0) spare_logits_.push_back(std::move(m));
-    }
-    saved_logits_.clear();
-  }
-
   void chunk_logits(const Eigen::Ref<const RowMatrix<Scalar>>& hidden, RowMatrix<Scalar>& logits,
                     const detail::PackedMatrix* packed_head = nullptr) const {
     if (logits.rows() != hidden.rows() || logits.cols() != vocab_size()) {
       logits.resize(hidden.rows(), vocab_size());
-      // A chunk's logits are tens of MiB: huge pages spare most of the first-touch faults of a
-      // fresh buffer (the next steps reuse it, see spare_logits).
+      // A chunk's logits are tens of MiB, freshly allocated per chunk when they are saved for
+      // backward: huge pages spare most of their first-touch faults. (Keeping the buffers for the
+      // next step measured slower at 30M, 8 of 10 alternations: the product's stores land in pages
+      // the kernel has just zeroed, still cached, where a reused buffer is read from memory first.)
       algo::detail::advise_huge_pages(logits.data(), static_cast<std::size_t>(logits.size()) * sizeof(Scalar));
     }
     detail::linear_forward<Scalar>(body_.pool(), hidden, head_weight(), nullptr, logits, packed_head);
@@ -484,9 +462,6 @@ class BasicTransformer {
   bool saved_ = false;
   std::vector<detail::HeadStatistics<Scalar>> statistics_;
   std::vector<RowMatrix<Scalar>> saved_logits_;  ///< per chunk, when they fit max_saved_logits_bytes
-  /// Logits buffers of earlier steps, for the next ones (as the decoder keeps its activations'):
-  /// faulting tens of MiB of fresh pages in every step measured ~5% of a 30M forward+backward.
-  std::vector<RowMatrix<Scalar>> spare_logits_;
   std::vector<TokenId> saved_targets_;
   std::vector<std::int64_t> saved_slots_;
   Index saved_layout_size_ = 0;
