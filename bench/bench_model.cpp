@@ -149,8 +149,8 @@ void BM_ForwardBackward(benchmark::State& state) {
   const verl::MatrixI64 targets = next_token_targets(batch);
   const std::vector<float> cotangent(ids.size(), 1.0f / static_cast<float>(ids.size()));
   model.zero_grad();
-  // Warm-up, as the transformers side's: a training loop's steady state, where the activation and
-  // logits buffers of the previous step are reused (the first step faults them all in).
+  // Warm-up, as the transformers side's: a training loop's steady state, where the decoder reuses
+  // the previous step's activation buffers (the first step faults them all in).
   (void)model.forward(batch, {.targets = {targets.data(), ids.size()}, .keep_activations = true});
   model.backward({.log_probs = cotangent});
   for (auto _ : state) {
