@@ -49,6 +49,15 @@ MatrixF right_padded_mask(std::mt19937& gen, Index rows, Index cols) {
   return mask;
 }
 
+/// Log-probs drawn uniformly from [-4, 1): log-ratios of either sign, none near a clamp.
+MatrixF random_log_probs(std::mt19937& gen, Index rows, Index cols) {
+  std::uniform_real_distribution<float> u(-4.0f, 1.0f);
+  MatrixF lp(rows, cols);
+  for (Index i = 0; i < rows; ++i)
+    for (Index j = 0; j < cols; ++j) lp(i, j) = u(gen);
+  return lp;
+}
+
 }  // namespace
 
 TEST(AlgoVectorKernels, VanillaMatchesScalarReferenceWithRatiosOnTheClipThresholds) {
@@ -174,13 +183,7 @@ TEST(AlgoVectorKernels, AggLossNamesTheFirstNonBinaryMaskRow) {
 
 TEST(AlgoVectorKernels, LowVarKLMatchesTheScalarEstimate) {
   std::mt19937 gen(11);
-  std::uniform_real_distribution<float> u(-4.0f, 1.0f);
-  MatrixF lp(kRows, kCols), ref(kRows, kCols);
-  for (Index i = 0; i < kRows; ++i)
-    for (Index j = 0; j < kCols; ++j) {
-      lp(i, j) = u(gen);
-      ref(i, j) = u(gen);
-    }
+  MatrixF lp = random_log_probs(gen, kRows, kCols), ref = random_log_probs(gen, kRows, kCols);
   lp(5, 5) = std::numeric_limits<float>::quiet_NaN();
   ref(6, 6) = 30.0f;   // log-ratio clamp (+20), then the estimate's clamp (10)
   ref(7, 7) = -40.0f;  // log-ratio clamp (-20): exp(-20) + 20 - 1, then 10
@@ -202,6 +205,26 @@ TEST(AlgoVectorKernels, LowVarKLMatchesTheScalarEstimate) {
   EXPECT_EQ(got(6, 6), 10.0f);
   EXPECT_EQ(got(7, 7), 10.0f);
   EXPECT_EQ(got(8, 8), 0.0f);
+}
+
+TEST(AlgoVectorKernels, LowVarKLIntoLargeReusedStorageGivesTheFreshValues) {
+  constexpr Index rows = 4096, cols = 1024;  // split over threads
+  std::mt19937 gen(17);
+  const MatrixF lp = random_log_probs(gen, rows, cols);
+  MatrixF ref = random_log_probs(gen, rows, cols);
+  ref(100, 7) = 30.0f;
+  const MatrixF fresh = kl_penalty(lp, ref, LowVarKL{});
+  MatrixF reused = MatrixF::Constant(rows, cols, -1.0f);
+  const float* storage = reused.data();
+  kl_penalty_into(reused, lp, ref, LowVarKL{});
+  ASSERT_EQ(reused.data(), storage);
+  EXPECT_EQ((reused.array() != fresh.array()).count(), 0);
+  EXPECT_EQ(reused(100, 7), 10.0f);
+  // Rows whose length is no multiple of the vector width: the scalar tail, same values.
+  const MatrixF lp_odd = lp.leftCols(cols - 1), ref_odd = ref.leftCols(cols - 1);
+  MatrixF odd = MatrixF::Constant(rows, cols - 1, -1.0f);
+  kl_penalty_into(odd, lp_odd, ref_odd, LowVarKL{});
+  EXPECT_EQ((odd.array() != kl_penalty(lp_odd, ref_odd, LowVarKL{}).array()).count(), 0);
 }
 
 TEST(AlgoVectorKernels, GRPOBroadcastNamesTheFirstNonBinaryMaskRow) {

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <string>
 
 #include "verl/algo/kl_estimator.hpp"
@@ -149,6 +150,41 @@ TEST(KLPenalty, BatchFunctionsApplyTheEstimatorElementWise) {
             estimator);
       }
   }
+}
+
+TEST(KLPenalty, IntoGivesTheFreshResultInWhateverStorageItIsHanded) {
+  MatrixF lp = MatrixF::Random(9, 37), ref = MatrixF::Random(9, 37);
+  lp(2, 3) = std::numeric_limits<float>::quiet_NaN();
+  ref(4, 5) = 30.0f;  // both of low_var_kl's clamps
+  for (const auto& name : kl_penalty_names) {
+    const MatrixF want = kl_penalty(lp, ref, name);
+    MatrixF empty;
+    kl_penalty_into(empty, lp, ref, name);
+    MatrixF reused = MatrixF::Constant(9, 37, 7.0f);
+    const float* storage = reused.data();
+    kl_penalty_into(reused, lp, ref, make_kl_estimator(name));
+    EXPECT_EQ(reused.data(), storage) << name << ": a buffer of the right shape is written in place";
+    MatrixF reshaped = MatrixF::Zero(3, 2);
+    kl_penalty_into(reshaped, lp, ref, name);
+    MatrixF in_place = lp;  // the output may be an input: the estimate is element-wise
+    kl_penalty_into(in_place, in_place, ref, name);
+    for (const MatrixF* got : {&empty, &reused, &reshaped, &in_place}) {
+      ASSERT_EQ(got->rows(), 9) << name;
+      ASSERT_EQ(got->cols(), 37) << name;
+      EXPECT_TRUE(got->array().isNaN().cast<int>().sum() == 1 && std::isnan((*got)(2, 3))) << name;
+      for (Index i = 0; i < 9; ++i)
+        for (Index j = 0; j < 37; ++j) {
+          if (!std::isnan(want(i, j))) {
+            EXPECT_EQ((*got)(i, j), want(i, j)) << name << " at " << i << "," << j;
+          }
+        }
+    }
+  }
+  MatrixF out;
+  const MatrixF wrong(9, 36);
+  const std::string msg = message_of<InvalidArgument>([&] { kl_penalty_into(out, lp, wrong, LowVarKL{}); });
+  EXPECT_NE(msg.find("ref_logprob"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("(9, 36)"), std::string::npos) << msg;
 }
 
 TEST(KLPenalty, AcceptsBlocksColumnMajorAndDoubleInputs) {

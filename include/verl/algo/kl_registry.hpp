@@ -86,6 +86,12 @@ RowMatrix<typename LD::Scalar> kl_penalty(const Eigen::MatrixBase<LD>& logprob,
   return std::visit([&](const auto& e) { return kl_penalty(logprob, ref_logprob, e); }, estimator);
 }
 
+template <class LD, class RD>
+void kl_penalty_into(RowMatrix<typename LD::Scalar>& out, const Eigen::MatrixBase<LD>& logprob,
+                     const Eigen::MatrixBase<RD>& ref_logprob, const AnyKLEstimator& estimator) {
+  std::visit([&](const auto& e) { kl_penalty_into(out, logprob, ref_logprob, e); }, estimator);
+}
+
 template <class LD, class RD, class CD>
 KLPenaltyGrad<typename LD::Scalar> kl_penalty_backward(const Eigen::MatrixBase<LD>& logprob,
                                                        const Eigen::MatrixBase<RD>& ref_logprob,
@@ -100,6 +106,13 @@ template <class LD, class RD>
 RowMatrix<typename LD::Scalar> kl_penalty(const Eigen::MatrixBase<LD>& logprob,
                                           const Eigen::MatrixBase<RD>& ref_logprob, std::string_view kl_penalty_type) {
   return kl_penalty(logprob, ref_logprob, make_kl_estimator(kl_penalty_type));
+}
+
+/// kl_penalty into reused storage, by verl's name: kl_penalty_into(out, logprob, ref, "k3").
+template <class LD, class RD>
+void kl_penalty_into(RowMatrix<typename LD::Scalar>& out, const Eigen::MatrixBase<LD>& logprob,
+                     const Eigen::MatrixBase<RD>& ref_logprob, std::string_view kl_penalty_type) {
+  kl_penalty_into(out, logprob, ref_logprob, make_kl_estimator(kl_penalty_type));
 }
 
 template <class LD, class RD>
