@@ -142,8 +142,8 @@ constexpr void require_log_prob_types() {
 
 /// How far ahead (in floats) low_var_kl's vector loop prefetches its two inputs: the loop has
 /// enough arithmetic between loads that the hardware prefetcher alone leaves one core short of
-/// the bandwidth it gets from a plain copy (measured at 16384 x 1024, one thread: 28 ms without,
-/// 21 to 23 ms with 1 to 2 KiB ahead; a copy-like pass takes 20 ms).
+/// the bandwidth it gets from a plain copy (measured at 16384 x 1024, one thread: 28 to 33 ms without,
+/// 21.5 to 24 ms with 1 to 2 KiB ahead; a copy-like pass takes 20 ms).
 inline constexpr Index kLowVarKLPrefetchAhead = 512;
 
 /// low_var_kl's forward on W lanes at a time: std::clamp(x), exp (simd::exp_bounded, within about
