@@ -17,7 +17,7 @@
 #include <type_traits>
 #include <utility>
 
-#include "verl/algo/detail/huge_pages.hpp"
+#include "verl/algo/detail/output_buffers.hpp"
 #include "verl/algo/detail/parallel_rows.hpp"
 #include "verl/algo/detail/vector_math.hpp"
 #include "verl/algo/kl_estimator.hpp"
@@ -266,11 +266,7 @@ void kl_penalty_into(RowMatrix<typename LD::Scalar>& out, const Eigen::MatrixBas
     out = std::move(fresh);
     return;
   }
-  if (out.rows() != lp.rows() || out.cols() != lp.cols()) {
-    out.resize(0, 0);  // release first, so that reshaping never holds both buffers
-    out.resize(lp.rows(), lp.cols());
-    detail::advise_huge_pages(out.data(), static_cast<std::size_t>(out.size()) * sizeof(Scalar));
-  }
+  detail::prepare_output(out, lp.rows(), lp.cols());
   if constexpr (std::is_same_v<Scalar, float> && std::is_base_of_v<LowVarKL, E>) {
     detail::low_var_kl_into(lp, ref, out.data(), estimator);
   } else {

@@ -15,7 +15,7 @@
 #endif
 
 #include "verl/algo/advantage_estimator.hpp"
-#include "verl/algo/advantages/detail/output_buffers.hpp"
+#include "verl/algo/detail/output_buffers.hpp"
 #include "verl/algo/advantages/detail/torch_sum.hpp"
 #include "verl/algo/detail/parallel_rows.hpp"
 #include "verl/algo/detail/rows.hpp"  // row_of, shared with the other algo kernels
