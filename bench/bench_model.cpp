@@ -5,6 +5,11 @@
 //                       whole sequence with a full forward pass;
 //   ForwardBackward     log-prob loss forward + backward over packed sequences, tokens per second.
 //   Gemm                the float32 products of a 30M model's forward + backward, GFLOP/s.
+//   WeightRead          the memory-bound pass of a decode step: reading as many bytes as the
+//                       model's weights (float32, or bfloat16 with the second argument 1), in
+//                       three streams per thread as the decode kernel reads them. A decode step
+//                       reads every weight once, so batch / this time bounds any decoder's tokens/s
+//                       on this machine at this thread count (bench_hf_baseline.py reports it).
 // Counters also report the KV cache's bytes next to what the shapes require, and the rate at which
 // the decode loop gets through the weights (a decode step of 8 rows is bound by reading them).
 // The side-by-side with transformers / PyTorch eager is tools/scripts/bench_hf_baseline.py
@@ -18,6 +23,10 @@
 #include <random>
 #include <string>
 #include <vector>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 #include "verl/algo/detail/parallel_rows.hpp"
 #include "verl/model/transformer/detail/gemm.hpp"
@@ -202,9 +211,77 @@ void BM_Gemm(benchmark::State& state) {
   state.SetLabel(shape.name);
 }
 
+/// Sum of n floats read as three sequential streams (a third each) with a software prefetch ahead
+/// of each: the read pattern of the decode kernel (gemm.hpp's kernel_avx512_streams).
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+__attribute__((target("avx512f"))) float sum_three_streams_avx512(const float* x, std::size_t n) {
+  const std::size_t third = n / 3 / 32 * 32;
+  __m512 acc[3] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+  for (std::size_t i = 0; i < third; i += 32) {
+    for (std::size_t s = 0; s < 3; ++s) {
+      const float* p = x + s * third + i;
+      _mm_prefetch(reinterpret_cast<const char*>(p + 512), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(p + 528), _MM_HINT_T0);
+      acc[s] = _mm512_add_ps(acc[s], _mm512_add_ps(_mm512_loadu_ps(p), _mm512_loadu_ps(p + 16)));
+    }
+  }
+  alignas(64) float lanes[16];
+  _mm512_store_ps(lanes, _mm512_add_ps(acc[0], _mm512_add_ps(acc[1], acc[2])));
+  float total = 0.0f;
+  for (const float lane : lanes) total += lane;
+  for (std::size_t i = 3 * third; i < n; ++i) total += x[i];
+  return total;
+}
+#endif
+
+float sum_three_streams(const float* x, std::size_t n) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  if (__builtin_cpu_supports("avx512f")) return sum_three_streams_avx512(x, n);
+#endif
+  float acc[8] = {};
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (std::size_t j = 0; j < 8; ++j) acc[j] += x[i + j];
+  }
+  for (; i < n; ++i) acc[0] += x[i];
+  return acc[0] + acc[1] + acc[2] + acc[3] + acc[4] + acc[5] + acc[6] + acc[7];
+}
+
+void BM_WeightRead(benchmark::State& state) {
+  using verl::model::detail::ThreadPool;
+  const int which = static_cast<int>(state.range(0));
+  const std::size_t weight_bytes = state.range(1) == 1 ? 2 : sizeof(float);
+  const Transformer model = Transformer::random(config_named(which), {.seed = 1}, {.num_threads = 1});
+  const auto bytes = static_cast<std::size_t>(verl::model::parameter_count(model)) * weight_bytes;
+  std::vector<float> weights(bytes / sizeof(float), 1.0f);
+  ThreadPool pool(bench_threads());  // 0: the default thread count, as the model's pool
+  const auto parts = static_cast<Index>(pool.size());
+  const std::size_t per_part = (weights.size() + static_cast<std::size_t>(parts) - 1) / static_cast<std::size_t>(parts);
+  std::vector<float> sums(static_cast<std::size_t>(parts));
+  auto read_all = [&] {
+    pool.parallel_for(parts, [&](Index t) {
+      const std::size_t begin = std::min(weights.size(), static_cast<std::size_t>(t) * per_part);
+      const std::size_t end = std::min(weights.size(), begin + per_part);
+      sums[static_cast<std::size_t>(t)] = sum_three_streams(weights.data() + begin, end - begin);
+    });
+  };
+  read_all();  // warm-up, as BM_Generate's
+  for (auto _ : state) {
+    read_all();
+    benchmark::DoNotOptimize(sums.data());
+  }
+  state.counters["GB_per_s"] = benchmark::Counter(static_cast<double>(bytes) / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+  // The tokens/s of a decoder whose steps did nothing but read the weights once.
+  state.counters["bound_tokens_per_s"] =
+      benchmark::Counter(static_cast<double>(generate_batch), benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["threads"] = static_cast<double>(pool.size());
+  state.SetLabel(config_label(which));
+}
+
 BENCHMARK(BM_Generate)->ArgsProduct({{0, 1}, {0, 1}})->ArgNames({"", "bf16"})->Unit(benchmark::kMillisecond)->MinTime(2.0)->UseRealTime();
 BENCHMARK(BM_GenerateNoCache)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->MinTime(2.0)->UseRealTime();
 BENCHMARK(BM_ForwardBackward)->Args({0, 8, 256})->Args({1, 8, 256})->Unit(benchmark::kMillisecond)->MinTime(2.0)->UseRealTime();
+BENCHMARK(BM_WeightRead)->ArgsProduct({{1}, {0, 1}})->ArgNames({"", "bf16"})->Unit(benchmark::kMillisecond)->MinTime(1.0)->UseRealTime();
 BENCHMARK(BM_Gemm)->DenseRange(0, std::size(gemm_shapes) - 1)->Unit(benchmark::kMillisecond)->MinTime(1.0)->UseRealTime();
 
 }  // namespace

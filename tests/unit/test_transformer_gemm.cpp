@@ -276,6 +276,39 @@ TEST(Gemm, Bfloat16PackingRoundsToNearestEvenAndKeepsSpecialValues) {
   EXPECT_EQ(float_to_bf16_bits(w[3]), 0x3f81u);
 }
 
+TEST(Gemm, Bfloat16ProductsRoundTheRowsTheyMultiplyAsTheScalarRoundingDoes) {
+  // The rows of A are rounded 16 at a time where the CPU allows, the rest one by one: a value
+  // on a tie, around it, infinite or NaN must round the same at every position of a row. A is
+  // zero but for one value, and W is all ones, so the product is that value rounded.
+  const std::vector<float> values = {std::bit_cast<float>(0x3f808000u), std::bit_cast<float>(0x3f818000u),
+                                     std::bit_cast<float>(0x3f808001u), std::bit_cast<float>(0xbf7fffffu),
+                                     std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                                     std::numeric_limits<float>::quiet_NaN(), std::bit_cast<float>(0x7f800001u)};
+  constexpr Index k = 40;
+  const std::vector<float> ones(k, 1.0f);
+  const PackedMatrix packed = PackedMatrix::pack(transpose_of(ones.data(), k), k, 1, verl::model::DecodePrecision::bfloat16,
+                                                 /*allow_tiles=*/false);
+  for (const float value : values) {
+    const float expected = bf16_bits_to_float(float_to_bf16_bits(value));
+    for (const Index at : {0, 5, 15, 16, 31, 32, 39}) {
+      std::vector<float> a(k, 0.0f);
+      a[static_cast<std::size_t>(at)] = value;
+      // Contiguous (the vector path) and as a column of a transposed operand (one at a time).
+      std::vector<float> column(static_cast<std::size_t>(k * 3), 0.0f);
+      for (Index j = 0; j < k; ++j) column[static_cast<std::size_t>(j * 3)] = a[static_cast<std::size_t>(j)];
+      for (const auto operand : {rows_of(a.data(), k), Operand<float>{column.data(), 1, 3}}) {
+        float c = 0.0f;
+        gemm(nullptr, 1, 1, k, operand, transpose_of(ones.data(), k), packed, &c, 1, false);
+        if (std::isnan(expected)) {
+          EXPECT_TRUE(std::isnan(c)) << std::bit_cast<std::uint32_t>(value) << " at " << at;
+        } else {
+          EXPECT_EQ(c, expected) << std::bit_cast<std::uint32_t>(value) << " at " << at;
+        }
+      }
+    }
+  }
+}
+
 TEST(Gemm, DoubleUsesEigenWithTheSameLayouts) {
   const std::vector<double> a = {1, 2, 3, 4, 5, 6};  // 2 x 3 row-major
   const std::vector<double> b = {1, 0, 0, 1, 1, 1};  // 3 x 2 row-major

@@ -66,12 +66,16 @@ def timed(fn, min_seconds=2.0):
 def ours(binary, threads, config_index):
     """Our bench_model's generate and forward+backward rates (tokens/s) for one config."""
     env = dict(os.environ, VERL_BENCH_THREADS=str(threads))
-    out = subprocess.run([binary, f"--benchmark_filter=BM_(Generate|ForwardBackward)/{config_index}/",
+    out = subprocess.run([binary, f"--benchmark_filter=BM_(Generate|ForwardBackward|WeightRead)/{config_index}/",
                           "--benchmark_format=json", "--benchmark_min_time=1"],
                          check=True, env=env, capture_output=True, text=True).stdout
     rates = {}
     for bench in json.loads(out)["benchmarks"]:
         name = bench["name"]
+        if name.startswith("BM_WeightRead/"):
+            # The memory-bound pass: decode steps that only read the weights once (30M only).
+            rates["read_bound_bf16" if "/bf16:1" in name else "read_bound"] = bench["bound_tokens_per_s"]
+            continue
         if name.startswith("BM_Generate/"):
             kind = "generate_bf16" if "/bf16:1" in name else "generate"
             rates[kind.replace("generate", "weights_GB_per_s")] = bench["weights_GB_per_s"]
@@ -189,11 +193,23 @@ def main():
                       f"our decode read the fp32 weights at {mine['weights_GB_per_s']:.1f} GB/s; with bfloat16 decode "
                       f"weights (rollout.dtype) {mine['generate_bf16']:,.0f} tokens/s "
                       f"({ratio['generate_bf16']:.2f}x transformers' fp32)", flush=True)
+                if "read_bound" in mine:
+                    # No decoder at batch GENERATE_BATCH beats reading its weights once per step.
+                    for kind, label in (("read_bound", "float32"), ("read_bound_bf16", "bfloat16")):
+                        ratio[kind] = mine[kind] / hf["generate"]
+                        print(f"{name:>5} round {len(rounds)}: decode steps that only read the {label} weights once "
+                              f"(the memory-bound pass): {mine[kind]:,.0f} tokens/s, {ratio[kind]:.2f}x transformers' "
+                              f"fp32; our generate reached {mine[kind.replace('read_bound', 'generate')] / mine[kind]:.0%} "
+                              f"of it", flush=True)
             median = {k: statistics.median(r["ratio"][k] for r in rounds)
-                      for k in ("generate", "generate_bf16", "forward_backward")}
+                      for k in ("generate", "generate_bf16", "forward_backward", "read_bound", "read_bound_bf16")
+                      if k in rounds[0]["ratio"]}
             print(f"{name:>5} ({parameters / 1e6:.1f}M parameters): median ratio verl-cpp / transformers: "
                   f"generate {median['generate']:.2f}x (bfloat16 decode weights {median['generate_bf16']:.2f}x), "
                   f"forward+backward {median['forward_backward']:.2f}x", flush=True)
+            if "read_bound" in median:
+                print(f"{name:>5}: the memory-bound pass bounds generate at {median['read_bound']:.2f}x transformers' "
+                      f"fp32 with float32 weights and {median['read_bound_bf16']:.2f}x with bfloat16 ones", flush=True)
             results[name] = {"parameters": parameters, "rounds": rounds, "median_ratio": median}
             continue
 

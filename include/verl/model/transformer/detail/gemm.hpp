@@ -334,13 +334,17 @@ struct PackedPanels {
   [[nodiscard]] const float* panel(Index pc, Index kc, Index p) const {
     return data + pc * padded_cols + (first_panel + p) * kc * nr;
   }
+  /// Rows of a bfloat16 panel of depth kc: they hold pairs of k (see PackedMatrix::fill_bf16), the
+  /// last one padded with zeros when kc is odd.
+  [[nodiscard]] static constexpr Index bf16_panel_depth(Index kc) { return kc + (kc & 1); }
+  static_assert(kc_block % 2 == 0, "every KC block but the last must hold whole pairs of k");
   /// panel() of the float32 (W = float) or bfloat16 (W = std::uint16_t) values.
   template <class W>
   [[nodiscard]] const W* panel_of(Index pc, Index kc, Index p) const {
     if constexpr (std::same_as<W, float>) {
       return panel(pc, kc, p);
     } else {
-      return bf16 + pc * padded_cols + (first_panel + p) * kc * nr;
+      return bf16 + pc * padded_cols + (first_panel + p) * bf16_panel_depth(kc) * nr;
     }
   }
 };
@@ -511,36 +515,72 @@ VERL_TARGET_AVX512 inline void sgemm_avx512_few_rows(Index m, Index n, Index k, 
 /// How far ahead of its reads each stream of kernel_avx512_streams prefetches.
 inline constexpr Index stream_prefetch_bytes = 2048;
 
-/// float32 -> bfloat16 bits, round to nearest even, NaN kept quiet (float_to_bf16_bits, 16 at a
-/// time); `count` is a multiple of 16.
-VERL_TARGET_AVX512 inline void round_to_bf16_avx512(const float* in, Index count, std::uint16_t* out) {
+/// float32 -> bfloat16 bits in the low half of each 32-bit lane (the high half zero): round to
+/// nearest even, NaN kept quiet, as float_to_bf16_bits.
+VERL_TARGET_AVX512 inline __m512i bf16_rounded_bits_avx512(__m512 values) {
   const __m512i one = _mm512_set1_epi32(1), bias = _mm512_set1_epi32(0x7fff);
   const __m512i magnitude = _mm512_set1_epi32(0x7fffffff), infinity = _mm512_set1_epi32(0x7f800000);
   const __m512i quiet = _mm512_set1_epi32(0x40);
   // The maskz forms with every lane set: GCC 12's unmasked ones start from an "undefined" vector
   // that -Wmaybe-uninitialized reports.
   constexpr __mmask16 all = 0xffff;
+  const __m512i bits = _mm512_castps_si512(values);
+  const __m512i high = _mm512_maskz_srli_epi32(all, bits, 16);
+  const __m512i rounded =
+      _mm512_maskz_srli_epi32(all, _mm512_add_epi32(bits, _mm512_add_epi32(bias, _mm512_and_si512(high, one))), 16);
+  const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(bits, magnitude), infinity);
+  return _mm512_mask_blend_epi32(nan, rounded, _mm512_or_si512(high, quiet));
+}
+
+/// float32 -> bfloat16 bits (float_to_bf16_bits, 16 at a time); `count` is a multiple of 16.
+VERL_TARGET_AVX512 inline void round_to_bf16_avx512(const float* in, Index count, std::uint16_t* out) {
+  constexpr __mmask16 all = 0xffff;  // maskz: see bf16_rounded_bits_avx512
   for (Index i = 0; i < count; i += 16) {
-    const __m512i bits = _mm512_castps_si512(_mm512_loadu_ps(in + i));
-    const __m512i high = _mm512_maskz_srli_epi32(all, bits, 16);
-    const __m512i rounded =
-        _mm512_maskz_srli_epi32(all, _mm512_add_epi32(bits, _mm512_add_epi32(bias, _mm512_and_si512(high, one))), 16);
-    const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(bits, magnitude), infinity);
-    const __m512i result = _mm512_mask_blend_epi32(nan, rounded, _mm512_or_si512(high, quiet));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), _mm512_maskz_cvtepi32_epi16(all, result));
+    const __m512i bits = bf16_rounded_bits_avx512(_mm512_loadu_ps(in + i));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), _mm512_maskz_cvtepi32_epi16(all, bits));
   }
 }
 
-/// A row of 16 panel values as floats: bfloat16 widens exactly by a shift.
-template <class W>
-VERL_TARGET_AVX512 inline __m512 load_panel_row(const W* row) {
-  if constexpr (std::same_as<W, float>) {
-    return _mm512_loadu_ps(row);
-  } else {
-    // maskz forms: see round_to_bf16_avx512.
-    constexpr __mmask16 all = 0xffff;
-    const __m256i half = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row));
-    return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(all, _mm512_maskz_cvtepu16_epi32(all, half), 16));
+/// A (m x k) with every value rounded to bfloat16 and widened back, into `out` (rows k apart):
+/// the rows a bfloat16 product multiplies, the same values as float_to_bf16_bits gives.
+VERL_TARGET_AVX512 inline void round_rows_to_bf16_avx512(Operand<float> a, Index m, Index k, float* out) {
+  constexpr __mmask16 all = 0xffff;  // maskz: see bf16_rounded_bits_avx512
+  for (Index i = 0; i < m; ++i) {
+    float* row = out + i * k;
+    Index j = 0;
+    if (a.col_stride == 1) {
+      const float* in = a.data + i * a.row_stride;
+      for (; j + 16 <= k; j += 16) {
+        _mm512_storeu_ps(row + j, _mm512_castsi512_ps(_mm512_maskz_slli_epi32(
+                                      all, bf16_rounded_bits_avx512(_mm512_loadu_ps(in + j)), 16)));
+      }
+    }
+    for (; j < k; ++j) row[j] = bf16_bits_to_float(float_to_bf16_bits(a.at(i, j)));
+  }
+}
+
+/// A float32 panel (kc rows of 16 columns) as the bfloat16 panel kernel_avx512_streams reads: rows
+/// in pairs, lane j of pair r holding B(2r, j) in its low half and B(2r + 1, j) in its high half
+/// (zero past an odd kc), each rounded as float_to_bf16_bits.
+VERL_TARGET_AVX512 inline void pack_bf16_pairs_avx512(const float* panel, Index kc, std::uint16_t* out) {
+  constexpr Index NR = 16;
+  constexpr __mmask16 all = 0xffff;  // maskz: see bf16_rounded_bits_avx512
+  for (Index k = 0; k < kc; k += 2) {
+    const __m512i even = bf16_rounded_bits_avx512(_mm512_loadu_ps(panel + k * NR));
+    const __m512i odd = k + 1 < kc ? bf16_rounded_bits_avx512(_mm512_loadu_ps(panel + (k + 1) * NR)) : _mm512_setzero_si512();
+    _mm512_storeu_si512(out + k * NR, _mm512_or_si512(even, _mm512_maskz_slli_epi32(all, odd, 16)));
+  }
+}
+
+/// acc[i][s] += a_k[i] * rows[s]: one depth of kernel_avx512_streams's 8 x 16 tiles.
+template <int S>
+[[gnu::always_inline]] VERL_TARGET_AVX512 inline void multiply_add_rows(__m512 (&acc)[8][S], const float* a_k,
+                                                                        const __m512* rows) {
+#pragma GCC unroll 8
+  for (Index i = 0; i < 8; ++i) {
+    const __m512 ai = _mm512_set1_ps(a_k[i]);
+#pragma GCC unroll 4
+    for (int s = 0; s < S; ++s) acc[i][s] = _mm512_fmadd_ps(ai, rows[s], acc[i][s]);
   }
 }
 
@@ -549,11 +589,15 @@ VERL_TARGET_AVX512 inline __m512 load_panel_row(const W* row) {
 /// from three sequential streams than from one (the hardware prefetcher runs ahead in each).
 /// Each element is the same chain of multiply-adds as in kernel_avx512 (from zero over a KC
 /// block, then added to C), so float32 panels give the blocked path's results bit for bit.
+///
+/// bfloat16 panels hold k in pairs, (B(k, j), B(k + 1, j)) in the two halves of 32-bit lane j:
+/// one 64-byte load widens to both rows with a shift and a mask, two ALU operations per 32 values
+/// where a row at a time takes a widening move and a shift per 16 (the products of a decode step
+/// leave the FMA ports little room for more).
 template <int S, class W>
 VERL_TARGET_AVX512 inline void kernel_avx512_streams(Index kc, const float* a, const W* const* b, float* const* c,
                                                      Index ldc, bool accumulate, Index mr, const Index* nr) {
   constexpr Index MR = 8, NR = 16;
-  constexpr Index prefetch_rows = stream_prefetch_bytes / (NR * static_cast<Index>(sizeof(W)));
   __m512 acc[MR][S];
 #pragma GCC unroll 8
   for (Index i = 0; i < MR; ++i) {
@@ -563,21 +607,46 @@ VERL_TARGET_AVX512 inline void kernel_avx512_streams(Index kc, const float* a, c
   const W* panel[S];
 #pragma GCC unroll 4
   for (int s = 0; s < S; ++s) panel[s] = b[s];
-  for (Index k = 0; k < kc; ++k) {
-    __m512 bv[S];
+  // Prefetching 2 KiB ahead in each stream, on top of the hardware's, measured 1.3x faster
+  // again (a prefetch past the end of the panels does not fault).
+  if constexpr (std::same_as<W, float>) {
+    constexpr Index prefetch_rows = stream_prefetch_bytes / (NR * static_cast<Index>(sizeof(W)));
+    for (Index k = 0; k < kc; ++k) {
+      __m512 rows[S];
 #pragma GCC unroll 4
-    for (int s = 0; s < S; ++s) bv[s] = load_panel_row(panel[s] + k * NR);
-    // Prefetching 2 KiB ahead in each stream, on top of the hardware's, measured 1.3x faster
-    // again (a prefetch past the end of the panels does not fault).
-#pragma GCC unroll 4
-    for (int s = 0; s < S; ++s) {
-      _mm_prefetch(reinterpret_cast<const char*>(panel[s] + (k + prefetch_rows) * NR), _MM_HINT_T0);
+      for (int s = 0; s < S; ++s) {
+        rows[s] = _mm512_loadu_ps(panel[s] + k * NR);
+        _mm_prefetch(reinterpret_cast<const char*>(panel[s] + (k + prefetch_rows) * NR), _MM_HINT_T0);
+      }
+      multiply_add_rows<S>(acc, a + k * MR, rows);
     }
-#pragma GCC unroll 8
-    for (Index i = 0; i < MR; ++i) {
-      const __m512 ai = _mm512_set1_ps(a[k * MR + i]);
+  } else {
+    static_assert(std::same_as<W, std::uint16_t>, "panels hold float32 or bfloat16 values");
+    constexpr __mmask16 all = 0xffff;  // maskz: see bf16_rounded_bits_avx512
+    const __m512i high_halves = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
+    constexpr Index prefetch_values = stream_prefetch_bytes / static_cast<Index>(sizeof(W));
+    Index k = 0;
+    for (; k + 2 <= kc; k += 2) {
+      __m512i pairs[S];
+      __m512 rows[S];
 #pragma GCC unroll 4
-      for (int s = 0; s < S; ++s) acc[i][s] = _mm512_fmadd_ps(ai, bv[s], acc[i][s]);
+      for (int s = 0; s < S; ++s) {
+        pairs[s] = _mm512_loadu_si512(panel[s] + k * NR);
+        _mm_prefetch(reinterpret_cast<const char*>(panel[s] + k * NR + prefetch_values), _MM_HINT_T0);
+        rows[s] = _mm512_castsi512_ps(_mm512_maskz_slli_epi32(all, pairs[s], 16));
+      }
+      multiply_add_rows<S>(acc, a + k * MR, rows);
+#pragma GCC unroll 4
+      for (int s = 0; s < S; ++s) rows[s] = _mm512_castsi512_ps(_mm512_and_si512(pairs[s], high_halves));
+      multiply_add_rows<S>(acc, a + (k + 1) * MR, rows);
+    }
+    if (k < kc) {  // the last, unpaired row (its partner is padding, never multiplied)
+      __m512 rows[S];
+#pragma GCC unroll 4
+      for (int s = 0; s < S; ++s) {
+        rows[s] = _mm512_castsi512_ps(_mm512_maskz_slli_epi32(all, _mm512_loadu_si512(panel[s] + k * NR), 16));
+      }
+      multiply_add_rows<S>(acc, a + k * MR, rows);
     }
   }
   for (int s = 0; s < S; ++s) {
@@ -996,18 +1065,21 @@ class PackedMatrix {
   }
 
 #if VERL_HAS_X86_DISPATCH
-  /// The float32 layout of fill<16>, one panel at a time through a small buffer, rounded to bfloat16.
+  /// The panels of fill<16>, one at a time through a small buffer, rounded to bfloat16 and with
+  /// their rows in pairs (gemm_detail::pack_bf16_pairs_avx512).
   void fill_bf16(Operand<float> b, Index k, Index n) {
     constexpr Index NR = gemm_detail::avx512_packed_nr;
     set_shape(k, n, NR);
-    bf16_.resize(static_cast<std::size_t>(k * padded_cols_));
+    // Only the last KC block can be odd: its panels take one more (padding) row each.
+    bf16_.resize(static_cast<std::size_t>(gemm_detail::PackedPanels::bf16_panel_depth(k) * padded_cols_));
     alignas(64) float panel[gemm_detail::kc_block * NR];
     for (Index pc = 0; pc < k; pc += gemm_detail::kc_block) {
       const Index kc = std::min(gemm_detail::kc_block, k - pc);
       for (Index j0 = 0; j0 < n; j0 += NR) {
         gemm_detail::pack_b<NR>({b.data + pc * b.row_stride + j0 * b.col_stride, b.row_stride, b.col_stride}, kc,
                                 std::min(NR, n - j0), panel);
-        gemm_detail::round_to_bf16_avx512(panel, kc * NR, bf16_.data() + pc * padded_cols_ + j0 * kc);
+        gemm_detail::pack_bf16_pairs_avx512(
+            panel, kc, bf16_.data() + pc * padded_cols_ + j0 * gemm_detail::PackedPanels::bf16_panel_depth(kc));
       }
     }
   }
@@ -1061,8 +1133,12 @@ inline void gemm(ThreadPool* pool, Index m, Index n, Index k, Operand<float> a, 
     thread_local std::vector<float> rounded_a;
     if (packed.precision() == DecodePrecision::bfloat16 && panels.tile_depth == 0) {
       rounded_a.resize(static_cast<std::size_t>(m * k));
-      for (Index i = 0; i < m; ++i) {
-        for (Index j = 0; j < k; ++j) rounded_a[static_cast<std::size_t>(i * k + j)] = bf16_bits_to_float(float_to_bf16_bits(a.at(i, j)));
+      if (level == algo::SimdLevel::avx512) {
+        gemm_detail::round_rows_to_bf16_avx512(a, m, k, rounded_a.data());
+      } else {
+        for (Index i = 0; i < m; ++i) {
+          for (Index j = 0; j < k; ++j) rounded_a[static_cast<std::size_t>(i * k + j)] = bf16_bits_to_float(float_to_bf16_bits(a.at(i, j)));
+        }
       }
       a = rows_of(rounded_a.data(), k);
     }

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
@@ -19,10 +20,17 @@
 #include "verl/core/tensor.hpp"
 #include "verl/core/threads.hpp"
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
 namespace verl::model::detail {
 
 class ThreadPool {
  public:
+  /// How long an idle worker (or the caller waiting for workers) polls before sleeping.
+  static constexpr std::chrono::microseconds spin_duration{100};
+
   /// `threads` counts the calling thread too; 0 means verl::default_thread_count()
   /// (VERL_NUM_THREADS, else the CPUs this process may run on).
   explicit ThreadPool(unsigned threads = 0) {
@@ -36,6 +44,7 @@ class ThreadPool {
     {
       std::lock_guard lock(mutex_);
       stopping_ = true;
+      stopping_published_.store(true, std::memory_order_relaxed);
     }
     wake_.notify_all();
     for (auto& worker : workers_) worker.join();
@@ -62,15 +71,17 @@ class ThreadPool {
       std::lock_guard lock(mutex_);
       job_ = &job;
       ++generation_;
+      published_generation_.store(generation_, std::memory_order_release);
     }
-    wake_.notify_all();
+    wake_.notify_all();  // no system call when every worker is still spinning
     run_tasks(job);
     // Every task is claimed once the caller's loop ends; wait only for workers still running one.
     // A worker that wakes later finds no job: on a busy machine the caller never waits for a
     // thread the scheduler has not run yet.
+    spin_until([&] { return job.active_workers.load(std::memory_order_acquire) == 0; });
     {
       std::unique_lock lock(mutex_);
-      done_.wait(lock, [&] { return job.active_workers == 0; });
+      done_.wait(lock, [&] { return job.active_workers.load(std::memory_order_relaxed) == 0; });
       job_ = nullptr;
     }
     if (job.error) std::rethrow_exception(job.error);
@@ -82,13 +93,35 @@ class ThreadPool {
     const void* task = nullptr;
     Index count = 0;
     std::atomic<Index> next{0};
-    std::size_t active_workers = 0;  // workers inside run_tasks; guarded by mutex_
+    // Workers inside run_tasks: changed under mutex_ (so that done_ misses no wake-up), read
+    // without it while the caller spins.
+    std::atomic<std::size_t> active_workers{0};
     std::exception_ptr error;          // guarded by mutex_
   };
 
   template <class Task>
   static void invoke(const void* task, Index i) {
     (*static_cast<const Task*>(task))(i);
+  }
+
+  /// Polls `ready` for up to spin_duration before the caller blocks on a condition variable.
+  /// A model's step is a chain of short parallel regions (a decode step runs about 30, each tens
+  /// of microseconds), and a thread woken through the kernel starts late enough to cost a
+  /// noticeable share of each; a worker that polls picks the next region up at once. Bounded, so
+  /// that an idle pool or an oversubscribed machine loses at most that much of a core per region.
+  template <class Ready>
+  static void spin_until(const Ready& ready) {
+    constexpr int polls_per_clock_read = 64;
+    const auto deadline = std::chrono::steady_clock::now() + spin_duration;
+    for (;;) {
+      for (int i = 0; i < polls_per_clock_read; ++i) {
+        if (ready()) return;
+#if defined(__x86_64__) || defined(__i386__)
+        _mm_pause();
+#endif
+      }
+      if (std::chrono::steady_clock::now() >= deadline) return;
+    }
   }
 
   static bool& inside_task() {
@@ -113,6 +146,10 @@ class ThreadPool {
     std::uint64_t seen = 0;
     for (;;) {
       Job* job = nullptr;
+      spin_until([&] {
+        return published_generation_.load(std::memory_order_acquire) != seen ||
+               stopping_published_.load(std::memory_order_relaxed);
+      });
       {
         std::unique_lock lock(mutex_);
         wake_.wait(lock, [&] { return stopping_ || generation_ != seen; });
@@ -139,6 +176,9 @@ class ThreadPool {
   Job* job_ = nullptr;
   std::uint64_t generation_ = 0;
   bool stopping_ = false;
+  // Copies of generation_ and stopping_ that spinning threads read without the mutex.
+  std::atomic<std::uint64_t> published_generation_{0};
+  std::atomic<bool> stopping_published_{false};
 };
 
 }  // namespace verl::model::detail
