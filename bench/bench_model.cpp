@@ -7,9 +7,11 @@
 //   Gemm                the float32 products of a 30M model's forward + backward, GFLOP/s.
 //   WeightRead          the memory-bound pass of a decode step: reading as many bytes as the
 //                       model's weights (float32, or bfloat16 with the second argument 1), in
-//                       three streams per thread as the decode kernel reads them. A decode step
-//                       reads every weight once, so batch / this time bounds any decoder's tokens/s
-//                       on this machine at this thread count (bench_hf_baseline.py reports it).
+//                       three prefetched streams per thread as the decode kernel reads them (the
+//                       fastest read of them measured on our Cascade Lake host; one stream is
+//                       slower). A decode step reads every weight once, so batch / this time is
+//                       the rate of a decoder that did nothing else: the ceiling bench_hf_baseline.py
+//                       reports next to transformers.
 // Counters also report the KV cache's bytes next to what the shapes require, and the rate at which
 // the decode loop gets through the weights (a decode step of 8 rows is bound by reading them).
 // The side-by-side with transformers / PyTorch eager is tools/scripts/bench_hf_baseline.py

@@ -208,7 +208,7 @@ def main():
                   f"generate {median['generate']:.2f}x (bfloat16 decode weights {median['generate_bf16']:.2f}x), "
                   f"forward+backward {median['forward_backward']:.2f}x", flush=True)
             if "read_bound" in median:
-                print(f"{name:>5}: the memory-bound pass bounds generate at {median['read_bound']:.2f}x transformers' "
+                print(f"{name:>5}: decoding at the memory-bound pass would be {median['read_bound']:.2f}x transformers' "
                       f"fp32 with float32 weights and {median['read_bound_bf16']:.2f}x with bfloat16 ones", flush=True)
             results[name] = {"parameters": parameters, "rounds": rounds, "median_ratio": median}
             continue
