@@ -43,8 +43,7 @@ class ThreadPool {
   ~ThreadPool() {
     {
       std::lock_guard lock(mutex_);
-      stopping_ = true;
-      stopping_published_.store(true, std::memory_order_relaxed);
+      stopping_.store(true, std::memory_order_relaxed);
     }
     wake_.notify_all();
     for (auto& worker : workers_) worker.join();
@@ -70,8 +69,7 @@ class ThreadPool {
     {
       std::lock_guard lock(mutex_);
       job_ = &job;
-      ++generation_;
-      published_generation_.store(generation_, std::memory_order_release);
+      generation_.fetch_add(1, std::memory_order_release);
     }
     wake_.notify_all();  // no system call when every worker is still spinning
     run_tasks(job);
@@ -146,10 +144,7 @@ class ThreadPool {
     std::uint64_t seen = 0;
     for (;;) {
       Job* job = nullptr;
-      spin_until([&] {
-        return published_generation_.load(std::memory_order_acquire) != seen ||
-               stopping_published_.load(std::memory_order_relaxed);
-      });
+      spin_until([&] { return generation_.load(std::memory_order_acquire) != seen || stopping_.load(std::memory_order_relaxed); });
       {
         std::unique_lock lock(mutex_);
         wake_.wait(lock, [&] { return stopping_ || generation_ != seen; });
@@ -174,11 +169,9 @@ class ThreadPool {
   std::condition_variable wake_;
   std::condition_variable done_;
   Job* job_ = nullptr;
-  std::uint64_t generation_ = 0;
-  bool stopping_ = false;
-  // Copies of generation_ and stopping_ that spinning threads read without the mutex.
-  std::atomic<std::uint64_t> published_generation_{0};
-  std::atomic<bool> stopping_published_{false};
+  // Changed under mutex_ (so that wake_ misses no wake-up), read without it while workers poll.
+  std::atomic<std::uint64_t> generation_{0};
+  std::atomic<bool> stopping_{false};
 };
 
 }  // namespace verl::model::detail
