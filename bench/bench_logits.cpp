@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "verl/algo/logprob_entropy.hpp"
+#include "verl/algo/logits/logprob_entropy.hpp"
 
 namespace {
 

@@ -18,9 +18,9 @@
 #include <utility>
 #include <vector>
 
-#include "verl/algo/detail/huge_pages.hpp"
+#include "verl/cpu/huge_pages.hpp"
 #include "verl/algo/detail/parallel_rows.hpp"
-#include "verl/algo/kl_penalty.hpp"
+#include "verl/algo/kl/penalty.hpp"
 #include "verl/algo/loss_aggregation.hpp"
 #include "verl/algo/value_loss.hpp"
 
@@ -222,7 +222,7 @@ void bm_kl_penalty_memory_bound(benchmark::State& state) {
   const auto& [lp, ref] = kl_inputs();
   for (auto _ : state) {
     MatrixF out(kKLRows, kKLCols);
-    algo::detail::advise_huge_pages(out.data(), static_cast<std::size_t>(out.size()) * sizeof(float));
+    cpu::advise_huge_pages(out.data(), static_cast<std::size_t>(out.size()) * sizeof(float));
     algo::detail::parallel_rows(kKLRows, kKLCols, [&](Index begin, Index end) {
       out.middleRows(begin, end - begin) = ref.middleRows(begin, end - begin) - lp.middleRows(begin, end - begin);
     });

@@ -31,8 +31,8 @@
 #endif
 
 #include "verl/algo/detail/parallel_rows.hpp"
-#include "verl/model/transformer/detail/gemm.hpp"
-#include "verl/model/transformer/detail/thread_pool.hpp"
+#include "verl/cpu/gemm.hpp"
+#include "verl/cpu/thread_pool.hpp"
 #include "verl/model/transformer/transformer.hpp"
 #include "verl/rollout/rollout.hpp"
 
@@ -91,7 +91,7 @@ void BM_Generate(benchmark::State& state) {
                                           {.num_threads = bench_threads(), .decode_precision = precision});
   verl::rollout::KvCacheRollout engine(model);
   const auto prompts = verl::rollout::PromptBatch::left_padded(prompts_for(generate_batch, prompt_length, model.vocab_size()), 0);
-  const verl::rollout::SamplingParams params{.temperature = 0.0f, .max_response_length = new_tokens};
+  const verl::algo::SamplingParams params{.temperature = 0.0f, .max_response_length = new_tokens};
   std::size_t cache_bytes = 0;
   // Warm-up, as the transformers side's (bench_hf_baseline.py's timed): a rollout loop's steady state.
   (void)engine.generate(prompts, params);
@@ -250,7 +250,7 @@ float sum_three_streams(const float* x, std::size_t n) {
 }
 
 void BM_WeightRead(benchmark::State& state) {
-  using verl::model::detail::ThreadPool;
+  using verl::cpu::ThreadPool;
   const int which = static_cast<int>(state.range(0));
   const std::size_t weight_bytes = state.range(1) == 1 ? 2 : sizeof(float);
   const Transformer model = Transformer::random(config_named(which), {.seed = 1}, {.num_threads = 1});

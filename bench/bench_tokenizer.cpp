@@ -18,8 +18,8 @@
 #include <utility>
 #include <vector>
 
-#include "verl/model/tokenizer/detail/byte_level.hpp"
-#include "verl/model/tokenizer/hf_tokenizer.hpp"
+#include "verl/tokenizer/byte_level.hpp"
+#include "verl/tokenizer/hf_tokenizer.hpp"
 
 using namespace verl;
 using namespace verl::model;
@@ -70,7 +70,7 @@ class NaiveBpe {
       id_to_text_[token.id] = token.content;
     }
     for (const auto& [token, id] : vocab_) id_to_text_[id] = token;
-    const auto& tables = verl::model::detail::byte_level_tables();
+    const auto& tables = verl::tokenizer::byte_level_tables();
     for (int b = 0; b < 256; ++b) char_to_byte_[tables.byte_to_char[static_cast<std::size_t>(b)]] = static_cast<char>(b);
   }
 
@@ -96,12 +96,12 @@ class NaiveBpe {
       std::string spelled;
       bool all_bytes = true;
       for (std::size_t pos = 0; pos < token.size() && all_bytes;) {
-        const auto found = char_to_byte_.find(verl::model::detail::next_code_point(token, pos));
+        const auto found = char_to_byte_.find(verl::tokenizer::detail::next_code_point(token, pos));
         if (found == char_to_byte_.end()) all_bytes = false; else spelled += found->second;
       }
       bytes += all_bytes ? spelled : token;
     }
-    return verl::model::detail::utf8_lossy(bytes);
+    return verl::tokenizer::detail::utf8_lossy(bytes);
   }
 
  private:
@@ -115,7 +115,7 @@ class NaiveBpe {
     std::vector<std::string> symbols;
     for (std::size_t pos = 0; pos < word.size();) {
       const std::size_t begin = pos;
-      pos += verl::model::detail::utf8_length(static_cast<unsigned char>(word[pos]));
+      pos += verl::tokenizer::detail::utf8_length(static_cast<unsigned char>(word[pos]));
       symbols.emplace_back(word.substr(begin, pos - begin));
     }
     while (symbols.size() > 1) {

@@ -16,7 +16,7 @@
 #include "verl/data/prompt_formatter.hpp"
 #include "verl/data/rl_dataset.hpp"
 #include "verl/model/causal_lm.hpp"
-#include "verl/model/tokenizer/char_tokenizer.hpp"
+#include "verl/tokenizer/char_tokenizer.hpp"
 #include "verl/trainer/config.hpp"
 #include "verl/trainer/recipes.hpp"
 
@@ -116,7 +116,7 @@ struct StartsWithSeven {
 
 int main(int argc, char** argv) try {
   const int steps = argc > 1 ? std::atoi(argv[1]) : 20;
-  const model::CharTokenizer tokenizer("0123456789+= ");
+  const tokenizer::CharTokenizer tokenizer("0123456789+= ");
   std::vector<data::RLHFRow> rows;
   for (int i = 0; i < 16; ++i) {
     data::RLHFRow row;
@@ -132,8 +132,8 @@ int main(int argc, char** argv) try {
        "actor_rollout_ref.actor.ppo_mini_batch_size=4", "actor_rollout_ref.actor.optim.lr=0.1",
        fmt::format("trainer.total_training_steps={}", steps)});
   trainer::TokenizerHooks hooks{.decode = [&](std::span<const model::TokenId> ids) { return tokenizer.decode(ids, true); },
-                                .eos_token_ids = {model::CharTokenizer::eos_id},
-                                .pad_token_id = model::CharTokenizer::pad_id};
+                                .eos_token_ids = {tokenizer::CharTokenizer::eos_id},
+                                .pad_token_id = tokenizer::CharTokenizer::pad_id};
   const Index vocab = tokenizer.vocab_size();
   trainer::RecipeTrainer<trainer::recipes::GRPO, BigramModel, trainer::NoCritic, StartsWithSeven> grpo(
       config, BigramModel(vocab), BigramModel(vocab), trainer::NoCritic{}, StartsWithSeven{}, hooks, std::move(train), {});

@@ -20,10 +20,10 @@
 #include <vector>
 
 #include "verl/algo/actor_objective.hpp"
-#include "verl/algo/advantage_registry.hpp"
+#include "verl/algo/advantages/registry.hpp"
 #include "verl/algo/functional.hpp"
-#include "verl/algo/kl_penalty.hpp"
-#include "verl/algo/logprob_entropy.hpp"
+#include "verl/algo/kl/penalty.hpp"
+#include "verl/algo/logits/logprob_entropy.hpp"
 #include "verl/algo/masked_stats.hpp"
 #include "verl/algo/policy_losses.hpp"
 #include "verl/reward/gsm8k.hpp"

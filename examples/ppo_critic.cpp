@@ -13,7 +13,7 @@
 
 #include "verl/data/prompt_formatter.hpp"
 #include "verl/data/rl_dataset.hpp"
-#include "verl/model/tokenizer/char_tokenizer.hpp"
+#include "verl/tokenizer/char_tokenizer.hpp"
 #include "verl/model/transformer/critic.hpp"
 #include "verl/model/transformer/transformer.hpp"
 #include "verl/trainer/config.hpp"
@@ -29,11 +29,11 @@ struct OddFirstDigit {
 
 int main(int argc, char** argv) try {
   const int steps = argc > 1 ? std::atoi(argv[1]) : 20;
-  const model::CharTokenizer tokenizer("0123456789+= ");
+  const tokenizer::CharTokenizer tokenizer("0123456789+= ");
   const nlohmann::json json = {{"model_type", "llama"}, {"hidden_size", 32}, {"intermediate_size", 64},
                                {"num_hidden_layers", 2}, {"num_attention_heads", 2}, {"num_key_value_heads", 1},
                                {"vocab_size", tokenizer.vocab_size()}, {"max_position_embeddings", 64},
-                               {"eos_token_id", model::CharTokenizer::eos_id}, {"pad_token_id", model::CharTokenizer::pad_id}};
+                               {"eos_token_id", tokenizer::CharTokenizer::eos_id}, {"pad_token_id", tokenizer::CharTokenizer::pad_id}};
   const auto model_config = model::HfModelConfig::from_json(json, "example config");
   auto policy = [&] { return model::Transformer::random(model_config, {.initializer_range = 0.2, .seed = 1}, {.num_threads = 1}); };
   auto critic = model::BasicTransformerCritic<float>::random(model_config, {.initializer_range = 0.2, .seed = 2}, {.num_threads = 1});
@@ -56,8 +56,8 @@ int main(int argc, char** argv) try {
        "actor_rollout_ref.actor.ppo_epochs=2", "actor_rollout_ref.actor.optim.lr=0.005", "critic.optim.lr=0.01",
        "trainer.critic_warmup=1", fmt::format("trainer.total_training_steps={}", steps)});
   trainer::TokenizerHooks hooks{.decode = [&](std::span<const model::TokenId> ids) { return tokenizer.decode(ids, true); },
-                                .eos_token_ids = {model::CharTokenizer::eos_id},
-                                .pad_token_id = model::CharTokenizer::pad_id};
+                                .eos_token_ids = {tokenizer::CharTokenizer::eos_id},
+                                .pad_token_id = tokenizer::CharTokenizer::pad_id};
   trainer::RecipeTrainer<trainer::recipes::PPOWithRewardKL, model::Transformer, model::BasicTransformerCritic<float>, OddFirstDigit>
       ppo(config, policy(), policy(), std::move(critic), OddFirstDigit{}, hooks, std::move(train), {});
   double first = 0, last = 0;

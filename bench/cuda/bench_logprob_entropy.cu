@@ -182,7 +182,7 @@ void run_sampling(std::int64_t rows, std::int64_t vocab, int iters) {
   fill_logits<<<4096, 256>>>(logits.data(), static_cast<std::int64_t>(count), 7);
   VERL_CUDA_CHECK_LAUNCH();
   std::vector<std::uint64_t> seeds(static_cast<std::size_t>(rows)), streams(seeds.size(), 0);
-  for (std::size_t i = 0; i < seeds.size(); ++i) seeds[i] = verl::rollout::derive_seed(5, i);
+  for (std::size_t i = 0; i < seeds.size(); ++i) seeds[i] = verl::algo::derive_seed(5, i);
   DeviceBuffer<std::uint64_t> d_seeds(seeds.size()), d_streams(seeds.size());
   VERL_CUDA_CHECK(cudaMemcpy(d_seeds.data(), seeds.data(), seeds.size() * 8, cudaMemcpyHostToDevice));
   VERL_CUDA_CHECK(cudaMemcpy(d_streams.data(), streams.data(), streams.size() * 8, cudaMemcpyHostToDevice));

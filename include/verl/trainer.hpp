@@ -1,20 +1,13 @@
 // Module header: the trainer's infrastructure — configuration with verl's keys, loggers,
-// checkpoints, optimizers and schedules, metrics. Needs nlohmann-json; YAML files are read by
-// verl/trainer/config_yaml.hpp (needs yaml-cpp), which is included separately.
+// checkpoints, metrics, the PPO trainer and its recipes; with PCRE2 the SFT trainer and the built-in
+// tasks, with yaml-cpp verl's YAML files. Needs nlohmann-json.
 #pragma once
 
 #include "verl/trainer/config.hpp"
 #include "verl/trainer/metrics.hpp"
 #include "verl/trainer/validation_metrics.hpp"
 #include "verl/trainer/timer.hpp"
-#include "verl/trainer/optim/optimizer.hpp"
-#include "verl/trainer/optim/parameter.hpp"
-#include "verl/trainer/optim/adamw.hpp"
-#include "verl/trainer/optim/clip_grad_norm.hpp"
-#include "verl/trainer/optim/optimizer_step.hpp"
-#include "verl/trainer/optim/schedules.hpp"
-#include "verl/trainer/optim/lr_schedule.hpp"
-#include "verl/trainer/optim/lr_scheduler.hpp"
+#include "verl/optim.hpp"
 #include "verl/trainer/logging/metrics_logger.hpp"
 #include "verl/trainer/logging/console_logger.hpp"
 #include "verl/trainer/logging/file_logger.hpp"
@@ -25,3 +18,15 @@
 #include "verl/trainer/components_from_config.hpp"
 #include "verl/trainer/ppo_trainer.hpp"
 #include "verl/trainer/recipes.hpp"
+
+// The SFT trainer, the prompt chat templates and the built-in tasks tokenize text (PCRE2).
+#if __has_include(<pcre2.h>)
+#include "verl/trainer/prompt_chat_template.hpp"
+#include "verl/trainer/sft_trainer.hpp"
+#include "verl/trainer/tasks/arithmetic.hpp"
+#include "verl/trainer/tasks/greedy_accuracy.hpp"
+#endif
+// verl's YAML configuration files (yaml-cpp).
+#if __has_include(<yaml-cpp/yaml.h>)
+#include "verl/trainer/config_yaml.hpp"
+#endif

@@ -1,5 +1,5 @@
 // expect: THE_TOKENIZER_TYPE_DOES_NOT_SATISFY_THE_TOKENIZER_CONCEPT
-// Datasets tokenize prompts with a type meeting verl::model::Tokenizer (encode, decode, ...).
+// Datasets tokenize prompts with a type meeting verl::tokenizer::Tokenizer (encode, decode, ...).
 #include "verl/data/prompt_formatter.hpp"
 #include "verl/data/rl_dataset.hpp"
 

@@ -1,6 +1,6 @@
 // expect: KL_PENALTY_NEEDS_FLOATING_POINT_LOG_PROBS
 // Log-probabilities are real numbers; integer matrices cannot be KL inputs.
-#include "verl/algo/kl_penalty.hpp"
+#include "verl/algo/kl/penalty.hpp"
 
 int main() {
   verl::RowMatrix<int> lp = verl::RowMatrix<int>::Zero(2, 3);

@@ -1,7 +1,7 @@
 // expect: KL_PENALTY_LOG_PROBS_MUST_SHARE_ONE_SCALAR_TYPE
 // A float logprob against a double ref_logprob would silently round one of them; the caller must
 // choose the precision.
-#include "verl/algo/kl_penalty.hpp"
+#include "verl/algo/kl/penalty.hpp"
 
 int main() {
   verl::MatrixF lp = verl::MatrixF::Zero(2, 3);

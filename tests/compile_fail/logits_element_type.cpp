@@ -3,7 +3,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "verl/algo/logprob_entropy.hpp"
+#include "verl/algo/logits/logprob_entropy.hpp"
 
 int main() {
   const verl::MatrixD logits = verl::MatrixD::Zero(2, 3);

@@ -1,6 +1,6 @@
 // expect: AN_LR_SCHEDULE_NEEDS_A_NAME_AND_A_MULTIPLIER_FOR_EACH_STEP
 // A scheduler drives a schedule that maps a step to a learning-rate multiplier.
-#include "verl/trainer/optim/lr_scheduler.hpp"
+#include "verl/optim/lr_scheduler.hpp"
 
 struct StepDecay {
   static constexpr const char* name = "step";

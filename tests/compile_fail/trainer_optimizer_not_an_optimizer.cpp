@@ -1,6 +1,6 @@
 // expect: THE_OPTIMIZER_TYPE_DOES_NOT_SATISFY_THE_OPTIMIZER_CONCEPT
 // An optimizer needs a name, step(parameters), lr() and set_lr(lr) for the scheduler to drive it.
-#include "verl/trainer/optim/optimizer_step.hpp"
+#include "verl/optim/optimizer_step.hpp"
 
 struct PlainSgd {
   static constexpr const char* name = "sgd";

@@ -17,7 +17,7 @@
 
 #include "cuda_test_support.hpp"
 #include "../support/random_loss_batch.hpp"
-#include "verl/algo/kl_rewards.hpp"
+#include "verl/algo/kl/rewards.hpp"
 #include "verl/kernels/detail/cuda_check.cuh"
 #include "verl/kernels/kl_penalty.cuh"
 #include "verl/kernels/masked_reductions.cuh"

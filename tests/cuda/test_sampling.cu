@@ -1,5 +1,5 @@
 // CUDA rollout sampler vs its CPU references: the kernel's algorithm run sequentially
-// (kernels::sample_token_model) and the rollout sampler (rollout::sample_token), with the same
+// (kernels::sample_token_model) and the rollout sampler (algo::sample_token), with the same
 // u = counter_uniform(seed, stream, step). The model computes the kernel's masses bit for bit
 // (portable_exp, integer sums), so its token must be the kernel's, exactly, and its log-prob
 // within 1e-6 (only log() of a double may differ by an ulp). The rollout sampler sums its masses
@@ -96,24 +96,24 @@ std::string describe(const SamplingConfig& c) {
 Result check_batch(const Batch& b, const SamplingConfig& config, std::uint64_t step, bool bf16) {
   std::vector<std::uint64_t> seeds(static_cast<std::size_t>(b.rows)), streams(seeds.size());
   for (std::size_t i = 0; i < seeds.size(); ++i) {
-    seeds[i] = verl::rollout::derive_seed(99, i / 2);
+    seeds[i] = verl::algo::derive_seed(99, i / 2);
     streams[i] = i % 2;
   }
   const Result gpu = run_gpu(b, config, seeds, streams, step, bf16);
-  verl::rollout::SamplingParams params;
+  verl::algo::SamplingParams params;
   params.temperature = config.temperature;
   params.top_k = config.top_k;
   params.top_p = config.top_p;
   for (std::int64_t r = 0; r < b.rows; ++r) {
     const auto k = static_cast<std::size_t>(r);
     const std::span<const float> row(b.logits.data() + r * b.stride, static_cast<std::size_t>(b.vocab));
-    const double u = verl::rollout::counter_uniform(seeds[k], streams[k], step);
+    const double u = verl::algo::counter_uniform(seeds[k], streams[k], step);
     const auto model = verl::kernels::sample_token_model(row, config, u);
-    const auto reference = verl::rollout::sample_token(row, params, u);
+    const auto reference = verl::algo::sample_token(row, params, u);
     const std::int64_t token = gpu.tokens[k];
     EXPECT_EQ(token, model.token) << "row " << r << describe(config);
     EXPECT_TRUE(within_draw_rounding(token, u, 1e-4, [&](double v) {
-      return verl::rollout::sample_token(row, params, v).token;
+      return verl::algo::sample_token(row, params, v).token;
     })) << "row " << r << ": " << token << " vs rollout " << reference.token << describe(config);
     EXPECT_NEAR(gpu.log_probs[k], model.log_prob, 1e-6f + 1e-7f * std::abs(model.log_prob)) << "row " << r;
     if (token == reference.token) {

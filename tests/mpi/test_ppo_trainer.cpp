@@ -11,7 +11,7 @@
 
 #include "verl/data/prompt_formatter.hpp"
 #include "verl/data/rl_dataset.hpp"
-#include "verl/model/tokenizer/char_tokenizer.hpp"
+#include "verl/tokenizer/char_tokenizer.hpp"
 #include "verl/model/transformer/critic.hpp"
 #include "verl/model/transformer/transformer.hpp"
 #include "verl/parallel/mpi_communicator.hpp"
@@ -23,7 +23,7 @@ namespace {
 
 using namespace verl;
 using namespace verl::trainer;
-using model::CharTokenizer;
+using tokenizer::CharTokenizer;
 using model::Transformer;
 using Critic = model::BasicTransformerCritic<float>;
 

@@ -10,7 +10,7 @@
 #include <random>
 #include <vector>
 
-#include "verl/algo/advantage_estimator.hpp"
+#include "verl/algo/advantages/estimator.hpp"
 #include "verl/core/tensor.hpp"
 
 namespace verl::test {

@@ -5,7 +5,7 @@
 #include <random>
 
 #include "verl/algo/actor_objective.hpp"
-#include "verl/algo/kl_penalty.hpp"
+#include "verl/algo/kl/penalty.hpp"
 #include "verl/algo/policy_losses.hpp"
 
 using namespace verl;

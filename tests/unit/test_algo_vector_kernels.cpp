@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "verl/algo/advantages/grpo.hpp"
-#include "verl/algo/kl_penalty.hpp"
+#include "verl/algo/kl/penalty.hpp"
 #include "verl/algo/loss_aggregation.hpp"
 #include "verl/algo/policy_losses.hpp"
 

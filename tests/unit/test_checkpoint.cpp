@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "verl/trainer/checkpoint.hpp"
-#include "verl/trainer/optim/lr_scheduler.hpp"
+#include "verl/optim/lr_scheduler.hpp"
 
 using namespace verl;
 using namespace verl::trainer;
@@ -165,9 +165,9 @@ TEST(Checkpoint, ResumeModes) {
     EXPECT_STREQ(e.what(), "trainer.resume_mode: expected one of auto, disable, resume_path, got 'latest'");
   }
   // A tracker naming a folder that is gone: verl trains from scratch.
-  model::detail::write_file_atomically(manager.tracker_path(), std::string_view("12"));
+  io::write_file_atomically(manager.tracker_path(), std::string_view("12"));
   EXPECT_FALSE(manager.resume_folder(ResumeMode::automatic).has_value());
-  model::detail::write_file_atomically(manager.tracker_path(), std::string_view("twelve"));
+  io::write_file_atomically(manager.tracker_path(), std::string_view("twelve"));
   EXPECT_THROW((void)manager.latest_step(), InvalidArgument);
 }
 

@@ -10,7 +10,7 @@
 
 #include "verl/data/dataloader.hpp"
 #include "verl/data/rl_dataset.hpp"
-#include "verl/model/tokenizer/char_tokenizer.hpp"
+#include "verl/tokenizer/char_tokenizer.hpp"
 
 using namespace verl;
 using namespace verl::data;
@@ -20,8 +20,8 @@ namespace {
 
 const fs::path datasets = fs::path(VERL_GOLDEN_DIR) / ".." / "datasets";
 
-const model::CharTokenizer& ascii() {
-  static const model::CharTokenizer tokenizer = model::CharTokenizer::printable_ascii();
+const tokenizer::CharTokenizer& ascii() {
+  static const tokenizer::CharTokenizer tokenizer = tokenizer::CharTokenizer::printable_ascii();
   return tokenizer;
 }
 
@@ -40,7 +40,7 @@ TEST(RLHFRow, ParsesVerlSchema) {
   const fs::path files[] = {datasets / "gsm8k_tiny.jsonl"};
   RLHFDatasetOptions options;
   options.max_prompt_length = 4096;
-  const auto dataset = RLHFDataset::load(files, ascii(), model::ChatMLTemplate{}, options);
+  const auto dataset = RLHFDataset::load(files, ascii(), tokenizer::ChatMLTemplate{}, options);
   ASSERT_EQ(dataset.size(), 5);
   const RLHFRow& row = dataset[0].row;
   EXPECT_EQ(row.data_source, "openai/gsm8k");
@@ -52,7 +52,7 @@ TEST(RLHFRow, ParsesVerlSchema) {
   EXPECT_EQ(row.extra_info["split"], "train");
   EXPECT_EQ(dataset[3].row.index(), 3);
   // The chat template's text, tokenized character by character.
-  const std::string text = model::ChatMLTemplate{}.render(row.prompt, true);
+  const std::string text = tokenizer::ChatMLTemplate{}.render(row.prompt, true);
   EXPECT_EQ(dataset[0].prompt_ids, ascii().encode(text, false));
   EXPECT_EQ(dataset[0].source.to_string(), (datasets / "gsm8k_tiny.jsonl").string() + ":1");
   EXPECT_EQ(to_json(row)["reward_model"]["ground_truth"], "72");
@@ -108,7 +108,7 @@ TEST(RLHFDataset, JsonArrayFilesAndExtraColumns) {
   ASSERT_EQ(dataset.size(), 12);
   EXPECT_EQ(dataset[2].row.ground_truth_text(), "4");  // numeric ground truths keep their JSON text
   EXPECT_EQ(dataset[2].row.other_columns["difficulty"], 0);
-  EXPECT_EQ(dataset[2].prompt_ids.front(), model::CharTokenizer::bos_id);
+  EXPECT_EQ(dataset[2].prompt_ids.front(), tokenizer::CharTokenizer::bos_id);
   EXPECT_EQ(dataset[7].source.line, 7u);  // the blank line after the fifth row still counts
 }
 
@@ -164,7 +164,7 @@ TEST(RLHFDataset, CollatesLeftPaddedPrompts) {
   options.max_prompt_length = 8;
   const auto dataset = RLHFDataset::load(files, ascii(), ContentOnlyFormatter{}, options);
   const std::int64_t picks[] = {0, 9};
-  const DataProto batch = dataset.collate(picks, model::CharTokenizer::pad_id);
+  const DataProto batch = dataset.collate(picks, tokenizer::CharTokenizer::pad_id);
   ASSERT_EQ(batch.size(), 2);
   const auto& input_ids = batch.tensor<std::int64_t>("input_ids");
   const auto& mask = batch.tensor<std::int64_t>("attention_mask");
@@ -172,7 +172,7 @@ TEST(RLHFDataset, CollatesLeftPaddedPrompts) {
   ASSERT_EQ(input_ids.cols(), 8);
   // "1+3=" is 4 tokens: 4 pads on the left.
   EXPECT_EQ(mask.row(0).sum(), 4);
-  EXPECT_EQ(input_ids(0, 0), model::CharTokenizer::pad_id);
+  EXPECT_EQ(input_ids(0, 0), tokenizer::CharTokenizer::pad_id);
   EXPECT_EQ(input_ids(0, 4), ascii().encode("1", false)[0]);
   EXPECT_EQ(positions(0, 4), 0);
   EXPECT_EQ(positions(0, 7), 3);

@@ -12,7 +12,7 @@
 
 #include "verl/data/parquet.hpp"
 #include "verl/data/rl_dataset.hpp"
-#include "verl/model/tokenizer/char_tokenizer.hpp"
+#include "verl/tokenizer/char_tokenizer.hpp"
 
 using namespace verl;
 using namespace verl::data;
@@ -23,8 +23,8 @@ namespace {
 const fs::path datasets = fs::path(VERL_GOLDEN_DIR) / ".." / "datasets";
 constexpr const char* no_arrow = "Apache Arrow not found at configure time (install pyarrow or libarrow-dev, re-run cmake)";
 
-const model::CharTokenizer& ascii() {
-  static const model::CharTokenizer tokenizer = model::CharTokenizer::printable_ascii();
+const tokenizer::CharTokenizer& ascii() {
+  static const tokenizer::CharTokenizer tokenizer = tokenizer::CharTokenizer::printable_ascii();
   return tokenizer;
 }
 
@@ -77,8 +77,8 @@ TEST(Parquet, DatasetSamplesEqualThoseFromJsonLines) {
   options.max_samples = 4;  // a seeded random choice: the same rows from either file
   const fs::path parquet_files[] = {datasets / "parquet_rows.parquet"};
   const fs::path jsonl_files[] = {datasets / "parquet_rows.jsonl"};
-  const auto from_parquet = RLHFDataset::load(parquet_files, ascii(), model::ChatMLTemplate{}, options);
-  const auto from_jsonl = RLHFDataset::load(jsonl_files, ascii(), model::ChatMLTemplate{}, options);
+  const auto from_parquet = RLHFDataset::load(parquet_files, ascii(), tokenizer::ChatMLTemplate{}, options);
+  const auto from_jsonl = RLHFDataset::load(jsonl_files, ascii(), tokenizer::ChatMLTemplate{}, options);
   ASSERT_EQ(from_parquet.size(), 4);
   ASSERT_EQ(from_parquet.size(), from_jsonl.size());
   for (std::int64_t i = 0; i < from_parquet.size(); ++i) {

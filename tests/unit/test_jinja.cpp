@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "verl/model/tokenizer/jinja/template.hpp"
-#include "verl/model/tokenizer/jinja_chat_template.hpp"
+#include "verl/tokenizer/jinja/template.hpp"
+#include "verl/tokenizer/jinja_chat_template.hpp"
 
 using namespace verl;
 using namespace verl::model;

@@ -26,7 +26,7 @@ TEST(KernelsHost, CounterUniformMatchesTheRolloutSampler) {
   for (int i = 0; i < 10000; ++i) {
     const std::uint64_t seed = rng(), stream = i % 3 == 0 ? rng() : rng() % 16, step = rng() % 4096;
     const double u = kd::counter_uniform(seed, stream, step);
-    EXPECT_EQ(u, verl::rollout::counter_uniform(seed, stream, step));
+    EXPECT_EQ(u, verl::algo::counter_uniform(seed, stream, step));
     EXPECT_GE(u, 0.0);
     EXPECT_LT(u, 1.0);
   }
@@ -117,7 +117,7 @@ TEST(KernelsHost, SamplerModelMatchesTheRolloutSampler) {
       for (const float temperature : {0.0f, 0.6f, 1.0f, 1.7f}) {
         for (const std::int64_t top_k : std::vector<std::int64_t>{-1, 1, 5, 50, vocab}) {
           for (const float top_p : {1.0f, 0.95f, 0.5f, 0.05f}) {
-            verl::rollout::SamplingParams params;
+            verl::algo::SamplingParams params;
             params.temperature = temperature;
             params.top_k = top_k;
             params.top_p = top_p;
@@ -125,7 +125,7 @@ TEST(KernelsHost, SamplerModelMatchesTheRolloutSampler) {
             for (std::uint64_t row = 0; row < 3; ++row) {
               const auto logits = sampling_row(vocab, static_cast<std::uint32_t>(vocab * 31 + row), ties);
               const double u = kd::counter_uniform(1234, row, static_cast<std::uint64_t>(top_k + 7));
-              const auto expected = verl::rollout::sample_token(logits, params, u);
+              const auto expected = verl::algo::sample_token(logits, params, u);
               const auto actual = verl::kernels::sample_token_model(logits, config, u);
               ++draws;
               if (actual.token != expected.token) {
@@ -164,15 +164,15 @@ TEST(KernelsHost, SamplerModelMatchesTheRolloutSamplerAtQwenVocabulary) {
   for (std::uint64_t row = 0; row < 2; ++row) {
     const auto logits = sampling_row(vocab, static_cast<std::uint32_t>(100 + row), row == 1);
     for (std::size_t c = 0; c < configs.size(); ++c) {
-      verl::rollout::SamplingParams params;
+      verl::algo::SamplingParams params;
       params.temperature = configs[c].temperature;
       params.top_k = configs[c].top_k;
       params.top_p = configs[c].top_p;
       const double u = kd::counter_uniform(77, row, c);
-      const auto expected = verl::rollout::sample_token(logits, params, u);
+      const auto expected = verl::algo::sample_token(logits, params, u);
       const auto actual = verl::kernels::sample_token_model(logits, configs[c], u);
       EXPECT_TRUE(within_draw_rounding(actual.token, u, 1e-4, [&](double v) {
-        return verl::rollout::sample_token(logits, params, v).token;
+        return verl::algo::sample_token(logits, params, v).token;
       })) << "config " << c << " row " << row << ": " << actual.token << " vs " << expected.token;
       if (actual.token == expected.token) {
         EXPECT_NEAR(actual.log_prob, expected.log_prob, 1e-4f);

@@ -3,7 +3,7 @@
 
 #include <string>
 
-#include "verl/algo/kl_controller.hpp"
+#include "verl/algo/kl/controller.hpp"
 
 using namespace verl;
 using namespace verl::algo;

@@ -6,9 +6,9 @@
 #include <limits>
 #include <string>
 
-#include "verl/algo/kl_estimator.hpp"
-#include "verl/algo/kl_penalty.hpp"
-#include "verl/algo/kl_registry.hpp"
+#include "verl/algo/kl/estimator.hpp"
+#include "verl/algo/kl/penalty.hpp"
+#include "verl/algo/kl/registry.hpp"
 
 using namespace verl;
 using namespace verl::algo;

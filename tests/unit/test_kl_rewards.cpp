@@ -3,7 +3,7 @@
 
 #include <string>
 
-#include "verl/algo/kl_rewards.hpp"
+#include "verl/algo/kl/rewards.hpp"
 
 using namespace verl;
 using namespace verl::algo;

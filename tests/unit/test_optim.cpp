@@ -12,11 +12,11 @@
 #include <string>
 #include <vector>
 
-#include "verl/trainer/optim/adamw.hpp"
-#include "verl/trainer/optim/clip_grad_norm.hpp"
-#include "verl/trainer/optim/lr_scheduler.hpp"
-#include "verl/trainer/optim/optimizer_step.hpp"
-#include "verl/trainer/optim/schedules.hpp"
+#include "verl/optim/adamw.hpp"
+#include "verl/optim/clip_grad_norm.hpp"
+#include "verl/optim/lr_scheduler.hpp"
+#include "verl/optim/optimizer_step.hpp"
+#include "verl/optim/schedules.hpp"
 
 using namespace verl;
 using namespace verl::optim;

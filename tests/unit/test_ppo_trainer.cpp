@@ -19,7 +19,7 @@
 
 #include "verl/data/prompt_formatter.hpp"
 #include "verl/data/rl_dataset.hpp"
-#include "verl/model/tokenizer/char_tokenizer.hpp"
+#include "verl/tokenizer/char_tokenizer.hpp"
 #include "verl/model/transformer/critic.hpp"
 #include "verl/model/transformer/transformer.hpp"
 #include "verl/trainer/config.hpp"
@@ -30,7 +30,7 @@ namespace {
 
 using namespace verl;
 using namespace verl::trainer;
-using model::CharTokenizer;
+using tokenizer::CharTokenizer;
 using model::Transformer;
 namespace fs = std::filesystem;
 

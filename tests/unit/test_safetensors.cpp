@@ -267,9 +267,9 @@ TEST(Safetensors, WriterRoundTripsEveryFloatDtypeAndIntegers) {
   EXPECT_EQ(file.matrix_f32("w.f64"), values);
   for (Index i = 0; i < values.size(); ++i) {
     EXPECT_EQ(file.matrix_f32("w.f16").data()[i],
-              verl::model::detail::f16_bits_to_float(verl::model::detail::float_to_f16_bits(values.data()[i])));
+              verl::f16_bits_to_float(verl::float_to_f16_bits(values.data()[i])));
     EXPECT_EQ(file.matrix_f32("w.bf16").data()[i],
-              verl::model::detail::bf16_bits_to_float(verl::model::detail::float_to_bf16_bits(values.data()[i])));
+              verl::bf16_bits_to_float(verl::float_to_bf16_bits(values.data()[i])));
   }
   EXPECT_EQ(file.vector_f32("b"), VectorF::LinSpaced(4, 0.0f, 3.0f));
   EXPECT_EQ(file.tensor("ids").to_i64(), ids);

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "verl/rollout/sampling.hpp"
+#include "verl/algo/logits/sampling.hpp"
 
 namespace {
 
@@ -203,7 +203,7 @@ TEST(Sampling, DoubleSumKernelWritesTheSameExponentialsAndSumsThemInDouble) {
     std::vector<float> b = a;
     const auto count = static_cast<verl::Index>(n);
     verl::model::detail::exp_shifted_row<float>(a.data(), count, 1.0f, max);
-    const double total = verl::model::detail::exp_shifted_row_double_sum(b.data(), count, 1.0f, max);
+    const double total = verl::cpu::exp_shifted_row_double_sum(b.data(), count, 1.0f, max);
     double sequential = 0;
     for (std::size_t i = 0; i < n; ++i) {
       ASSERT_EQ(a[i], b[i]) << "n " << n << " index " << i;

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "verl/data/tasks/arithmetic.hpp"
-#include "verl/model/tokenizer/pretrained.hpp"
+#include "verl/trainer/tasks/arithmetic.hpp"
+#include "verl/tokenizer/pretrained.hpp"
 #include "verl/trainer/sft_trainer.hpp"
 
 namespace {
@@ -36,7 +36,7 @@ fs::path scratch(const std::string& name) {
 }
 
 model::HfModelConfig tiny_config() {
-  return data::tasks::tiny_qwen2_config({.hidden_size = 16,
+  return trainer::tasks::tiny_qwen2_config({.hidden_size = 16,
                                          .intermediate_size = 24,
                                          .num_hidden_layers = 1,
                                          .num_attention_heads = 2,
@@ -218,9 +218,9 @@ TEST(SFTTrainer, ResumeGivesTheSameLossesAsAnUninterruptedRun) {
 
 TEST(SFTData, TokenizesPromptAsChatAndResponseWithEos) {
   const fs::path dir = scratch("tok");
-  data::tasks::write_initial_model(dir, {.hidden_size = 8, .intermediate_size = 8, .num_hidden_layers = 1,
+  trainer::tasks::write_initial_model(dir, {.hidden_size = 8, .intermediate_size = 8, .num_hidden_layers = 1,
                                          .num_attention_heads = 2, .num_key_value_heads = 1});
-  const auto tokenizer = model::load_pretrained_tokenizer(dir);
+  const auto tokenizer = tokenizer::load_pretrained_tokenizer(dir);
   const auto e = trainer::tokenize_sft_pair(tokenizer, "1+2=", "#### 3", 64, "error");
   const std::string prompt = "<|im_start|>user\n1+2=<|im_end|>\n<|im_start|>assistant\n";
   EXPECT_EQ(e.prompt_length, static_cast<std::int64_t>(tokenizer.tokenizer.encode(prompt, false).size()));
@@ -240,9 +240,9 @@ TEST(SFTData, TokenizesPromptAsChatAndResponseWithEos) {
 // data.prompt_dict_keys=[question] (and the same for the answer): nested columns, .parquet or JSONL.
 TEST(SFTData, NestedColumnsFromParquetEqualThoseFromJsonLines) {
   const fs::path dir = scratch("nested");
-  data::tasks::write_initial_model(dir, {.hidden_size = 8, .intermediate_size = 8, .num_hidden_layers = 1,
+  trainer::tasks::write_initial_model(dir, {.hidden_size = 8, .intermediate_size = 8, .num_hidden_layers = 1,
                                          .num_attention_heads = 2, .num_key_value_heads = 1});
-  const auto tokenizer = model::load_pretrained_tokenizer(dir);
+  const auto tokenizer = tokenizer::load_pretrained_tokenizer(dir);
   trainer::SFTConfig::Data keys;
   keys.prompt_key = "extra_info";
   keys.response_key = "extra_info";

@@ -8,10 +8,10 @@
 #include <string>
 
 #include "verl/data/rlhf_row.hpp"
-#include "verl/data/tasks/arithmetic.hpp"
-#include "verl/data/tasks/greedy_accuracy.hpp"
+#include "verl/trainer/tasks/arithmetic.hpp"
+#include "verl/trainer/tasks/greedy_accuracy.hpp"
 #include "verl/model/checkpoint.hpp"
-#include "verl/model/tokenizer/pretrained.hpp"
+#include "verl/tokenizer/pretrained.hpp"
 #include "verl/reward/reward_score.hpp"
 
 namespace {
@@ -83,11 +83,11 @@ TEST(ArithmeticTask, WritesFilesAndALoadableModelFolder) {
   EXPECT_EQ(read_rlhf_rows(files.val).size(), 10u);
   EXPECT_TRUE(fs::exists(files.sft_train));
 
-  const auto tokenizer = verl::model::load_pretrained_tokenizer(files.model);
+  const auto tokenizer = verl::tokenizer::load_pretrained_tokenizer(files.model);
   // One token per byte; the special tokens follow the bytes.
   EXPECT_EQ(tokenizer.tokenizer.encode("1+2=", false), (std::vector<verl::model::TokenId>{'1', '+', '2', '='}));
   ASSERT_TRUE(tokenizer.chat_template.has_value());
-  const verl::model::ChatMessage message{"user", "1+2="};
+  const verl::tokenizer::ChatMessage message{"user", "1+2="};
   EXPECT_EQ(tokenizer.apply_chat_template(std::span(&message, 1)),
             "<|im_start|>user\n1+2=<|im_end|>\n<|im_start|>assistant\n");
   EXPECT_EQ(tokenizer.encode_chat(std::span(&message, 1)).front(), 257);

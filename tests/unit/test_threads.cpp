@@ -15,9 +15,9 @@
 #include <sched.h>
 #endif
 
-#include "verl/algo/logprob_entropy.hpp"
+#include "verl/algo/logits/logprob_entropy.hpp"
 #include "verl/core/threads.hpp"
-#include "verl/model/transformer/detail/thread_pool.hpp"
+#include "verl/cpu/thread_pool.hpp"
 
 namespace {
 
@@ -50,7 +50,7 @@ class ScopedEnv {
 TEST(Threads, EnvironmentSetsTheDefaultCount) {
   ScopedEnv env("VERL_NUM_THREADS", "3");
   EXPECT_EQ(verl::default_thread_count(), 3u);
-  verl::model::detail::ThreadPool pool;
+  verl::cpu::ThreadPool pool;
   EXPECT_EQ(pool.size(), 3u);
   EXPECT_EQ(verl::algo::detail::logits_thread_count(0, 1 << 20, 1 << 10), 3u);
 }
@@ -83,7 +83,7 @@ TEST(Threads, WithoutEnvironmentTheAffinityMaskCounts) {
   CPU_SET(first, &one);
   ASSERT_EQ(sched_setaffinity(0, sizeof(one), &one), 0);
   EXPECT_EQ(verl::available_cpus(), 1u);
-  verl::model::detail::ThreadPool pool;
+  verl::cpu::ThreadPool pool;
   EXPECT_EQ(pool.size(), 1u);
   ASSERT_EQ(sched_setaffinity(0, sizeof(saved), &saved), 0);
   EXPECT_EQ(verl::available_cpus(), static_cast<unsigned>(CPU_COUNT(&saved)));
@@ -93,7 +93,7 @@ TEST(Threads, WithoutEnvironmentTheAffinityMaskCounts) {
 TEST(ThreadPool, EveryTaskRunsOnceWhetherTheWorkersArePollingOrAsleep) {
   // Regions back to back find the workers polling; after a pause longer than their polling they
   // sleep and must be woken. Three threads on this machine's cores also oversubscribe it.
-  using verl::model::detail::ThreadPool;
+  using verl::cpu::ThreadPool;
   ThreadPool pool(3);
   for (int region = 0; region < 600; ++region) {
     const verl::Index count = 1 + region % 17;
@@ -105,7 +105,7 @@ TEST(ThreadPool, EveryTaskRunsOnceWhetherTheWorkersArePollingOrAsleep) {
 }
 
 TEST(ThreadPool, ATaskErrorReachesTheCallerAndTheNextRegionStillRuns) {
-  verl::model::detail::ThreadPool pool(2);
+  verl::cpu::ThreadPool pool(2);
   std::atomic<int> ran{0};
   EXPECT_THROW(pool.parallel_for(8,
                                  [&](verl::Index i) {
@@ -120,7 +120,7 @@ TEST(ThreadPool, ATaskErrorReachesTheCallerAndTheNextRegionStillRuns) {
 }
 
 TEST(ThreadPool, ARegionInsideATaskRunsOnThatThread) {
-  verl::model::detail::ThreadPool pool(2);
+  verl::cpu::ThreadPool pool(2);
   std::vector<std::atomic<int>> runs(64);
   pool.parallel_for(8, [&](verl::Index outer) {
     const auto thread = std::this_thread::get_id();
@@ -134,7 +134,7 @@ TEST(ThreadPool, ARegionInsideATaskRunsOnThatThread) {
 
 TEST(ThreadPool, APoolDestroyedRightAfterARegionStopsItsPollingWorkers) {
   for (int round = 0; round < 50; ++round) {
-    verl::model::detail::ThreadPool pool(2);
+    verl::cpu::ThreadPool pool(2);
     std::atomic<int> ran{0};
     pool.parallel_for(4, [&](verl::Index) { ran.fetch_add(1); });
     EXPECT_EQ(ran.load(), 4);

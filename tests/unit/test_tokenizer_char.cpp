@@ -3,8 +3,8 @@
 #include <string>
 #include <vector>
 
-#include "verl/model/tokenizer/char_tokenizer.hpp"
-#include "verl/model/tokenizer/hf_tokenizer.hpp"
+#include "verl/tokenizer/char_tokenizer.hpp"
+#include "verl/tokenizer/hf_tokenizer.hpp"
 
 using namespace verl;
 using namespace verl::model;

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "verl/model/tokenizer/chat_template.hpp"
-#include "verl/model/tokenizer/pretrained.hpp"
+#include "verl/tokenizer/chat_template.hpp"
+#include "verl/tokenizer/pretrained.hpp"
 
 using namespace verl;
 using namespace verl::model;

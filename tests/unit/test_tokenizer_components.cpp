@@ -10,14 +10,14 @@
 #include <string>
 #include <vector>
 
-#include "verl/model/tokenizer/bpe_model.hpp"
-#include "verl/model/tokenizer/decoder.hpp"
-#include "verl/model/tokenizer/detail/nfc.hpp"
-#include "verl/model/tokenizer/detail/pcre2_regex.hpp"
-#include "verl/model/tokenizer/detail/unicode.hpp"
-#include "verl/model/tokenizer/hf_tokenizer.hpp"
-#include "verl/model/tokenizer/normalizer.hpp"
-#include "verl/model/tokenizer/pre_tokenizer.hpp"
+#include "verl/tokenizer/bpe_model.hpp"
+#include "verl/tokenizer/decoder.hpp"
+#include "verl/tokenizer/detail/nfc.hpp"
+#include "verl/tokenizer/detail/pcre2_regex.hpp"
+#include "verl/tokenizer/detail/unicode.hpp"
+#include "verl/tokenizer/hf_tokenizer.hpp"
+#include "verl/tokenizer/normalizer.hpp"
+#include "verl/tokenizer/pre_tokenizer.hpp"
 
 using namespace verl;
 using namespace verl::model;
@@ -106,7 +106,7 @@ TEST(TokenizerSplit, EveryBehaviourMatchesTheTokenizersPackage) {
 }
 
 TEST(TokenizerRegex, OnigurumaEscapesAreTranslated) {
-  using verl::model::detail::oniguruma_to_pcre2;
+  using verl::tokenizer::detail::oniguruma_to_pcre2;
   // \s is Unicode White_Space, as in Oniguruma (U+0085 included, U+200B not).
   const auto space = mdetail::Pcre2Regex::from_oniguruma(R"(\s+)");
   EXPECT_EQ(matches(space, "a\xC2\x85" "b"), std::vector<std::string>{"\xC2\x85"});
@@ -136,7 +136,7 @@ TEST(TokenizerRegex, EmptyMatchesAdvanceLikeOniguruma) {
 }
 
 TEST(TokenizerUtf8, LossyDecodingReplacesMaximalInvalidSubparts) {
-  using verl::model::detail::utf8_lossy;
+  using verl::tokenizer::detail::utf8_lossy;
   EXPECT_EQ(utf8_lossy("abc"), "abc");
   EXPECT_EQ(utf8_lossy("\xE4\xBD"), "\xEF\xBF\xBD");                      // truncated 3-byte character
   EXPECT_EQ(utf8_lossy("\xE4\xBD" "a"), "\xEF\xBF\xBD" "a");

@@ -14,7 +14,7 @@
 #include <thread>
 #include <vector>
 
-#include "verl/model/tokenizer/hf_tokenizer.hpp"
+#include "verl/tokenizer/hf_tokenizer.hpp"
 
 using namespace verl;
 using namespace verl::model;
@@ -92,7 +92,7 @@ std::string random_text(std::mt19937& gen, std::size_t length) {
                                   U'\u0085', U'\u200d', U'\U0010FFFF'};
   std::string text;
   std::uniform_int_distribution<std::size_t> pick(0, std::size(pool) - 1);
-  for (std::size_t i = 0; i < length; ++i) verl::model::detail::append_utf8(text, pool[pick(gen)]);
+  for (std::size_t i = 0; i < length; ++i) verl::tokenizer::detail::append_utf8(text, pool[pick(gen)]);
   return text;
 }
 
@@ -128,7 +128,7 @@ TEST(HfTokenizerProperties, SentencePieceRoundTripsAndDecodesAnyIds) {
       for (auto& id : ids) id = static_cast<TokenId>(gen() % (trial % 2 ? 260 : tokenizer.vocab_size()));
       for (const bool skip : {false, true}) {
         const auto text = tokenizer.decode(ids, skip);
-        ASSERT_FALSE(verl::model::detail::find_invalid_utf8(text).has_value()) << style << " " << nlohmann::json(ids).dump();
+        ASSERT_FALSE(verl::tokenizer::detail::find_invalid_utf8(text).has_value()) << style << " " << nlohmann::json(ids).dump();
       }
     }
   }
@@ -151,7 +151,7 @@ TEST(HfTokenizerProperties, ArbitraryBytesAreEncodedOrRejectedNeverCrash) {
     std::vector<TokenId> ids(gen() % 8);
     for (auto& id : ids) id = static_cast<TokenId>(gen() % tokenizer.vocab_size());
     const auto text = tokenizer.decode(ids, false);
-    ASSERT_FALSE(verl::model::detail::find_invalid_utf8(text).has_value());
+    ASSERT_FALSE(verl::tokenizer::detail::find_invalid_utf8(text).has_value());
   }
   EXPECT_GT(rejected, 0u);
 }

@@ -9,10 +9,10 @@
 #include <string>
 #include <vector>
 
-#include "verl/model/tokenizer/pretrained.hpp"
+#include "verl/tokenizer/pretrained.hpp"
 
 namespace fs = std::filesystem;
-using verl::model::TokenId;
+using verl::tokenizer::TokenId;
 
 namespace {
 const fs::path models_dir = fs::path(VERL_GOLDEN_DIR) / ".." / "models";
@@ -24,11 +24,11 @@ TEST_P(ModelFolderTokenizer, ChatPromptIdsMatchTransformers) {
   std::ifstream in(models_dir / GetParam() / "golden.json");
   ASSERT_TRUE(in) << GetParam();
   const auto golden = nlohmann::json::parse(in);
-  std::vector<verl::model::ChatMessage> messages;
+  std::vector<verl::tokenizer::ChatMessage> messages;
   for (const auto& message : golden["chat_messages"]) {
     messages.push_back({message["role"].get<std::string>(), message["content"].get<std::string>()});
   }
-  const auto tokenizer = verl::model::load_pretrained_tokenizer(models_dir / GetParam());
+  const auto tokenizer = verl::tokenizer::load_pretrained_tokenizer(models_dir / GetParam());
   EXPECT_EQ(tokenizer.encode_chat(messages), golden["chat_prompt_ids"].get<std::vector<TokenId>>());
 }
 

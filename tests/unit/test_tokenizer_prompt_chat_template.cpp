@@ -14,7 +14,7 @@
 
 namespace fs = std::filesystem;
 using verl::InvalidArgument;
-using verl::model::ChatMessage;
+using verl::tokenizer::ChatMessage;
 using verl::trainer::load_ppo_config;
 using verl::trainer::prompt_chat_template;
 
@@ -41,8 +41,8 @@ std::string golden_text(const std::string& name, const nlohmann::json& context) 
   return {};
 }
 
-const verl::model::PretrainedTokenizer& qwen2_tokenizer() {
-  static const auto tokenizer = verl::model::load_pretrained_tokenizer(data_dir / "models" / "tiny-qwen2");
+const verl::tokenizer::PretrainedTokenizer& qwen2_tokenizer() {
+  static const auto tokenizer = verl::tokenizer::load_pretrained_tokenizer(data_dir / "models" / "tiny-qwen2");
   return tokenizer;
 }
 
@@ -103,7 +103,7 @@ TEST(PromptChatTemplate, RegistryNamesAndErrors) {
   } catch (const InvalidArgument& error) {
     EXPECT_NE(std::string(error.what()).find("custom_chat_template"), std::string::npos) << error.what();
   }
-  const verl::model::PretrainedTokenizer bare{qwen2_tokenizer().tokenizer, std::nullopt, std::nullopt};
+  const verl::tokenizer::PretrainedTokenizer bare{qwen2_tokenizer().tokenizer, std::nullopt, std::nullopt};
   EXPECT_FALSE(prompt_chat_template(load_ppo_config({}), bare).has_value());
   try {
     (void)prompt_chat_template(load_ppo_config({"data.apply_chat_template_kwargs={enable_thinking: false}"}), bare);

@@ -462,7 +462,7 @@ TEST(TransformerKvCache, Bfloat16DecodingIsTheModelWithItsLinearProductsRounded)
   for (auto& [name, tensor] : dict) {
     if (name.ends_with("proj.weight") || name == "lm_head.weight") {
       for (float& x : tensor.values) {
-        x = verl::model::detail::bf16_bits_to_float(verl::model::detail::float_to_bf16_bits(x));
+        x = verl::bf16_bits_to_float(verl::float_to_bf16_bits(x));
       }
     }
   }

@@ -10,7 +10,7 @@
 #include <tuple>
 #include <vector>
 
-#include "verl/model/transformer/detail/gemm.hpp"
+#include "verl/cpu/gemm.hpp"
 
 namespace {
 
@@ -195,7 +195,7 @@ TEST(Gemm, Bfloat16PrepackedWeightsGiveTheBitsOfTheRoundedOperands) {
 
 TEST(Gemm, Bfloat16TilesSumTheRoundedProductsInFloat32) {
 #if VERL_HAS_AMX_DISPATCH
-  if (!verl::model::detail::gemm_detail::amx_bf16_usable()) GTEST_SKIP() << "this CPU (or kernel) has no AMX bfloat16 tiles";
+  if (!verl::cpu::gemm_detail::amx_bf16_usable()) GTEST_SKIP() << "this CPU (or kernel) has no AMX bfloat16 tiles";
 #else
   GTEST_SKIP() << "AMX tiles are not built for this platform";
 #endif

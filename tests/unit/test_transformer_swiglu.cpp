@@ -8,7 +8,7 @@
 #include <random>
 #include <vector>
 
-#include "verl/model/transformer/detail/swiglu.hpp"
+#include "verl/cpu/swiglu.hpp"
 
 namespace {
 

@@ -21,7 +21,7 @@
 #include "verl/algo/entropy_loss.hpp"
 #include "verl/algo/value_loss.hpp"
 #include "verl/algo/advantages/detail/row_ops.hpp"
-#include "verl/algo/kl_registry.hpp"
+#include "verl/algo/kl/registry.hpp"
 #include "verl/algo/loss_aggregation.hpp"
 #include "verl/algo/masked_stats.hpp"
 #include "verl/algo/policy_losses.hpp"

@@ -7,11 +7,11 @@
 #include <string>
 #include <vector>
 
-#include "verl/algo/advantage_estimator.hpp"
+#include "verl/algo/advantages/estimator.hpp"
 #include "verl/algo/entropy_loss.hpp"
 #include "verl/algo/value_loss.hpp"
-#include "verl/algo/policy_loss.hpp"
-#include "verl/algo/policy_loss_registry.hpp"
+#include "verl/algo/policy_losses/policy_loss.hpp"
+#include "verl/algo/policy_losses/registry.hpp"
 #include "verl/kernels/advantages.hpp"
 #include "verl/kernels/kl_penalty.hpp"
 #include "verl/kernels/masked_reductions.hpp"

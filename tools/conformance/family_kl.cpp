@@ -8,10 +8,10 @@
 #include <vector>
 
 #include "handlers.hpp"
-#include "verl/algo/kl_controller.hpp"
-#include "verl/algo/kl_penalty.hpp"
-#include "verl/algo/kl_registry.hpp"
-#include "verl/algo/kl_rewards.hpp"
+#include "verl/algo/kl/controller.hpp"
+#include "verl/algo/kl/penalty.hpp"
+#include "verl/algo/kl/registry.hpp"
+#include "verl/algo/kl/rewards.hpp"
 
 namespace verl::conformance {
 namespace {

@@ -19,7 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "verl/model/checkpoint.hpp"
-#include "verl/model/tokenizer/pretrained.hpp"
+#include "verl/tokenizer/pretrained.hpp"
 #include "verl/rollout/rollout.hpp"
 
 namespace {
@@ -55,7 +55,7 @@ struct Arguments {
   bool print_ids = false;
   unsigned threads = 0;
   verl::model::DecodePrecision precision = verl::model::DecodePrecision::float32;
-  verl::rollout::SamplingParams sampling{.max_response_length = 32};
+  verl::algo::SamplingParams sampling{.max_response_length = 32};
 };
 
 [[noreturn]] void fail_usage(const std::string& message) {
@@ -155,9 +155,9 @@ int run(const Arguments& args) {
   using namespace verl;
   model::Transformer transformer =
       model::load_transformer(args.model, {.num_threads = args.threads, .decode_precision = args.precision});
-  std::optional<model::PretrainedTokenizer> tokenizer;
+  std::optional<tokenizer::PretrainedTokenizer> tokenizer;
   if (std::filesystem::exists(args.model / "tokenizer.json")) {
-    tokenizer = model::load_pretrained_tokenizer(args.model);
+    tokenizer = tokenizer::load_pretrained_tokenizer(args.model);
   } else if (args.prompt) {
     throw InvalidArgument(fmt::format("--prompt: '{}' has no tokenizer.json; pass --prompt-ids instead",
                                       args.model.string()));
@@ -167,17 +167,17 @@ int run(const Arguments& args) {
   if (args.prompt_ids) {
     prompt = *args.prompt_ids;
   } else if (args.chat_template && !args.chat_template_kwargs.empty()) {
-    const model::ChatMessage message{"user", *args.prompt};
+    const tokenizer::ChatMessage message{"user", *args.prompt};
     const std::string text = tokenizer->chat_template_with(args.chat_template_kwargs).render(std::span(&message, 1), true);
     prompt = tokenizer->tokenizer.encode(text, false);
   } else if (args.chat_template && tokenizer->chat_template) {
-    const model::ChatMessage message{"user", *args.prompt};
+    const tokenizer::ChatMessage message{"user", *args.prompt};
     prompt = tokenizer->encode_chat(std::span(&message, 1));
   } else {
     prompt = tokenizer->tokenizer.encode(*args.prompt, true);
   }
 
-  rollout::SamplingParams sampling = args.sampling;
+  algo::SamplingParams sampling = args.sampling;
   sampling.eos_token_ids = transformer.config().eos_token_ids;
   if (tokenizer) {
     const auto special = tokenizer->tokenizer.special_ids();

@@ -14,7 +14,7 @@
 #include <fmt/format.h>
 
 #include "verl/model/checkpoint.hpp"
-#include "verl/model/tokenizer/pretrained.hpp"
+#include "verl/tokenizer/pretrained.hpp"
 #include "verl/trainer/config_yaml.hpp"
 #include "verl/trainer/sft_trainer.hpp"
 
@@ -44,7 +44,7 @@ int run(int argc, char** argv) {
 
   const fs::path source = config.model.partial_pretrain;
   auto policy = model::load_transformer(source);
-  const auto tokenizer = model::load_pretrained_tokenizer(source);
+  const auto tokenizer = tokenizer::load_pretrained_tokenizer(source);
   auto train = trainer::load_sft_examples(config.data.train_files, tokenizer, config.data);
   auto val = trainer::load_sft_examples(config.data.val_files, tokenizer, config.data);
   fmt::print("verl_sft: {} ({} parameters), {} train / {} val examples\n", source.string(),

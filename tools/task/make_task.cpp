@@ -12,7 +12,7 @@
 
 #include <fmt/format.h>
 
-#include "verl/data/tasks/arithmetic.hpp"
+#include "verl/trainer/tasks/arithmetic.hpp"
 
 namespace {
 

@@ -10,7 +10,7 @@
 
 #include <fmt/format.h>
 
-#include "verl/data/tasks/greedy_accuracy.hpp"
+#include "verl/trainer/tasks/greedy_accuracy.hpp"
 #include "verl/model/checkpoint.hpp"
 
 namespace {
@@ -28,7 +28,7 @@ T parse_number(std::string_view flag, std::string_view text) {
 int run(int argc, char** argv) {
   using namespace verl;
   std::filesystem::path model_dir, data_file;
-  data::tasks::GreedyAccuracyOptions options;
+  trainer::tasks::GreedyAccuracyOptions options;
   std::int64_t limit = -1, show = 0;
   for (int i = 1; i < argc; ++i) {
     const std::string_view flag = argv[i];
@@ -55,10 +55,10 @@ int run(int argc, char** argv) {
   }
   if (model_dir.empty() || data_file.empty()) throw InvalidArgument("--model DIR and --data FILE.jsonl are required");
   auto policy = model::load_transformer(model_dir);
-  const auto tokenizer = model::load_pretrained_tokenizer(model_dir);
-  auto rows = data::tasks::read_rlhf_rows(data_file);
+  const auto tokenizer = tokenizer::load_pretrained_tokenizer(model_dir);
+  auto rows = trainer::tasks::read_rlhf_rows(data_file);
   if (limit > 0 && static_cast<std::size_t>(limit) < rows.size()) rows.resize(static_cast<std::size_t>(limit));
-  const auto result = data::tasks::greedy_accuracy(policy, tokenizer, rows, options);
+  const auto result = trainer::tasks::greedy_accuracy(policy, tokenizer, rows, options);
   for (std::int64_t i = 0; i < show && i < result.count; ++i) {
     fmt::print("  {} -> {:?}\n", rows[static_cast<std::size_t>(i)].prompt.back().content,
                result.responses[static_cast<std::size_t>(i)]);

@@ -23,7 +23,7 @@
 #include "verl/data/prompt_formatter.hpp"
 #include "verl/data/rl_dataset.hpp"
 #include "verl/model/checkpoint.hpp"
-#include "verl/model/tokenizer/pretrained.hpp"
+#include "verl/tokenizer/pretrained.hpp"
 #include "verl/trainer/config.hpp"
 #include "verl/trainer/config_yaml.hpp"
 #include "verl/trainer/ppo_trainer.hpp"
@@ -71,8 +71,8 @@ std::vector<fs::path> paths_of(const std::vector<std::string>& files) {
 /// The chat template (trainer::prompt_chat_template), else the messages' contents joined: what RLHFDataset
 /// renders prompts with.
 struct Formatter {
-  std::optional<model::AnyChatTemplate> chat;
-  [[nodiscard]] std::string render(std::span<const model::ChatMessage> messages, bool add_generation_prompt) const {
+  std::optional<tokenizer::AnyChatTemplate> chat;
+  [[nodiscard]] std::string render(std::span<const tokenizer::ChatMessage> messages, bool add_generation_prompt) const {
     if (chat) return chat->render(messages, add_generation_prompt);
     return data::ContentOnlyFormatter{"\n"}.render(messages, add_generation_prompt);
   }
@@ -80,7 +80,7 @@ struct Formatter {
 
 template <class Critic>
 int train(const trainer::PPOConfig& config, const trainer::PPOAlgorithm& algorithm, const fs::path& model_path,
-          Critic critic, const model::PretrainedTokenizer& tokenizer, const Formatter& formatter, Communicator comm) {
+          Critic critic, const tokenizer::PretrainedTokenizer& tokenizer, const Formatter& formatter, Communicator comm) {
   const int rank = comm.rank();
   const auto& special = tokenizer.tokenizer.special_ids();
   model::Transformer actor = model::load_transformer(model_path);
@@ -150,7 +150,7 @@ int run(int argc, char** argv) {
   const fs::path tokenizer_path = config.actor_rollout_ref.model.tokenizer_path
                                       ? expand_home(*config.actor_rollout_ref.model.tokenizer_path)
                                       : model_path;
-  const model::PretrainedTokenizer tokenizer = model::load_pretrained_tokenizer(tokenizer_path);
+  const tokenizer::PretrainedTokenizer tokenizer = tokenizer::load_pretrained_tokenizer(tokenizer_path);
   const Formatter formatter{trainer::prompt_chat_template(config, tokenizer)};
 
   const bool use_critic = config.critic.enable.value_or(algorithm.needs_critic());

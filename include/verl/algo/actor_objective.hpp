@@ -9,10 +9,10 @@
 #include <string_view>
 #include <type_traits>
 
-#include "verl/algo/kl_estimator.hpp"
-#include "verl/algo/kl_penalty.hpp"
+#include "verl/algo/kl/estimator.hpp"
+#include "verl/algo/kl/penalty.hpp"
 #include "verl/algo/loss_aggregation.hpp"
-#include "verl/algo/policy_loss.hpp"
+#include "verl/algo/policy_losses/policy_loss.hpp"
 #include "verl/config.hpp"
 #include "verl/core/error.hpp"
 #include "verl/core/metrics.hpp"

@@ -1,8 +1,8 @@
 // Every advantage estimator of verl (ADV_ESTIMATOR_REGISTRY), its concept and its registry.
 #pragma once
 
-#include "verl/algo/advantage_estimator.hpp"
-#include "verl/algo/advantage_registry.hpp"
+#include "verl/algo/advantages/estimator.hpp"
+#include "verl/algo/advantages/registry.hpp"
 #include "verl/algo/advantages/gae.hpp"
 #include "verl/algo/advantages/gpg.hpp"
 #include "verl/algo/advantages/grpo.hpp"

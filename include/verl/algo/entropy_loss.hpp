@@ -4,7 +4,7 @@
 
 #include <Eigen/Core>
 
-#include "verl/algo/logprob_entropy.hpp"
+#include "verl/algo/logits/logprob_entropy.hpp"
 #include "verl/algo/loss_aggregation.hpp"
 #include "verl/core/error.hpp"
 #include "verl/core/tensor.hpp"

@@ -10,9 +10,9 @@
 #include <initializer_list>
 #include <span>
 
-#include "verl/algo/entropy.hpp"
-#include "verl/algo/logprob.hpp"
-#include "verl/algo/logprob_entropy.hpp"
+#include "verl/algo/logits/entropy.hpp"
+#include "verl/algo/logits/logprob.hpp"
+#include "verl/algo/logits/logprob_entropy.hpp"
 #include "verl/algo/masked_stats.hpp"
 #include "verl/core/error.hpp"
 #include "verl/core/tensor.hpp"

@@ -17,7 +17,7 @@
 #include <type_traits>
 
 #include "verl/algo/detail/parallel_rows.hpp"
-#include "verl/algo/detail/vector_math.hpp"
+#include "verl/algo/detail/simd.hpp"
 #include "verl/config.hpp"
 #include "verl/core/error.hpp"
 #include "verl/core/tensor.hpp"

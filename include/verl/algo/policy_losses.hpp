@@ -1,7 +1,7 @@
 // Module header: every policy loss verl has, rollout correction, and the registry by verl's names.
 #pragma once
 
-#include "verl/algo/policy_loss.hpp"
+#include "verl/algo/policy_losses/policy_loss.hpp"
 #include "verl/algo/rollout_correction.hpp"
 #include "verl/algo/policy_losses/common.hpp"
 #include "verl/algo/policy_losses/vanilla.hpp"
@@ -15,4 +15,4 @@
 #include "verl/algo/policy_losses/cispo.hpp"
 #include "verl/algo/policy_losses/reinforce.hpp"
 #include "verl/algo/policy_losses/bypass_mode.hpp"
-#include "verl/algo/policy_loss_registry.hpp"
+#include "verl/algo/policy_losses/registry.hpp"

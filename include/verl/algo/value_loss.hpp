@@ -9,7 +9,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "verl/algo/detail/huge_pages.hpp"
+#include "verl/cpu/huge_pages.hpp"
 #include "verl/algo/detail/parallel_rows.hpp"
 #include "verl/algo/loss_aggregation.hpp"
 #include "verl/config.hpp"
@@ -120,7 +120,7 @@ ValueLoss<typename VD::Scalar> compute_value_loss(const Eigen::MatrixBase<VD>& v
 
   ValueLoss<Scalar> out;
   out.grad_vpreds.resize(shape.rows, shape.cols);
-  detail::advise_huge_pages(out.grad_vpreds.data(), static_cast<std::size_t>(out.grad_vpreds.size()) * sizeof(Scalar));
+  cpu::advise_huge_pages(out.grad_vpreds.data(), static_cast<std::size_t>(out.grad_vpreds.size()) * sizeof(Scalar));
   // Rows split over threads; each row's partial results are kept and combined in row order
   // below, so the loss and metrics do not depend on the thread count.
   std::vector<double> row_sums(static_cast<std::size_t>(shape.rows));

@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "verl/core/error.hpp"
-#include "verl/data/detail/paths.hpp"
-#include "verl/model/detail/file_io.hpp"
+#include "verl/core/paths.hpp"
+#include "verl/core/file_io.hpp"
 
 namespace verl::data {
 
@@ -53,10 +53,10 @@ inline void reject_unsupported_format(const std::filesystem::path& path) {
 /// skipped. Malformed JSON is an error naming the file and line.
 inline void for_each_json_row(const std::filesystem::path& given_path,
                               const std::function<void(nlohmann::json&&, const SourceLocation&)>& on_row) {
-  const std::filesystem::path path = detail::expand_user(given_path.string());
+  const std::filesystem::path path = io::expand_user(given_path.string());
   detail::reject_unsupported_format(path);
   VERL_CHECK_ARG(std::filesystem::is_regular_file(path), "data file '{}': no such file", path.string());
-  const std::string text = model::detail::read_text_file(path);
+  const std::string text = io::read_text_file(path);
   const std::string file = path.string();
   std::size_t first = text.find_first_not_of(" \t\r\n");
   if (first != std::string::npos && text[first] == '[' && detail::has_extension(path, ".json")) {
@@ -99,7 +99,7 @@ inline void write_jsonl(const std::filesystem::path& path, std::span<const nlohm
     text += '\n';
   }
   if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path());
-  model::detail::write_file_atomically(path, text);
+  io::write_file_atomically(path, text);
 }
 
 }  // namespace verl::data

@@ -21,7 +21,7 @@
 #include <string>
 
 #include "verl/core/error.hpp"
-#include "verl/data/detail/paths.hpp"
+#include "verl/core/paths.hpp"
 #include "verl/data/jsonl.hpp"
 
 #if defined(VERL_HAS_PARQUET)
@@ -183,7 +183,7 @@ inline void parquet_check(const arrow::Status& status, const std::string& file, 
 /// row keyed by column name; locations read "file[row]" (0-based, as pandas numbers rows).
 inline void for_each_parquet_row(const std::filesystem::path& given_path,
                                  const std::function<void(nlohmann::json&&, const SourceLocation&)>& on_row) {
-  const std::filesystem::path path = detail::expand_user(given_path.string());
+  const std::filesystem::path path = io::expand_user(given_path.string());
   const std::string file = path.string();
   VERL_CHECK_ARG(std::filesystem::is_regular_file(path), "data file '{}': no such file", file);
   std::unique_ptr<parquet::arrow::FileReader> reader;
@@ -236,7 +236,7 @@ inline void for_each_parquet_row(const std::filesystem::path& given_path,
 /// data.val_files.
 inline void for_each_dataset_row(const std::filesystem::path& given_path,
                                  const std::function<void(nlohmann::json&&, const SourceLocation&)>& on_row) {
-  const std::filesystem::path path = detail::expand_user(given_path.string());
+  const std::filesystem::path path = io::expand_user(given_path.string());
   if (path.extension() == ".parquet") {
 #if defined(VERL_HAS_PARQUET)
     for_each_parquet_row(path, on_row);

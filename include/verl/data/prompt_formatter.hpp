@@ -8,13 +8,13 @@
 #include <string>
 #include <string_view>
 
-#include "verl/model/tokenizer/chat_template.hpp"
+#include "verl/tokenizer/chat_template.hpp"
 
 namespace verl::data {
 
 /// render(messages, add_generation_prompt) -> the prompt text.
 template <class F>
-concept PromptFormatter = requires(const F& formatter, std::span<const model::ChatMessage> messages, bool flag) {
+concept PromptFormatter = requires(const F& formatter, std::span<const tokenizer::ChatMessage> messages, bool flag) {
   { formatter.render(messages, flag) } -> std::same_as<std::string>;
 };
 
@@ -23,7 +23,7 @@ struct ContentOnlyFormatter {
   static constexpr std::string_view name = "content_only";
   std::string separator;
 
-  [[nodiscard]] std::string render(std::span<const model::ChatMessage> messages, bool /*add_generation_prompt*/) const {
+  [[nodiscard]] std::string render(std::span<const tokenizer::ChatMessage> messages, bool /*add_generation_prompt*/) const {
     std::string out;
     for (std::size_t i = 0; i < messages.size(); ++i) {
       if (i > 0) out += separator;
@@ -33,7 +33,7 @@ struct ContentOnlyFormatter {
   }
 };
 
-static_assert(PromptFormatter<ContentOnlyFormatter> && PromptFormatter<model::AnyChatTemplate> &&
-              PromptFormatter<model::ChatMLTemplate>);
+static_assert(PromptFormatter<ContentOnlyFormatter> && PromptFormatter<tokenizer::AnyChatTemplate> &&
+              PromptFormatter<tokenizer::ChatMLTemplate>);
 
 }  // namespace verl::data

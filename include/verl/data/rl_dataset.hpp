@@ -31,7 +31,7 @@
 #include "verl/data/random_permutation.hpp"
 #include "verl/data/rlhf_row.hpp"
 #include "verl/data/truncation.hpp"
-#include "verl/model/tokenizer/concept.hpp"
+#include "verl/tokenizer/concept.hpp"
 
 namespace verl::data {
 
@@ -53,7 +53,7 @@ struct RLHFDatasetOptions {
 /// One usable prompt: the row, its tokens (truncated to max_prompt_length) and where it came from.
 struct RLHFSample {
   RLHFRow row;
-  std::vector<model::TokenId> prompt_ids;
+  std::vector<tokenizer::TokenId> prompt_ids;
   SourceLocation source;
 };
 
@@ -88,7 +88,7 @@ class RLHFDataset {
   template <class Tok, class Formatter>
   static RLHFDataset from_rows(std::vector<std::pair<RLHFRow, SourceLocation>> rows, const Tok& tokenizer,
                                const Formatter& formatter, const RLHFDatasetOptions& options) {
-    VERL_STATIC_ASSERT(model::Tokenizer<Tok>, THE_TOKENIZER_TYPE_DOES_NOT_SATISFY_THE_TOKENIZER_CONCEPT);
+    VERL_STATIC_ASSERT(tokenizer::Tokenizer<Tok>, THE_TOKENIZER_TYPE_DOES_NOT_SATISFY_THE_TOKENIZER_CONCEPT);
     VERL_STATIC_ASSERT(PromptFormatter<Formatter>, A_PROMPT_FORMATTER_MUST_RENDER_CHAT_MESSAGES_TO_TEXT);
     VERL_CHECK_ARG(options.max_prompt_length > 0, "max_prompt_length: expected a positive length, got {}",
                    options.max_prompt_length);
@@ -113,7 +113,7 @@ class RLHFDataset {
     for (const std::int64_t i : chosen) {
       auto& [row, where] = rows[static_cast<std::size_t>(i)];
       const std::string text = formatter.render(row.prompt, /*add_generation_prompt=*/true);
-      std::vector<model::TokenId> ids;
+      std::vector<tokenizer::TokenId> ids;
       try {
         ids = tokenizer.encode(text, options.add_special_tokens);
       } catch (const InvalidArgument& error) {
@@ -125,7 +125,7 @@ class RLHFDataset {
           continue;
         }
         try {
-          ids = truncate(std::span<const model::TokenId>(ids), options.max_prompt_length, options.truncation);
+          ids = truncate(std::span<const tokenizer::TokenId>(ids), options.max_prompt_length, options.truncation);
         } catch (const InvalidArgument& error) {
           ::verl::detail::throw_invalid_argument("{}: {}", where.to_string(), error.what());
         }
@@ -149,7 +149,7 @@ class RLHFDataset {
   /// The samples at `indices` as a DataProto: input_ids / attention_mask / position_ids (int64,
   /// (B, max_prompt_length), left-padded with `pad_token_id`) and one non-tensor value per sample
   /// for data_source, raw_prompt, ability, reward_model, extra_info, index and any other column.
-  [[nodiscard]] DataProto collate(std::span<const std::int64_t> indices, model::TokenId pad_token_id) const {
+  [[nodiscard]] DataProto collate(std::span<const std::int64_t> indices, tokenizer::TokenId pad_token_id) const {
     const auto batch = static_cast<Index>(indices.size());
     const Index width = options_.max_prompt_length;
     MatrixI64 input_ids = MatrixI64::Constant(batch, width, pad_token_id);

@@ -16,7 +16,7 @@
 
 #include "verl/core/error.hpp"
 #include "verl/data/jsonl.hpp"
-#include "verl/model/tokenizer/chat_template.hpp"
+#include "verl/tokenizer/chat_template.hpp"
 
 namespace verl::data {
 
@@ -29,7 +29,7 @@ struct RewardModelInfo {
 
 struct RLHFRow {
   std::string data_source;
-  std::vector<model::ChatMessage> prompt;
+  std::vector<tokenizer::ChatMessage> prompt;
   std::string ability;
   RewardModelInfo reward_model;
   nlohmann::json extra_info = nlohmann::json::object();

@@ -35,7 +35,7 @@
 #include <limits>
 
 #include "verl/kernels/advantages.hpp"
-#include "verl/kernels/detail/cuda_b_common.cuh"
+#include "verl/kernels/detail/device_utils.cuh"
 
 namespace verl::kernels {
 

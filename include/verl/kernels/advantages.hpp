@@ -9,7 +9,7 @@
 
 #include "verl/algo/advantages.hpp"
 #include "verl/core/error.hpp"
-#include "verl/kernels/detail/cuda_b_hd.hpp"
+#include "verl/kernels/detail/host_device.hpp"
 #include "verl/kernels/detail/launch.hpp"
 
 namespace verl::kernels {

@@ -9,7 +9,7 @@
 
 #include <cstdint>
 
-#include "verl/kernels/detail/cuda_b_common.cuh"
+#include "verl/kernels/detail/device_utils.cuh"
 #include "verl/kernels/logprob_entropy.cuh"
 #include "verl/kernels/masked_reductions.cuh"
 

@@ -9,7 +9,7 @@
 #include <cstdint>
 
 #include "verl/core/error.hpp"
-#include "verl/kernels/detail/cuda_b_common.cuh"
+#include "verl/kernels/detail/device_utils.cuh"
 #include "verl/kernels/detail/cuda_check.cuh"
 #include "verl/kernels/detail/launch.hpp"
 

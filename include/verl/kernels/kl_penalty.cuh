@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-#include "verl/kernels/detail/cuda_b_common.cuh"
+#include "verl/kernels/detail/device_utils.cuh"
 #include "verl/kernels/kl_penalty.hpp"
 
 namespace verl::kernels {

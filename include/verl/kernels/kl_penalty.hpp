@@ -5,9 +5,9 @@
 #include <cmath>
 #include <string_view>
 
-#include "verl/algo/kl_penalty.hpp"
+#include "verl/algo/kl/penalty.hpp"
 #include "verl/core/error.hpp"
-#include "verl/kernels/detail/cuda_b_hd.hpp"
+#include "verl/kernels/detail/host_device.hpp"
 
 namespace verl::kernels {
 

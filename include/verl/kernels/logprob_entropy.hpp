@@ -9,7 +9,7 @@
 #include <limits>
 #include <span>
 
-#include "verl/algo/logprob_entropy.hpp"
+#include "verl/algo/logits/logprob_entropy.hpp"
 #include "verl/core/error.hpp"
 #include "verl/kernels/detail/launch.hpp"
 

@@ -14,7 +14,7 @@
 #include <cstdint>
 
 #include "verl/kernels/advantages.cuh"  // detail::Moments, merge, whitening kernels
-#include "verl/kernels/detail/cuda_b_common.cuh"
+#include "verl/kernels/detail/device_utils.cuh"
 #include "verl/kernels/masked_reductions.hpp"
 
 namespace verl::kernels {

@@ -8,7 +8,7 @@
 
 #include "verl/algo/loss_aggregation.hpp"
 #include "verl/algo/masked_stats.hpp"
-#include "verl/kernels/detail/cuda_b_hd.hpp"
+#include "verl/kernels/detail/host_device.hpp"
 
 namespace verl::kernels {
 

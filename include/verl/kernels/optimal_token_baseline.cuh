@@ -27,7 +27,7 @@
 #include <cstdint>
 
 #include "verl/kernels/advantages.cuh"  // GroupRuns, GroupSort, padded, row_grid, kThreads, kScanTile
-#include "verl/kernels/detail/cuda_b_common.cuh"
+#include "verl/kernels/detail/device_utils.cuh"
 #include "verl/kernels/optimal_token_baseline.hpp"
 
 namespace verl::kernels {

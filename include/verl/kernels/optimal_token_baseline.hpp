@@ -32,7 +32,7 @@
 #include "verl/algo/advantages/optimal_token_baseline.hpp"
 #include "verl/core/error.hpp"
 #include "verl/kernels/advantages.hpp"  // GroupLayout
-#include "verl/kernels/detail/cuda_b_hd.hpp"
+#include "verl/kernels/detail/host_device.hpp"
 #include "verl/kernels/detail/launch.hpp"
 
 namespace verl::kernels {

@@ -27,7 +27,7 @@
 #include <cstdint>
 #include <limits>
 
-#include "verl/kernels/detail/cuda_b_common.cuh"
+#include "verl/kernels/detail/device_utils.cuh"
 #include "verl/kernels/masked_reductions.cuh"
 #include "verl/kernels/policy_loss.hpp"
 

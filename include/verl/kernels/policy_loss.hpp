@@ -23,7 +23,7 @@
 #include "verl/algo/policy_losses.hpp"
 #include "verl/config.hpp"
 #include "verl/core/error.hpp"
-#include "verl/kernels/detail/cuda_b_hd.hpp"
+#include "verl/kernels/detail/host_device.hpp"
 #include "verl/kernels/detail/launch.hpp"
 #include "verl/kernels/detail/mt19937_64.hpp"
 #include "verl/kernels/masked_reductions.hpp"

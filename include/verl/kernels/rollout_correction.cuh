@@ -21,7 +21,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "verl/kernels/detail/cuda_b_common.cuh"
+#include "verl/kernels/detail/device_utils.cuh"
 #include "verl/kernels/detail/cuda_check.cuh"
 #include "verl/kernels/policy_loss.cuh"
 #include "verl/kernels/rollout_correction.hpp"

@@ -46,7 +46,7 @@
 #include "verl/algo/rollout_correction.hpp"
 #include "verl/core/error.hpp"
 #include "verl/core/metrics.hpp"
-#include "verl/kernels/detail/cuda_b_hd.hpp"
+#include "verl/kernels/detail/host_device.hpp"
 #include "verl/kernels/detail/launch.hpp"
 #include "verl/kernels/policy_loss.hpp"
 

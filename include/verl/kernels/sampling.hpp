@@ -13,7 +13,7 @@
 // that a whole row's sum fits 62 bits): integer sums are exact in any order, which makes every
 // decision deterministic and independent of the block size, and the exponentials are computed by
 // portable_exp, bit-identical on host and device. `sample_token_model` below is the same algorithm
-// run sequentially on the host: it returns the kernel's token exactly. Against rollout::sample_token
+// run sequentially on the host: it returns the kernel's token exactly. Against algo::sample_token
 // it differs only where that sampler's rounding (float-lane sums of its vectorized exp, ~1e-5
 // relative at V = 152k) puts u on the other side of a cumulative-mass boundary.
 #pragma once
@@ -31,17 +31,17 @@
 #include "verl/config.hpp"
 #include "verl/core/error.hpp"
 #include "verl/kernels/logprob_entropy.hpp"
-#include "verl/rollout/sampling.hpp"
+#include "verl/algo/logits/sampling.hpp"
 
 namespace verl::kernels {
 
-/// The per-token knobs of rollout::SamplingParams (temperature 0 = greedy).
+/// The per-token knobs of algo::SamplingParams (temperature 0 = greedy).
 struct SamplingConfig {
   float temperature = 1.0f;
   std::int64_t top_k = -1;  ///< <= 0 or >= V: all tokens
   float top_p = 1.0f;       ///< in (0, 1]
 
-  static SamplingConfig from(const rollout::SamplingParams& params) {
+  static SamplingConfig from(const algo::SamplingParams& params) {
     return {params.temperature, params.top_k, params.top_p};
   }
   [[nodiscard]] VERL_HOST_DEVICE bool greedy() const { return temperature == 0.0f; }
@@ -53,7 +53,7 @@ inline constexpr int radix_bits = 8;
 inline constexpr int radix_bins = 1 << radix_bits;
 inline constexpr int radix_passes = 32 / radix_bits;
 
-/// rollout::counter_uniform, bit for bit, callable from device code.
+/// algo::counter_uniform, bit for bit, callable from device code.
 VERL_HOST_DEVICE inline std::uint64_t splitmix64(std::uint64_t z) {
   z += 0x9E3779B97F4A7C15ull;
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
@@ -218,8 +218,8 @@ inline void check_sampling_args(const void* logits, const LogitsShape& shape, co
 }  // namespace detail
 
 /// The kernel's algorithm, sequential on the host (the same shared decisions): the model the
-/// unit tests compare with rollout::sample_token and the CUDA tests compare the kernel with.
-inline rollout::SampledToken sample_token_model(std::span<const float> logits, const SamplingConfig& config,
+/// unit tests compare with algo::sample_token and the CUDA tests compare the kernel with.
+inline algo::SampledToken sample_token_model(std::span<const float> logits, const SamplingConfig& config,
                                                 double uniform) {
   using namespace detail;
   VERL_CHECK_ARG(!logits.empty(), "logits: expected at least one vocabulary entry, got none");
@@ -241,7 +241,7 @@ inline rollout::SampledToken sample_token_model(std::span<const float> logits, c
   for (std::int64_t i = 0; i < vocab; ++i) total += mass_at(i);
   const double log_normalizer = static_cast<double>(max) + std::log(std::ldexp(static_cast<double>(total), -shift));
   auto result = [&](std::int64_t token) {
-    return rollout::SampledToken{token, static_cast<float>(static_cast<double>(x_at(token)) - log_normalizer)};
+    return algo::SampledToken{token, static_cast<float>(static_cast<double>(x_at(token)) - log_normalizer)};
   };
   if (config.greedy()) return result(best);
 

@@ -8,7 +8,7 @@
 
 #include "verl/algo/value_loss.hpp"
 #include "verl/core/error.hpp"
-#include "verl/kernels/detail/cuda_b_hd.hpp"
+#include "verl/kernels/detail/host_device.hpp"
 #include "verl/kernels/detail/launch.hpp"
 #include "verl/kernels/masked_reductions.hpp"
 

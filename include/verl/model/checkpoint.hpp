@@ -108,7 +108,7 @@ void save_model(const Model& model, const std::filesystem::path& folder, DType d
   config.torch_dtype = dtype == DType::BF16 ? "bfloat16" : dtype == DType::F16 ? "float16"
                                            : dtype == DType::F64 ? "float64"
                                                                  : "float32";
-  write_file_atomically(folder / "config.json", config.to_json().dump(2) + "\n");
+  io::write_file_atomically(folder / "config.json", config.to_json().dump(2) + "\n");
 }
 
 }  // namespace detail

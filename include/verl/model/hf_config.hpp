@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "verl/core/error.hpp"
-#include "verl/model/detail/file_io.hpp"
+#include "verl/core/file_io.hpp"
 
 namespace verl::model {
 
@@ -353,7 +353,7 @@ inline HfModelConfig HfModelConfig::from_json(const nlohmann::json& json, std::s
 
 inline HfModelConfig HfModelConfig::from_file(const std::filesystem::path& path) {
   const auto file = std::filesystem::is_directory(path) ? path / "config.json" : path;
-  const std::string text = detail::read_text_file(file);
+  const std::string text = io::read_text_file(file);
   nlohmann::json json;
   try {
     json = nlohmann::json::parse(text);

@@ -37,8 +37,8 @@
 #include "verl/config.hpp"
 #include "verl/core/error.hpp"
 #include "verl/core/tensor.hpp"
-#include "verl/model/detail/file_io.hpp"
-#include "verl/model/detail/half_float.hpp"
+#include "verl/core/file_io.hpp"
+#include "verl/core/half_float.hpp"
 
 namespace verl::model {
 
@@ -299,7 +299,7 @@ class SafetensorsFile {
 
   /// A file image already in memory; `name` is used in error messages.
   static SafetensorsFile from_bytes(std::vector<std::byte> bytes, std::string name = "<memory>") {
-    return SafetensorsFile(detail::MappedFile(std::move(bytes), std::move(name)));
+    return SafetensorsFile(io::MappedFile(std::move(bytes), std::move(name)));
   }
 
   [[nodiscard]] const std::filesystem::path& path() const { return file_.path(); }
@@ -336,7 +336,7 @@ class SafetensorsFile {
     std::uint64_t end;
   };
 
-  explicit SafetensorsFile(detail::MappedFile file) : file_(std::move(file)) { parse(); }
+  explicit SafetensorsFile(io::MappedFile file) : file_(std::move(file)) { parse(); }
 
   [[nodiscard]] TensorView view(std::string_view name, const Entry& entry) const {
     const auto bytes = file_.bytes();
@@ -474,7 +474,7 @@ class SafetensorsFile {
     }
   }
 
-  detail::MappedFile file_;
+  io::MappedFile file_;
   std::unique_ptr<const std::string> source_;  // stable across moves: views point into it
   std::map<std::string, Entry, std::less<>> entries_;
   std::map<std::string, std::string, std::less<>> metadata_;
@@ -592,7 +592,7 @@ class SafetensorsWriter {
     }
     const nlohmann::json index = {{"metadata", {{"total_size", tensor_bytes()}}}, {"weight_map", weight_map}};
     const auto index_path = folder / "model.safetensors.index.json";
-    detail::write_file_atomically(index_path, index.dump(2) + "\n");
+    io::write_file_atomically(index_path, index.dump(2) + "\n");
     written.push_back(index_path);
     return written;
   }
@@ -644,7 +644,7 @@ class SafetensorsWriter {
     chunks.reserve(names.size() + 1);
     chunks.emplace_back(prefix);
     for (const auto* name : names) chunks.emplace_back(tensors_.find(*name)->second.bytes);
-    detail::write_file_atomically(path, chunks);
+    io::write_file_atomically(path, chunks);
   }
 
   std::map<std::string, Tensor, std::less<>> tensors_;
@@ -719,7 +719,7 @@ class SafetensorsCheckpoint {
     origin_ = index_path;
     nlohmann::json index;
     try {
-      index = nlohmann::json::parse(detail::read_text_file(index_path));
+      index = nlohmann::json::parse(io::read_text_file(index_path));
     } catch (const nlohmann::json::exception& error) {
       ::verl::detail::throw_invalid_argument("index '{}': not valid JSON ({})", index_path.string(), error.what());
     }

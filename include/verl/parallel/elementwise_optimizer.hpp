@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "verl/core/error.hpp"
-#include "verl/trainer/optim/adamw.hpp"
+#include "verl/optim/adamw.hpp"
 
 namespace verl::parallel {
 

@@ -39,9 +39,9 @@
 
 #include "verl/core/error.hpp"
 #include "verl/data/dataloader.hpp"
-#include "verl/model/detail/file_io.hpp"
+#include "verl/core/file_io.hpp"
 #include "verl/model/safetensors.hpp"
-#include "verl/trainer/optim/adamw.hpp"
+#include "verl/optim/adamw.hpp"
 
 #if defined(__unix__) || defined(__APPLE__)
 #include <fcntl.h>
@@ -184,13 +184,13 @@ inline void fsync_path(const fs::path& path) {
 }
 
 inline void write_json(const fs::path& path, const nlohmann::json& value) {
-  model::detail::write_file_atomically(path, value.dump(2) + "\n");
+  io::write_file_atomically(path, value.dump(2) + "\n");
 }
 
 inline nlohmann::json read_json(const fs::path& path) {
   VERL_CHECK_ARG(fs::is_regular_file(path), "checkpoint file '{}': not found", path.string());
   try {
-    return nlohmann::json::parse(model::detail::read_text_file(path));
+    return nlohmann::json::parse(io::read_text_file(path));
   } catch (const nlohmann::json::exception& error) {
     ::verl::detail::throw_invalid_argument("checkpoint file '{}': invalid JSON ({})", path.string(), error.what());
   }
@@ -312,7 +312,7 @@ class CheckpointManager {
       fs::remove_all(staging, ignored);
       throw;
     }
-    model::detail::write_file_atomically(tracker_path(), std::to_string(snapshot.global_step));
+    io::write_file_atomically(tracker_path(), std::to_string(snapshot.global_step));
     prune();
     return target;
   }
@@ -320,7 +320,7 @@ class CheckpointManager {
   /// The step the tracker file names, if any (verl's find_latest_ckpt_path reads the same file).
   [[nodiscard]] std::optional<std::int64_t> latest_step() const {
     if (!fs::is_regular_file(tracker_path())) return std::nullopt;
-    std::string text = model::detail::read_text_file(tracker_path());
+    std::string text = io::read_text_file(tracker_path());
     while (!text.empty() && (text.back() == '\n' || text.back() == ' ' || text.back() == '\r')) text.pop_back();
     std::int64_t step = 0;
     const auto [ptr, error] = std::from_chars(text.data(), text.data() + text.size(), step);

@@ -13,9 +13,9 @@
 #include "verl/trainer/checkpoint.hpp"
 #include "verl/trainer/config/ppo_config.hpp"
 #include "verl/trainer/logging/tracking.hpp"
-#include "verl/trainer/optim/adamw.hpp"
-#include "verl/trainer/optim/lr_scheduler.hpp"
-#include "verl/trainer/optim/schedules.hpp"
+#include "verl/optim/adamw.hpp"
+#include "verl/optim/lr_scheduler.hpp"
+#include "verl/optim/schedules.hpp"
 
 namespace verl::trainer {
 

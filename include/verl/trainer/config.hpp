@@ -34,10 +34,10 @@
 #include <utility>
 #include <vector>
 
-#include "verl/algo/advantage_registry.hpp"
-#include "verl/algo/kl_registry.hpp"
+#include "verl/algo/advantages/registry.hpp"
+#include "verl/algo/kl/registry.hpp"
 #include "verl/algo/loss_aggregation.hpp"
-#include "verl/algo/policy_loss_registry.hpp"
+#include "verl/algo/policy_losses/registry.hpp"
 #include "verl/core/error.hpp"
 #include "verl/trainer/config/detail/config_node.hpp"
 #include "verl/trainer/config/detail/edit_distance.hpp"
@@ -47,7 +47,7 @@
 #include "verl/trainer/config/detail/verl_keys.hpp"
 #include "verl/trainer/config/ppo_config.hpp"
 #include "verl/trainer/logging/tracking.hpp"
-#include "verl/trainer/optim/schedules.hpp"
+#include "verl/optim/schedules.hpp"
 
 namespace verl::trainer {
 

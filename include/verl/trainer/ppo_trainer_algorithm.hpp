@@ -11,11 +11,11 @@
 #include <optional>
 #include <string>
 
-#include "verl/algo/advantage_registry.hpp"
-#include "verl/algo/kl_controller.hpp"
-#include "verl/algo/kl_registry.hpp"
+#include "verl/algo/advantages/registry.hpp"
+#include "verl/algo/kl/controller.hpp"
+#include "verl/algo/kl/registry.hpp"
 #include "verl/algo/loss_aggregation.hpp"
-#include "verl/algo/policy_loss_registry.hpp"
+#include "verl/algo/policy_losses/registry.hpp"
 #include "verl/core/error.hpp"
 #include "verl/trainer/config/ppo_config.hpp"
 

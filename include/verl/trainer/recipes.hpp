@@ -20,10 +20,10 @@
 #include <type_traits>
 
 #include "verl/algo/actor_objective.hpp"
-#include "verl/algo/advantage_registry.hpp"
-#include "verl/algo/kl_penalty.hpp"
+#include "verl/algo/advantages/registry.hpp"
+#include "verl/algo/kl/penalty.hpp"
 #include "verl/algo/loss_aggregation.hpp"
-#include "verl/algo/policy_loss_registry.hpp"
+#include "verl/algo/policy_losses/registry.hpp"
 #include "verl/trainer/ppo_trainer.hpp"
 
 namespace verl::trainer {

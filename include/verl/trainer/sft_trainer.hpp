@@ -29,13 +29,13 @@
 #include "verl/data/jsonl.hpp"
 #include "verl/data/parquet.hpp"
 #include "verl/model/causal_lm.hpp"
-#include "verl/model/tokenizer/pretrained.hpp"
+#include "verl/tokenizer/pretrained.hpp"
 #include "verl/trainer/checkpoint.hpp"
 #include "verl/trainer/logging/tracking.hpp"
-#include "verl/trainer/optim/adamw.hpp"
-#include "verl/trainer/optim/lr_scheduler.hpp"
-#include "verl/trainer/optim/optimizer_step.hpp"
-#include "verl/trainer/optim/schedules.hpp"
+#include "verl/optim/adamw.hpp"
+#include "verl/optim/lr_scheduler.hpp"
+#include "verl/optim/optimizer_step.hpp"
+#include "verl/optim/schedules.hpp"
 #include "verl/trainer/sft_trainer_config.hpp"
 
 namespace verl::trainer {
@@ -55,11 +55,11 @@ struct SFTExample {
 /// Tokenizes one (prompt, response) pair as verl's SFTDataset: the prompt as a chat user turn
 /// with the generation prompt, the response followed by the EOS token; sequences longer than
 /// max_length are an error ("error"), or lose their start ("left") or end ("right").
-inline SFTExample tokenize_sft_pair(const model::PretrainedTokenizer& tokenizer, std::string_view prompt,
+inline SFTExample tokenize_sft_pair(const tokenizer::PretrainedTokenizer& tokenizer, std::string_view prompt,
                                     std::string_view response, std::int64_t max_length, std::string_view truncation,
                                     std::string_view where = "row") {
   SFTExample example;
-  const model::ChatMessage message{"user", std::string(prompt)};
+  const tokenizer::ChatMessage message{"user", std::string(prompt)};
   example.input_ids = tokenizer.chat_template ? tokenizer.encode_chat(std::span(&message, 1))
                                               : tokenizer.tokenizer.encode(prompt, false);
   example.prompt_length = static_cast<std::int64_t>(example.input_ids.size());
@@ -114,7 +114,7 @@ inline std::string sft_text(const nlohmann::json& row, const std::string& key,
 /// The rows of SFT files (verl's .parquet through Apache Arrow when this build has it, or JSON
 /// Lines), tokenized.
 inline std::vector<SFTExample> load_sft_examples(std::span<const std::string> files,
-                                                 const model::PretrainedTokenizer& tokenizer,
+                                                 const tokenizer::PretrainedTokenizer& tokenizer,
                                                  const SFTConfig::Data& data) {
   std::vector<SFTExample> examples;
   for (const auto& file : files) {

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <string_view>
 
-#include "verl/algo/advantage_estimator.hpp"
+#include "verl/algo/advantages/estimator.hpp"
 #include "verl/algo/advantages/detail/masked_whiten.hpp"
 #include "verl/algo/advantages/detail/row_ops.hpp"
 

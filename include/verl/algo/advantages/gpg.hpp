@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <string_view>
 
-#include "verl/algo/advantage_estimator.hpp"
+#include "verl/algo/advantages/estimator.hpp"
 #include "verl/algo/advantages/detail/group_moments.hpp"
 #include "verl/algo/advantages/detail/prompt_groups.hpp"
 #include "verl/algo/advantages/detail/row_ops.hpp"

@@ -9,7 +9,7 @@
 #include <string_view>
 #include <vector>
 
-#include "verl/algo/advantage_estimator.hpp"
+#include "verl/algo/advantages/estimator.hpp"
 #include "verl/algo/advantages/detail/prompt_groups.hpp"
 #include "verl/algo/advantages/detail/row_ops.hpp"
 
@@ -29,7 +29,7 @@ inline PathVariance path_variance_and_returns(const AdvantageBatch& batch, Matri
   const Index rows = batch.batch_size(), cols = batch.response_length();
   prepare_output(returns, rows, cols);
   PathVariance s{MatrixF(rows, cols), std::vector<Index>(static_cast<std::size_t>(rows))};
-  advise_huge_pages(s.cumulative.data(), static_cast<std::size_t>(s.cumulative.size()) * sizeof(float));
+  cpu::advise_huge_pages(s.cumulative.data(), static_cast<std::size_t>(s.cumulative.size()) * sizeof(float));
   const ConstMatrixRefF& old_log_probs = batch.old_log_probs.value();  // present: validated by the caller
   const ConstMatrixRefF& sum_pi_squared = batch.sum_pi_squared.value();
   for (Index i = 0; i < rows; ++i) {

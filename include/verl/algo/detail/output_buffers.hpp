@@ -5,7 +5,7 @@
 
 #include <cstddef>
 
-#include "verl/algo/detail/huge_pages.hpp"
+#include "verl/cpu/huge_pages.hpp"
 #include "verl/core/tensor.hpp"
 
 namespace verl::algo::detail {
@@ -17,7 +17,7 @@ void prepare_output(RowMatrix<Scalar>& m, Index rows, Index cols) {
   if (m.rows() == rows && m.cols() == cols) return;
   m.resize(0, 0);  // release first, so that reshaping never holds both buffers
   m.resize(rows, cols);
-  advise_huge_pages(m.data(), static_cast<std::size_t>(m.size()) * sizeof(Scalar));
+  cpu::advise_huge_pages(m.data(), static_cast<std::size_t>(m.size()) * sizeof(Scalar));
 }
 
 }  // namespace verl::algo::detail

@@ -6,7 +6,7 @@
 #include <string_view>
 #include <utility>
 
-#include "verl/algo/policy_loss.hpp"
+#include "verl/algo/policy_losses/policy_loss.hpp"
 #include "verl/algo/policy_losses/reinforce.hpp"
 #include "verl/algo/policy_losses/vanilla.hpp"
 #include "verl/algo/rollout_correction.hpp"

@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "verl/algo/policy_loss.hpp"
+#include "verl/algo/policy_losses/policy_loss.hpp"
 #include "verl/algo/policy_losses/common.hpp"
 
 namespace verl::algo {

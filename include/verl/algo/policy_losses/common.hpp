@@ -15,7 +15,7 @@
 #include <limits>
 #include <vector>
 
-#include "verl/algo/policy_loss.hpp"
+#include "verl/algo/policy_losses/policy_loss.hpp"
 #include "verl/algo/policy_losses/elementwise.hpp"
 
 namespace verl::algo::detail {

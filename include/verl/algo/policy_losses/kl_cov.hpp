@@ -12,7 +12,7 @@
 #include <string_view>
 #include <vector>
 
-#include "verl/algo/policy_loss.hpp"
+#include "verl/algo/policy_losses/policy_loss.hpp"
 #include "verl/algo/policy_losses/common.hpp"
 
 namespace verl::algo {

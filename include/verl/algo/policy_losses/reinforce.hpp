@@ -4,7 +4,7 @@
 
 #include <string_view>
 
-#include "verl/algo/policy_loss.hpp"
+#include "verl/algo/policy_losses/policy_loss.hpp"
 #include "verl/algo/policy_losses/common.hpp"
 #include "verl/algo/policy_losses/gpg.hpp"
 

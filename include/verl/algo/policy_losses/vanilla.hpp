@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "verl/algo/detail/parallel_rows.hpp"
-#include "verl/algo/detail/vector_math.hpp"
+#include "verl/algo/detail/simd.hpp"
 
-#include "verl/algo/policy_loss.hpp"
+#include "verl/algo/policy_losses/policy_loss.hpp"
 #include "verl/algo/policy_losses/common.hpp"
 
 namespace verl::algo {

@@ -6,7 +6,7 @@
 
 #include <cstdint>
 
-#include "verl/kernels/detail/cuda_b_hd.hpp"
+#include "verl/kernels/detail/host_device.hpp"
 
 namespace verl::kernels::detail {
 

@@ -1,26 +1,11 @@
-// One chat message and the ChatTemplate concept every chat template policy satisfies (the
-// hard-coded renderers in chat_template.hpp and the Jinja one in jinja_chat_template.hpp).
+// Deprecated path: this header moved to verl/tokenizer/chat_message.hpp. Include that instead; this forwarding
+// header goes away in the next release.
 #pragma once
+#pragma message("verl/model/tokenizer/chat_message.hpp is deprecated: include verl/tokenizer/chat_message.hpp")
 
-#include <concepts>
-#include <span>
-#include <string>
-#include <string_view>
+#include "verl/tokenizer/chat_message.hpp"
 
+// The tokenizer types lived in verl::model before; the old names stay valid for one release.
 namespace verl::model {
-
-/// One chat message, as in verl's `prompt` column.
-struct ChatMessage {
-  std::string role;
-  std::string content;
-  friend bool operator==(const ChatMessage&, const ChatMessage&) = default;
-};
-
-/// render(messages, add_generation_prompt) -> the prompt text; `name` is the registry name.
-template <class T>
-concept ChatTemplate = requires(const T& chat_template, std::span<const ChatMessage> messages, bool flag) {
-  { T::name } -> std::convertible_to<std::string_view>;
-  { chat_template.render(messages, flag) } -> std::same_as<std::string>;
-};
-
+using namespace ::verl::tokenizer;
 }  // namespace verl::model

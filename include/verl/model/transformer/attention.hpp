@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "verl/core/tensor.hpp"
-#include "verl/model/transformer/detail/gemm.hpp"
-#include "verl/model/transformer/detail/softmax.hpp"
+#include "verl/cpu/gemm.hpp"
+#include "verl/cpu/softmax.hpp"
 
 namespace verl::model::detail {
 
@@ -59,8 +59,8 @@ void attention_forward_head(ConstHeadRows<S> q, ConstHeadRows<S> k, ConstHeadRow
     const Index keys = end - first;
     scratch.resize(static_cast<std::size_t>(rows * keys));
     Eigen::Map<RowMatrix<S>> scores(scratch.data(), rows, keys);
-    gemm<S>(rows, keys, head_dim, rows_of(q.data + i0 * q.stride, q.stride),
-            transpose_of(k.data + first * k.stride, k.stride), scores.data(), keys, false);
+    cpu::gemm<S>(rows, keys, head_dim, rows_of(q.data + i0 * q.stride, q.stride),
+            cpu::transpose_of(k.data + first * k.stride, k.stride), scores.data(), keys, false);
     for (Index r = 0; r < rows; ++r) {
       const Index row_end = key_offset + i0 + r + 1 - first;  // within the block's keys
       const Index row_first = first_visible_key(key_offset + i0 + r + 1, window) - first;
@@ -73,7 +73,7 @@ void attention_forward_head(ConstHeadRows<S> q, ConstHeadRows<S> k, ConstHeadRow
       scores.row(r).tail(keys - row_end).setZero();
       if (lse != nullptr) lse[(i0 + r) * lse_stride] = shift + std::log(sum);
     }
-    gemm<S>(rows, head_dim, keys, rows_of(scores.data(), keys), rows_of(v.data + first * v.stride, v.stride),
+    cpu::gemm<S>(rows, head_dim, keys, rows_of(scores.data(), keys), rows_of(v.data + first * v.stride, v.stride),
             out.data + i0 * out.stride, out.stride, false);
   }
 }
@@ -98,8 +98,8 @@ void attention_backward_head(ConstHeadRows<S> q, ConstHeadRows<S> k, ConstHeadRo
     const auto q_block = rows_of(q.data + i0 * q.stride, q.stride);
     const auto do_rows = rows_of(d_out.data + i0 * d_out.stride, d_out.stride);
     const S* k_first = k.data + first * k.stride;
-    gemm<S>(rows, keys, head_dim, q_block, transpose_of(k_first, k.stride), probs.data(), keys, false);
-    gemm<S>(rows, keys, head_dim, do_rows, transpose_of(v.data + first * v.stride, v.stride), d_scores.data(), keys,
+    cpu::gemm<S>(rows, keys, head_dim, q_block, cpu::transpose_of(k_first, k.stride), probs.data(), keys, false);
+    cpu::gemm<S>(rows, keys, head_dim, do_rows, cpu::transpose_of(v.data + first * v.stride, v.stride), d_scores.data(), keys,
             false);  // dP
     for (Index r = 0; r < rows; ++r) {
       const Index row_end = i0 + r + 1 - first;
@@ -116,11 +116,11 @@ void attention_backward_head(ConstHeadRows<S> q, ConstHeadRows<S> k, ConstHeadRo
       d_scores.row(r).head(row_first).setZero();
       d_scores.row(r).tail(keys - row_end).setZero();
     }
-    gemm<S>(rows, head_dim, keys, rows_of(d_scores.data(), keys), rows_of(k_first, k.stride), dq.data + i0 * dq.stride,
+    cpu::gemm<S>(rows, head_dim, keys, rows_of(d_scores.data(), keys), rows_of(k_first, k.stride), dq.data + i0 * dq.stride,
             dq.stride, false);
-    gemm<S>(keys, head_dim, rows, transpose_of(d_scores.data(), keys), q_block, dk.data + first * dk.stride, dk.stride,
+    cpu::gemm<S>(keys, head_dim, rows, cpu::transpose_of(d_scores.data(), keys), q_block, dk.data + first * dk.stride, dk.stride,
             true);
-    gemm<S>(keys, head_dim, rows, transpose_of(probs.data(), keys), do_rows, dv.data + first * dv.stride, dv.stride,
+    cpu::gemm<S>(keys, head_dim, rows, cpu::transpose_of(probs.data(), keys), do_rows, dv.data + first * dv.stride, dv.stride,
             true);
   }
 }

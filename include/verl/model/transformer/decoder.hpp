@@ -26,8 +26,8 @@
 #include "verl/model/transformer/attention.hpp"
 #include "verl/model/transformer/detail/linear.hpp"
 #include "verl/model/transformer/detail/packed_weights.hpp"
-#include "verl/model/transformer/detail/swiglu.hpp"
-#include "verl/model/transformer/detail/thread_pool.hpp"
+#include "verl/cpu/swiglu.hpp"
+#include "verl/cpu/thread_pool.hpp"
 #include "verl/model/transformer/rms_norm.hpp"
 #include "verl/model/transformer/rope.hpp"
 #include "verl/model/transformer/weights.hpp"
@@ -99,7 +99,7 @@ class DecoderBody {
         options_(options),
         weights_(config_),
         rope_(config_),
-        pool_(std::make_shared<detail::ThreadPool>(options.num_threads)) {
+        pool_(std::make_shared<cpu::ThreadPool>(options.num_threads)) {
     detail::require_supported(config_);
   }
 
@@ -107,7 +107,7 @@ class DecoderBody {
   [[nodiscard]] const TransformerOptions& options() const { return options_; }
   [[nodiscard]] DecoderWeights<Scalar>& weights() { return weights_; }
   [[nodiscard]] const DecoderWeights<Scalar>& weights() const { return weights_; }
-  [[nodiscard]] detail::ThreadPool& pool() const { return *pool_; }
+  [[nodiscard]] cpu::ThreadPool& pool() const { return *pool_; }
   [[nodiscard]] const RotaryEmbedding<Scalar>& rope() const { return rope_; }
   [[nodiscard]] bool has_activations() const { return saved_; }
 
@@ -201,7 +201,7 @@ class DecoderBody {
   void layer_forward(const DecoderLayerWeights<Scalar>& w, detail::LayerActivations<Scalar>& act,
                      RowMatrix<Scalar>& x_out, const RowMatrix<Scalar>& cos, const RowMatrix<Scalar>& sin,
                      const Attend& attend, const detail::PackedLayerWeights* packed = nullptr) {
-    auto pack = [&](const detail::PackedMatrix detail::PackedLayerWeights::*member) {
+    auto pack = [&](const cpu::PackedMatrix detail::PackedLayerWeights::*member) {
       return packed != nullptr ? &(packed->*member) : nullptr;
     };
     auto& pool = *pool_;
@@ -284,7 +284,7 @@ class DecoderBody {
   static void swiglu(const RowMatrix<Scalar>& gate, const RowMatrix<Scalar>& up, RowMatrix<Scalar>& out) {
     out.resize(gate.rows(), gate.cols());
     if constexpr (std::is_same_v<Scalar, float>) {
-      detail::swiglu_forward(gate.data(), up.data(), out.data(), gate.size());
+      cpu::swiglu_forward(gate.data(), up.data(), out.data(), gate.size());
     } else {
       out.array() = gate.array() / (Scalar(1) + (-gate.array()).exp()) * up.array();
     }
@@ -326,7 +326,7 @@ class DecoderBody {
     s.d_gate.resize(n, inner);
     s.d_up.resize(n, inner);
     if constexpr (std::is_same_v<Scalar, float>) {
-      detail::swiglu_backward(s.d_act.data(), act.gate.data(), act.up.data(), s.d_gate.data(), s.d_up.data(),
+      cpu::swiglu_backward(s.d_act.data(), act.gate.data(), act.up.data(), s.d_gate.data(), s.d_up.data(),
                               act.gate.size());
     } else {
       const auto g = act.gate.array();
@@ -402,7 +402,7 @@ class DecoderBody {
   TransformerOptions options_;
   DecoderWeights<Scalar> weights_;
   RotaryEmbedding<Scalar> rope_;
-  std::shared_ptr<detail::ThreadPool> pool_;
+  std::shared_ptr<cpu::ThreadPool> pool_;
 
   // The last forward pass.
   bool saved_ = false;

@@ -6,7 +6,7 @@
 #include <concepts>
 
 #include "verl/core/tensor.hpp"
-#include "verl/model/transformer/detail/rms_norm_rows.hpp"
+#include "verl/cpu/rms_norm.hpp"
 
 namespace verl::model::detail {
 
@@ -17,7 +17,7 @@ void rms_norm_forward(const Eigen::Ref<const RowMatrix<S>>& x, const RowMatrix<S
   const Index rows = x.rows();
   inv_rms.resize(rows);
   if constexpr (std::same_as<S, float>) {
-    const auto& kernels = rms_norm_detail::kernels();
+    const auto& kernels = cpu::rms_norm_detail::kernels();
     for (Index t = 0; t < rows; ++t) {
       inv_rms[t] = kernels.forward(x.row(t).data(), weight.data(), eps, y.row(t).data(), x.cols());
     }
@@ -38,7 +38,7 @@ template <class S>
 void rms_norm_recompute(const Eigen::Ref<const RowMatrix<S>>& x, const RowMatrix<S>& weight, const Vector<S>& inv_rms,
                         Eigen::Ref<RowMatrix<S>> y) {
   if constexpr (std::same_as<S, float>) {
-    const auto& kernels = rms_norm_detail::kernels();
+    const auto& kernels = cpu::rms_norm_detail::kernels();
     for (Index t = 0; t < x.rows(); ++t) kernels.scale(x.row(t).data(), weight.data(), inv_rms[t], y.row(t).data(), x.cols());
     return;
   }
@@ -52,7 +52,7 @@ void rms_norm_backward(const Eigen::Ref<const RowMatrix<S>>& x, const RowMatrix<
                        const Eigen::Ref<const RowMatrix<S>>& dy, RowMatrix<S>* weight_grad,
                        Eigen::Ref<RowMatrix<S>> dx, bool accumulate) {
   if constexpr (std::same_as<S, float>) {
-    const auto& kernels = rms_norm_detail::kernels();
+    const auto& kernels = cpu::rms_norm_detail::kernels();
     float* dw = weight_grad != nullptr ? weight_grad->data() : nullptr;
     for (Index t = 0; t < x.rows(); ++t) {
       kernels.backward(x.row(t).data(), weight.data(), inv_rms[t], dy.row(t).data(), dw, dx.row(t).data(), accumulate,

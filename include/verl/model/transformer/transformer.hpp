@@ -22,8 +22,8 @@
 #include <utility>
 #include <vector>
 
-#include "verl/algo/detail/huge_pages.hpp"
-#include "verl/algo/logprob_entropy.hpp"
+#include "verl/cpu/huge_pages.hpp"
+#include "verl/algo/logits/logprob_entropy.hpp"
 #include "verl/config.hpp"
 #include "verl/core/error.hpp"
 #include "verl/core/tensor.hpp"
@@ -313,7 +313,7 @@ class BasicTransformer {
   void set_decode_precision(DecodePrecision precision) { decode_precision_ = precision; }
 
   /// A cache for sequences of the given capacities (tokens each). A float model also packs its
-  /// linear weights into the cache once (PackedMatrix), so that decode steps do not re-pack them;
+  /// linear weights into the cache once (cpu::PackedMatrix), so that decode steps do not re-pack them;
   /// the model keeps that memory for its next cache (release_activations() frees it).
   [[nodiscard]] KvCache<Scalar> make_kv_cache(std::span<const Index> capacities) const {
     const auto& c = body_.config();
@@ -419,14 +419,14 @@ class BasicTransformer {
 
  private:
   void chunk_logits(const Eigen::Ref<const RowMatrix<Scalar>>& hidden, RowMatrix<Scalar>& logits,
-                    const detail::PackedMatrix* packed_head = nullptr) const {
+                    const cpu::PackedMatrix* packed_head = nullptr) const {
     if (logits.rows() != hidden.rows() || logits.cols() != vocab_size()) {
       logits.resize(hidden.rows(), vocab_size());
       // A chunk's logits are tens of MiB, freshly allocated per chunk when they are saved for
       // backward: huge pages spare most of their first-touch faults. (Keeping the buffers for the
       // next step measured slower at 30M, 8 of 10 alternations: the product's stores land in pages
       // the kernel has just zeroed, still cached, where a reused buffer is read from memory first.)
-      algo::detail::advise_huge_pages(logits.data(), static_cast<std::size_t>(logits.size()) * sizeof(Scalar));
+      cpu::advise_huge_pages(logits.data(), static_cast<std::size_t>(logits.size()) * sizeof(Scalar));
     }
     detail::linear_forward<Scalar>(body_.pool(), hidden, head_weight(), nullptr, logits, packed_head);
   }
@@ -437,7 +437,7 @@ class BasicTransformer {
     auto packed = packed_recycler_->take();
     const auto& layers = body_.weights().layers;
     packed->layers.resize(layers.size());
-    std::vector<std::pair<const RowMatrix<float>*, detail::PackedMatrix*>> jobs;
+    std::vector<std::pair<const RowMatrix<float>*, cpu::PackedMatrix*>> jobs;
     for (std::size_t l = 0; l < layers.size(); ++l) {
       auto& out = packed->layers[l];
       for (auto [weight, target] : {std::pair{&layers[l].q_proj, &out.q}, std::pair{&layers[l].k_proj, &out.k},

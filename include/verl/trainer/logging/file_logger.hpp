@@ -19,7 +19,7 @@
 
 #include "verl/core/error.hpp"
 #include "verl/core/metrics.hpp"
-#include "verl/data/detail/paths.hpp"
+#include "verl/core/paths.hpp"
 #include "verl/trainer/logging/metrics_logger.hpp"
 
 namespace verl::trainer {
@@ -40,7 +40,7 @@ inline std::filesystem::path file_logger_path(std::string_view project_name, std
   }
   std::string root = detail::environment("VERL_FILE_LOGGER_ROOT");
   if (root.empty()) root = ".";
-  return data::detail::expand_user(root) / std::string(project_name) / (std::string(experiment_name) + ".jsonl");
+  return io::expand_user(root) / std::string(project_name) / (std::string(experiment_name) + ".jsonl");
 }
 
 class FileLogger {

@@ -17,7 +17,7 @@
 
 #include "verl/core/error.hpp"
 #include "verl/data/jsonl.hpp"
-#include "verl/model/detail/file_io.hpp"
+#include "verl/core/file_io.hpp"
 
 namespace verl::trainer {
 
@@ -136,7 +136,7 @@ inline std::string render_svg_line_chart(std::span<const PlotSeries> series, con
 inline void write_svg_line_chart(const std::filesystem::path& path, std::span<const PlotSeries> series,
                                  const PlotLabels& labels) {
   if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path());
-  model::detail::write_file_atomically(path, render_svg_line_chart(series, labels));
+  io::write_file_atomically(path, render_svg_line_chart(series, labels));
 }
 
 /// One metric's values against step from a file logger's JSON Lines (steps without it are

@@ -1,24 +1,6 @@
-// The Optimizer concept: what the trainer needs to update a model from its gradients.
+// Deprecated path: this header moved to verl/optim/optimizer.hpp. Include that instead; this forwarding
+// header goes away in the next release.
 #pragma once
+#pragma message("verl/trainer/optim/optimizer.hpp is deprecated: include verl/optim/optimizer.hpp")
 
-#include <concepts>
-#include <span>
-#include <string_view>
-
-#include "verl/trainer/optim/parameter.hpp"
-
-namespace verl::optim {
-
-/// step(parameters) updates every parameter in place from its gradient; lr()/set_lr() expose
-/// the learning rate a scheduler drives (torch's param_group["lr"]); `name` is the config's
-/// optimizer name (actor_rollout_ref.actor.optim.optimizer).
-template <class O>
-concept Optimizer = requires(O& optimizer, const O& const_optimizer, std::span<const ParameterRef> parameters,
-                             double lr) {
-  { O::name } -> std::convertible_to<std::string_view>;
-  optimizer.step(parameters);
-  optimizer.set_lr(lr);
-  { const_optimizer.lr() } -> std::convertible_to<double>;
-};
-
-}  // namespace verl::optim
+#include "verl/optim/optimizer.hpp"

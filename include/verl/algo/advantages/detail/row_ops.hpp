@@ -14,7 +14,7 @@
 #include <emmintrin.h>
 #endif
 
-#include "verl/algo/advantage_estimator.hpp"
+#include "verl/algo/advantages/estimator.hpp"
 #include "verl/algo/detail/output_buffers.hpp"
 #include "verl/algo/advantages/detail/torch_sum.hpp"
 #include "verl/algo/detail/parallel_rows.hpp"

@@ -7,8 +7,8 @@
 #include <concepts>
 
 #include "verl/core/tensor.hpp"
-#include "verl/model/transformer/detail/gemm.hpp"
-#include "verl/model/transformer/detail/thread_pool.hpp"
+#include "verl/cpu/gemm.hpp"
+#include "verl/cpu/thread_pool.hpp"
 
 namespace verl::model::detail {
 
@@ -19,21 +19,21 @@ using MutRef = Eigen::Ref<RowMatrix<S>>;
 
 /// y (M, N) = x (M, K) W^T (+ bias (1, N)).
 template <class S>
-void linear_forward(ThreadPool& pool, const ConstRef<S>& x, const RowMatrix<S>& weight, const RowMatrix<S>* bias,
+void linear_forward(cpu::ThreadPool& pool, const ConstRef<S>& x, const RowMatrix<S>& weight, const RowMatrix<S>* bias,
                     MutRef<S> y) {
-  gemm<S>(&pool, x.rows(), weight.rows(), x.cols(), rows_of(x.data(), x.outerStride()),
-          transpose_of(weight.data(), weight.cols()), y.data(), y.outerStride(), false);
+  cpu::gemm<S>(&pool, x.rows(), weight.rows(), x.cols(), rows_of(x.data(), x.outerStride()),
+          cpu::transpose_of(weight.data(), weight.cols()), y.data(), y.outerStride(), false);
   if (bias != nullptr && bias->size() > 0) y.rowwise() += bias->row(0);
 }
 
 /// The same with W also given packed (decoding); an empty or null `packed` is ignored.
 template <class S>
-void linear_forward(ThreadPool& pool, const ConstRef<S>& x, const RowMatrix<S>& weight, const RowMatrix<S>* bias,
-                    MutRef<S> y, const PackedMatrix* packed) {
+void linear_forward(cpu::ThreadPool& pool, const ConstRef<S>& x, const RowMatrix<S>& weight, const RowMatrix<S>* bias,
+                    MutRef<S> y, const cpu::PackedMatrix* packed) {
   if constexpr (std::same_as<S, float>) {
     if (packed != nullptr && !packed->empty()) {
-      gemm(&pool, x.rows(), weight.rows(), x.cols(), rows_of(x.data(), x.outerStride()),
-           transpose_of(weight.data(), weight.cols()), *packed, y.data(), y.outerStride(), false);
+      cpu::gemm(&pool, x.rows(), weight.rows(), x.cols(), rows_of(x.data(), x.outerStride()),
+           cpu::transpose_of(weight.data(), weight.cols()), *packed, y.data(), y.outerStride(), false);
       if (bias != nullptr && bias->size() > 0) y.rowwise() += bias->row(0);
       return;
     }
@@ -43,17 +43,17 @@ void linear_forward(ThreadPool& pool, const ConstRef<S>& x, const RowMatrix<S>& 
 
 /// dx (M, K) (+)= dy (M, N) W.
 template <class S>
-void linear_backward_input(ThreadPool& pool, const ConstRef<S>& dy, const RowMatrix<S>& weight, MutRef<S> dx,
+void linear_backward_input(cpu::ThreadPool& pool, const ConstRef<S>& dy, const RowMatrix<S>& weight, MutRef<S> dx,
                            bool accumulate) {
-  gemm<S>(&pool, dy.rows(), weight.cols(), weight.rows(), rows_of(dy.data(), dy.outerStride()),
+  cpu::gemm<S>(&pool, dy.rows(), weight.cols(), weight.rows(), rows_of(dy.data(), dy.outerStride()),
           rows_of(weight.data(), weight.cols()), dx.data(), dx.outerStride(), accumulate);
 }
 
 /// dW (N, K) += dy (M, N)^T x (M, K) and dbias (1, N) += column sums of dy.
 template <class S>
-void linear_backward_weight(ThreadPool& pool, const ConstRef<S>& dy, const ConstRef<S>& x, RowMatrix<S>& weight_grad,
+void linear_backward_weight(cpu::ThreadPool& pool, const ConstRef<S>& dy, const ConstRef<S>& x, RowMatrix<S>& weight_grad,
                             RowMatrix<S>* bias_grad) {
-  gemm<S>(&pool, weight_grad.rows(), x.cols(), dy.rows(), transpose_of(dy.data(), dy.outerStride()),
+  cpu::gemm<S>(&pool, weight_grad.rows(), x.cols(), dy.rows(), cpu::transpose_of(dy.data(), dy.outerStride()),
           rows_of(x.data(), x.outerStride()), weight_grad.data(), weight_grad.cols(), true);
   if (bias_grad != nullptr && bias_grad->size() > 0) bias_grad->row(0) += dy.colwise().sum();
 }

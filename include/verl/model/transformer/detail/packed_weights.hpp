@@ -1,4 +1,4 @@
-// The linear weights of the transformer packed once for decoding (see PackedMatrix in gemm.hpp):
+// The linear weights of the transformer packed once for decoding (see cpu::PackedMatrix in gemm.hpp):
 // a KV cache carries them, so a rollout packs its weights once instead of at every decode step.
 #pragma once
 
@@ -8,17 +8,17 @@
 #include <vector>
 
 #include "verl/core/tensor.hpp"
-#include "verl/model/transformer/detail/gemm.hpp"
+#include "verl/cpu/gemm.hpp"
 
 namespace verl::model::detail {
 
 struct PackedLayerWeights {
-  PackedMatrix q, k, v, o, gate, up, down;
+  cpu::PackedMatrix q, k, v, o, gate, up, down;
 };
 
 struct PackedDecoderWeights {
   std::vector<PackedLayerWeights> layers;
-  PackedMatrix head;  ///< the LM head (or the tied embedding)
+  cpu::PackedMatrix head;  ///< the LM head (or the tied embedding)
 
   [[nodiscard]] std::size_t bytes() const {
     std::size_t total = head.bytes();
@@ -30,8 +30,8 @@ struct PackedDecoderWeights {
 };
 
 /// W (out, in) packed as the B operand of x W^T into `packed`, reusing its memory.
-inline void repack_linear(const RowMatrix<float>& weight, PackedMatrix& packed, DecodePrecision precision) {
-  packed.repack(transpose_of(weight.data(), weight.cols()), weight.cols(), weight.rows(), precision);
+inline void repack_linear(const RowMatrix<float>& weight, cpu::PackedMatrix& packed, DecodePrecision precision) {
+  packed.repack(cpu::transpose_of(weight.data(), weight.cols()), weight.cols(), weight.rows(), precision);
 }
 
 /// The packed weights of a model's last KV cache, handed to its next cache once no cache holds

@@ -1,0 +1,125 @@
+// KL estimators by verl's names (algorithm.kl_penalty / actor.kl_loss_type strings): a runtime
+// estimator, and kl_penalty overloads that take the name as verl does.
+#pragma once
+
+#include <array>
+#include <string>
+#include <string_view>
+#include <variant>
+
+#include "verl/algo/kl/penalty.hpp"
+#include "verl/core/error.hpp"
+
+namespace verl::algo {
+
+/// One of verl's KL types, chosen at run time. Visit it once per batch, never per element.
+using AnyKLEstimator = std::variant<KL, K1, Abs, MSE, K2, LowVarKL, K3>;
+
+/// The names verl's kl_penalty accepts at the pinned commit.
+inline constexpr std::array<std::string_view, std::variant_size_v<AnyKLEstimator>> kl_penalty_names = {
+    KL::name, K1::name, Abs::name, MSE::name, K2::name, LowVarKL::name, K3::name};
+
+namespace detail {
+
+template <std::size_t I = 0>
+bool make_kl_estimator_at(std::string_view name, AnyKLEstimator& out) {
+  if constexpr (I < std::variant_size_v<AnyKLEstimator>) {
+    using E = std::variant_alternative_t<I, AnyKLEstimator>;
+    if (E::name == name) {
+      out.template emplace<I>();
+      return true;
+    }
+    return make_kl_estimator_at<I + 1>(name, out);
+  } else {
+    return false;
+  }
+}
+
+inline std::string joined_kl_penalty_names() {
+  std::string names;
+  for (auto n : kl_penalty_names) {
+    if (!names.empty()) names += ", ";
+    names += n;
+  }
+  return names;
+}
+
+}  // namespace detail
+
+/// The estimator verl's kl_penalty uses for `kl_penalty` ("kl", "k1", "abs", "mse", "k2",
+/// "low_var_kl", "k3"). Names verl knows but does not implement at the pinned commit (the
+/// straight-through variants "k1+", "k3+", ... and "full") throw verl::NotImplemented, as verl
+/// does; any other name throws verl::InvalidArgument listing the valid names.
+inline AnyKLEstimator make_kl_estimator(std::string_view kl_penalty) {
+  AnyKLEstimator estimator;
+  if (detail::make_kl_estimator_at(kl_penalty, estimator)) return estimator;
+  if (kl_penalty.ends_with('+')) {
+    AnyKLEstimator stem;
+    if (detail::make_kl_estimator_at(kl_penalty.substr(0, kl_penalty.size() - 1), stem))
+      verl::detail::throw_not_implemented(
+          "kl_penalty: '{}' (the straight-through k2 gradient) is not implemented by verl at this version: "
+          "kl_penalty_forward does not strip the '+'",
+          kl_penalty);
+  }
+  if (kl_penalty == "full")
+    verl::detail::throw_not_implemented(
+        "kl_penalty: 'full' (KL over the whole vocabulary) is not implemented by verl");
+  verl::detail::throw_invalid_argument("kl_penalty: expected one of {}, got '{}'", detail::joined_kl_penalty_names(),
+                                       kl_penalty);
+}
+
+/// verl's name of a runtime estimator.
+inline std::string_view name_of(const AnyKLEstimator& estimator) {
+  return std::visit([](const auto& e) { return std::string_view(std::decay_t<decltype(e)>::name); }, estimator);
+}
+
+template <class LD, class RD>
+RowMatrix<typename LD::Scalar> kl_penalty_forward(const Eigen::MatrixBase<LD>& logprob,
+                                                  const Eigen::MatrixBase<RD>& ref_logprob,
+                                                  const AnyKLEstimator& estimator) {
+  return std::visit([&](const auto& e) { return kl_penalty_forward(logprob, ref_logprob, e); }, estimator);
+}
+
+template <class LD, class RD>
+RowMatrix<typename LD::Scalar> kl_penalty(const Eigen::MatrixBase<LD>& logprob,
+                                          const Eigen::MatrixBase<RD>& ref_logprob, const AnyKLEstimator& estimator) {
+  return std::visit([&](const auto& e) { return kl_penalty(logprob, ref_logprob, e); }, estimator);
+}
+
+template <class LD, class RD>
+void kl_penalty_into(RowMatrix<typename LD::Scalar>& out, const Eigen::MatrixBase<LD>& logprob,
+                     const Eigen::MatrixBase<RD>& ref_logprob, const AnyKLEstimator& estimator) {
+  std::visit([&](const auto& e) { kl_penalty_into(out, logprob, ref_logprob, e); }, estimator);
+}
+
+template <class LD, class RD, class CD>
+KLPenaltyGrad<typename LD::Scalar> kl_penalty_backward(const Eigen::MatrixBase<LD>& logprob,
+                                                       const Eigen::MatrixBase<RD>& ref_logprob,
+                                                       const Eigen::MatrixBase<CD>& cotangent,
+                                                       const AnyKLEstimator& estimator) {
+  return std::visit([&](const auto& e) { return kl_penalty_backward(logprob, ref_logprob, cotangent, e); },
+                    estimator);
+}
+
+/// verl's signature: kl_penalty(logprob, ref_logprob, "low_var_kl").
+template <class LD, class RD>
+RowMatrix<typename LD::Scalar> kl_penalty(const Eigen::MatrixBase<LD>& logprob,
+                                          const Eigen::MatrixBase<RD>& ref_logprob, std::string_view kl_penalty_type) {
+  return kl_penalty(logprob, ref_logprob, make_kl_estimator(kl_penalty_type));
+}
+
+/// kl_penalty into reused storage, by verl's name: kl_penalty_into(out, logprob, ref, "k3").
+template <class LD, class RD>
+void kl_penalty_into(RowMatrix<typename LD::Scalar>& out, const Eigen::MatrixBase<LD>& logprob,
+                     const Eigen::MatrixBase<RD>& ref_logprob, std::string_view kl_penalty_type) {
+  kl_penalty_into(out, logprob, ref_logprob, make_kl_estimator(kl_penalty_type));
+}
+
+template <class LD, class RD>
+RowMatrix<typename LD::Scalar> kl_penalty_forward(const Eigen::MatrixBase<LD>& logprob,
+                                                  const Eigen::MatrixBase<RD>& ref_logprob,
+                                                  std::string_view kl_penalty_type) {
+  return kl_penalty_forward(logprob, ref_logprob, make_kl_estimator(kl_penalty_type));
+}
+
+}  // namespace verl::algo

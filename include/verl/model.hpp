@@ -1,0 +1,19 @@
+// Module header: the model layer — the CausalLM and value-model concepts, Hugging Face configs,
+// safetensors files and folders, checkpoints, and the reference Llama/Mistral/Qwen2/Qwen3
+// transformer (dense, with its critic variant and KV cache). Needs nlohmann-json.
+#pragma once
+
+#include "verl/model/causal_lm.hpp"
+#include "verl/model/value_model.hpp"
+#include "verl/model/decode_precision.hpp"
+#include "verl/model/hf_config.hpp"
+#include "verl/model/safetensors.hpp"
+#include "verl/model/checkpoint.hpp"
+#include "verl/model/transformer/attention.hpp"
+#include "verl/model/transformer/critic.hpp"
+#include "verl/model/transformer/decoder.hpp"
+#include "verl/model/transformer/kv_cache.hpp"
+#include "verl/model/transformer/rms_norm.hpp"
+#include "verl/model/transformer/rope.hpp"
+#include "verl/model/transformer/transformer.hpp"
+#include "verl/model/transformer/weights.hpp"
