@@ -190,7 +190,7 @@ constexpr GemmShape gemm_shapes[] = {
     {"qkv", 2048, 1024, 512, false, true}};
 
 void BM_Gemm(benchmark::State& state) {
-  using namespace verl::model::detail;
+  using namespace verl::cpu;
   const GemmShape& shape = gemm_shapes[state.range(0)];
   ThreadPool pool(bench_threads());  // 0: the default thread count, as the model's pool
   std::vector<float> a(static_cast<std::size_t>(shape.m * shape.k)), b(static_cast<std::size_t>(shape.k * shape.n));
@@ -199,13 +199,13 @@ void BM_Gemm(benchmark::State& state) {
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
   for (auto& x : a) x = uniform(rng);
   for (auto& x : b) x = uniform(rng);
-  const Operand<float> a_op = shape.a_transposed ? transpose_of(a.data(), shape.m) : rows_of(a.data(), shape.k);
-  const Operand<float> b_op = shape.b_transposed ? transpose_of(b.data(), shape.k) : rows_of(b.data(), shape.n);
+  const cpu::Operand<float> a_op = shape.a_transposed ? cpu::transpose_of(a.data(), shape.m) : cpu::rows_of(a.data(), shape.k);
+  const cpu::Operand<float> b_op = shape.b_transposed ? cpu::transpose_of(b.data(), shape.k) : cpu::rows_of(b.data(), shape.n);
   ThreadPool* threads = pool.size() > 1 ? &pool : nullptr;
   // Warm-up (as the torch side's): the packing buffers are allocated by the first call.
-  gemm<float>(threads, shape.m, shape.n, shape.k, a_op, b_op, c.data(), shape.n, false);
+  cpu::gemm<float>(threads, shape.m, shape.n, shape.k, a_op, b_op, c.data(), shape.n, false);
   for (auto _ : state) {
-    gemm<float>(threads, shape.m, shape.n, shape.k, a_op, b_op, c.data(), shape.n, false);
+    cpu::gemm<float>(threads, shape.m, shape.n, shape.k, a_op, b_op, c.data(), shape.n, false);
     benchmark::DoNotOptimize(c.data());
   }
   state.counters["GFLOP_per_s"] = benchmark::Counter(2.0 * static_cast<double>(shape.m * shape.n) * static_cast<double>(shape.k) / 1e9,

@@ -18,9 +18,11 @@
 #include "verl/algo/advantages/detail/torch_sum.hpp"
 #include "verl/algo/masked_stats.hpp"
 #include "verl/testing/golden.hpp"
+#include "../support/error_message.hpp"
 
 using namespace verl;
 using namespace verl::algo;
+using verl::testing::message_of;
 namespace adv_detail = verl::algo::detail;
 namespace golden = verl::testing;
 
@@ -53,15 +55,6 @@ MatrixF outcome_rewards(const std::vector<float>& scores, const MatrixF& mask) {
   return r;
 }
 
-std::string message_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const InvalidArgument& e) {
-    return e.what();
-  }
-  return "<no InvalidArgument>";
-}
-
 bool contains(const std::string& haystack, const std::string& needle) {
   return haystack.find(needle) != std::string::npos;
 }
@@ -85,11 +78,26 @@ static_assert(AdvantageEstimator<MultiTurnOptimalTokenBaseline>);
 static_assert(!AdvantageEstimator<int>);
 static_assert(!AdvantageEstimator<MatrixF>);
 
-static_assert(GAE::needs_critic && !GRPO::needs_critic && !ReinforcePlusPlus::needs_critic);
-static_assert(GRPO::needs_group_index && RLOO::needs_group_index && OPO::needs_group_index && GPG::needs_group_index);
-static_assert(!GAE::needs_group_index && !ReinforcePlusPlus::needs_group_index && !ReMax::needs_group_index);
-static_assert(ReMax::needs_reward_baseline && !GRPO::needs_reward_baseline);
-static_assert(OptimalTokenBaseline::needs_old_log_probs && MultiTurnOptimalTokenBaseline::needs_old_log_probs);
+template <class E>
+constexpr AdvantageInputs needs = advantage_inputs_v<E>;
+static_assert(needs<GAE>.critic_values && !needs<GRPO>.critic_values && !needs<ReinforcePlusPlus>.critic_values);
+static_assert(needs<GRPO>.group_index && needs<RLOO>.group_index && needs<OPO>.group_index && needs<GPG>.group_index);
+static_assert(!needs<GAE>.group_index && !needs<ReinforcePlusPlus>.group_index && !needs<ReMax>.group_index);
+static_assert(needs<ReMax>.reward_baselines && !needs<GRPO>.reward_baselines);
+static_assert(needs<OptimalTokenBaseline>.old_log_probs && needs<MultiTurnOptimalTokenBaseline>.old_log_probs);
+
+// An estimator written against the concept's first form (four needs_* booleans) still satisfies it.
+struct LegacyTraitsEstimator {
+  static constexpr std::string_view name = "legacy";
+  static constexpr bool needs_critic = true;
+  static constexpr bool needs_group_index = false;
+  static constexpr bool needs_reward_baseline = true;
+  static constexpr bool needs_old_log_probs = false;
+  AdvantageResult compute(const AdvantageBatch&) const { return {}; }
+};
+static_assert(AdvantageEstimator<LegacyTraitsEstimator>);
+static_assert(needs<LegacyTraitsEstimator>.critic_values && needs<LegacyTraitsEstimator>.reward_baselines &&
+              !needs<LegacyTraitsEstimator>.group_index && !needs<LegacyTraitsEstimator>.old_log_probs);
 
 static_assert(inputs_suffice<GAE>({.critic_values = true}));
 static_assert(!inputs_suffice<GAE>({.group_index = true}));

@@ -14,6 +14,7 @@
 #include "verl/algo/entropy_loss.hpp"
 #include "verl/algo/functional.hpp"
 #include "verl/testing/golden.hpp"
+#include "../support/error_message.hpp"
 
 namespace {
 
@@ -23,6 +24,7 @@ using verl::MatrixF;
 using verl::MatrixI64;
 using verl::VectorF;
 using namespace verl::algo;
+using verl::testing::message_of;
 
 MatrixF random_matrix(Index rows, Index cols, unsigned seed, float scale = 2.0f) {
   std::mt19937 rng(seed);
@@ -30,15 +32,6 @@ MatrixF random_matrix(Index rows, Index cols, unsigned seed, float scale = 2.0f)
   MatrixF m(rows, cols);
   for (Index i = 0; i < m.size(); ++i) m.data()[i] = normal(rng);
   return m;
-}
-
-std::string message_of(const std::function<void()>& call) {
-  try {
-    call();
-  } catch (const InvalidArgument& e) {
-    return e.what();
-  }
-  return "(no exception)";
 }
 
 // ---- small helpers ------------------------------------------------------------------------------

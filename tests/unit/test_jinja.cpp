@@ -17,7 +17,7 @@
 #include "verl/tokenizer/jinja_chat_template.hpp"
 
 using namespace verl;
-using namespace verl::model;
+using namespace verl::tokenizer;
 namespace fs = std::filesystem;
 using Json = nlohmann::ordered_json;
 

@@ -4,22 +4,13 @@
 #include <string>
 
 #include "verl/algo/kl/controller.hpp"
+#include "../support/error_message.hpp"
 
 using namespace verl;
 using namespace verl::algo;
+using verl::testing::message_of;
 
 namespace {
-
-template <class Exception, class F>
-std::string message_of(F&& f) {
-  try {
-    f();
-  } catch (const Exception& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected an exception";
-  return {};
-}
 
 }  // namespace
 

@@ -9,22 +9,13 @@
 #include "verl/algo/kl/estimator.hpp"
 #include "verl/algo/kl/penalty.hpp"
 #include "verl/algo/kl/registry.hpp"
+#include "../support/error_message.hpp"
 
 using namespace verl;
 using namespace verl::algo;
+using verl::testing::message_of;
 
 namespace {
-
-template <class Exception, class F>
-std::string message_of(F&& f) {
-  try {
-    f();
-  } catch (const Exception& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected an exception";
-  return {};
-}
 
 struct NotAnEstimator {
   static constexpr std::string_view name = "nope";

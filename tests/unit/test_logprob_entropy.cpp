@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "verl/algo/logits/logprob_entropy.hpp"
+#include "../support/error_message.hpp"
 
 namespace {
 
@@ -22,6 +23,7 @@ using verl::MatrixD;
 using verl::MatrixF;
 using verl::VectorF;
 using namespace verl::algo;
+using verl::testing::message_of;
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
@@ -381,15 +383,6 @@ TEST(LogprobEntropy, EmptyBatch) {
   const LogprobEntropy r = fused_logprob_entropy(logits, {});
   EXPECT_EQ(r.entropy.size(), 0);
   EXPECT_EQ(fused_logprob_entropy_backward(logits, {}, r, {}).rows(), 0);
-}
-
-std::string message_of(const auto& call) {
-  try {
-    call();
-  } catch (const InvalidArgument& e) {
-    return e.what();
-  }
-  return "(no exception)";
 }
 
 TEST(LogprobEntropy, ErrorsNameTheArgument) {

@@ -7,9 +7,11 @@
 #include <string>
 
 #include "verl/algo/loss_aggregation.hpp"
+#include "../support/error_message.hpp"
 
 using namespace verl;
 using namespace verl::algo;
+using verl::testing::message_of;
 
 TEST(LossAggregation, UnknownModeNamesTheArgument) {
   try {
@@ -33,17 +35,6 @@ namespace {
 
 constexpr LossAggMode kModes[] = {LossAggMode::token_mean, LossAggMode::seq_mean_token_sum,
                                   LossAggMode::seq_mean_token_mean, LossAggMode::seq_mean_token_sum_norm};
-
-template <class Exception, class F>
-std::string message_of(F&& f) {
-  try {
-    f();
-  } catch (const Exception& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected an exception";
-  return {};
-}
 
 /// rows x cols loss in double with a ragged mask (row i has cols - i valid tokens, so the last
 /// rows may be empty) and garbage on the padding.

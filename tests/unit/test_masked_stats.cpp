@@ -10,6 +10,7 @@
 #include <string>
 
 #include "verl/algo/masked_stats.hpp"
+#include "../support/error_message.hpp"
 
 namespace {
 
@@ -20,6 +21,7 @@ using verl::MatrixF;
 using verl::MatrixI64;
 using verl::VectorF;
 using namespace verl::algo;
+using verl::testing::message_of;
 
 MatrixF random_values(Index rows, Index cols, unsigned seed, float scale = 1.5f) {
   std::mt19937 rng(seed);
@@ -38,15 +40,6 @@ MatrixF random_mask(Index rows, Index cols, unsigned seed, Index min_len = 1) {
     m.row(i).head(len).setOnes();
   }
   return m;
-}
-
-std::string message_of(const std::function<void()>& call) {
-  try {
-    call();
-  } catch (const InvalidArgument& e) {
-    return e.what();
-  }
-  return "(no exception)";
 }
 
 /// Central differences of a scalar function of `values` (perturbed in double).

@@ -8,9 +8,11 @@
 #include <vector>
 
 #include "verl/parallel/mesh.hpp"
+#include "../support/error_message.hpp"
 
 using namespace verl;
 using namespace verl::parallel;
+using verl::testing::message_of;
 
 namespace {
 
@@ -182,14 +184,6 @@ TEST(Mesh, OtherAxisOrdersAreOtherLayouts) {
 }
 
 TEST(Mesh, InvalidDynamicMeshesNameTheValues) {
-  auto message_of = [](auto&& f) -> std::string {
-    try {
-      f();
-    } catch (const InvalidArgument& e) {
-      return e.what();
-    }
-    return "no exception";
-  };
   using M = Mesh<TP<>, DP<>, PP<>>;
   EXPECT_EQ(message_of([] { M(2, 0, 4); }), "mesh: axis dp: expected a positive size, got 0");
   EXPECT_EQ(message_of([] { (void)M::of_world(8, 3, inferred, 1); }),

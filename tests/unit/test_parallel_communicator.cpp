@@ -5,9 +5,11 @@
 #include <vector>
 
 #include "verl/parallel/self_communicator.hpp"
+#include "../support/error_message.hpp"
 
 using namespace verl;
 using namespace verl::parallel;
+using verl::testing::message_of;
 
 static_assert(Communicator<SelfCommunicator>);
 static_assert(!Communicator<int>);
@@ -60,14 +62,6 @@ TEST(SelfCommunicator, SendToSelfWaitsForTheMatchingRecv) {
 
 TEST(SelfCommunicator, MisuseNamesTheCallAndTheSizes) {
   SelfCommunicator comm;
-  auto message_of = [](auto&& f) -> std::string {
-    try {
-      f();
-    } catch (const InvalidArgument& e) {
-      return e.what();
-    }
-    return "no exception";
-  };
   std::vector<float> two(2), three(3);
   std::vector<std::int32_t> ints(2);
   EXPECT_EQ(message_of([&] { comm.all_gather(std::span(two), std::span(three)); }),

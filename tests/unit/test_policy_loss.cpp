@@ -14,22 +14,13 @@
 #include <vector>
 
 #include "verl/algo/policy_losses.hpp"
+#include "../support/error_message.hpp"
 
 using namespace verl;
 using namespace verl::algo;
+using verl::testing::message_of;
 
 namespace {
-
-template <class Exception = InvalidArgument, class F>
-std::string message_of(F&& f) {
-  try {
-    f();
-  } catch (const Exception& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected an exception";
-  return {};
-}
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 

@@ -8,22 +8,13 @@
 #include <vector>
 
 #include "verl/algo/rollout_correction.hpp"
+#include "../support/error_message.hpp"
 
 using namespace verl;
 using namespace verl::algo;
+using verl::testing::message_of;
 
 namespace {
-
-template <class F>
-std::string message_of(F&& f) {
-  try {
-    f();
-  } catch (const InvalidArgument& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected verl::InvalidArgument";
-  return {};
-}
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 

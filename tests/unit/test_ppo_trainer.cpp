@@ -25,11 +25,13 @@
 #include "verl/trainer/config.hpp"
 #include "verl/trainer/ppo_trainer.hpp"
 #include "verl/trainer/recipes.hpp"
+#include "../support/error_message.hpp"
 
 namespace {
 
 using namespace verl;
 using namespace verl::trainer;
+using verl::testing::message_of;
 using tokenizer::CharTokenizer;
 using model::Transformer;
 namespace fs = std::filesystem;
@@ -300,14 +302,6 @@ TEST(PPOTrainer, ResumedRunLogsExactlyTheMetricsOfAnUninterruptedOne) {
 }
 
 TEST(PPOTrainer, BadConfigurationsAreErrorsNamingTheKey) {
-  auto message_of = [](auto&& f) -> std::string {
-    try {
-      f();
-    } catch (const std::exception& e) {
-      return e.what();
-    }
-    return "no error";
-  };
   EXPECT_NE(message_of([] { (void)load_ppo_config({"algorithm.adv_estimatr=grpo"}); }).find("algorithm.adv_estimator"),
             std::string::npos);
   const std::string type_error = message_of([] { (void)load_ppo_config({"data.train_batch_size=many"}); });
@@ -339,6 +333,58 @@ TEST(PPOTrainer, RecipesComposeAtCompileTime) {
   const Metrics m = grpo.step();
   EXPECT_TRUE(m.contains("actor/kl_loss"));
   EXPECT_TRUE(grpo.algorithm().kl_loss.has_value());
+}
+
+TEST(PPOTrainer, RecipeTrainersReadEveryPolicyLossSetting) {
+  // Every actor.policy_loss.* value (and the clip and tau keys) reaches the loss of a recipe
+  // trainer, as it reaches the loss chosen by name: both are built from policy_loss_config().
+  std::vector<std::string> overrides = base_overrides();
+  for (const char* setting :
+       {"actor_rollout_ref.actor.policy_loss.clip_cov_ratio=0.25", "actor_rollout_ref.actor.policy_loss.clip_cov_lb=0.5",
+        "actor_rollout_ref.actor.policy_loss.clip_cov_ub=7.5", "actor_rollout_ref.actor.policy_loss.kl_cov_ratio=0.125",
+        "actor_rollout_ref.actor.policy_loss.ppo_kl_coef=0.75", "actor_rollout_ref.actor.clip_ratio_low=0.15",
+        "actor_rollout_ref.actor.clip_ratio_high=0.3", "actor_rollout_ref.actor.clip_ratio_c=4.5",
+        "actor_rollout_ref.actor.tau_pos=1.25", "actor_rollout_ref.actor.tau_neg=1.5"})
+    overrides.emplace_back(setting);
+  const PPOConfig config = load_ppo_config(overrides);
+
+  using ClipCovGRPO = Recipe<algo::GRPO, algo::ClipCov>;
+  RecipeTrainer<ClipCovGRPO, Transformer, NoCritic, StartsWithSeven> trainer(
+      config, tiny_policy(), tiny_policy(), NoCritic{}, StartsWithSeven{}, hooks(), prompts(16), {});
+  const auto* clip_cov = trainer.algorithm().policy_loss.get_if<algo::ClipCov>();
+  ASSERT_NE(clip_cov, nullptr);
+  EXPECT_EQ(clip_cov->clip_cov_ratio, 0.25);
+  EXPECT_EQ(clip_cov->clip_cov_lb, 0.5);
+  EXPECT_EQ(clip_cov->clip_cov_ub, 7.5);
+  EXPECT_EQ(clip_cov->clip_ratio_low, 0.15);
+  EXPECT_EQ(clip_cov->clip_ratio_high, 0.3);
+
+  const PPOAlgorithm kl_cov = Recipe<algo::GRPO, algo::KLCov>::algorithm(config);
+  ASSERT_NE(kl_cov.policy_loss.get_if<algo::KLCov>(), nullptr);
+  EXPECT_EQ(kl_cov.policy_loss.get_if<algo::KLCov>()->kl_cov_ratio, 0.125);
+  EXPECT_EQ(kl_cov.policy_loss.get_if<algo::KLCov>()->ppo_kl_coef, 0.75);
+  const PPOAlgorithm sapo = Recipe<algo::GRPO, algo::SAPO>::algorithm(config);
+  ASSERT_NE(sapo.policy_loss.get_if<algo::SAPO>(), nullptr);
+  EXPECT_EQ(sapo.policy_loss.get_if<algo::SAPO>()->tau_pos, 1.25);
+  EXPECT_EQ(sapo.policy_loss.get_if<algo::SAPO>()->tau_neg, 1.5);
+  const PPOAlgorithm vanilla = Recipe<algo::GRPO, algo::VanillaPPO>::algorithm(config);
+  ASSERT_NE(vanilla.policy_loss.get_if<algo::VanillaPPO>(), nullptr);
+  EXPECT_EQ(vanilla.policy_loss.get_if<algo::VanillaPPO>()->clip_ratio_c, 4.5);
+
+  // The by-name path gives the same loss.
+  std::vector<std::string> by_name = overrides;
+  by_name.emplace_back("actor_rollout_ref.actor.policy_loss.loss_mode=clip_cov");
+  const PPOAlgorithm named = PPOAlgorithm::from_config(load_ppo_config(by_name));
+  const auto* named_clip_cov = named.policy_loss.get_if<algo::ClipCov>();
+  ASSERT_NE(named_clip_cov, nullptr);
+  EXPECT_EQ(named_clip_cov->clip_cov_ratio, clip_cov->clip_cov_ratio);
+  EXPECT_EQ(named_clip_cov->clip_cov_lb, clip_cov->clip_cov_lb);
+  EXPECT_EQ(named_clip_cov->clip_cov_ub, clip_cov->clip_cov_ub);
+  EXPECT_EQ(named_clip_cov->seed, clip_cov->seed);
+
+  // And the recipe's steps run with it.
+  const Metrics m = trainer.step();
+  EXPECT_TRUE(std::isfinite(m.at("actor/pg_loss")));
 }
 
 TEST(PPOTrainer, EveryRuntimeEstimatorAndLossRunsAStep) {

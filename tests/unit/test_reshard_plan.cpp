@@ -8,9 +8,11 @@
 #include <vector>
 
 #include "verl/parallel/reshard_plan.hpp"
+#include "../support/error_message.hpp"
 
 using namespace verl;
 using namespace verl::parallel;
+using verl::testing::message_of;
 
 namespace {
 
@@ -287,14 +289,6 @@ TEST(ReshardPlan, RuntimeStrategyRegistry) {
 }
 
 TEST(ReshardPlan, InvalidDynamicPairsNameTheValues) {
-  auto message_of = [](auto&& f) -> std::string {
-    try {
-      f();
-    } catch (const InvalidArgument& e) {
-      return e.what();
-    }
-    return "no exception";
-  };
   using M = Mesh<TP<>, DP<>, PP<>>;
   EXPECT_EQ(message_of([] { (void)make_reshard_plan(M(4, 2, 1), M(3, 1, 1)); }),
             "gen: axis tp: expected a divisor of the training tp 4, got 3");
@@ -391,14 +385,6 @@ TEST(ParamShard, LayoutsMatchMegatron) {
 }
 
 TEST(ParamShard, ErrorsNameTheSizes) {
-  auto message_of = [](auto&& f) -> std::string {
-    try {
-      f();
-    } catch (const InvalidArgument& e) {
-      return e.what();
-    }
-    return "no exception";
-  };
   EXPECT_EQ(message_of([] { (void)tp_shard(ParamSpec::row_parallel(2, 6), 4, 0); }),
             "param: expected the tensor-parallel size 4 to divide the 6 columns of a row-parallel weight");
   EXPECT_EQ(message_of([] { (void)tp_shard(ParamSpec::interleaved_qkv(4, 2, 1, 1), 8, 0); }),

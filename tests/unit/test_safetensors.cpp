@@ -228,7 +228,7 @@ TEST(Safetensors, CorruptedBytesNeverCrash) {
 }
 
 TEST(Safetensors, HalfFloatConversionsRoundToNearestEven) {
-  using namespace verl::model::detail;
+  using namespace verl;
   EXPECT_EQ(float_to_bf16_bits(1.0f), 0x3f80);
   EXPECT_EQ(float_to_bf16_bits(std::bit_cast<float>(0x3f808000u)), 0x3f80);  // tie -> even
   EXPECT_EQ(float_to_bf16_bits(std::bit_cast<float>(0x3f818000u)), 0x3f82);  // tie -> even (up)

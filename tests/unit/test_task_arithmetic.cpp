@@ -16,7 +16,7 @@
 
 namespace {
 
-using namespace verl::data::tasks;
+using namespace verl::trainer::tasks;
 namespace fs = std::filesystem;
 
 fs::path scratch(const std::string& name) {

@@ -7,7 +7,7 @@
 #include "verl/tokenizer/hf_tokenizer.hpp"
 
 using namespace verl;
-using namespace verl::model;
+using namespace verl::tokenizer;
 
 namespace {
 

@@ -13,7 +13,7 @@
 #include "verl/tokenizer/pretrained.hpp"
 
 using namespace verl;
-using namespace verl::model;
+using namespace verl::tokenizer;
 namespace fs = std::filesystem;
 
 namespace {

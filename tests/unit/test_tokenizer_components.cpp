@@ -20,9 +20,9 @@
 #include "verl/tokenizer/pre_tokenizer.hpp"
 
 using namespace verl;
-using namespace verl::model;
+using namespace verl::tokenizer;
 namespace fs = std::filesystem;
-namespace mdetail = verl::model::detail;
+namespace mdetail = verl::tokenizer::detail;
 
 namespace {
 

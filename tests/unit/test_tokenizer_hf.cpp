@@ -17,7 +17,7 @@
 #include "verl/tokenizer/hf_tokenizer.hpp"
 
 using namespace verl;
-using namespace verl::model;
+using namespace verl::tokenizer;
 namespace fs = std::filesystem;
 
 namespace {

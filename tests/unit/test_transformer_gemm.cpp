@@ -15,7 +15,7 @@
 namespace {
 
 using verl::Index;
-using namespace verl::model::detail;
+using namespace verl::cpu;
 
 class GemmTest : public ::testing::TestWithParam<std::tuple<Index, Index, Index>> {};
 
@@ -37,11 +37,11 @@ TEST_P(GemmTest, MatchesADoubleReferenceForEveryLayout) {
   for (const bool a_transposed : {false, true}) {
     for (const bool b_transposed : {false, true}) {
       for (const bool accumulate : {false, true}) {
-        const Operand<float> a = a_transposed ? transpose_of(a_cols.data(), m + a_pad) : rows_of(a_rows.data(), k + a_pad);
-        const Operand<float> b = b_transposed ? transpose_of(b_cols.data(), k + b_pad) : rows_of(b_rows.data(), n + b_pad);
+        const cpu::Operand<float> a = a_transposed ? cpu::transpose_of(a_cols.data(), m + a_pad) : cpu::rows_of(a_rows.data(), k + a_pad);
+        const cpu::Operand<float> b = b_transposed ? cpu::transpose_of(b_cols.data(), k + b_pad) : cpu::rows_of(b_rows.data(), n + b_pad);
         std::vector<float> c = random(m * (n + c_pad));
         const std::vector<float> before = c;
-        gemm<float>(m, n, k, a, b, c.data(), n + c_pad, accumulate);
+        cpu::gemm<float>(m, n, k, a, b, c.data(), n + c_pad, accumulate);
         double worst = 0;
         for (Index i = 0; i < m; ++i) {
           for (Index j = 0; j < n; ++j) {
@@ -84,11 +84,11 @@ TEST(Gemm, ResultsDoNotDependOnTheThreadCount) {
       std::vector<float> a(static_cast<std::size_t>(m * k)), b(static_cast<std::size_t>(k * n));
       for (auto& x : a) x = uniform(rng);
       for (auto& x : b) x = uniform(rng);
-      const Operand<float> a_op = transposed ? transpose_of(a.data(), m) : rows_of(a.data(), k);
-      const Operand<float> b_op = transposed ? transpose_of(b.data(), k) : rows_of(b.data(), n);
+      const cpu::Operand<float> a_op = transposed ? cpu::transpose_of(a.data(), m) : cpu::rows_of(a.data(), k);
+      const cpu::Operand<float> b_op = transposed ? cpu::transpose_of(b.data(), k) : cpu::rows_of(b.data(), n);
       std::vector<float> serial(static_cast<std::size_t>(m * n)), parallel(serial.size());
-      gemm<float>(nullptr, m, n, k, a_op, b_op, serial.data(), n, false);
-      gemm<float>(&pool, m, n, k, a_op, b_op, parallel.data(), n, false);
+      cpu::gemm<float>(nullptr, m, n, k, a_op, b_op, serial.data(), n, false);
+      cpu::gemm<float>(&pool, m, n, k, a_op, b_op, parallel.data(), n, false);
       for (std::size_t i = 0; i < serial.size(); ++i) {
         ASSERT_EQ(serial[i], parallel[i]) << "m " << m << " n " << n << " k " << k << " transposed " << transposed
                                           << " at " << i;
@@ -114,11 +114,11 @@ TEST(Gemm, FewRowsGiveTheBitsOfTheSameRowsInALargerProduct) {
             for (auto& x : b) x = uniform(rng);
             std::vector<float> c_big(static_cast<std::size_t>(big * ldc));
             for (auto& x : c_big) x = uniform(rng);
-            const Operand<float> b_op = b_transposed ? transpose_of(b.data(), ldb) : rows_of(b.data(), ldb);
+            const cpu::Operand<float> b_op = b_transposed ? cpu::transpose_of(b.data(), ldb) : cpu::rows_of(b.data(), ldb);
             // The last m rows alone, then all rows (blocked); compare the same rows.
             std::vector<float> c_few(c_big.begin() + (big - m) * ldc, c_big.end());
-            gemm<float>(m, n, k, rows_of(a.data() + (big - m) * lda, lda), b_op, c_few.data(), ldc, accumulate);
-            gemm<float>(big, n, k, rows_of(a.data(), lda), b_op, c_big.data(), ldc, accumulate);
+            cpu::gemm<float>(m, n, k, cpu::rows_of(a.data() + (big - m) * lda, lda), b_op, c_few.data(), ldc, accumulate);
+            cpu::gemm<float>(big, n, k, cpu::rows_of(a.data(), lda), b_op, c_big.data(), ldc, accumulate);
             for (Index i = 0; i < m; ++i) {
               for (Index j = 0; j < ldc; ++j) {
                 ASSERT_EQ(c_few[static_cast<std::size_t>(i * ldc + j)], c_big[static_cast<std::size_t>((big - m + i) * ldc + j)])
@@ -158,12 +158,12 @@ void expect_prepacked_products_match(verl::model::DecodePrecision precision, uns
               for (auto& x : rounded_a) x = bf16_bits_to_float(float_to_bf16_bits(x));
             }
             const PackedMatrix packed =
-                PackedMatrix::pack(transpose_of(w.data(), k), k, n, precision, /*allow_tiles=*/false);
+                PackedMatrix::pack(cpu::transpose_of(w.data(), k), k, n, precision, /*allow_tiles=*/false);
             ASSERT_EQ(packed.precision(), precision);
             ASSERT_EQ(packed.panels().tile_depth, 0);
-            gemm<float>(threads, m, n, k, rows_of(rounded_a.data(), lda), transpose_of(rounded.data(), k),
+            cpu::gemm<float>(threads, m, n, k, cpu::rows_of(rounded_a.data(), lda), cpu::transpose_of(rounded.data(), k),
                         expected.data(), ldc, accumulate);
-            gemm(threads, m, n, k, rows_of(a.data(), lda), transpose_of(w.data(), k), packed, actual.data(), ldc,
+            cpu::gemm(threads, m, n, k, cpu::rows_of(a.data(), lda), cpu::transpose_of(w.data(), k), packed, actual.data(), ldc,
                  accumulate);
             for (std::size_t i = 0; i < actual.size(); ++i) {
               ASSERT_EQ(actual[i], expected[i]) << "m " << m << " n " << n << " k " << k << " threads "
@@ -219,9 +219,9 @@ TEST(Gemm, Bfloat16TilesSumTheRoundedProductsInFloat32) {
             for (auto& x : c) x = uniform(rng);
             const std::vector<float> before = c;
             const PackedMatrix packed =
-                PackedMatrix::pack(transpose_of(w.data(), k), k, n, verl::model::DecodePrecision::bfloat16);
+                PackedMatrix::pack(cpu::transpose_of(w.data(), k), k, n, verl::model::DecodePrecision::bfloat16);
             ASSERT_EQ(packed.panels().tile_depth, (k + 31) / 32 * 32);
-            gemm(threads, m, n, k, rows_of(a.data(), lda), transpose_of(w.data(), k), packed, c.data(), ldc, accumulate);
+            cpu::gemm(threads, m, n, k, cpu::rows_of(a.data(), lda), cpu::transpose_of(w.data(), k), packed, c.data(), ldc, accumulate);
             for (Index i = 0; i < m; ++i) {
               for (Index j = 0; j < ldc; ++j) {
                 const auto at = static_cast<std::size_t>(i * ldc + j);
@@ -260,10 +260,10 @@ TEST(Gemm, Bfloat16PackingRoundsToNearestEvenAndKeepsSpecialValues) {
                                 std::numeric_limits<float>::quiet_NaN()};
   // Each value alone (a 1 x 1 weight: with others, 0 x infinity would make every product NaN).
   for (std::size_t i = 0; i < w.size(); ++i) {
-    const PackedMatrix packed = PackedMatrix::pack(transpose_of(&w[i], 1), 1, 1, verl::model::DecodePrecision::bfloat16);
+    const PackedMatrix packed = PackedMatrix::pack(cpu::transpose_of(&w[i], 1), 1, 1, verl::model::DecodePrecision::bfloat16);
     const float one = 1.0f;
     float c = 0.0f;
-    gemm(nullptr, 1, 1, 1, rows_of(&one, 1), transpose_of(&w[i], 1), packed, &c, 1, false);
+    cpu::gemm(nullptr, 1, 1, 1, cpu::rows_of(&one, 1), cpu::transpose_of(&w[i], 1), packed, &c, 1, false);
     const float expected = bf16_bits_to_float(float_to_bf16_bits(w[i]));
     if (std::isnan(expected)) {
       EXPECT_TRUE(std::isnan(c)) << i;
@@ -286,7 +286,7 @@ TEST(Gemm, Bfloat16ProductsRoundTheRowsTheyMultiplyAsTheScalarRoundingDoes) {
                                      std::numeric_limits<float>::quiet_NaN(), std::bit_cast<float>(0x7f800001u)};
   constexpr Index k = 40;
   const std::vector<float> ones(k, 1.0f);
-  const PackedMatrix packed = PackedMatrix::pack(transpose_of(ones.data(), k), k, 1, verl::model::DecodePrecision::bfloat16,
+  const PackedMatrix packed = PackedMatrix::pack(cpu::transpose_of(ones.data(), k), k, 1, verl::model::DecodePrecision::bfloat16,
                                                  /*allow_tiles=*/false);
   for (const float value : values) {
     const float expected = bf16_bits_to_float(float_to_bf16_bits(value));
@@ -296,9 +296,9 @@ TEST(Gemm, Bfloat16ProductsRoundTheRowsTheyMultiplyAsTheScalarRoundingDoes) {
       // Contiguous (the vector path) and as a column of a transposed operand (one at a time).
       std::vector<float> column(static_cast<std::size_t>(k * 3), 0.0f);
       for (Index j = 0; j < k; ++j) column[static_cast<std::size_t>(j * 3)] = a[static_cast<std::size_t>(j)];
-      for (const auto operand : {rows_of(a.data(), k), Operand<float>{column.data(), 1, 3}}) {
+      for (const auto operand : {cpu::rows_of(a.data(), k), cpu::Operand<float>{column.data(), 1, 3}}) {
         float c = 0.0f;
-        gemm(nullptr, 1, 1, k, operand, transpose_of(ones.data(), k), packed, &c, 1, false);
+        cpu::gemm(nullptr, 1, 1, k, operand, cpu::transpose_of(ones.data(), k), packed, &c, 1, false);
         if (std::isnan(expected)) {
           EXPECT_TRUE(std::isnan(c)) << std::bit_cast<std::uint32_t>(value) << " at " << at;
         } else {
@@ -313,11 +313,11 @@ TEST(Gemm, DoubleUsesEigenWithTheSameLayouts) {
   const std::vector<double> a = {1, 2, 3, 4, 5, 6};  // 2 x 3 row-major
   const std::vector<double> b = {1, 0, 0, 1, 1, 1};  // 3 x 2 row-major
   std::vector<double> c(4, 0.0);
-  gemm<double>(2, 2, 3, rows_of(a.data(), 3), rows_of(b.data(), 2), c.data(), 2, false);
+  cpu::gemm<double>(2, 2, 3, cpu::rows_of(a.data(), 3), cpu::rows_of(b.data(), 2), c.data(), 2, false);
   EXPECT_EQ(c, (std::vector<double>{4, 5, 10, 11}));
   // A^T (3 x 2, the column view of `a`) times the first two rows of B.
   std::vector<double> d(6, 0.0);
-  gemm<double>(3, 2, 2, transpose_of(a.data(), 3), rows_of(b.data(), 2), d.data(), 2, false);
+  cpu::gemm<double>(3, 2, 2, cpu::transpose_of(a.data(), 3), cpu::rows_of(b.data(), 2), d.data(), 2, false);
   EXPECT_EQ(d, (std::vector<double>{1, 4, 2, 5, 3, 6}));
 }
 

@@ -13,7 +13,7 @@
 namespace {
 
 using verl::Index;
-using namespace verl::model::detail;
+using namespace verl::cpu;
 
 double sigmoid(double g) { return 1.0 / (1.0 + std::exp(-g)); }
 double swiglu_reference(double g, double u) { return g * sigmoid(g) * u; }
@@ -43,8 +43,8 @@ TEST(SwiGLU, ForwardAndBackwardMatchADoubleReference) {
       gate[3] = -87.5f;
     }
     std::vector<float> out(n), d_gate(n), d_up(n);
-    swiglu_forward(gate.data(), up.data(), out.data(), static_cast<Index>(n));
-    swiglu_backward(d_act.data(), gate.data(), up.data(), d_gate.data(), d_up.data(), static_cast<Index>(n));
+    cpu::swiglu_forward(gate.data(), up.data(), out.data(), static_cast<Index>(n));
+    cpu::swiglu_backward(d_act.data(), gate.data(), up.data(), d_gate.data(), d_up.data(), static_cast<Index>(n));
     for (std::size_t i = 0; i < n; ++i) {
       const double g = gate[i], u = up[i], s = sigmoid(g);
       expect_close(out[i], swiglu_reference(g, u), 1e-6, "out", i);
@@ -58,7 +58,7 @@ TEST(SwiGLU, GradientMatchesCentralDifferences) {
   const std::size_t n = 40;
   const auto gate = random_values(n, 4, 2.0f), up = random_values(n, 5, 1.0f), d_act = random_values(n, 6, 1.0f);
   std::vector<float> d_gate(n), d_up(n);
-  swiglu_backward(d_act.data(), gate.data(), up.data(), d_gate.data(), d_up.data(), static_cast<Index>(n));
+  cpu::swiglu_backward(d_act.data(), gate.data(), up.data(), d_gate.data(), d_up.data(), static_cast<Index>(n));
   const double h = 1e-4;
   for (std::size_t i = 0; i < n; ++i) {
     const double g = gate[i], u = up[i], da = d_act[i];
@@ -75,13 +75,13 @@ TEST(SwiGLU, AnElementsResultDoesNotDependOnItsPosition) {
   const std::size_t n = 53;
   const auto gate = random_values(n, 7, 3.0f), up = random_values(n, 8, 1.0f), d_act = random_values(n, 9, 1.0f);
   std::vector<float> out(n), d_gate(n), d_up(n);
-  swiglu_forward(gate.data(), up.data(), out.data(), static_cast<Index>(n));
-  swiglu_backward(d_act.data(), gate.data(), up.data(), d_gate.data(), d_up.data(), static_cast<Index>(n));
+  cpu::swiglu_forward(gate.data(), up.data(), out.data(), static_cast<Index>(n));
+  cpu::swiglu_backward(d_act.data(), gate.data(), up.data(), d_gate.data(), d_up.data(), static_cast<Index>(n));
   for (const std::size_t offset : {1u, 5u, 17u, 40u}) {
     const std::size_t m = n - offset;
     std::vector<float> o(m), dg(m), du(m);
-    swiglu_forward(gate.data() + offset, up.data() + offset, o.data(), static_cast<Index>(m));
-    swiglu_backward(d_act.data() + offset, gate.data() + offset, up.data() + offset, dg.data(), du.data(),
+    cpu::swiglu_forward(gate.data() + offset, up.data() + offset, o.data(), static_cast<Index>(m));
+    cpu::swiglu_backward(d_act.data() + offset, gate.data() + offset, up.data() + offset, dg.data(), du.data(),
                     static_cast<Index>(m));
     for (std::size_t i = 0; i < m; ++i) {
       EXPECT_EQ(o[i], out[offset + i]) << "offset " << offset << " element " << i;
@@ -95,8 +95,8 @@ TEST(SwiGLU, NaNStaysNaN) {
   std::vector<float> gate(20, 0.5f), up(20, 1.0f), out(20), d_act(20, 1.0f), d_gate(20), d_up(20);
   gate[3] = std::numeric_limits<float>::quiet_NaN();   // a vector lane
   gate[19] = std::numeric_limits<float>::quiet_NaN();  // the scalar tail
-  swiglu_forward(gate.data(), up.data(), out.data(), 20);
-  swiglu_backward(d_act.data(), gate.data(), up.data(), d_gate.data(), d_up.data(), 20);
+  cpu::swiglu_forward(gate.data(), up.data(), out.data(), 20);
+  cpu::swiglu_backward(d_act.data(), gate.data(), up.data(), d_gate.data(), d_up.data(), 20);
   for (const std::size_t i : {3u, 19u}) {
     EXPECT_TRUE(std::isnan(out[i])) << i;
     EXPECT_TRUE(std::isnan(d_gate[i])) << i;

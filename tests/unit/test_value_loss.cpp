@@ -9,22 +9,13 @@
 
 #include "verl/algo/loss_aggregation.hpp"
 #include "verl/algo/value_loss.hpp"
+#include "../support/error_message.hpp"
 
 using namespace verl;
 using namespace verl::algo;
+using verl::testing::message_of;
 
 namespace {
-
-template <class Exception, class F>
-std::string message_of(F&& f) {
-  try {
-    f();
-  } catch (const Exception& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected an exception";
-  return {};
-}
 
 constexpr LossAggMode kModes[] = {LossAggMode::token_mean, LossAggMode::seq_mean_token_sum,
                                   LossAggMode::seq_mean_token_mean, LossAggMode::seq_mean_token_sum_norm};

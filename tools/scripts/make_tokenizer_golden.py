@@ -540,7 +540,7 @@ def write_nfc_tables(path):
 
 #include <cstdint>
 
-namespace verl::model::detail::nfc_data {{
+namespace verl::tokenizer::detail::nfc_data {{
 
 inline constexpr int unicode_version[3] = {{{", ".join(version)}}};
 
@@ -586,7 +586,7 @@ inline constexpr Range unstable_ranges[] = {{
 {rows((f"{{0x{a:X}, 0x{b:X}}}," for a, b in ranges), 6)}
 }};
 
-}}  // namespace verl::model::detail::nfc_data
+}}  // namespace verl::tokenizer::detail::nfc_data
 """
     with open(path, "w", encoding="utf-8") as f:
         f.write(text)

@@ -47,7 +47,7 @@ T parse_number(std::string_view flag, std::string_view text) {
 }
 
 int run(int argc, char** argv) {
-  using namespace verl::data::tasks;
+  using namespace verl::trainer::tasks;
   ArithmeticTaskOptions task;
   TinyModelOptions model;
   std::filesystem::path out;

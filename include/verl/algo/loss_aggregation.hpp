@@ -20,43 +20,12 @@
 #include "verl/algo/detail/simd.hpp"
 #include "verl/config.hpp"
 #include "verl/core/error.hpp"
+#include "verl/core/type_list.hpp"
 #include "verl/core/tensor.hpp"
 
 namespace verl::algo {
 
 enum class LossAggMode { token_mean, seq_mean_token_sum, seq_mean_token_mean, seq_mean_token_sum_norm };
-
-/// verl's string for the mode ("token-mean", ...).
-constexpr std::string_view to_string(LossAggMode mode) {
-  switch (mode) {
-    case LossAggMode::token_mean: return "token-mean";
-    case LossAggMode::seq_mean_token_sum: return "seq-mean-token-sum";
-    case LossAggMode::seq_mean_token_mean: return "seq-mean-token-mean";
-    case LossAggMode::seq_mean_token_sum_norm: return "seq-mean-token-sum-norm";
-  }
-  return "?";
-}
-
-/// Parses verl's `loss_agg_mode` string; an unknown name is an error (verl raises ValueError).
-inline LossAggMode parse_loss_agg_mode(std::string_view name) {
-  for (auto mode : {LossAggMode::token_mean, LossAggMode::seq_mean_token_sum, LossAggMode::seq_mean_token_mean,
-                    LossAggMode::seq_mean_token_sum_norm}) {
-    if (to_string(mode) == name) return mode;
-  }
-  verl::detail::throw_invalid_argument(
-      "loss_agg_mode: expected one of token-mean, seq-mean-token-sum, seq-mean-token-mean, "
-      "seq-mean-token-sum-norm, got '{}'",
-      name);
-}
-
-/// The global-batch arguments verl passes to agg_loss (config.global_batch_info). Unset values
-/// fall back to what the local batch gives, as in verl.
-struct GlobalBatchInfo {
-  double dp_size = 1;
-  std::optional<double> batch_num_tokens;   ///< token-mean denominator
-  std::optional<double> global_batch_size;  ///< seq-mean-* denominator
-  std::optional<double> loss_scale_factor;  ///< seq-mean-token-sum-norm denominator (default T)
-};
 
 // ---- policy types -------------------------------------------------------------------------
 struct TokenMean {
@@ -74,6 +43,36 @@ struct SeqMeanTokenMean {
 struct SeqMeanTokenSumNorm {
   static constexpr LossAggMode mode = LossAggMode::seq_mean_token_sum_norm;
   static constexpr std::string_view name = "seq-mean-token-sum-norm";
+};
+
+/// verl's loss_agg_mode values, in its order: the one list of the family. to_string and
+/// parse_loss_agg_mode derive from it.
+using LossAggregations = TypeList<TokenMean, SeqMeanTokenSum, SeqMeanTokenMean, SeqMeanTokenSumNorm>;
+
+/// verl's string for the mode ("token-mean", ...).
+constexpr std::string_view to_string(LossAggMode mode) {
+  std::string_view name = "?";
+  for_each_type(LossAggregations{}, [&](auto type) {
+    if (decltype(type)::type::mode == mode) name = decltype(type)::type::name;
+  });
+  return name;
+}
+
+/// Parses verl's `loss_agg_mode` string; an unknown name is an error (verl raises ValueError).
+inline LossAggMode parse_loss_agg_mode(std::string_view name) {
+  LossAggMode mode{};
+  if (visit_by_name(LossAggregations{}, name, [&](auto type) { mode = decltype(type)::type::mode; })) return mode;
+  verl::detail::throw_invalid_argument("loss_agg_mode: expected one of {}, got '{}'",
+                                       joined_names_of<LossAggregations>(), name);
+}
+
+/// The global-batch arguments verl passes to agg_loss (config.global_batch_info). Unset values
+/// fall back to what the local batch gives, as in verl.
+struct GlobalBatchInfo {
+  double dp_size = 1;
+  std::optional<double> batch_num_tokens;   ///< token-mean denominator
+  std::optional<double> global_batch_size;  ///< seq-mean-* denominator
+  std::optional<double> loss_scale_factor;  ///< seq-mean-token-sum-norm denominator (default T)
 };
 
 /// A loss-aggregation policy names one of verl's modes at compile time.

@@ -9,6 +9,7 @@
 
 #include "verl/algo/advantages.hpp"
 #include "verl/core/error.hpp"
+#include "verl/core/type_list.hpp"
 #include "verl/kernels/detail/host_device.hpp"
 #include "verl/kernels/detail/launch.hpp"
 
@@ -28,18 +29,23 @@ enum class OutcomeEstimator {
                                  ///< A group of one gets NaN (verl raises: check sizes on the host)
 };
 
+/// algo's estimator types behind OutcomeEstimator, in its order: the kernels' names and the
+/// parameter of an estimator type derive from this list.
+using OutcomeEstimators = TypeList<algo::GRPO, algo::GRPOVectorized, algo::RLOO, algo::RLOOVectorized, algo::GPG,
+                                   algo::OPO, algo::ReinforcePlusPlusBaseline, algo::GRPOPassK>;
+static_assert(OutcomeEstimators::size == static_cast<std::size_t>(OutcomeEstimator::grpo_passk) + 1,
+              "OutcomeEstimators lists one algo type per OutcomeEstimator, in the enum's order");
+
+/// The kernels' parameter for algo's estimator type E.
+template <class E>
+  requires(contains_v<E, OutcomeEstimators>)
+inline constexpr OutcomeEstimator outcome_estimator_of = static_cast<OutcomeEstimator>(index_in_v<E, OutcomeEstimators>);
+
+/// verl's registry name of the estimator.
 constexpr std::string_view to_string(OutcomeEstimator e) {
-  switch (e) {
-    case OutcomeEstimator::grpo: return "grpo";
-    case OutcomeEstimator::grpo_vectorized: return "grpo_vectorized";
-    case OutcomeEstimator::rloo: return "rloo";
-    case OutcomeEstimator::rloo_vectorized: return "rloo_vectorized";
-    case OutcomeEstimator::gpg: return "gpg";
-    case OutcomeEstimator::opo: return "opo";
-    case OutcomeEstimator::reinforce_plus_plus_baseline: return "reinforce_plus_plus_baseline";
-    case OutcomeEstimator::grpo_passk: return "grpo_passk";
-  }
-  return "?";
+  constexpr auto names = names_of(OutcomeEstimators{});
+  const auto index = static_cast<std::size_t>(e);
+  return index < names.size() ? names[index] : "?";
 }
 
 /// How group ids are laid out. `contiguous` promises that the rows of each id form one run (verl's

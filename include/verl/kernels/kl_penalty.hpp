@@ -5,22 +5,22 @@
 #include <cmath>
 #include <string_view>
 
-#include "verl/algo/kl/penalty.hpp"
+#include "verl/algo/kl/registry.hpp"
 #include "verl/core/error.hpp"
 #include "verl/kernels/detail/host_device.hpp"
 
 namespace verl::kernels {
 
-enum class KlType { kl, abs, mse, low_var_kl };
+/// The kernels' KL parameter: the formula of one of algo's KL types.
+using KlType = algo::KLFormula;
 
-/// verl's names: kl/k1, abs, mse/k2, low_var_kl/k3 ('+' straight-through names are rejected by
-/// verl's kl_penalty_forward at the pinned commit, so they are here too).
+/// The formula of verl's KL type `name` (algo::KLEstimators' names: kl/k1, abs, mse/k2,
+/// low_var_kl/k3). The '+' straight-through names are rejected, as verl's kl_penalty_forward does.
 inline KlType parse_kl_type(std::string_view name) {
-  if (name == "kl" || name == "k1") return KlType::kl;
-  if (name == "abs") return KlType::abs;
-  if (name == "mse" || name == "k2") return KlType::mse;
-  if (name == "low_var_kl" || name == "k3") return KlType::low_var_kl;
-  verl::detail::throw_invalid_argument("kl_penalty: expected one of kl, k1, abs, mse, k2, low_var_kl, k3, got '{}'",
+  KlType type{};
+  if (visit_by_name(algo::KLEstimators{}, name, [&](auto estimator) { type = decltype(estimator)::type::formula; }))
+    return type;
+  verl::detail::throw_invalid_argument("kl_penalty: expected one of {}, got '{}'", joined_names_of<algo::KLEstimators>(),
                                        name);
 }
 

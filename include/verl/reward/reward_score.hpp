@@ -13,24 +13,28 @@
 #include "verl/reward/math_reward.hpp"
 #include "verl/reward/reward_function.hpp"
 #include "verl/reward/scorer.hpp"
+#include "verl/core/type_list.hpp"
 
 namespace verl::reward {
 
 static_assert(Scorer<Gsm8kScorer> && Scorer<MathRewardScorer> && Scorer<MathDapoScorer>);
 
+/// verl's rule-based scorers that are ported, by module name: the one list of the family. The
+/// variant, the names and make_scorer derive from it.
+using Scorers = TypeList<Gsm8kScorer, MathRewardScorer, MathDapoScorer>;
+
 /// Any of the ported scorers, as a value.
-using AnyScorer = std::variant<Gsm8kScorer, MathRewardScorer, MathDapoScorer>;
+using AnyScorer = variant_of_t<Scorers>;
 
 /// verl's module names of the ported scorers, the keys of make_scorer.
-inline constexpr std::array<std::string_view, 3> scorer_names{Gsm8kScorer::name, MathRewardScorer::name,
-                                                              MathDapoScorer::name};
+inline constexpr auto scorer_names = names_of(Scorers{});
 
 /// The scorer registered under verl's module name, with verl's default knobs.
 inline AnyScorer make_scorer(std::string_view name) {
-  if (name == Gsm8kScorer::name) return Gsm8kScorer{};
-  if (name == MathRewardScorer::name) return MathRewardScorer{};
-  if (name == MathDapoScorer::name) return MathDapoScorer{};
-  ::verl::detail::throw_invalid_argument("scorer name: expected one of gsm8k, math_reward, math_dapo, got '{}'", name);
+  AnyScorer scorer;
+  if (visit_by_name(Scorers{}, name, [&](auto type) { scorer.template emplace<typename decltype(type)::type>(); }))
+    return scorer;
+  ::verl::detail::throw_invalid_argument("scorer name: expected one of {}, got '{}'", joined_names_of<Scorers>(), name);
 }
 
 namespace detail {

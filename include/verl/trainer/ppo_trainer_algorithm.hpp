@@ -35,6 +35,39 @@ struct GroupFilter {
   std::int64_t max_num_gen_batches = 0;  ///< <= 0: unlimited
 };
 
+/// The advantage estimators' knobs from verl's keys (algorithm.*): every estimator, whether chosen
+/// by name (PPOAlgorithm::from_config) or by type (recipes), is built from this one value.
+inline algo::AdvantageConfig advantage_config(const PPOConfig& config) {
+  const auto& al = config.algorithm;
+  return {.gamma = al.gamma, .lam = al.lam, .norm_adv_by_std_in_grpo = al.norm_adv_by_std_in_grpo};
+}
+
+/// The policy losses' knobs from verl's keys (actor.clip_ratio*, actor.tau_*, actor.policy_loss.*):
+/// every loss, whether chosen by name or by type, is built from this one value.
+inline algo::PolicyLossConfig policy_loss_config(const PPOConfig& config) {
+  const auto& actor = config.actor_rollout_ref.actor;
+  algo::PolicyLossConfig loss;
+  loss.clip_ratio = actor.clip_ratio;
+  loss.clip_ratio_low = actor.clip_ratio_low;
+  loss.clip_ratio_high = actor.clip_ratio_high;
+  loss.clip_ratio_c = actor.clip_ratio_c;
+  loss.tau_pos = actor.tau_pos;
+  loss.tau_neg = actor.tau_neg;
+  loss.policy_loss.loss_mode = actor.policy_loss.loss_mode;
+  loss.policy_loss.clip_cov_ratio = actor.policy_loss.clip_cov_ratio;
+  loss.policy_loss.clip_cov_lb = actor.policy_loss.clip_cov_lb;
+  loss.policy_loss.clip_cov_ub = actor.policy_loss.clip_cov_ub;
+  loss.policy_loss.kl_cov_ratio = actor.policy_loss.kl_cov_ratio;
+  loss.policy_loss.ppo_kl_coef = actor.policy_loss.ppo_kl_coef;
+  return loss;
+}
+
+/// algorithm.kl_ctrl.
+inline algo::KLControlConfig kl_control_config(const PPOConfig& config) {
+  const auto& ctrl = config.algorithm.kl_ctrl;
+  return {.type = ctrl.type, .kl_coef = ctrl.kl_coef, .target_kl = ctrl.target_kl, .horizon = ctrl.horizon};
+}
+
 struct PPOAlgorithm {
   algo::AnyAdvantageEstimator estimator = algo::GRPO{};
   algo::AnyPolicyLoss policy_loss = algo::VanillaPPO{0.2, 0.2, 3.0};
@@ -58,36 +91,21 @@ struct PPOAlgorithm {
     const auto& actor = config.actor_rollout_ref.actor;
     const auto& al = config.algorithm;
     PPOAlgorithm out;
-    out.estimator = algo::make_advantage_estimator(
-        al.adv_estimator, {.gamma = al.gamma, .lam = al.lam, .norm_adv_by_std_in_grpo = al.norm_adv_by_std_in_grpo});
+    out.estimator = algo::make_advantage_estimator(al.adv_estimator, advantage_config(config));
     VERL_CHECK_ARG(!out.estimator.needs_old_log_probs(),
                    "algorithm.adv_estimator: '{}' needs sum_pi_squared, which the trainer does not compute yet",
                    al.adv_estimator);
-    algo::PolicyLossConfig loss;
-    loss.clip_ratio = actor.clip_ratio;
-    loss.clip_ratio_low = actor.clip_ratio_low;
-    loss.clip_ratio_high = actor.clip_ratio_high;
-    loss.clip_ratio_c = actor.clip_ratio_c;
-    loss.tau_pos = actor.tau_pos;
-    loss.tau_neg = actor.tau_neg;
-    loss.policy_loss.loss_mode = actor.policy_loss.loss_mode;
-    loss.policy_loss.clip_cov_ratio = actor.policy_loss.clip_cov_ratio;
-    loss.policy_loss.clip_cov_lb = actor.policy_loss.clip_cov_lb;
-    loss.policy_loss.clip_cov_ub = actor.policy_loss.clip_cov_ub;
-    loss.policy_loss.kl_cov_ratio = actor.policy_loss.kl_cov_ratio;
-    loss.policy_loss.ppo_kl_coef = actor.policy_loss.ppo_kl_coef;
     VERL_CHECK_ARG(actor.policy_loss.loss_mode != "bypass_mode",
                    "actor_rollout_ref.actor.policy_loss.loss_mode: 'bypass_mode' needs rollout log-probs, which the "
                    "trainer does not keep yet; use one of vanilla, gspo, sapo, gpg, clip_cov, kl_cov, geo_mean, cispo");
-    out.policy_loss = algo::make_policy_loss(loss);
+    out.policy_loss = algo::make_policy_loss(policy_loss_config(config));
     out.loss_agg_mode = algo::parse_loss_agg_mode(actor.loss_agg_mode);
     out.entropy_coeff = actor.entropy_coeff;
     if (actor.use_kl_loss) out.kl_loss = algo::make_kl_estimator(actor.kl_loss_type);
     out.kl_loss_coef = actor.kl_loss_coef;
     out.use_kl_in_reward = al.use_kl_in_reward;
     out.kl_penalty = al.kl_penalty;
-    out.kl_ctrl = {.type = al.kl_ctrl.type, .kl_coef = al.kl_ctrl.kl_coef, .target_kl = al.kl_ctrl.target_kl,
-                   .horizon = al.kl_ctrl.horizon};
+    out.kl_ctrl = kl_control_config(config);
     if (out.use_kl_in_reward) {
       (void)algo::get_kl_controller(out.kl_ctrl);    // validates type and horizon now
       (void)algo::make_kl_estimator(out.kl_penalty);  // and the KL type

@@ -56,14 +56,26 @@ struct is_reward_kl<NoRewardKL> : std::true_type {};
 template <class E>
 struct is_reward_kl<RewardKL<E>> : std::true_type {};
 
-/// The estimator of type E with the config's knobs (the registry builds it by E's name).
+/// The estimator of type E with the config's knobs, built as the by-name path builds it; an
+/// estimator type of the user's without from_config gets its own defaults.
 template <class E>
 E estimator_from(const PPOConfig& config) {
-  const auto& al = config.algorithm;
-  const auto any = algo::make_advantage_estimator(
-      E::name, {.gamma = al.gamma, .lam = al.lam, .norm_adv_by_std_in_grpo = al.norm_adv_by_std_in_grpo});
-  if (const E* e = any.template get_if<E>()) return *e;
-  return E{};  // a variant the registry does not name (DrGRPO): its own defaults
+  if constexpr (requires { { E::from_config(advantage_config(config)) } -> std::convertible_to<E>; }) {
+    return E::from_config(advantage_config(config));
+  } else {
+    return E{};
+  }
+}
+
+/// The loss of type L with the config's knobs (actor.policy_loss.* included), built as the by-name
+/// path builds it; a loss type of the user's without from_config gets its own defaults.
+template <class L>
+L policy_loss_from(const algo::PolicyLossConfig& config) {
+  if constexpr (requires { { L::from_config(config) } -> std::convertible_to<L>; }) {
+    return L::from_config(config);
+  } else {
+    return L{};
+  }
 }
 
 }  // namespace detail
@@ -72,7 +84,7 @@ template <class Estimator, class Loss, class KLTerm = algo::NoKLLoss, class Mode
           class RewardKLTerm = NoRewardKL, RecipeExtras Extras = RecipeExtras{}>
 struct Recipe {
   VERL_STATIC_ASSERT(algo::AdvantageEstimator<Estimator>, THE_ESTIMATOR_TYPE_DOES_NOT_SATISFY_THE_ADVANTAGE_ESTIMATOR_CONCEPT);
-  VERL_STATIC_ASSERT(!Estimator::needs_old_log_probs, THE_TRAINER_DOES_NOT_COMPUTE_SUM_PI_SQUARED_FOR_THIS_ESTIMATOR);
+  VERL_STATIC_ASSERT(!algo::advantage_inputs_v<Estimator>.old_log_probs, THE_TRAINER_DOES_NOT_COMPUTE_SUM_PI_SQUARED_FOR_THIS_ESTIMATOR);
   VERL_STATIC_ASSERT(detail::is_reward_kl<RewardKLTerm>::value, THE_REWARD_KL_TERM_MUST_BE_NoRewardKL_OR_RewardKL_OF_A_KL_ESTIMATOR);
   // ActorObjective checks the policy loss, the KL term and the aggregation (and that the loss
   // does not override the aggregation).
@@ -80,7 +92,7 @@ struct Recipe {
 
   using estimator_type = Estimator;
   using loss_type = Loss;
-  static constexpr bool needs_critic = Estimator::needs_critic;
+  static constexpr bool needs_critic = algo::advantage_inputs_v<Estimator>.critic_values;
   static constexpr bool needs_reference = KLTerm::enabled || RewardKLTerm::enabled;
 
   /// The algorithm with this recipe's policies and the config's knobs.
@@ -88,18 +100,11 @@ struct Recipe {
     const auto& actor = config.actor_rollout_ref.actor;
     PPOAlgorithm out;
     out.estimator = detail::estimator_from<Estimator>(config);
-    algo::PolicyLossConfig loss;
-    loss.clip_ratio = actor.clip_ratio;
-    loss.clip_ratio_low = actor.clip_ratio_low;
-    loss.clip_ratio_high = Extras.clip_ratio_high > 0 && actor.clip_ratio_high == actor.clip_ratio
-                               ? Extras.clip_ratio_high
-                               : actor.clip_ratio_high;
-    loss.clip_ratio_c = actor.clip_ratio_c;
-    loss.tau_pos = actor.tau_pos;
-    loss.tau_neg = actor.tau_neg;
-    const algo::AnyPolicyLoss any = algo::make_policy_loss(Loss::name, loss);
-    const Loss* typed = any.template get_if<Loss>();
-    out.policy_loss = typed ? *typed : Loss{};
+    algo::PolicyLossConfig loss = policy_loss_config(config);
+    loss.policy_loss.loss_mode = std::string(Loss::name);
+    if (Extras.clip_ratio_high > 0 && actor.clip_ratio_high == actor.clip_ratio)
+      loss.clip_ratio_high = Extras.clip_ratio_high;  // DAPO's clip-higher unless clip_ratio_high is configured
+    out.policy_loss = detail::policy_loss_from<Loss>(loss);
     out.loss_agg_mode = Mode::mode;
     out.entropy_coeff = actor.entropy_coeff;
     if constexpr (KLTerm::enabled) out.kl_loss = decltype(KLTerm{}.estimator){};
@@ -107,8 +112,7 @@ struct Recipe {
     out.use_kl_in_reward = RewardKLTerm::enabled;
     if constexpr (RewardKLTerm::enabled) out.kl_penalty = std::string(RewardKLTerm::estimator::name);
     const auto& al = config.algorithm;
-    out.kl_ctrl = {.type = al.kl_ctrl.type, .kl_coef = al.kl_ctrl.kl_coef, .target_kl = al.kl_ctrl.target_kl,
-                   .horizon = al.kl_ctrl.horizon};
+    out.kl_ctrl = kl_control_config(config);
     if constexpr (Extras.dynamic_sampling) {
       out.filter_groups = GroupFilter{.metric = al.filter_groups.metric.value_or("acc"),
                                       .max_num_gen_batches = al.filter_groups.max_num_gen_batches};

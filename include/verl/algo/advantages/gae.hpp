@@ -17,20 +17,14 @@ namespace verl::algo {
 /// the whole batch, not multiplied by the mask (padding holds (0 - mean) / std, as in verl).
 struct GAE {
   static constexpr std::string_view name = "gae";
-  static constexpr bool needs_critic = true;
-  static constexpr bool needs_group_index = false;
-  static constexpr bool needs_reward_baseline = false;
-  static constexpr bool needs_old_log_probs = false;
+  static constexpr AdvantageInputs needs{.critic_values = true};
+  /// This estimator with verl's knobs from `config`.
+  static GAE from_config(const AdvantageConfig& config) { return {.gamma = config.gamma, .lam = config.lam}; }
 
   double gamma = 1.0;  ///< discount (algorithm.gamma)
   double lam = 1.0;    ///< GAE lambda (algorithm.lam)
 
-  AdvantageResult compute(const AdvantageBatch& batch) const {
-    AdvantageResult out;
-    compute_into(batch, out);
-    return out;
-  }
-
+  AdvantageResult compute(const AdvantageBatch& batch) const { return detail::compute_fresh(*this, batch); }
   /// As compute(), reusing the storage of `out` (the previous step's result) when it fits.
   void compute_into(const AdvantageBatch& batch, AdvantageResult& out) const {
     detail::validate_advantage_batch<GAE>(batch);

@@ -15,21 +15,15 @@ namespace verl::algo {
 /// over the whole batch; a group of one has mean 0. advantages = returns = a_i * m.
 struct GPG {
   static constexpr std::string_view name = "gpg";
-  static constexpr bool needs_critic = false;
-  static constexpr bool needs_group_index = true;
-  static constexpr bool needs_reward_baseline = false;
-  static constexpr bool needs_old_log_probs = false;
+  static constexpr AdvantageInputs needs{.group_index = true};
+  /// This estimator with verl's knobs from `config`.
+  static GPG from_config(const AdvantageConfig& config) { return {.epsilon = config.group_epsilon(), .f_norm = config.f_norm, .alpha = config.alpha}; }
 
   double epsilon = 1e-6;  ///< accepted for verl's signature; unused
   double f_norm = 1.0;    ///< divides the advantage
   double alpha = 1.0;     ///< ignored, as in verl: alpha is recomputed from the batch
 
-  AdvantageResult compute(const AdvantageBatch& batch) const {
-    AdvantageResult out;
-    compute_into(batch, out);
-    return out;
-  }
-
+  AdvantageResult compute(const AdvantageBatch& batch) const { return detail::compute_fresh(*this, batch); }
   /// As compute(), reusing the storage of `out` (the previous step's result) when it fits.
   void compute_into(const AdvantageBatch& batch, AdvantageResult& out) const {
     detail::validate_advantage_batch<GPG>(batch);

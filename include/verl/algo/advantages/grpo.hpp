@@ -16,20 +16,14 @@ namespace verl::algo {
 /// advantages = returns = a_i * response_mask.
 struct GRPO {
   static constexpr std::string_view name = "grpo";
-  static constexpr bool needs_critic = false;
-  static constexpr bool needs_group_index = true;
-  static constexpr bool needs_reward_baseline = false;
-  static constexpr bool needs_old_log_probs = false;
+  static constexpr AdvantageInputs needs{.group_index = true};
+  /// This estimator with verl's knobs from `config`.
+  static GRPO from_config(const AdvantageConfig& config) { return {.epsilon = config.group_epsilon(), .norm_adv_by_std_in_grpo = config.norm_adv_by_std_in_grpo}; }
 
   double epsilon = 1e-6;                ///< added to the std (a Python float: rounded to float32 on use)
   bool norm_adv_by_std_in_grpo = true;  ///< false: Dr.GRPO, a_i = s_i - mean_g
 
-  AdvantageResult compute(const AdvantageBatch& batch) const {
-    AdvantageResult out;
-    compute_into(batch, out);
-    return out;
-  }
-
+  AdvantageResult compute(const AdvantageBatch& batch) const { return detail::compute_fresh(*this, batch); }
   /// As compute(), reusing the storage of `out` (the previous step's result) when it fits.
   void compute_into(const AdvantageBatch& batch, AdvantageResult& out) const {
     detail::validate_advantage_batch<GRPO>(batch);
@@ -51,19 +45,13 @@ struct GRPO {
 /// norm_adv_by_std_in_grpo=False, so it carries the same registry name.
 struct DrGRPO {
   static constexpr std::string_view name = "grpo";
-  static constexpr bool needs_critic = false;
-  static constexpr bool needs_group_index = true;
-  static constexpr bool needs_reward_baseline = false;
-  static constexpr bool needs_old_log_probs = false;
+  static constexpr AdvantageInputs needs{.group_index = true};
+  /// This estimator with verl's knobs from `config`.
+  static DrGRPO from_config(const AdvantageConfig& config) { return {.epsilon = config.group_epsilon()}; }
 
   double epsilon = 1e-6;  ///< unused without the std normalisation; kept for a uniform config
 
-  AdvantageResult compute(const AdvantageBatch& batch) const {
-    AdvantageResult out;
-    compute_into(batch, out);
-    return out;
-  }
-
+  AdvantageResult compute(const AdvantageBatch& batch) const { return detail::compute_fresh(*this, batch); }
   /// As compute(), reusing the storage of `out` (the previous step's result) when it fits.
   void compute_into(const AdvantageBatch& batch, AdvantageResult& out) const {
     GRPO{.epsilon = epsilon, .norm_adv_by_std_in_grpo = false}.compute_into(batch, out);

@@ -19,21 +19,15 @@ namespace verl::algo {
 /// a_i * m. Every group needs at least two responses (verl raises ValueError otherwise).
 struct GRPOPassK {
   static constexpr std::string_view name = "grpo_passk";
-  static constexpr bool needs_critic = false;
-  static constexpr bool needs_group_index = true;
-  static constexpr bool needs_reward_baseline = false;
-  static constexpr bool needs_old_log_probs = false;
+  static constexpr AdvantageInputs needs{.group_index = true};
+  /// This estimator with verl's knobs from `config`.
+  static GRPOPassK from_config(const AdvantageConfig& config) { return {.epsilon = config.group_epsilon(), .norm_adv_by_std_in_grpo = config.norm_adv_by_std_in_grpo}; }
 
   double epsilon = 1e-6;
   /// verl reads this from config.norm_adv_by_std_in_grpo (its keyword argument is ignored).
   bool norm_adv_by_std_in_grpo = true;
 
-  AdvantageResult compute(const AdvantageBatch& batch) const {
-    AdvantageResult out;
-    compute_into(batch, out);
-    return out;
-  }
-
+  AdvantageResult compute(const AdvantageBatch& batch) const { return detail::compute_fresh(*this, batch); }
   /// As compute(), reusing the storage of `out` (the previous step's result) when it fits.
   void compute_into(const AdvantageBatch& batch, AdvantageResult& out) const {
     detail::validate_advantage_batch<GRPOPassK>(batch);

@@ -16,20 +16,14 @@ namespace verl::algo {
 /// group sums in batch order; a group of one has mean 0 and std 1. advantages = returns = a_i * m.
 struct GRPOVectorized {
   static constexpr std::string_view name = "grpo_vectorized";
-  static constexpr bool needs_critic = false;
-  static constexpr bool needs_group_index = true;
-  static constexpr bool needs_reward_baseline = false;
-  static constexpr bool needs_old_log_probs = false;
+  static constexpr AdvantageInputs needs{.group_index = true};
+  /// This estimator with verl's knobs from `config`.
+  static GRPOVectorized from_config(const AdvantageConfig& config) { return {.epsilon = config.group_epsilon(), .norm_adv_by_std_in_grpo = config.norm_adv_by_std_in_grpo}; }
 
   double epsilon = 1e-6;  ///< variance floor and std offset
   bool norm_adv_by_std_in_grpo = true;
 
-  AdvantageResult compute(const AdvantageBatch& batch) const {
-    AdvantageResult out;
-    compute_into(batch, out);
-    return out;
-  }
-
+  AdvantageResult compute(const AdvantageBatch& batch) const { return detail::compute_fresh(*this, batch); }
   /// As compute(), reusing the storage of `out` (the previous step's result) when it fits.
   void compute_into(const AdvantageBatch& batch, AdvantageResult& out) const {
     detail::validate_advantage_batch<GRPOVectorized>(batch);

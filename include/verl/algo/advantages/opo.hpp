@@ -17,19 +17,13 @@ namespace verl::algo {
 /// like verl we return NaN for its rows (NaN * 0 stays NaN). advantages = returns = a_i * m.
 struct OPO {
   static constexpr std::string_view name = "opo";
-  static constexpr bool needs_critic = false;
-  static constexpr bool needs_group_index = true;
-  static constexpr bool needs_reward_baseline = false;
-  static constexpr bool needs_old_log_probs = false;
+  static constexpr AdvantageInputs needs{.group_index = true};
+  /// This estimator with verl's knobs from `config`.
+  static OPO from_config(const AdvantageConfig& config) { return {.epsilon = config.group_epsilon()}; }
 
   double epsilon = 1e-6;  ///< accepted for verl's signature; unused
 
-  AdvantageResult compute(const AdvantageBatch& batch) const {
-    AdvantageResult out;
-    compute_into(batch, out);
-    return out;
-  }
-
+  AdvantageResult compute(const AdvantageBatch& batch) const { return detail::compute_fresh(*this, batch); }
   /// As compute(), reusing the storage of `out` (the previous step's result) when it fits.
   void compute_into(const AdvantageBatch& batch, AdvantageResult& out) const {
     detail::validate_advantage_batch<OPO>(batch);

@@ -77,20 +77,14 @@ inline std::pair<Index, Index> unique_longest_tail(std::span<const Index> rows, 
 /// a group of one has b = 0. advantages = (G - b) * m, returns = G.
 struct OptimalTokenBaseline {
   static constexpr std::string_view name = "optimal_token_baseline";
-  static constexpr bool needs_critic = false;
-  static constexpr bool needs_group_index = true;
-  static constexpr bool needs_reward_baseline = false;
-  static constexpr bool needs_old_log_probs = true;
+  static constexpr AdvantageInputs needs{.group_index = true, .old_log_probs = true};
+  /// This estimator with verl's knobs from `config`.
+  static OptimalTokenBaseline from_config(const AdvantageConfig& config) { return {.handle_zero_tail = config.handle_zero_tail.value_or(false), .epsilon = config.otb_epsilon()}; }
 
   bool handle_zero_tail = false;  ///< no baseline on the tail of a group's unique longest response
   double epsilon = 1e-8;          ///< added to the denominator
 
-  AdvantageResult compute(const AdvantageBatch& batch) const {
-    AdvantageResult out;
-    compute_into(batch, out);
-    return out;
-  }
-
+  AdvantageResult compute(const AdvantageBatch& batch) const { return detail::compute_fresh(*this, batch); }
   /// As compute(), reusing the storage of `out` (the previous step's result) when it fits.
   void compute_into(const AdvantageBatch& batch, AdvantageResult& out) const {
     detail::validate_advantage_batch<OptimalTokenBaseline>(batch);
@@ -144,20 +138,14 @@ struct OptimalTokenBaseline {
 /// rows are left out of their group. Otherwise as OptimalTokenBaseline. returns = G (uncompacted).
 struct MultiTurnOptimalTokenBaseline {
   static constexpr std::string_view name = "tir_optimal_token_baseline";
-  static constexpr bool needs_critic = false;
-  static constexpr bool needs_group_index = true;
-  static constexpr bool needs_reward_baseline = false;
-  static constexpr bool needs_old_log_probs = true;
+  static constexpr AdvantageInputs needs{.group_index = true, .old_log_probs = true};
+  /// This estimator with verl's knobs from `config`.
+  static MultiTurnOptimalTokenBaseline from_config(const AdvantageConfig& config) { return {.handle_zero_tail = config.handle_zero_tail.value_or(true), .epsilon = config.otb_epsilon()}; }
 
   bool handle_zero_tail = true;  ///< verl's default here is True
   double epsilon = 1e-8;
 
-  AdvantageResult compute(const AdvantageBatch& batch) const {
-    AdvantageResult out;
-    compute_into(batch, out);
-    return out;
-  }
-
+  AdvantageResult compute(const AdvantageBatch& batch) const { return detail::compute_fresh(*this, batch); }
   /// As compute(), reusing the storage of `out` (the previous step's result) when it fits.
   void compute_into(const AdvantageBatch& batch, AdvantageResult& out) const {
     detail::validate_advantage_batch<MultiTurnOptimalTokenBaseline>(batch);

@@ -22,32 +22,23 @@
 #include "verl/algo/advantages/remax.hpp"
 #include "verl/algo/advantages/rloo.hpp"
 #include "verl/core/error.hpp"
+#include "verl/core/type_list.hpp"
 
 namespace verl::algo {
 
-/// verl's knobs of the advantage estimators, named like its config keys and keyword arguments.
-/// An unset optional takes the estimator's own default, as verl's function signatures do.
-struct AdvantageConfig {
-  double gamma = 1.0;                     ///< algorithm.gamma (gae, reinforce_plus_plus)
-  double lam = 1.0;                       ///< algorithm.lam (gae)
-  bool norm_adv_by_std_in_grpo = true;    ///< algorithm.norm_adv_by_std_in_grpo (grpo*, false = Dr.GRPO)
-  std::optional<double> epsilon{};        ///< 1e-6 for the group estimators, 1e-8 for the OTB ones
-  double f_norm = 1.0;                    ///< gpg
-  double alpha = 1.0;                     ///< gpg (ignored by verl: recomputed from the batch)
-  std::optional<bool> handle_zero_tail{}; ///< OTB: false for optimal_token_baseline, true for tir_*
-};
+/// Every estimator verl registers by name (ADV_ESTIMATOR_REGISTRY), in its AdvantageEstimator enum
+/// order: the one list of the family. The variant, the names and make_advantage_estimator derive
+/// from it; a new estimator is its header, one entry here, and its test.
+using AdvantageEstimators =
+    TypeList<GAE, GRPO, ReinforcePlusPlus, ReinforcePlusPlusBaseline, ReMax, RLOO, OPO, GRPOPassK, GPG,
+             RLOOVectorized, GRPOVectorized, OptimalTokenBaseline, MultiTurnOptimalTokenBaseline>;
 
-/// Every estimator type, in verl's AdvantageEstimator enum order (DrGRPO, the "grpo" variant, last).
-using AdvantageEstimatorVariant =
-    std::variant<GAE, GRPO, ReinforcePlusPlus, ReinforcePlusPlusBaseline, ReMax, RLOO, OPO, GRPOPassK, GPG,
-                 RLOOVectorized, GRPOVectorized, OptimalTokenBaseline, MultiTurnOptimalTokenBaseline, DrGRPO>;
+/// Every estimator type: the registered ones, then Dr.GRPO (verl's "grpo" with
+/// norm_adv_by_std_in_grpo=False, so it has no name of its own).
+using AdvantageEstimatorVariant = variant_of_t<append_t<AdvantageEstimators, DrGRPO>>;
 
 /// verl's registry names, in its enum order.
-inline constexpr std::array<std::string_view, 13> advantage_estimator_name_list{
-    GAE::name,        GRPO::name,           ReinforcePlusPlus::name, ReinforcePlusPlusBaseline::name,
-    ReMax::name,      RLOO::name,           OPO::name,               GRPOPassK::name,
-    GPG::name,        RLOOVectorized::name, GRPOVectorized::name,    OptimalTokenBaseline::name,
-    MultiTurnOptimalTokenBaseline::name};
+inline constexpr auto advantage_estimator_name_list = names_of(AdvantageEstimators{});
 
 inline std::span<const std::string_view> advantage_estimator_names() { return advantage_estimator_name_list; }
 
@@ -61,14 +52,14 @@ class AnyAdvantageEstimator {
   std::string_view name() const {
     return std::visit([](const auto& e) { return std::string_view(std::decay_t<decltype(e)>::name); }, estimator_);
   }
-  bool needs_critic() const { return trait([](auto tag) { return decltype(tag)::type::needs_critic; }); }
-  bool needs_group_index() const { return trait([](auto tag) { return decltype(tag)::type::needs_group_index; }); }
-  bool needs_reward_baseline() const {
-    return trait([](auto tag) { return decltype(tag)::type::needs_reward_baseline; });
+  /// The inputs the held estimator needs beyond the rewards and the mask.
+  AdvantageInputs needs() const {
+    return std::visit([](const auto& e) { return advantage_inputs_v<std::decay_t<decltype(e)>>; }, estimator_);
   }
-  bool needs_old_log_probs() const {
-    return trait([](auto tag) { return decltype(tag)::type::needs_old_log_probs; });
-  }
+  bool needs_critic() const { return needs().critic_values; }
+  bool needs_group_index() const { return needs().group_index; }
+  bool needs_reward_baseline() const { return needs().reward_baselines; }
+  bool needs_old_log_probs() const { return needs().old_log_probs; }
 
   AdvantageResult compute(const AdvantageBatch& batch) const {
     return std::visit([&](const auto& e) { return e.compute(batch); }, estimator_);
@@ -86,51 +77,19 @@ class AnyAdvantageEstimator {
   const AdvantageEstimatorVariant& variant() const { return estimator_; }
 
  private:
-  template <class Trait>
-  bool trait(Trait t) const {
-    return std::visit([&](const auto& e) { return t(std::type_identity<std::decay_t<decltype(e)>>{}); }, estimator_);
-  }
-
   AdvantageEstimatorVariant estimator_;
 };
-
-namespace detail {
-inline std::string joined_advantage_estimator_names() {
-  std::string names;
-  for (const auto name : advantage_estimator_names()) {
-    if (!names.empty()) names += ", ";
-    names += name;
-  }
-  return names;
-}
-}  // namespace detail
 
 /// verl's get_adv_estimator_fn(name) with the knobs bound: throws verl::InvalidArgument naming
 /// `adv_estimator` and listing the valid names for an unknown name.
 inline AnyAdvantageEstimator make_advantage_estimator(std::string_view name, const AdvantageConfig& config = {}) {
-  const double group_eps = config.epsilon.value_or(1e-6);
-  const double otb_eps = config.epsilon.value_or(1e-8);
-  if (name == GAE::name) return GAE{.gamma = config.gamma, .lam = config.lam};
-  if (name == GRPO::name)
-    return GRPO{.epsilon = group_eps, .norm_adv_by_std_in_grpo = config.norm_adv_by_std_in_grpo};
-  if (name == ReinforcePlusPlus::name) return ReinforcePlusPlus{.gamma = config.gamma};
-  if (name == ReinforcePlusPlusBaseline::name) return ReinforcePlusPlusBaseline{.epsilon = group_eps};
-  if (name == ReMax::name) return ReMax{};
-  if (name == RLOO::name) return RLOO{.epsilon = group_eps};
-  if (name == OPO::name) return OPO{.epsilon = group_eps};
-  if (name == GRPOPassK::name)
-    return GRPOPassK{.epsilon = group_eps, .norm_adv_by_std_in_grpo = config.norm_adv_by_std_in_grpo};
-  if (name == GPG::name) return GPG{.epsilon = group_eps, .f_norm = config.f_norm, .alpha = config.alpha};
-  if (name == RLOOVectorized::name) return RLOOVectorized{.epsilon = group_eps};
-  if (name == GRPOVectorized::name)
-    return GRPOVectorized{.epsilon = group_eps, .norm_adv_by_std_in_grpo = config.norm_adv_by_std_in_grpo};
-  if (name == OptimalTokenBaseline::name)
-    return OptimalTokenBaseline{.handle_zero_tail = config.handle_zero_tail.value_or(false), .epsilon = otb_eps};
-  if (name == MultiTurnOptimalTokenBaseline::name)
-    return MultiTurnOptimalTokenBaseline{.handle_zero_tail = config.handle_zero_tail.value_or(true),
-                                         .epsilon = otb_eps};
-  verl::detail::throw_invalid_argument("adv_estimator: expected one of {}, got '{}'",
-                                       detail::joined_advantage_estimator_names(), name);
+  std::optional<AnyAdvantageEstimator> made;
+  visit_by_name(AdvantageEstimators{}, name,
+                [&](auto type) { made.emplace(decltype(type)::type::from_config(config)); });
+  if (!made)
+    verl::detail::throw_invalid_argument("adv_estimator: expected one of {}, got '{}'",
+                                         joined_names_of<AdvantageEstimators>(), name);
+  return *std::move(made);
 }
 
 }  // namespace verl::algo

@@ -16,19 +16,13 @@ namespace verl::algo {
 /// token; advantages = masked_whiten(returns, m) * m over the whole batch.
 struct ReinforcePlusPlus {
   static constexpr std::string_view name = "reinforce_plus_plus";
-  static constexpr bool needs_critic = false;
-  static constexpr bool needs_group_index = false;
-  static constexpr bool needs_reward_baseline = false;
-  static constexpr bool needs_old_log_probs = false;
+  static constexpr AdvantageInputs needs{};
+  /// This estimator with verl's knobs from `config`.
+  static ReinforcePlusPlus from_config(const AdvantageConfig& config) { return {.gamma = config.gamma}; }
 
   double gamma = 1.0;  ///< discount (verl reads config.gamma)
 
-  AdvantageResult compute(const AdvantageBatch& batch) const {
-    AdvantageResult out;
-    compute_into(batch, out);
-    return out;
-  }
-
+  AdvantageResult compute(const AdvantageBatch& batch) const { return detail::compute_fresh(*this, batch); }
   /// As compute(), reusing the storage of `out` (the previous step's result) when it fits.
   void compute_into(const AdvantageBatch& batch, AdvantageResult& out) const {
     detail::validate_advantage_batch<ReinforcePlusPlus>(batch);
@@ -78,19 +72,13 @@ struct ReinforcePlusPlus {
 /// masked_whiten(., m) * m over the whole batch. advantages = returns.
 struct ReinforcePlusPlusBaseline {
   static constexpr std::string_view name = "reinforce_plus_plus_baseline";
-  static constexpr bool needs_critic = false;
-  static constexpr bool needs_group_index = true;
-  static constexpr bool needs_reward_baseline = false;
-  static constexpr bool needs_old_log_probs = false;
+  static constexpr AdvantageInputs needs{.group_index = true};
+  /// This estimator with verl's knobs from `config`.
+  static ReinforcePlusPlusBaseline from_config(const AdvantageConfig& config) { return {.epsilon = config.group_epsilon()}; }
 
   double epsilon = 1e-6;  ///< accepted for verl's signature; unused
 
-  AdvantageResult compute(const AdvantageBatch& batch) const {
-    AdvantageResult out;
-    compute_into(batch, out);
-    return out;
-  }
-
+  AdvantageResult compute(const AdvantageBatch& batch) const { return detail::compute_fresh(*this, batch); }
   /// As compute(), reusing the storage of `out` (the previous step's result) when it fits.
   void compute_into(const AdvantageBatch& batch, AdvantageResult& out) const {
     detail::validate_advantage_batch<ReinforcePlusPlusBaseline>(batch);

@@ -12,17 +12,11 @@ namespace verl::algo {
 /// returns_t = sum_{s >= t} r_s * m_s (reward-to-go), advantages = returns - baseline_i * m.
 struct ReMax {
   static constexpr std::string_view name = "remax";
-  static constexpr bool needs_critic = false;
-  static constexpr bool needs_group_index = false;
-  static constexpr bool needs_reward_baseline = true;
-  static constexpr bool needs_old_log_probs = false;
+  static constexpr AdvantageInputs needs{.reward_baselines = true};
+  /// This estimator with verl's knobs from `config`.
+  static ReMax from_config(const AdvantageConfig&) { return {}; }
 
-  AdvantageResult compute(const AdvantageBatch& batch) const {
-    AdvantageResult out;
-    compute_into(batch, out);
-    return out;
-  }
-
+  AdvantageResult compute(const AdvantageBatch& batch) const { return detail::compute_fresh(*this, batch); }
   /// As compute(), reusing the storage of `out` (the previous step's result) when it fits.
   void compute_into(const AdvantageBatch& batch, AdvantageResult& out) const {
     detail::validate_advantage_batch<ReMax>(batch);

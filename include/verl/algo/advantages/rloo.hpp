@@ -18,19 +18,13 @@ namespace verl::algo {
 /// other n-1 scores; a group of one keeps a_i = s_i. advantages = returns = a_i * m.
 struct RLOO {
   static constexpr std::string_view name = "rloo";
-  static constexpr bool needs_critic = false;
-  static constexpr bool needs_group_index = true;
-  static constexpr bool needs_reward_baseline = false;
-  static constexpr bool needs_old_log_probs = false;
+  static constexpr AdvantageInputs needs{.group_index = true};
+  /// This estimator with verl's knobs from `config`.
+  static RLOO from_config(const AdvantageConfig& config) { return {.epsilon = config.group_epsilon()}; }
 
   double epsilon = 1e-6;  ///< accepted for verl's signature; unused
 
-  AdvantageResult compute(const AdvantageBatch& batch) const {
-    AdvantageResult out;
-    compute_into(batch, out);
-    return out;
-  }
-
+  AdvantageResult compute(const AdvantageBatch& batch) const { return detail::compute_fresh(*this, batch); }
   /// As compute(), reusing the storage of `out` (the previous step's result) when it fits.
   void compute_into(const AdvantageBatch& batch, AdvantageResult& out) const {
     detail::validate_advantage_batch<RLOO>(batch);
@@ -57,19 +51,13 @@ struct RLOO {
 /// bincount); a group of one gets 0. advantages = returns = a_i * m.
 struct RLOOVectorized {
   static constexpr std::string_view name = "rloo_vectorized";
-  static constexpr bool needs_critic = false;
-  static constexpr bool needs_group_index = true;
-  static constexpr bool needs_reward_baseline = false;
-  static constexpr bool needs_old_log_probs = false;
+  static constexpr AdvantageInputs needs{.group_index = true};
+  /// This estimator with verl's knobs from `config`.
+  static RLOOVectorized from_config(const AdvantageConfig& config) { return {.epsilon = config.group_epsilon()}; }
 
   double epsilon = 1e-6;  ///< accepted for verl's signature; unused
 
-  AdvantageResult compute(const AdvantageBatch& batch) const {
-    AdvantageResult out;
-    compute_into(batch, out);
-    return out;
-  }
-
+  AdvantageResult compute(const AdvantageBatch& batch) const { return detail::compute_fresh(*this, batch); }
   /// As compute(), reusing the storage of `out` (the previous step's result) when it fits.
   void compute_into(const AdvantageBatch& batch, AdvantageResult& out) const {
     detail::validate_advantage_batch<RLOOVectorized>(batch);

@@ -8,6 +8,10 @@
 
 namespace verl::algo {
 
+/// The element-wise formula of a KL type (verl's aliases share one: k1 is kl, k2 is mse, k3 is
+/// low_var_kl). The CUDA kernels take it as their parameter.
+enum class KLFormula { kl, abs, mse, low_var_kl };
+
 /// A KL estimator is a small value type with verl's registry name and two element-wise functions,
 /// evaluated in the precision of their arguments (float reproduces verl's float32 numerics):
 ///   value(logprob, ref_logprob)                 the estimate k(lp, ref);

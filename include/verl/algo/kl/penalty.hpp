@@ -31,6 +31,7 @@ namespace verl::algo {
 /// k1: the log-ratio itself; unbiased for KL but with high variance (and possibly negative).
 struct KL {
   static constexpr std::string_view name = "kl";
+  static constexpr KLFormula formula = KLFormula::kl;
   template <std::floating_point T>
   T value(T logprob, T ref_logprob) const {
     return logprob - ref_logprob;
@@ -48,6 +49,7 @@ struct K1 : KL {
 /// |lp - ref|; torch's |x|' is 0 at 0.
 struct Abs {
   static constexpr std::string_view name = "abs";
+  static constexpr KLFormula formula = KLFormula::abs;
   template <std::floating_point T>
   T value(T logprob, T ref_logprob) const {
     return std::abs(logprob - ref_logprob);
@@ -63,6 +65,7 @@ struct Abs {
 /// k2: 0.5 (lp - ref)^2, low variance and biased; its gradient is the one of the true KL.
 struct MSE {
   static constexpr std::string_view name = "mse";
+  static constexpr KLFormula formula = KLFormula::mse;
   template <std::floating_point T>
   T value(T logprob, T ref_logprob) const {
     const T diff = logprob - ref_logprob;
@@ -83,6 +86,7 @@ struct K2 : MSE {
 /// numerical guards: the log-ratio is clamped before exp, the estimate after.
 struct LowVarKL {
   static constexpr std::string_view name = "low_var_kl";
+  static constexpr KLFormula formula = KLFormula::low_var_kl;
   double log_ratio_bound = 20;  ///< x = clamp(ref - lp, -bound, bound)
   double kl_bound = 10;         ///< result = clamp(k, -bound, bound)
 

@@ -9,39 +9,24 @@
 
 #include "verl/algo/kl/penalty.hpp"
 #include "verl/core/error.hpp"
+#include "verl/core/type_list.hpp"
 
 namespace verl::algo {
 
-/// One of verl's KL types, chosen at run time. Visit it once per batch, never per element.
-using AnyKLEstimator = std::variant<KL, K1, Abs, MSE, K2, LowVarKL, K3>;
+/// verl's KL types (kl_penalty's names), in its order: the one list of the family. The variant,
+/// the names and make_kl_estimator derive from it.
+using KLEstimators = TypeList<KL, K1, Abs, MSE, K2, LowVarKL, K3>;
 
-/// The names verl's kl_penalty accepts at the pinned commit.
-inline constexpr std::array<std::string_view, std::variant_size_v<AnyKLEstimator>> kl_penalty_names = {
-    KL::name, K1::name, Abs::name, MSE::name, K2::name, LowVarKL::name, K3::name};
+/// One of verl's KL types, chosen at run time. Visit it once per batch, never per element.
+using AnyKLEstimator = variant_of_t<KLEstimators>;
+
+/// The names verl's kl_penalty accepts.
+inline constexpr auto kl_penalty_names = names_of(KLEstimators{});
 
 namespace detail {
 
-template <std::size_t I = 0>
-bool make_kl_estimator_at(std::string_view name, AnyKLEstimator& out) {
-  if constexpr (I < std::variant_size_v<AnyKLEstimator>) {
-    using E = std::variant_alternative_t<I, AnyKLEstimator>;
-    if (E::name == name) {
-      out.template emplace<I>();
-      return true;
-    }
-    return make_kl_estimator_at<I + 1>(name, out);
-  } else {
-    return false;
-  }
-}
-
-inline std::string joined_kl_penalty_names() {
-  std::string names;
-  for (auto n : kl_penalty_names) {
-    if (!names.empty()) names += ", ";
-    names += n;
-  }
-  return names;
+inline bool make_kl_estimator_named(std::string_view name, AnyKLEstimator& out) {
+  return visit_by_name(KLEstimators{}, name, [&](auto type) { out.template emplace<typename decltype(type)::type>(); });
 }
 
 }  // namespace detail
@@ -52,10 +37,10 @@ inline std::string joined_kl_penalty_names() {
 /// does; any other name throws verl::InvalidArgument listing the valid names.
 inline AnyKLEstimator make_kl_estimator(std::string_view kl_penalty) {
   AnyKLEstimator estimator;
-  if (detail::make_kl_estimator_at(kl_penalty, estimator)) return estimator;
+  if (detail::make_kl_estimator_named(kl_penalty, estimator)) return estimator;
   if (kl_penalty.ends_with('+')) {
     AnyKLEstimator stem;
-    if (detail::make_kl_estimator_at(kl_penalty.substr(0, kl_penalty.size() - 1), stem))
+    if (detail::make_kl_estimator_named(kl_penalty.substr(0, kl_penalty.size() - 1), stem))
       verl::detail::throw_not_implemented(
           "kl_penalty: '{}' (the straight-through k2 gradient) is not implemented by verl at this version: "
           "kl_penalty_forward does not strip the '+'",
@@ -64,7 +49,7 @@ inline AnyKLEstimator make_kl_estimator(std::string_view kl_penalty) {
   if (kl_penalty == "full")
     verl::detail::throw_not_implemented(
         "kl_penalty: 'full' (KL over the whole vocabulary) is not implemented by verl");
-  verl::detail::throw_invalid_argument("kl_penalty: expected one of {}, got '{}'", detail::joined_kl_penalty_names(),
+  verl::detail::throw_invalid_argument("kl_penalty: expected one of {}, got '{}'", joined_names_of<KLEstimators>(),
                                        kl_penalty);
 }
 

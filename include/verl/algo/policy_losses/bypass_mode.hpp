@@ -6,6 +6,7 @@
 #include <string_view>
 #include <utility>
 
+#include "verl/algo/policy_losses/config.hpp"
 #include "verl/algo/policy_losses/policy_loss.hpp"
 #include "verl/algo/policy_losses/reinforce.hpp"
 #include "verl/algo/policy_losses/vanilla.hpp"
@@ -35,6 +36,16 @@ inline BypassLossType parse_bypass_loss_type(std::string_view name) {
 struct BypassMode {
   static constexpr std::string_view name = "bypass_mode";
   static constexpr AggregationRule aggregation = AggregationRule::follows_config();
+  /// This loss with verl's knobs from `config`: policy_loss.rollout_correction is required.
+  static BypassMode from_config(const PolicyLossConfig& config) {
+    VERL_CHECK_ARG(config.policy_loss.rollout_correction.has_value(),
+                   "policy_loss.rollout_correction: expected a rollout_correction config for loss_mode 'bypass_mode', "
+                   "got none");
+    const RolloutCorrectionConfig& correction = *config.policy_loss.rollout_correction;
+    return {.loss_type = parse_bypass_loss_type(correction.loss_type),
+            .ppo_clip = VanillaPPO::from_config(config),
+            .rollout_correction = make_rollout_correction(correction)};
+  }
 
   BypassLossType loss_type = BypassLossType::ppo_clip;
   VanillaPPO ppo_clip{};  ///< clip knobs for loss_type ppo_clip

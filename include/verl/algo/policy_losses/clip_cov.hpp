@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "verl/algo/policy_losses/config.hpp"
 #include "verl/algo/policy_losses/policy_loss.hpp"
 #include "verl/algo/policy_losses/common.hpp"
 
@@ -73,6 +74,16 @@ inline void clip_cov_row(const float* __restrict log_prob, const float* __restri
 struct ClipCov {
   static constexpr std::string_view name = "clip_cov";
   static constexpr AggregationRule aggregation = AggregationRule::follows_config();
+  /// This loss with verl's knobs from `config` (a null policy_loss.* value takes verl's default).
+  static ClipCov from_config(const PolicyLossConfig& config) {
+    const PolicyLossOptions& options = config.policy_loss;
+    return {.clip_ratio_low = config.resolved_clip_ratio_low(),
+            .clip_ratio_high = config.resolved_clip_ratio_high(),
+            .clip_cov_ratio = options.clip_cov_ratio.value_or(0.0002),
+            .clip_cov_lb = options.clip_cov_lb.value_or(1.0),
+            .clip_cov_ub = options.clip_cov_ub.value_or(5.0),
+            .seed = config.clip_cov_seed};
+  }
 
   double clip_ratio_low = 0.2;
   double clip_ratio_high = 0.2;

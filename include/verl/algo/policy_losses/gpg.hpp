@@ -3,6 +3,7 @@
 
 #include <string_view>
 
+#include "verl/algo/policy_losses/config.hpp"
 #include "verl/algo/policy_losses/policy_loss.hpp"
 #include "verl/algo/policy_losses/common.hpp"
 
@@ -30,6 +31,8 @@ inline void policy_gradient_row(const float* __restrict log_prob, const float* _
 struct GPGLoss {
   static constexpr std::string_view name = "gpg";
   static constexpr AggregationRule aggregation = AggregationRule::follows_config();
+  /// This loss (it has no knobs).
+  static GPGLoss from_config(const PolicyLossConfig&) { return {}; }
 
   PolicyLossResult compute(const PolicyLossBatch& batch, const AggregationContext& context) const {
     using namespace detail;

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string_view>
 
+#include "verl/algo/policy_losses/config.hpp"
 #include "verl/algo/policy_losses/policy_loss.hpp"
 #include "verl/algo/policy_losses/common.hpp"
 
@@ -51,6 +52,8 @@ inline void masked_log_ratio_terms(const float* __restrict log_prob, const float
 struct GSPO {
   static constexpr std::string_view name = "gspo";
   static constexpr AggregationRule aggregation = AggregationRule::forces(LossAggMode::seq_mean_token_mean);
+  /// This loss with verl's knobs from `config`.
+  static GSPO from_config(const PolicyLossConfig& config) { return {.clip_ratio_low = config.resolved_clip_ratio_low(), .clip_ratio_high = config.resolved_clip_ratio_high()}; }
   static constexpr float kMaxLogRatio = 10.0f;
 
   double clip_ratio_low = 0.2;

@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "verl/algo/policy_losses/config.hpp"
 #include "verl/algo/policy_losses/policy_loss.hpp"
 #include "verl/algo/policy_losses/common.hpp"
 
@@ -77,6 +78,11 @@ inline void kl_cov_row(const float* __restrict log_prob, const float* __restrict
 struct KLCov {
   static constexpr std::string_view name = "kl_cov";
   static constexpr AggregationRule aggregation = AggregationRule::follows_config();
+  /// This loss with verl's knobs from `config` (a null policy_loss.* value takes verl's default).
+  static KLCov from_config(const PolicyLossConfig& config) {
+    return {.kl_cov_ratio = config.policy_loss.kl_cov_ratio.value_or(0.0002),
+            .ppo_kl_coef = config.policy_loss.ppo_kl_coef.value_or(1.0)};
+  }
 
   double kl_cov_ratio = 0.0002;
   double ppo_kl_coef = 1.0;

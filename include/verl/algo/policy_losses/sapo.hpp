@@ -6,6 +6,7 @@
 #include <cmath>
 #include <string_view>
 
+#include "verl/algo/policy_losses/config.hpp"
 #include "verl/algo/policy_losses/policy_loss.hpp"
 #include "verl/algo/policy_losses/common.hpp"
 
@@ -54,6 +55,8 @@ inline void sapo_row(const float* __restrict log_prob, const float* __restrict o
 struct SAPO {
   static constexpr std::string_view name = "sapo";
   static constexpr AggregationRule aggregation = AggregationRule::forces(LossAggMode::seq_mean_token_mean);
+  /// This loss with verl's knobs from `config`.
+  static SAPO from_config(const PolicyLossConfig& config) { return {.tau_pos = config.tau_pos, .tau_neg = config.tau_neg}; }
 
   double tau_pos = 1.0;
   double tau_neg = 1.05;

@@ -10,6 +10,7 @@
 #include "verl/algo/detail/parallel_rows.hpp"
 #include "verl/algo/detail/simd.hpp"
 
+#include "verl/algo/policy_losses/config.hpp"
 #include "verl/algo/policy_losses/policy_loss.hpp"
 #include "verl/algo/policy_losses/common.hpp"
 
@@ -295,6 +296,8 @@ inline DualClipPPOOutput dual_clip_ppo(const PolicyLossBatch& batch, const Aggre
 struct VanillaPPO {
   static constexpr std::string_view name = "vanilla";
   static constexpr AggregationRule aggregation = AggregationRule::follows_config();
+  /// This loss with verl's knobs from `config`.
+  static VanillaPPO from_config(const PolicyLossConfig& config) { return {.clip_ratio_low = config.resolved_clip_ratio_low(), .clip_ratio_high = config.resolved_clip_ratio_high(), .clip_ratio_c = config.clip_ratio_c}; }
 
   double clip_ratio_low = 0.2;
   double clip_ratio_high = 0.2;

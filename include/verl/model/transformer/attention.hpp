@@ -59,7 +59,7 @@ void attention_forward_head(ConstHeadRows<S> q, ConstHeadRows<S> k, ConstHeadRow
     const Index keys = end - first;
     scratch.resize(static_cast<std::size_t>(rows * keys));
     Eigen::Map<RowMatrix<S>> scores(scratch.data(), rows, keys);
-    cpu::gemm<S>(rows, keys, head_dim, rows_of(q.data + i0 * q.stride, q.stride),
+    cpu::gemm<S>(rows, keys, head_dim, cpu::rows_of(q.data + i0 * q.stride, q.stride),
             cpu::transpose_of(k.data + first * k.stride, k.stride), scores.data(), keys, false);
     for (Index r = 0; r < rows; ++r) {
       const Index row_end = key_offset + i0 + r + 1 - first;  // within the block's keys
@@ -67,13 +67,13 @@ void attention_forward_head(ConstHeadRows<S> q, ConstHeadRows<S> k, ConstHeadRow
       const Index visible = row_end - row_first;
       S* row = scores.data() + r * keys + row_first;
       const S shift = scale * scores.row(r).segment(row_first, visible).maxCoeff();
-      const auto sum = static_cast<S>(exp_shifted_row<S>(row, visible, scale, shift));
+      const auto sum = static_cast<S>(cpu::exp_shifted_row<S>(row, visible, scale, shift));
       scores.row(r).segment(row_first, visible) /= sum;
       scores.row(r).head(row_first).setZero();
       scores.row(r).tail(keys - row_end).setZero();
       if (lse != nullptr) lse[(i0 + r) * lse_stride] = shift + std::log(sum);
     }
-    cpu::gemm<S>(rows, head_dim, keys, rows_of(scores.data(), keys), rows_of(v.data + first * v.stride, v.stride),
+    cpu::gemm<S>(rows, head_dim, keys, cpu::rows_of(scores.data(), keys), cpu::rows_of(v.data + first * v.stride, v.stride),
             out.data + i0 * out.stride, out.stride, false);
   }
 }
@@ -95,8 +95,8 @@ void attention_backward_head(ConstHeadRows<S> q, ConstHeadRows<S> k, ConstHeadRo
     const ConstStridedMap<S> o_block(out.data + i0 * out.stride, rows, head_dim, Eigen::OuterStride<>(out.stride));
     const ConstStridedMap<S> do_block(d_out.data + i0 * d_out.stride, rows, head_dim,
                                       Eigen::OuterStride<>(d_out.stride));
-    const auto q_block = rows_of(q.data + i0 * q.stride, q.stride);
-    const auto do_rows = rows_of(d_out.data + i0 * d_out.stride, d_out.stride);
+    const auto q_block = cpu::rows_of(q.data + i0 * q.stride, q.stride);
+    const auto do_rows = cpu::rows_of(d_out.data + i0 * d_out.stride, d_out.stride);
     const S* k_first = k.data + first * k.stride;
     cpu::gemm<S>(rows, keys, head_dim, q_block, cpu::transpose_of(k_first, k.stride), probs.data(), keys, false);
     cpu::gemm<S>(rows, keys, head_dim, do_rows, cpu::transpose_of(v.data + first * v.stride, v.stride), d_scores.data(), keys,
@@ -105,7 +105,7 @@ void attention_backward_head(ConstHeadRows<S> q, ConstHeadRows<S> k, ConstHeadRo
       const Index row_end = i0 + r + 1 - first;
       const Index row_first = first_visible_key(i0 + r + 1, window) - first;
       const Index visible = row_end - row_first;
-      exp_shifted_row<S>(probs.data() + r * keys + row_first, visible, scale, lse[(i0 + r) * lse_stride]);
+      cpu::exp_shifted_row<S>(probs.data() + r * keys + row_first, visible, scale, lse[(i0 + r) * lse_stride]);
       const auto p = probs.row(r).segment(row_first, visible).array();
       probs.row(r).head(row_first).setZero();
       probs.row(r).tail(keys - row_end).setZero();
@@ -116,7 +116,7 @@ void attention_backward_head(ConstHeadRows<S> q, ConstHeadRows<S> k, ConstHeadRo
       d_scores.row(r).head(row_first).setZero();
       d_scores.row(r).tail(keys - row_end).setZero();
     }
-    cpu::gemm<S>(rows, head_dim, keys, rows_of(d_scores.data(), keys), rows_of(k_first, k.stride), dq.data + i0 * dq.stride,
+    cpu::gemm<S>(rows, head_dim, keys, cpu::rows_of(d_scores.data(), keys), cpu::rows_of(k_first, k.stride), dq.data + i0 * dq.stride,
             dq.stride, false);
     cpu::gemm<S>(keys, head_dim, rows, cpu::transpose_of(d_scores.data(), keys), q_block, dk.data + first * dk.stride, dk.stride,
             true);

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "verl/core/metrics.hpp"
+#include "verl/trainer/logging/logger_options.hpp"
 #include "verl/trainer/logging/metrics_logger.hpp"
 #include "verl/trainer/timer.hpp"
 
@@ -29,20 +30,6 @@
 #endif
 
 namespace verl::trainer {
-
-enum class ConsoleStyle {
-  automatic,  ///< terminal when the stream is stdout/stderr attached to a TTY, else plain
-  terminal,   ///< block-character bar, bold header
-  plain,      ///< ASCII only
-  verl_line,  ///< verl's LocalLogger: "step:N - key:value - ..." on one line
-};
-
-struct ConsoleLoggerOptions {
-  std::optional<std::int64_t> total_steps;  ///< the progress bar's end (trainer.total_training_steps)
-  ConsoleStyle style = ConsoleStyle::automatic;
-  std::size_t width = 0;      ///< line width; 0: $COLUMNS, else 100
-  std::size_t bar_width = 30;
-};
 
 namespace detail {
 
@@ -87,6 +74,9 @@ inline std::string python_repr(double value) {
 class ConsoleLogger {
  public:
   static constexpr std::string_view name = "console";
+
+  /// The console backend of a Tracking run: its stream and options.
+  static ConsoleLogger open(const LoggerRun& run) { return ConsoleLogger(*run.options.console_stream, run.options.console); }
 
   explicit ConsoleLogger(std::ostream& out = std::cout, ConsoleLoggerOptions options = {})
       : out_(&out), options_(options) {

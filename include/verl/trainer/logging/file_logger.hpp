@@ -20,6 +20,7 @@
 #include "verl/core/error.hpp"
 #include "verl/core/metrics.hpp"
 #include "verl/core/paths.hpp"
+#include "verl/trainer/logging/logger_options.hpp"
 #include "verl/trainer/logging/metrics_logger.hpp"
 
 namespace verl::trainer {
@@ -50,6 +51,10 @@ class FileLogger {
   /// Opens verl's path for the project and experiment (creating folders).
   static FileLogger for_run(std::string_view project_name, std::string_view experiment_name, bool append = false) {
     return FileLogger(file_logger_path(project_name, experiment_name), append);
+  }
+  /// The file backend of a Tracking run (appending for a resumed run).
+  static FileLogger open(const LoggerRun& run) {
+    return for_run(run.project_name, run.experiment_name, run.options.append_file);
   }
 
   explicit FileLogger(std::filesystem::path path, bool append = false) : path_(std::move(path)) {

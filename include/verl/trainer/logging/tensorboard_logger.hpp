@@ -28,6 +28,7 @@
 #include "verl/trainer/logging/detail/crc32c.hpp"
 #include "verl/trainer/logging/detail/protobuf_writer.hpp"
 #include "verl/trainer/logging/file_logger.hpp"
+#include "verl/trainer/logging/logger_options.hpp"
 #include "verl/trainer/logging/metrics_logger.hpp"
 
 #if defined(__unix__) || defined(__APPLE__)
@@ -112,6 +113,8 @@ class TensorboardLogger {
   static TensorboardLogger for_run(std::string_view project_name, std::string_view experiment_name) {
     return TensorboardLogger(tensorboard_log_dir(project_name, experiment_name));
   }
+  /// The TensorBoard backend of a Tracking run.
+  static TensorboardLogger open(const LoggerRun& run) { return for_run(run.project_name, run.experiment_name); }
 
   /// A new event file in `log_dir` (created if needed), named as TensorBoard's writers name them.
   explicit TensorboardLogger(const std::filesystem::path& log_dir) {

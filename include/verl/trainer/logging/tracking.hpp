@@ -21,6 +21,7 @@
 
 #include "verl/config.hpp"
 #include "verl/core/error.hpp"
+#include "verl/core/type_list.hpp"
 #include "verl/core/metrics.hpp"
 #include "verl/trainer/logging/console_logger.hpp"
 #include "verl/trainer/logging/file_logger.hpp"
@@ -29,7 +30,11 @@
 
 namespace verl::trainer {
 
-inline constexpr std::array<std::string_view, 3> supported_logger_names = {"console", "file", "tensorboard"};
+/// The backends verl-cpp provides, by trainer.logger name: the one list of the family. The names
+/// and Tracking's by-name construction derive from it.
+using BuiltinLoggers = TypeList<ConsoleLogger, FileLogger, TensorboardLogger>;
+
+inline constexpr auto supported_logger_names = names_of(BuiltinLoggers{});
 /// verl's backends that need Python services (or are deprecated aliases of them).
 inline constexpr std::array<std::string_view, 7> verl_only_logger_names = {"wandb",   "mlflow",  "swanlab", "vemlp_wandb",
                                                                            "clearml", "trackio", "tracking"};
@@ -49,12 +54,6 @@ inline void check_logger_name(std::string_view name) {
                                          fmt::join(supported_logger_names, ", "), name);
 }
 
-struct TrackingOptions {
-  ConsoleLoggerOptions console;
-  std::ostream* console_stream = &std::cout;
-  bool append_file = false;  ///< keep the file logger's earlier lines (a resumed run)
-};
-
 class Tracking {
  public:
   Tracking() = default;
@@ -63,15 +62,10 @@ class Tracking {
   Tracking(std::string_view project_name, std::string_view experiment_name, std::span<const std::string> backends,
            const TrackingOptions& options = {}) {
     for (const auto& backend : backends) check_logger_name(backend);
+    const LoggerRun run{project_name, experiment_name, options};
     for (const auto& backend : backends) {
       if (has(backend)) continue;  // listed twice: one logger
-      if (backend == "console") {
-        add(ConsoleLogger(*options.console_stream, options.console));
-      } else if (backend == "file") {
-        add(FileLogger::for_run(project_name, experiment_name, options.append_file));
-      } else {
-        add(TensorboardLogger::for_run(project_name, experiment_name));
-      }
+      visit_by_name(BuiltinLoggers{}, backend, [&](auto type) { add(decltype(type)::type::open(run)); });
     }
   }
   Tracking(const Tracking&) = delete;

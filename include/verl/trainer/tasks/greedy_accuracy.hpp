@@ -45,13 +45,13 @@ GreedyAccuracy greedy_accuracy(Model& policy, const tokenizer::PretrainedTokeniz
   double total = 0.0;
   for (std::size_t begin = 0; begin < rows.size(); begin += static_cast<std::size_t>(options.batch_size)) {
     const std::size_t end = std::min(rows.size(), begin + static_cast<std::size_t>(options.batch_size));
-    std::vector<std::vector<model::TokenId>> prompts;
+    std::vector<std::vector<tokenizer::TokenId>> prompts;
     for (std::size_t i = begin; i < end; ++i) prompts.push_back(tokenizer.encode_chat(rows[i].prompt));
     const auto generated = engine.generate(rollout::PromptBatch::left_padded(prompts, sampling.pad_token_id), sampling);
     for (std::size_t i = begin; i < end; ++i) {
       const auto row = static_cast<Index>(i - begin);
       const Index length = generated.response_lengths[static_cast<std::size_t>(row)];
-      const std::vector<model::TokenId> ids(generated.responses.row(row).data(),
+      const std::vector<tokenizer::TokenId> ids(generated.responses.row(row).data(),
                                             generated.responses.row(row).data() + length);
       std::string text = tokenizer.tokenizer.decode(ids, true);
       total += reward::default_compute_score(rows[i].data_source, text, rows[i].ground_truth_text()).score;

@@ -21,7 +21,7 @@ using MutRef = Eigen::Ref<RowMatrix<S>>;
 template <class S>
 void linear_forward(cpu::ThreadPool& pool, const ConstRef<S>& x, const RowMatrix<S>& weight, const RowMatrix<S>* bias,
                     MutRef<S> y) {
-  cpu::gemm<S>(&pool, x.rows(), weight.rows(), x.cols(), rows_of(x.data(), x.outerStride()),
+  cpu::gemm<S>(&pool, x.rows(), weight.rows(), x.cols(), cpu::rows_of(x.data(), x.outerStride()),
           cpu::transpose_of(weight.data(), weight.cols()), y.data(), y.outerStride(), false);
   if (bias != nullptr && bias->size() > 0) y.rowwise() += bias->row(0);
 }
@@ -32,7 +32,7 @@ void linear_forward(cpu::ThreadPool& pool, const ConstRef<S>& x, const RowMatrix
                     MutRef<S> y, const cpu::PackedMatrix* packed) {
   if constexpr (std::same_as<S, float>) {
     if (packed != nullptr && !packed->empty()) {
-      cpu::gemm(&pool, x.rows(), weight.rows(), x.cols(), rows_of(x.data(), x.outerStride()),
+      cpu::gemm(&pool, x.rows(), weight.rows(), x.cols(), cpu::rows_of(x.data(), x.outerStride()),
            cpu::transpose_of(weight.data(), weight.cols()), *packed, y.data(), y.outerStride(), false);
       if (bias != nullptr && bias->size() > 0) y.rowwise() += bias->row(0);
       return;
@@ -45,8 +45,8 @@ void linear_forward(cpu::ThreadPool& pool, const ConstRef<S>& x, const RowMatrix
 template <class S>
 void linear_backward_input(cpu::ThreadPool& pool, const ConstRef<S>& dy, const RowMatrix<S>& weight, MutRef<S> dx,
                            bool accumulate) {
-  cpu::gemm<S>(&pool, dy.rows(), weight.cols(), weight.rows(), rows_of(dy.data(), dy.outerStride()),
-          rows_of(weight.data(), weight.cols()), dx.data(), dx.outerStride(), accumulate);
+  cpu::gemm<S>(&pool, dy.rows(), weight.cols(), weight.rows(), cpu::rows_of(dy.data(), dy.outerStride()),
+          cpu::rows_of(weight.data(), weight.cols()), dx.data(), dx.outerStride(), accumulate);
 }
 
 /// dW (N, K) += dy (M, N)^T x (M, K) and dbias (1, N) += column sums of dy.
@@ -54,7 +54,7 @@ template <class S>
 void linear_backward_weight(cpu::ThreadPool& pool, const ConstRef<S>& dy, const ConstRef<S>& x, RowMatrix<S>& weight_grad,
                             RowMatrix<S>* bias_grad) {
   cpu::gemm<S>(&pool, weight_grad.rows(), x.cols(), dy.rows(), cpu::transpose_of(dy.data(), dy.outerStride()),
-          rows_of(x.data(), x.outerStride()), weight_grad.data(), weight_grad.cols(), true);
+          cpu::rows_of(x.data(), x.outerStride()), weight_grad.data(), weight_grad.cols(), true);
   if (bias_grad != nullptr && bias_grad->size() > 0) bias_grad->row(0) += dy.colwise().sum();
 }
 

@@ -9,6 +9,7 @@
 
 #include "verl/core/tensor.hpp"
 #include "verl/cpu/gemm.hpp"
+#include "verl/model/decode_precision.hpp"
 
 namespace verl::model::detail {
 
