@@ -29,6 +29,7 @@
 #include "verl/core/error.hpp"
 #include "verl/core/metrics.hpp"
 #include "verl/core/tensor.hpp"
+#include "verl/core/enum_names.hpp"
 
 namespace verl::algo {
 
@@ -38,14 +39,16 @@ namespace verl::algo {
 /// ratios) broadcast over its tokens.
 enum class ImportanceSamplingLevel { token, sequence };
 
+inline constexpr EnumNames importance_sampling_level_names{
+    std::pair{ImportanceSamplingLevel::token, std::string_view("token")},
+    std::pair{ImportanceSamplingLevel::sequence, std::string_view("sequence")}};
+
 constexpr std::string_view to_string(ImportanceSamplingLevel level) {
-  return level == ImportanceSamplingLevel::token ? "token" : "sequence";
+  return importance_sampling_level_names.name(level);
 }
 
 inline ImportanceSamplingLevel parse_importance_sampling_level(std::string_view name) {
-  if (name == "token") return ImportanceSamplingLevel::token;
-  if (name == "sequence") return ImportanceSamplingLevel::sequence;
-  verl::detail::throw_invalid_argument("rollout_is: expected one of token, sequence (or null), got '{}'", name);
+  return importance_sampling_level_names.parse(name, "rollout_is", " (or null)");
 }
 
 /// Where a rejection statistic lives: per token, or per sequence as the sum, mean or max of its
@@ -234,6 +237,16 @@ inline const float* view_row(const ConstMatrixRefF& m, Index row) { return m.dat
 inline float mean_of(double sum, double count) { return static_cast<float>(sum) / static_cast<float>(count); }
 inline float masked_mean_f(double masked_sum, double count) {
   return static_cast<float>(masked_sum) / (static_cast<float>(count) + 1e-8f);
+}
+
+/// Token-level IS weights' metrics (rollout_is="token"): the shares of valid tokens above and
+/// below the thresholds, and the extreme weights.
+inline void token_weight_metrics(Metrics& metrics, std::int64_t high, std::int64_t low, float max, float min,
+                                 double valid) {
+  metrics["rollout_is_ratio_fraction_high"] = masked_mean_f(static_cast<double>(high), valid);
+  metrics["rollout_is_ratio_fraction_low"] = masked_mean_f(static_cast<double>(low), valid);
+  metrics["rollout_is_max"] = max;
+  metrics["rollout_is_min"] = min;
 }
 
 /// Statistics of a float32 vector the way torch reports them (.mean(), .std() unbiased, .max()).
@@ -610,10 +623,7 @@ inline ImportanceWeights compute_rollout_correction_weights(const ConstMatrixRef
   auto& metrics = out.metrics;
   metrics["rollout_is_mean"] = masked_mean_f(sum, valid);
   if (per_token) {
-    metrics["rollout_is_ratio_fraction_high"] = masked_mean_f(static_cast<double>(high), valid);
-    metrics["rollout_is_ratio_fraction_low"] = masked_mean_f(static_cast<double>(low), valid);
-    metrics["rollout_is_max"] = max;
-    metrics["rollout_is_min"] = min;
+    token_weight_metrics(metrics, high, low, max, min, valid);
   } else {
     sequence_weight_metrics(metrics, sequence_log_ratio, upper, lower);
   }

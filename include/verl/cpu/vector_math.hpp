@@ -59,37 +59,23 @@ constexpr std::string_view to_string(SimdLevel level) {
 namespace simd {
 
 #if VERL_HAS_VECTOR_EXTENSIONS
-// vector_size on an alias template with a dependent size is ignored by GCC, hence the
-// explicit specialisations.
+// W lanes of GCC/Clang vector extensions (W = 4: one SSE2 / NEON register, 8: AVX2, 16: AVX-512).
+// A class template, not an alias template: GCC ignores vector_size on an alias template whose size
+// depends on a template parameter.
 template <int Width>
-struct Pack;
+struct Pack {
+  static_assert(Width == 4 || Width == 8 || Width == 16, "packs are 1, 4, 8 or 16 lanes wide");
+  typedef float Float __attribute__((vector_size(4 * Width)));
+  typedef std::int32_t Int __attribute__((vector_size(4 * Width)));
+  typedef std::uint32_t UInt __attribute__((vector_size(4 * Width)));
+  typedef std::uint16_t Half __attribute__((vector_size(2 * Width)));
+};
 template <>
 struct Pack<1> {
   using Float = float;
   using Int = std::int32_t;
   using UInt = std::uint32_t;
   using Half = std::uint16_t;
-};
-template <>
-struct Pack<4> {
-  typedef float Float __attribute__((vector_size(16)));
-  typedef std::int32_t Int __attribute__((vector_size(16)));
-  typedef std::uint32_t UInt __attribute__((vector_size(16)));
-  typedef std::uint16_t Half __attribute__((vector_size(8)));
-};
-template <>
-struct Pack<8> {
-  typedef float Float __attribute__((vector_size(32)));
-  typedef std::int32_t Int __attribute__((vector_size(32)));
-  typedef std::uint32_t UInt __attribute__((vector_size(32)));
-  typedef std::uint16_t Half __attribute__((vector_size(16)));
-};
-template <>
-struct Pack<16> {
-  typedef float Float __attribute__((vector_size(64)));
-  typedef std::int32_t Int __attribute__((vector_size(64)));
-  typedef std::uint32_t UInt __attribute__((vector_size(64)));
-  typedef std::uint16_t Half __attribute__((vector_size(32)));
 };
 /// Width of the build-baseline pack: one SSE2 / NEON register.
 inline constexpr int baseline_width = 4;
@@ -252,18 +238,11 @@ VERL_FORCE_INLINE double reduce_sum(FloatPack<W> v) {
 /// rounding.
 inline constexpr float exp_min_normal_arg = -87.0f;
 
-/// exp(x) for x in [exp_min_normal_arg, 0] only: the kernels clamp to that range themselves (they
-/// need the clamped value anyway), so the range handling of exp() is left out of the hot loop. The
-/// result is always a normal float (subnormal results cost microcode assists on x86).
-/// n = ceil(x*log2(e) - 1/2) by truncation (x <= 0), |r| <= ln2/2, then Cephes' polynomial.
+/// exp(x) = 2^n exp(r) for an integer n near x log2(e) with 2^n a normal float: r = x - n ln2 in
+/// two parts (Cody-Waite), exp(r) by Cephes' polynomial. The exp kernels below differ only in n.
 template <int W>
-VERL_FORCE_INLINE FloatPack<W> exp_nonpositive(FloatPack<W> x) {
-  if constexpr (W == 1) {
-    return std::exp(x);
-  } else {
-    using F = FloatPack<W>;
-    using I = IntPack<W>;
-    const I n = __builtin_convertvector(x * 1.44269504088896341f - 0.5f, I);
+VERL_FORCE_INLINE FloatPack<W> exp_scaled(FloatPack<W> x, IntPack<W> n) {
+  using F = FloatPack<W>;
     const F nf = __builtin_convertvector(n, F);
     F r = x - nf * 0.693359375f;
     r = r - nf * -2.12194440e-4f;
@@ -274,7 +253,20 @@ VERL_FORCE_INLINE FloatPack<W> exp_nonpositive(FloatPack<W> x) {
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
     p = p * (r * r) + r + 1.0f;
-    return p * bit_cast<F>((n + 127) << 23);  // n in [-126, 0]: 2^n is a normal float
+  return p * bit_cast<F>((n + 127) << 23);
+}
+
+/// exp(x) for x in [exp_min_normal_arg, 0] only: the kernels clamp to that range themselves (they
+/// need the clamped value anyway), so the range handling of exp() is left out of the hot loop. The
+/// result is always a normal float (subnormal results cost microcode assists on x86).
+/// n = ceil(x*log2(e) - 1/2) by truncation (x <= 0), |r| <= ln2/2, then Cephes' polynomial.
+template <int W>
+VERL_FORCE_INLINE FloatPack<W> exp_nonpositive(FloatPack<W> x) {
+  if constexpr (W == 1) {
+    return std::exp(x);
+  } else {
+    const auto n = __builtin_convertvector(x * 1.44269504088896341f - 0.5f, IntPack<W>);
+    return exp_scaled<W>(x, n);  // n in [-126, 0]: 2^n is a normal float
   }
 }
 
@@ -291,17 +283,7 @@ VERL_FORCE_INLINE FloatPack<W> exp_bounded(FloatPack<W> x) {
     using I = IntPack<W>;
     const F t = x * 1.44269504088896341f;
     const I n = __builtin_convertvector(t + (t < 0.0f ? F{} - 0.5f : F{} + 0.5f), I);  // rounds half away
-    const F nf = __builtin_convertvector(n, F);
-    F r = x - nf * 0.693359375f;
-    r = r - nf * -2.12194440e-4f;
-    F p = F{} + 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * (r * r) + r + 1.0f;
-    return p * bit_cast<F>((n + 127) << 23);  // n in [-126, 126]: 2^n is a normal float
+    return exp_scaled<W>(x, n);  // n in [-126, 126]: 2^n is a normal float
   }
 }
 

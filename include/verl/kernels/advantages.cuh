@@ -176,6 +176,24 @@ struct MaxIgnoringNaN {
   __device__ float operator()(float a, float b) const { return a < b ? b : a; }
 };
 
+/// A group's running sums over its rows: the scores, and for opo the length-weighted scores and
+/// the lengths (each thread adds its own rows; a block reduces them).
+struct GroupSums {
+  double sum = 0, weighted = 0;
+  long long total_length = 0;
+
+  __device__ void add(const GroupRuns& in, const OutcomeParams& p, std::int64_t j) {
+    const std::int64_t row = in.row_at(j);
+    const float s = in.scores[row];
+    sum += static_cast<double>(s);
+    if (p.estimator == OutcomeEstimator::opo) {
+      const std::int32_t len = in.lengths[row];
+      weighted += static_cast<double>(static_cast<float>(len) * s);
+      total_length += len;
+    }
+  }
+};
+
 /// Statistics of a group from its sums: the mean as torch.mean (float32 sum / n), the baseline of
 /// OPO (float32 weighted sum / float32 total length: 0/0 = NaN as in verl).
 __device__ __forceinline__ void finish_mean(GroupStats& g, double sum, double weighted, long long total_length) {
@@ -231,19 +249,9 @@ VERL_HEADER_KERNEL void small_groups_kernel(GroupRuns in, OutcomeParams p, const
     }
     GroupStats g;
     g.size = end - k;
-    double sum = 0, weighted = 0;
-    long long total_length = 0;
-    for (std::int64_t j = k; j < end; ++j) {
-      const std::int64_t row = in.row_at(j);
-      const float s = in.scores[row];
-      sum += static_cast<double>(s);
-      if (p.estimator == OutcomeEstimator::opo) {
-        const std::int32_t len = in.lengths[row];
-        weighted += static_cast<double>(static_cast<float>(len) * s);
-        total_length += len;
-      }
-    }
-    finish_mean(g, sum, weighted, total_length);
+    GroupSums sums;
+    for (std::int64_t j = k; j < end; ++j) sums.add(in, p, j);
+    finish_mean(g, sums.sum, sums.weighted, sums.total_length);
     if (is_vectorized(p)) finish_batch_order(g, in, k, end, p.epsilon);
     if (needs_std(p)) {
       double squares = 0;
@@ -300,23 +308,13 @@ VERL_HEADER_KERNEL void large_groups_kernel(GroupRuns in, OutcomeParams p, const
       if (shared_end >= 0) break;
     }
     const std::int64_t end = shared_end;
-    double sum = 0, weighted = 0;
-    long long total_length = 0;
-    for (std::int64_t j = start + threadIdx.x; j < end; j += blockDim.x) {
-      const std::int64_t row = in.row_at(j);
-      const float s = in.scores[row];
-      sum += static_cast<double>(s);
-      if (p.estimator == OutcomeEstimator::opo) {
-        const std::int32_t len = in.lengths[row];
-        weighted += static_cast<double>(static_cast<float>(len) * s);
-        total_length += len;
-      }
-    }
-    sum = ReduceD(temp.d).Sum(sum);
+    GroupSums sums;
+    for (std::int64_t j = start + threadIdx.x; j < end; j += blockDim.x) sums.add(in, p, j);
+    const double sum = ReduceD(temp.d).Sum(sums.sum);
     __syncthreads();
-    weighted = ReduceD(temp.d).Sum(weighted);
+    const double weighted = ReduceD(temp.d).Sum(sums.weighted);
     __syncthreads();
-    total_length = ReduceL(temp.l).Sum(total_length);
+    const long long total_length = ReduceL(temp.l).Sum(sums.total_length);
     if (threadIdx.x == 0) {
       GroupStats g;
       g.size = end - start;
@@ -699,12 +697,7 @@ inline void outcome_scalars(void* temp, std::size_t& temp_bytes, const OutcomePa
   auto* large_starts = carve.take<std::int64_t>(static_cast<std::size_t>(rows / (detail::kSmallGroup + 1) + 1));
   auto* counters = carve.take<unsigned long long>(2);  // [0]: queued long runs (as unsigned int), [1]: nonzero
   detail::GroupSort group_sort(carve, layout, ids, rows, stream);
-  if (carve.querying()) {
-    temp_bytes = carve.bytes();
-    return;
-  }
-  VERL_CHECK_ARG(temp_bytes >= carve.bytes(), "temp_bytes: expected at least {} (the size query), got {}",
-                 carve.bytes(), temp_bytes);
+  if (carve.answer_size_query(temp_bytes)) return;
   if (rows == 0) return;
   auto* large_count = reinterpret_cast<unsigned int*>(counters);
   unsigned long long* nonzero = params.estimator == OutcomeEstimator::gpg ? counters + 1 : nullptr;
@@ -740,12 +733,7 @@ inline void outcome_advantages(void* temp, std::size_t& temp_bytes, const Outcom
   std::size_t group_bytes = 0;
   outcome_scalars(nullptr, group_bytes, params, layout, nullptr, nullptr, nullptr, rows, nullptr, stream);
   void* group_temp = carve.take<unsigned char>(group_bytes);
-  if (carve.querying()) {
-    temp_bytes = carve.bytes();
-    return;
-  }
-  VERL_CHECK_ARG(temp_bytes >= carve.bytes(), "temp_bytes: expected at least {} (the size query), got {}",
-                 carve.bytes(), temp_bytes);
+  if (carve.answer_size_query(temp_bytes)) return;
   if (rows == 0) return;
   if (stats == nullptr) stats = own_stats;
   detail::row_scores_kernel<<<detail::grid_for(rows * 32, detail::kThreads), detail::kThreads, 0, stream>>>(
@@ -766,54 +754,49 @@ inline void outcome_advantages(void* temp, std::size_t& temp_bytes, const Outcom
   VERL_CUDA_CHECK(cudaGetLastError());
 }
 
+namespace detail {
+
+/// GAE and REINFORCE++: a reverse scan writes advantages and returns (and each row's moments),
+/// then a masked whitening over the batch writes the advantages: of the advantages themselves,
+/// masked tokens kept (GAE), or of the returns, masked tokens zeroed (REINFORCE++).
+template <class Recurrence>
+void scan_then_whiten(void* temp, std::size_t& temp_bytes, Recurrence recurrence, const float* token_level_rewards,
+                      const float* values, const float* response_mask, std::int64_t rows, std::int64_t cols,
+                      float* advantages, float* returns, bool whiten_returns, cudaStream_t stream, WhitenStats* stats) {
+  check_batch_shape(rows, cols);
+  TempCarver carve(temp);
+  auto* moments = carve.take<Moments>(static_cast<std::size_t>(rows));
+  auto* own_stats = carve.take<WhitenStats>(1);
+  if (carve.answer_size_query(temp_bytes)) return;
+  if (rows == 0) return;
+  if (stats == nullptr) stats = own_stats;
+  reverse_scan_kernel<Recurrence><<<row_grid(rows), kThreads, 0, stream>>>(
+      recurrence, rows, cols, token_level_rewards, values, response_mask, advantages, returns, moments);
+  whiten_rows(moments, rows, cols, whiten_returns ? returns : advantages, response_mask,
+              /*zero_masked=*/whiten_returns, stats, advantages, stream);
+  VERL_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace detail
+
 /// verl's GAE: advantages = masked_whiten(A, mask) (not masked), returns = A + values.
 inline void gae_advantages(void* temp, std::size_t& temp_bytes, GaeParams params, const float* token_level_rewards,
                            const float* values, const float* response_mask, std::int64_t rows, std::int64_t cols,
                            float* advantages, float* returns, cudaStream_t stream = nullptr,
                            WhitenStats* stats = nullptr) {
-  check_batch_shape(rows, cols);
-  detail::TempCarver carve(temp);
-  auto* moments = carve.take<detail::Moments>(static_cast<std::size_t>(rows));
-  auto* own_stats = carve.take<WhitenStats>(1);
-  if (carve.querying()) {
-    temp_bytes = carve.bytes();
-    return;
-  }
-  VERL_CHECK_ARG(temp_bytes >= carve.bytes(), "temp_bytes: expected at least {} (the size query), got {}",
-                 carve.bytes(), temp_bytes);
-  if (rows == 0) return;
-  if (stats == nullptr) stats = own_stats;
-  detail::reverse_scan_kernel<detail::GaeRecurrence><<<detail::row_grid(rows), detail::kThreads, 0, stream>>>(
-      detail::GaeRecurrence{params}, rows, cols, token_level_rewards, values, response_mask, advantages, returns,
-      moments);
-  detail::whiten_rows(moments, rows, cols, advantages, response_mask, /*zero_masked=*/false, stats, advantages, stream);
-  VERL_CUDA_CHECK(cudaGetLastError());
+  detail::scan_then_whiten(temp, temp_bytes, detail::GaeRecurrence{params}, token_level_rewards, values, response_mask,
+                           rows, cols, advantages, returns, /*whiten_returns=*/false, stream, stats);
 }
 
 /// verl's REINFORCE++: returns = discounted returns with a reset after each masked token,
-/// advantages = masked_whiten(returns, mask) * mask.
+/// advantages = masked_whiten(returns, mask) * mask. Both outputs receive the returns from the
+/// scan; the advantages are then overwritten by the whitening.
 inline void reinforce_plus_plus_advantages(void* temp, std::size_t& temp_bytes, float gamma,
                                            const float* token_level_rewards, const float* response_mask,
                                            std::int64_t rows, std::int64_t cols, float* advantages, float* returns,
                                            cudaStream_t stream = nullptr, WhitenStats* stats = nullptr) {
-  check_batch_shape(rows, cols);
-  detail::TempCarver carve(temp);
-  auto* moments = carve.take<detail::Moments>(static_cast<std::size_t>(rows));
-  auto* own_stats = carve.take<WhitenStats>(1);
-  if (carve.querying()) {
-    temp_bytes = carve.bytes();
-    return;
-  }
-  VERL_CHECK_ARG(temp_bytes >= carve.bytes(), "temp_bytes: expected at least {} (the size query), got {}",
-                 carve.bytes(), temp_bytes);
-  if (rows == 0) return;
-  if (stats == nullptr) stats = own_stats;
-  // out0 and out1 both receive the returns; out0 is then whitened in place into `advantages`.
-  detail::reverse_scan_kernel<detail::ReinforceRecurrence><<<detail::row_grid(rows), detail::kThreads, 0, stream>>>(
-      detail::ReinforceRecurrence{gamma}, rows, cols, token_level_rewards, nullptr, response_mask, advantages, returns,
-      moments);
-  detail::whiten_rows(moments, rows, cols, returns, response_mask, /*zero_masked=*/true, stats, advantages, stream);
-  VERL_CUDA_CHECK(cudaGetLastError());
+  detail::scan_then_whiten(temp, temp_bytes, detail::ReinforceRecurrence{gamma}, token_level_rewards, nullptr,
+                           response_mask, rows, cols, advantages, returns, /*whiten_returns=*/true, stream, stats);
 }
 
 /// verl's ReMax: returns = reverse cumsum of r * m, advantages = returns - baseline_i * m.

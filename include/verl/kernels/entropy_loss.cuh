@@ -40,12 +40,7 @@ void entropy_loss(void* temp, std::size_t& temp_bytes, const Scalar* logits, con
   auto* log_normalizer = carve.take<float>(n);
   auto* weights = carve.take<float>(n);
   auto* agg_temp = carve.take<unsigned char>(agg_bytes);
-  if (carve.querying()) {
-    temp_bytes = carve.bytes();
-    return;
-  }
-  VERL_CHECK_ARG(temp_bytes >= carve.bytes(), "temp_bytes: expected at least {} (the size query), got {}",
-                 carve.bytes(), temp_bytes);
+  if (carve.answer_size_query(temp_bytes)) return;
   VERL_CHECK_ARG(state != nullptr, "state: expected a device AggLossState, got null");
   LogprobEntropyOutputs forward;
   forward.entropy = entropy;

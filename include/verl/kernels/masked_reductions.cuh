@@ -261,12 +261,7 @@ inline void masked_stats(void* temp, std::size_t& temp_bytes, const float* value
   check_batch_shape(rows, cols);
   detail::TempCarver carve(temp);
   auto* moments = carve.take<detail::Moments>(static_cast<std::size_t>(rows));
-  if (carve.querying()) {
-    temp_bytes = carve.bytes();
-    return;
-  }
-  VERL_CHECK_ARG(temp_bytes >= carve.bytes(), "temp_bytes: expected at least {} (the size query), got {}",
-                 carve.bytes(), temp_bytes);
+  if (carve.answer_size_query(temp_bytes)) return;
   if (rows > 0)
     detail::row_moments_kernel<<<detail::warp_rows_grid(rows), detail::kThreads, 0, stream>>>(values, mask, rows, cols,
                                                                                              moments);
@@ -334,12 +329,7 @@ inline void masked_whiten(void* temp, std::size_t& temp_bytes, const float* valu
   detail::TempCarver carve(temp);
   auto* moments = carve.take<detail::Moments>(static_cast<std::size_t>(rows));
   auto* stats = carve.take<WhitenStats>(1);
-  if (carve.querying()) {
-    temp_bytes = carve.bytes();
-    return;
-  }
-  VERL_CHECK_ARG(temp_bytes >= carve.bytes(), "temp_bytes: expected at least {} (the size query), got {}",
-                 carve.bytes(), temp_bytes);
+  if (carve.answer_size_query(temp_bytes)) return;
   if (rows == 0 || cols == 0) return;
   detail::row_moments_kernel<<<detail::warp_rows_grid(rows), detail::kThreads, 0, stream>>>(values, mask, rows, cols,
                                                                                            moments);
@@ -434,12 +424,7 @@ inline void masked_whiten_backward(void* temp, std::size_t& temp_bytes, const fl
   auto* stats = carve.take<MaskedStats>(1);
   auto* row_sums = carve.take<double2>(static_cast<std::size_t>(rows));
   auto* scalars = carve.take<detail::WhitenBackwardScalars>(1);
-  if (carve.querying()) {
-    temp_bytes = carve.bytes();
-    return;
-  }
-  VERL_CHECK_ARG(temp_bytes >= carve.bytes(), "temp_bytes: expected at least {} (the size query), got {}",
-                 carve.bytes(), temp_bytes);
+  if (carve.answer_size_query(temp_bytes)) return;
   if (rows * cols == 0) return;
   VERL_CHECK_ARG(values != nullptr && mask != nullptr && cotangent != nullptr && grad != nullptr,
                  "values, mask, cotangent, grad: expected ({}, {}) device arrays, got a null pointer", rows, cols);
@@ -462,12 +447,7 @@ inline void agg_loss(void* temp, std::size_t& temp_bytes, const float* loss, con
   detail::TempCarver carve(temp);
   auto* lengths = carve.take<std::int32_t>(static_cast<std::size_t>(rows));
   auto* row_sums = carve.take<double>(static_cast<std::size_t>(rows));
-  if (carve.querying()) {
-    temp_bytes = carve.bytes();
-    return;
-  }
-  VERL_CHECK_ARG(temp_bytes >= carve.bytes(), "temp_bytes: expected at least {} (the size query), got {}",
-                 carve.bytes(), temp_bytes);
+  if (carve.answer_size_query(temp_bytes)) return;
   const auto params = AggregationParams::from(mode, info);
   const bool select_valid = Aggregation{mode, 1.0f}.selects_valid();
   if (rows > 0)

@@ -307,12 +307,7 @@ inline void optimal_token_baseline_advantages(void* temp, std::size_t& temp_byte
   VERL_CUDA_CHECK(cub::DeviceScan::InclusiveSum(nullptr, scan_bytes, run_number, items, stream));
   void* scan_temp = carve.take<unsigned char>(scan_bytes);
   detail::GroupSort group_sort(carve, layout, ids, rows, stream);
-  if (carve.querying()) {
-    temp_bytes = carve.bytes();
-    return;
-  }
-  VERL_CHECK_ARG(temp_bytes >= carve.bytes(), "temp_bytes: expected at least {} (the size query), got {}",
-                 carve.bytes(), temp_bytes);
+  if (carve.answer_size_query(temp_bytes)) return;
   detail::check_otb_arguments(rows, cols, ids, token_level_rewards, response_mask, old_log_probs, sum_pi_squared,
                               advantages, returns);
   if (rows == 0 || cols == 0) return;

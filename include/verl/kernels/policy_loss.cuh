@@ -277,12 +277,7 @@ void policy_loss(void* temp, std::size_t& temp_bytes, const PolicyLossInputs& in
       return 0;
     }
   }();
-  if (carve.querying()) {
-    temp_bytes = carve.bytes();
-    return;
-  }
-  VERL_CHECK_ARG(temp_bytes >= carve.bytes(), "temp_bytes: expected at least {} (the size query), got {}",
-                 carve.bytes(), temp_bytes);
+  if (carve.answer_size_query(temp_bytes)) return;
   detail::check_policy_loss_inputs(in, Loss::kReadsOldLogProb);
   VERL_CHECK_ARG(state != nullptr, "state: expected a device PolicyLossState, got null");
   VERL_CHECK_ARG(in.rows * in.cols == 0 || grad_log_prob != nullptr,

@@ -189,12 +189,7 @@ inline Metrics rollout_correction(void* temp, std::size_t& temp_bytes, const Rol
   check_batch_shape(in.rows, in.cols);
   detail::TempCarver carve(temp);
   const detail::CorrectionScratch scratch(carve, in.rows, params);
-  if (carve.querying()) {
-    temp_bytes = carve.bytes();
-    return {};
-  }
-  VERL_CHECK_ARG(temp_bytes >= carve.bytes(), "temp_bytes: expected at least {} (the size query), got {}",
-                 carve.bytes(), temp_bytes);
+  if (carve.answer_size_query(temp_bytes)) return {};
   detail::check_correction_batch(in);
   detail::check_correction_outputs(in, rollout_is_weights, corrected_mask);
   if (in.rows * in.cols == 0) detail::throw_empty_mask(detail::EmptyMaskError::rollout_correction, in.rows, in.cols);
@@ -229,12 +224,7 @@ inline BypassModeResult bypass_mode_policy_loss(void* temp, std::size_t& temp_by
     policy_loss(nullptr, loss_bytes, in, params.ppo_clip, mode, info, nullptr, nullptr, stream);
   }
   void* loss_temp = carve.take<unsigned char>(loss_bytes);
-  if (carve.querying()) {
-    temp_bytes = carve.bytes();
-    return {};
-  }
-  VERL_CHECK_ARG(temp_bytes >= carve.bytes(), "temp_bytes: expected at least {} (the size query), got {}",
-                 carve.bytes(), temp_bytes);
+  if (carve.answer_size_query(temp_bytes)) return {};
   detail::check_policy_loss_inputs(in, true);
   VERL_CHECK_ARG(state != nullptr, "state: expected a device PolicyLossState, got null");
   VERL_CHECK_ARG(n == 0 || grad_log_prob != nullptr, "grad_log_prob: expected a ({}, {}) device array, got null",

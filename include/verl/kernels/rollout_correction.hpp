@@ -614,10 +614,7 @@ inline void finish_importance_metrics(const RolloutCorrectionParams& p, std::spa
   Metrics& metrics = out.metrics;
   metrics["rollout_is_mean"] = masked_mean_f(sum, valid);
   if (!p.sequence_level) {
-    metrics["rollout_is_ratio_fraction_high"] = masked_mean_f(static_cast<double>(high), valid);
-    metrics["rollout_is_ratio_fraction_low"] = masked_mean_f(static_cast<double>(low), valid);
-    metrics["rollout_is_max"] = max;
-    metrics["rollout_is_min"] = min;
+    token_weight_metrics(metrics, high, low, max, min, valid);
   } else {
     sequence_weight_metrics(metrics, sequence_log_ratio, upper, lower);
   }

@@ -74,12 +74,7 @@ inline void value_loss(void* temp, std::size_t& temp_bytes, const ValueLossInput
   auto* lengths = carve.take<std::int32_t>(static_cast<std::size_t>(in.rows));
   auto* agg = carve.take<AggLossState>(1);
   auto* rows_out = carve.take<detail::ValueRow>(static_cast<std::size_t>(in.rows));
-  if (carve.querying()) {
-    temp_bytes = carve.bytes();
-    return;
-  }
-  VERL_CHECK_ARG(temp_bytes >= carve.bytes(), "temp_bytes: expected at least {} (the size query), got {}",
-                 carve.bytes(), temp_bytes);
+  if (carve.answer_size_query(temp_bytes)) return;
   detail::check_value_loss_inputs(in);
   VERL_CHECK_ARG(state != nullptr, "state: expected a device ValueLossState, got null");
   VERL_CHECK_ARG(in.rows * in.cols == 0 || grad_vpreds != nullptr,

@@ -126,47 +126,31 @@ T load_unaligned(const std::byte* at) {
   return value;
 }
 
+/// out[i] = to_float(the i-th T at `source`), for `count` elements at any alignment.
+template <class T, class ToFloat>
+void convert_elements(const std::byte* source, std::size_t count, float* out, ToFloat to_float) {
+  for (std::size_t i = 0; i < count; ++i) out[i] = to_float(load_unaligned<T>(source + sizeof(T) * i));
+}
+
 /// Converts `count` elements of `dtype` at `source` (any alignment) to float32.
 inline void convert_to_f32(DType dtype, const std::byte* source, std::size_t count, float* out) {
   if (count == 0) return;  // empty tensors may come with null pointers
+  const auto cast = [](auto value) { return static_cast<float>(value); };
   switch (dtype) {
     case DType::F32: std::memcpy(out, source, count * sizeof(float)); return;
-    case DType::BF16:
-      for (std::size_t i = 0; i < count; ++i) out[i] = bf16_bits_to_float(load_unaligned<std::uint16_t>(source + 2 * i));
-      return;
-    case DType::F16:
-      for (std::size_t i = 0; i < count; ++i) out[i] = f16_bits_to_float(load_unaligned<std::uint16_t>(source + 2 * i));
-      return;
-    case DType::F64:
-      for (std::size_t i = 0; i < count; ++i) out[i] = static_cast<float>(load_unaligned<double>(source + 8 * i));
-      return;
+    case DType::BF16: return convert_elements<std::uint16_t>(source, count, out, bf16_bits_to_float);
+    case DType::F16: return convert_elements<std::uint16_t>(source, count, out, f16_bits_to_float);
+    case DType::F64: return convert_elements<double>(source, count, out, cast);
     case DType::BOOL:
-      for (std::size_t i = 0; i < count; ++i) out[i] = load_unaligned<std::uint8_t>(source + i) != 0 ? 1.0f : 0.0f;
-      return;
-    case DType::U8:
-      for (std::size_t i = 0; i < count; ++i) out[i] = static_cast<float>(load_unaligned<std::uint8_t>(source + i));
-      return;
-    case DType::I8:
-      for (std::size_t i = 0; i < count; ++i) out[i] = static_cast<float>(load_unaligned<std::int8_t>(source + i));
-      return;
-    case DType::I16:
-      for (std::size_t i = 0; i < count; ++i) out[i] = static_cast<float>(load_unaligned<std::int16_t>(source + 2 * i));
-      return;
-    case DType::U16:
-      for (std::size_t i = 0; i < count; ++i) out[i] = static_cast<float>(load_unaligned<std::uint16_t>(source + 2 * i));
-      return;
-    case DType::I32:
-      for (std::size_t i = 0; i < count; ++i) out[i] = static_cast<float>(load_unaligned<std::int32_t>(source + 4 * i));
-      return;
-    case DType::U32:
-      for (std::size_t i = 0; i < count; ++i) out[i] = static_cast<float>(load_unaligned<std::uint32_t>(source + 4 * i));
-      return;
-    case DType::I64:
-      for (std::size_t i = 0; i < count; ++i) out[i] = static_cast<float>(load_unaligned<std::int64_t>(source + 8 * i));
-      return;
-    case DType::U64:
-      for (std::size_t i = 0; i < count; ++i) out[i] = static_cast<float>(load_unaligned<std::uint64_t>(source + 8 * i));
-      return;
+      return convert_elements<std::uint8_t>(source, count, out, [](std::uint8_t b) { return b != 0 ? 1.0f : 0.0f; });
+    case DType::U8: return convert_elements<std::uint8_t>(source, count, out, cast);
+    case DType::I8: return convert_elements<std::int8_t>(source, count, out, cast);
+    case DType::I16: return convert_elements<std::int16_t>(source, count, out, cast);
+    case DType::U16: return convert_elements<std::uint16_t>(source, count, out, cast);
+    case DType::I32: return convert_elements<std::int32_t>(source, count, out, cast);
+    case DType::U32: return convert_elements<std::uint32_t>(source, count, out, cast);
+    case DType::I64: return convert_elements<std::int64_t>(source, count, out, cast);
+    case DType::U64: return convert_elements<std::uint64_t>(source, count, out, cast);
   }
 }
 
@@ -290,7 +274,25 @@ struct TensorView {
 };
 
 /// One safetensors file, mapped read-only and validated when opened.
-class SafetensorsFile {
+/// The float32 conversions of a tensor source (a file, a folder of shards): Derived provides
+/// `TensorView tensor(std::string_view name) const`.
+template <class Derived>
+class Float32Tensors {
+ public:
+  [[nodiscard]] MatrixF matrix_f32(std::string_view name) const { return self().tensor(name).to_matrix_f32(); }
+  [[nodiscard]] MatrixF matrix_f32(std::string_view name, Index rows, Index cols) const {
+    return self().tensor(name).to_matrix_f32(rows, cols);
+  }
+  [[nodiscard]] VectorF vector_f32(std::string_view name) const { return self().tensor(name).to_vector_f32(); }
+  [[nodiscard]] VectorF vector_f32(std::string_view name, Index size) const {
+    return self().tensor(name).to_vector_f32(size);
+  }
+
+ private:
+  const Derived& self() const { return static_cast<const Derived&>(*this); }
+};
+
+class SafetensorsFile : public Float32Tensors<SafetensorsFile> {
  public:
   /// Safetensors' own cap on the JSON header, which also bounds what a corrupt length can cost.
   static constexpr std::uint64_t max_header_bytes = 100'000'000;
@@ -321,12 +323,6 @@ class SafetensorsFile {
                    entries_.size());
     return view(found->first, found->second);
   }
-  [[nodiscard]] MatrixF matrix_f32(std::string_view name) const { return tensor(name).to_matrix_f32(); }
-  [[nodiscard]] MatrixF matrix_f32(std::string_view name, Index rows, Index cols) const {
-    return tensor(name).to_matrix_f32(rows, cols);
-  }
-  [[nodiscard]] VectorF vector_f32(std::string_view name) const { return tensor(name).to_vector_f32(); }
-  [[nodiscard]] VectorF vector_f32(std::string_view name, Index size) const { return tensor(name).to_vector_f32(size); }
 
  private:
   struct Entry {
@@ -653,7 +649,7 @@ class SafetensorsWriter {
 
 /// A Hugging Face model's weights: a single `model.safetensors` or shards listed by
 /// `model.safetensors.index.json`. Every shard is opened (mapped) once.
-class SafetensorsCheckpoint {
+class SafetensorsCheckpoint : public Float32Tensors<SafetensorsCheckpoint> {
  public:
   static constexpr std::string_view single_file_name = "model.safetensors";
   static constexpr std::string_view index_file_name = "model.safetensors.index.json";
@@ -694,12 +690,6 @@ class SafetensorsCheckpoint {
   }
 
   [[nodiscard]] TensorView tensor(std::string_view name) const { return shards_[locate(name)].tensor(name); }
-  [[nodiscard]] MatrixF matrix_f32(std::string_view name) const { return tensor(name).to_matrix_f32(); }
-  [[nodiscard]] MatrixF matrix_f32(std::string_view name, Index rows, Index cols) const {
-    return tensor(name).to_matrix_f32(rows, cols);
-  }
-  [[nodiscard]] VectorF vector_f32(std::string_view name) const { return tensor(name).to_vector_f32(); }
-  [[nodiscard]] VectorF vector_f32(std::string_view name, Index size) const { return tensor(name).to_vector_f32(size); }
 
  private:
   std::size_t locate(std::string_view name) const {

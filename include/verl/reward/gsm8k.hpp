@@ -11,6 +11,7 @@
 #include "verl/core/error.hpp"
 #include "verl/reward/detail/pystr.hpp"
 #include "verl/reward/scorer.hpp"
+#include "verl/core/enum_names.hpp"
 
 namespace verl::reward::gsm8k {
 
@@ -19,15 +20,14 @@ inline constexpr std::size_t solution_clip_chars = 300;
 
 enum class ExtractMethod { strict, flexible };
 
-constexpr std::string_view to_string(ExtractMethod method) {
-  return method == ExtractMethod::strict ? "strict" : "flexible";
-}
+inline constexpr EnumNames extract_method_names{std::pair{ExtractMethod::strict, std::string_view("strict")},
+                                               std::pair{ExtractMethod::flexible, std::string_view("flexible")}};
+
+constexpr std::string_view to_string(ExtractMethod method) { return extract_method_names.name(method); }
 
 /// Parses verl's `method` argument ("strict" or "flexible"); verl asserts on anything else.
 inline ExtractMethod parse_extract_method(std::string_view method) {
-  if (method == "strict") return ExtractMethod::strict;
-  if (method == "flexible") return ExtractMethod::flexible;
-  ::verl::detail::throw_invalid_argument("method: expected one of strict, flexible, got '{}'", method);
+  return extract_method_names.parse(method, "method");
 }
 
 namespace detail {

@@ -243,12 +243,7 @@ constexpr std::optional<std::string_view> unbox(std::string_view s) {
 inline std::optional<std::string> last_boxed_only_string(std::string_view string) {
   const std::size_t start = reward::detail::find_last(string, "\\boxed{");
   if (start == std::string_view::npos) return std::nullopt;
-  long open_braces = 0;
-  for (std::size_t i = start; i < string.size(); ++i) {
-    if (string[i] == '{') ++open_braces;
-    if (string[i] == '}' && --open_braces == 0) return std::string(string.substr(start, i + 1 - start));
-  }
-  return std::nullopt;
+  return reward::detail::through_closing_brace(string, start);
 }
 
 /// verl's remove_boxed: "\boxed{x}" -> "x"; anything else throws InvalidArgument (verl asserts).

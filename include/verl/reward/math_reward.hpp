@@ -204,12 +204,7 @@ inline std::optional<std::string> last_boxed_only_string(std::string_view string
   std::size_t start = reward::detail::find_last(string, "\\boxed");
   if (start == std::string_view::npos) start = reward::detail::find_last(string, "\\fbox");
   if (start == std::string_view::npos) return std::nullopt;
-  long open_braces = 0;  // verl's counter: a '}' before any '{' drives it negative
-  for (std::size_t i = start; i < string.size(); ++i) {
-    if (string[i] == '{') ++open_braces;
-    if (string[i] == '}' && --open_braces == 0) return std::string(string.substr(start, i + 1 - start));
-  }
-  return std::nullopt;
+  return reward::detail::through_closing_brace(string, start);
 }
 
 /// verl's remove_boxed: "\boxed{x}" -> "x" and "\boxed x" -> "x". Throws InvalidArgument for

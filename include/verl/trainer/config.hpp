@@ -446,18 +446,29 @@ inline PPOConfig build_ppo_config(detail::ConfigNode tree) {
   return config;
 }
 
-/// verl's defaults with `overrides` applied.
-inline PPOConfig load_ppo_config(std::span<const std::string> overrides) {
-  detail::ConfigNode tree;
+namespace detail {
+
+/// verl's defaults, then `layer(tree)` (a YAML file, overrides), then the typed configuration;
+/// every error in between is a ConfigError.
+template <class Layer>
+PPOConfig load_ppo_config_layered(Layer&& layer) {
+  ConfigNode tree;
   try {
-    tree = detail::default_tree();
-    apply_overrides(tree, overrides);
+    tree = default_tree();
+    layer(tree);
   } catch (const ConfigError&) {
     throw;
   } catch (const InvalidArgument& error) {
     throw ConfigError({error.what()});
   }
   return build_ppo_config(std::move(tree));
+}
+
+}  // namespace detail
+
+/// verl's defaults with `overrides` applied.
+inline PPOConfig load_ppo_config(std::span<const std::string> overrides) {
+  return detail::load_ppo_config_layered([&](detail::ConfigNode& tree) { apply_overrides(tree, overrides); });
 }
 
 inline PPOConfig load_ppo_config(std::initializer_list<std::string> overrides = {}) {

@@ -77,17 +77,10 @@ inline detail::ConfigNode read_config_yaml(const std::filesystem::path& file) {
 
 /// verl's defaults, then the YAML file, then the overrides.
 inline PPOConfig load_ppo_config(const std::filesystem::path& yaml_file, std::span<const std::string> overrides = {}) {
-  detail::ConfigNode tree;
-  try {
-    tree = detail::default_tree();
+  return detail::load_ppo_config_layered([&](detail::ConfigNode& tree) {
     detail::merge_into(tree, read_config_yaml(yaml_file));
     apply_overrides(tree, overrides);
-  } catch (const ConfigError&) {
-    throw;
-  } catch (const InvalidArgument& error) {
-    throw ConfigError({error.what()});
-  }
-  return build_ppo_config(std::move(tree));
+  });
 }
 
 }  // namespace verl::trainer

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <span>
+#include <tuple>
 #include <string_view>
 #include <vector>
 
@@ -17,6 +18,53 @@
 #include "verl/reward/scorer.hpp"
 
 namespace verl::trainer {
+
+namespace detail {
+
+/// Rows `rows` of a batch field (a matrix's rows, a vector's entries); an empty field (not computed
+/// yet) stays empty.
+template <class Field>
+Field gather_rows(const Field& field, std::span<const Index> rows) {
+  Field out;
+  if constexpr (requires { field.row(0); }) {
+    if (field.rows() == 0) return out;
+    out.resize(static_cast<Index>(rows.size()), field.cols());
+    for (std::size_t i = 0; i < rows.size(); ++i) out.row(static_cast<Index>(i)) = field.row(rows[i]);
+  } else {
+    if (field.empty()) return out;
+    out.reserve(rows.size());
+    for (const Index r : rows) out.push_back(field[static_cast<std::size_t>(r)]);
+  }
+  return out;
+}
+
+/// The rows of `a`, then those of `b`.
+template <class Field>
+Field stack_rows(const Field& a, const Field& b) {
+  if constexpr (requires { a.row(0); }) {
+    if (b.rows() == 0) return a;
+    if (a.rows() == 0) return b;
+    Field out(a.rows() + b.rows(), a.cols());
+    out.topRows(a.rows()) = a;
+    out.bottomRows(b.rows()) = b;
+    return out;
+  } else {
+    Field out = a;
+    out.insert(out.end(), b.begin(), b.end());
+    return out;
+  }
+}
+
+/// `m` widened to `width` columns by zero columns on the left.
+template <class M>
+M left_pad_columns(const M& m, Index width) {
+  M out(m.rows(), width);
+  out.leftCols(width - m.cols()).setZero();
+  out.rightCols(m.cols()) = m;
+  return out;
+}
+
+}  // namespace detail
 
 struct Trajectories {
   MatrixI64 responses;     ///< (N, R), pad after the response
@@ -32,30 +80,25 @@ struct Trajectories {
 
   [[nodiscard]] Index rows() const { return responses.rows(); }
 
+  /// The fields generation and reward produce: what select() and append() carry.
+  static constexpr auto generated_fields() {
+    return std::make_tuple(&Trajectories::responses, &Trajectories::response_mask, &Trajectories::input_ids,
+                           &Trajectories::attention_mask, &Trajectories::position_ids, &Trajectories::uid,
+                           &Trajectories::sample, &Trajectories::reward_outputs, &Trajectories::reward_baselines,
+                           &Trajectories::token_level_scores);
+  }
+  /// The fields the later stages of a step compute from those.
+  static constexpr auto computed_fields() {
+    return std::make_tuple(&Trajectories::token_level_rewards, &Trajectories::old_log_probs,
+                           &Trajectories::ref_log_probs, &Trajectories::values, &Trajectories::advantages,
+                           &Trajectories::returns);
+  }
+
   /// The generation and reward fields of `rows`, in that order (later fields are recomputed).
   [[nodiscard]] Trajectories select(std::span<const Index> rows) const {
     Trajectories out;
-    auto pick = [&](const auto& m) {
-      std::remove_cvref_t<decltype(m)> picked(static_cast<Index>(rows.size()), m.cols());
-      for (std::size_t i = 0; i < rows.size(); ++i) picked.row(static_cast<Index>(i)) = m.row(rows[i]);
-      return picked;
-    };
-    out.responses = pick(responses);
-    out.response_mask = pick(response_mask);
-    out.input_ids = pick(input_ids);
-    out.attention_mask = pick(attention_mask);
-    out.position_ids = pick(position_ids);
-    out.token_level_scores = pick(token_level_scores);
-    if (reward_baselines.size() > 0) {
-      out.reward_baselines.resize(static_cast<Index>(rows.size()));
-      for (std::size_t i = 0; i < rows.size(); ++i) out.reward_baselines[static_cast<Index>(i)] = reward_baselines[rows[i]];
-    }
-    for (const Index r : rows) {
-      const auto at = static_cast<std::size_t>(r);
-      out.uid.push_back(uid[at]);
-      out.sample.push_back(sample[at]);
-      out.reward_outputs.push_back(reward_outputs[at]);
-    }
+    std::apply([&](auto... field) { ((out.*field = detail::gather_rows(this->*field, rows)), ...); },
+               generated_fields());
     return out;
   }
 
@@ -70,43 +113,15 @@ struct Trajectories {
                      "order: expected a permutation of 0..{}, got {} (out of range or repeated)", rows() - 1, r);
       seen[static_cast<std::size_t>(r)] = 1;
     }
-    auto pick = [&](const auto& m) {
-      if (m.rows() == 0) return m;  // not computed yet
-      std::remove_cvref_t<decltype(m)> picked(m.rows(), m.cols());
-      for (std::size_t i = 0; i < order.size(); ++i) picked.row(static_cast<Index>(i)) = m.row(order[i]);
-      return picked;
-    };
-    auto pick_values = [&](const auto& v) {
-      std::remove_cvref_t<decltype(v)> picked;
-      if (v.empty()) return picked;
-      for (const Index r : order) picked.push_back(v[static_cast<std::size_t>(r)]);
-      return picked;
-    };
     Trajectories out;
-    out.responses = pick(responses);
-    out.response_mask = pick(response_mask);
-    out.input_ids = pick(input_ids);
-    out.attention_mask = pick(attention_mask);
-    out.position_ids = pick(position_ids);
-    out.uid = pick_values(uid);
-    out.sample = pick_values(sample);
-    out.reward_outputs = pick_values(reward_outputs);
-    if (reward_baselines.size() > 0) {
-      out.reward_baselines.resize(reward_baselines.size());
-      for (std::size_t i = 0; i < order.size(); ++i) out.reward_baselines[static_cast<Index>(i)] = reward_baselines[order[i]];
-    }
-    out.token_level_scores = pick(token_level_scores);
-    out.token_level_rewards = pick(token_level_rewards);
-    out.old_log_probs = pick(old_log_probs);
-    out.ref_log_probs = pick(ref_log_probs);
-    out.values = pick(values);
-    out.advantages = pick(advantages);
-    out.returns = pick(returns);
+    const auto reorder = [&](auto... field) { ((out.*field = detail::gather_rows(this->*field, order)), ...); };
+    std::apply(reorder, generated_fields());
+    std::apply(reorder, computed_fields());
     return out;
   }
 
   /// Appends the generation and reward fields of `other` (prompt widths may differ: the narrower
-  /// batch is left-padded).
+  /// batch is left-padded; the padding is under attention_mask 0, never seen by a model).
   void append(const Trajectories& other) {
     if (rows() == 0) {
       *this = other;
@@ -115,33 +130,14 @@ struct Trajectories {
     VERL_CHECK_ARG(other.responses.cols() == responses.cols(), "append: expected responses of width {}, got {}",
                    responses.cols(), other.responses.cols());
     const Index width = std::max(input_ids.cols(), other.input_ids.cols());
-    auto widen = [&](const auto& m, auto fill) {
-      std::remove_cvref_t<decltype(m)> out(m.rows(), width);
-      out.leftCols(width - m.cols()).setConstant(fill);
-      out.rightCols(m.cols()) = m;
-      return out;
-    };
-    auto stack = [](const auto& a, const auto& b) {
-      std::remove_cvref_t<decltype(a)> out(a.rows() + b.rows(), a.cols());
-      out.topRows(a.rows()) = a;
-      out.bottomRows(b.rows()) = b;
-      return out;
-    };
-    const std::int64_t pad = 0;  // under attention_mask 0: never seen by a model
-    input_ids = stack(widen(input_ids, pad), widen(other.input_ids, pad));
-    attention_mask = stack(widen(attention_mask, 0.0f), widen(other.attention_mask, 0.0f));
-    position_ids = stack(widen(position_ids, std::int64_t{0}), widen(other.position_ids, std::int64_t{0}));
-    responses = stack(responses, other.responses);
-    response_mask = stack(response_mask, other.response_mask);
-    token_level_scores = stack(token_level_scores, other.token_level_scores);
-    if (reward_baselines.size() > 0 || other.reward_baselines.size() > 0) {
-      VectorF joined(reward_baselines.size() + other.reward_baselines.size());
-      joined << reward_baselines, other.reward_baselines;
-      reward_baselines = std::move(joined);
+    Trajectories widened = other;
+    for (Trajectories* batch : {this, &widened}) {
+      batch->input_ids = detail::left_pad_columns(batch->input_ids, width);
+      batch->attention_mask = detail::left_pad_columns(batch->attention_mask, width);
+      batch->position_ids = detail::left_pad_columns(batch->position_ids, width);
     }
-    uid.insert(uid.end(), other.uid.begin(), other.uid.end());
-    sample.insert(sample.end(), other.sample.begin(), other.sample.end());
-    reward_outputs.insert(reward_outputs.end(), other.reward_outputs.begin(), other.reward_outputs.end());
+    std::apply([&](auto... field) { ((this->*field = detail::stack_rows(this->*field, widened.*field)), ...); },
+               generated_fields());
   }
 };
 

@@ -23,6 +23,7 @@
 
 #include "verl/core/error.hpp"
 #include "verl/trainer/config.hpp"
+#include "verl/trainer/config/detail/config_fields.hpp"
 #include "verl/trainer/config/detail/config_node.hpp"
 #include "verl/trainer/config/detail/edit_distance.hpp"
 #include "verl/trainer/config/detail/field_conversion.hpp"
@@ -73,39 +74,17 @@ struct SFTConfig {
   } trainer;
 };
 
+// The keys: every section's key fields, in verl's order.
+VERL_CONFIG_FIELDS(SFTConfig::Data, train_files, val_files, prompt_key, response_key, prompt_dict_keys, response_dict_keys, max_length, truncation, train_batch_size, micro_batch_size_per_gpu)
+VERL_CONFIG_FIELDS(SFTConfig::Model, partial_pretrain)
+VERL_CONFIG_FIELDS(SFTConfig::Optim, lr, betas, weight_decay, warmup_steps_ratio, clip_grad, lr_scheduler, min_lr_ratio)
+VERL_CONFIG_FIELDS(SFTConfig::Trainer, default_local_dir, project_name, experiment_name, total_epochs, total_training_steps, logger, seed, save_freq, test_freq, resume_mode, resume_from_path, max_ckpt_to_keep)
+VERL_CONFIG_FIELDS(SFTConfig, data, model, optim, trainer)
+
 /// Every supported key with its field.
 template <class Config, class Fn>
 void visit_sft_fields(Config& c, Fn&& fn) {
-  fn("data.train_files", c.data.train_files);
-  fn("data.val_files", c.data.val_files);
-  fn("data.prompt_key", c.data.prompt_key);
-  fn("data.response_key", c.data.response_key);
-  fn("data.prompt_dict_keys", c.data.prompt_dict_keys);
-  fn("data.response_dict_keys", c.data.response_dict_keys);
-  fn("data.max_length", c.data.max_length);
-  fn("data.truncation", c.data.truncation);
-  fn("data.train_batch_size", c.data.train_batch_size);
-  fn("data.micro_batch_size_per_gpu", c.data.micro_batch_size_per_gpu);
-  fn("model.partial_pretrain", c.model.partial_pretrain);
-  fn("optim.lr", c.optim.lr);
-  fn("optim.betas", c.optim.betas);
-  fn("optim.weight_decay", c.optim.weight_decay);
-  fn("optim.warmup_steps_ratio", c.optim.warmup_steps_ratio);
-  fn("optim.clip_grad", c.optim.clip_grad);
-  fn("optim.lr_scheduler", c.optim.lr_scheduler);
-  fn("optim.min_lr_ratio", c.optim.min_lr_ratio);
-  fn("trainer.default_local_dir", c.trainer.default_local_dir);
-  fn("trainer.project_name", c.trainer.project_name);
-  fn("trainer.experiment_name", c.trainer.experiment_name);
-  fn("trainer.total_epochs", c.trainer.total_epochs);
-  fn("trainer.total_training_steps", c.trainer.total_training_steps);
-  fn("trainer.logger", c.trainer.logger);
-  fn("trainer.seed", c.trainer.seed);
-  fn("trainer.save_freq", c.trainer.save_freq);
-  fn("trainer.test_freq", c.trainer.test_freq);
-  fn("trainer.resume_mode", c.trainer.resume_mode);
-  fn("trainer.resume_from_path", c.trainer.resume_from_path);
-  fn("trainer.max_ckpt_to_keep", c.trainer.max_ckpt_to_keep);
+  visit_config_fields(c, std::string_view{}, fn);
 }
 
 namespace detail {

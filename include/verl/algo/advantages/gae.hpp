@@ -18,7 +18,6 @@ namespace verl::algo {
 struct GAE {
   static constexpr std::string_view name = "gae";
   static constexpr AdvantageInputs needs{.critic_values = true};
-  /// This estimator with verl's knobs from `config`.
   static GAE from_config(const AdvantageConfig& config) { return {.gamma = config.gamma, .lam = config.lam}; }
 
   double gamma = 1.0;  ///< discount (algorithm.gamma)

@@ -4,10 +4,7 @@
 #include <algorithm>
 #include <string_view>
 
-#include "verl/algo/advantages/estimator.hpp"
-#include "verl/algo/advantages/detail/group_moments.hpp"
-#include "verl/algo/advantages/detail/prompt_groups.hpp"
-#include "verl/algo/advantages/detail/row_ops.hpp"
+#include "verl/algo/advantages/detail/outcome.hpp"
 
 namespace verl::algo {
 
@@ -16,19 +13,19 @@ namespace verl::algo {
 struct GPG {
   static constexpr std::string_view name = "gpg";
   static constexpr AdvantageInputs needs{.group_index = true};
-  /// This estimator with verl's knobs from `config`.
-  static GPG from_config(const AdvantageConfig& config) { return {.epsilon = config.group_epsilon(), .f_norm = config.f_norm, .alpha = config.alpha}; }
+  static GPG from_config(const AdvantageConfig& config) {
+    return {.epsilon = config.group_epsilon(), .f_norm = config.f_norm, .alpha = config.alpha};
+  }
 
   double epsilon = 1e-6;  ///< accepted for verl's signature; unused
   double f_norm = 1.0;    ///< divides the advantage
   double alpha = 1.0;     ///< ignored, as in verl: alpha is recomputed from the batch
 
   AdvantageResult compute(const AdvantageBatch& batch) const { return detail::compute_fresh(*this, batch); }
-  /// As compute(), reusing the storage of `out` (the previous step's result) when it fits.
-  void compute_into(const AdvantageBatch& batch, AdvantageResult& out) const {
-    detail::validate_advantage_batch<GPG>(batch);
-    const VectorF scores = detail::response_scores(batch.token_level_rewards);
-    const detail::PromptGroups groups(batch.index);
+  void compute_into(const AdvantageBatch& batch, AdvantageResult& out) const { detail::outcome_into(*this, batch, out); }
+  /// alpha (s_i - mean_g) / f_norm, alpha = B / (responses with a nonzero score).
+  VectorF response_scalars(const AdvantageBatch& /*batch*/, const VectorF& scores,
+                           const detail::PromptGroups& groups) const {
     const auto moments = detail::torch_group_moments(scores, groups);
     Index nonzero = 0;
     for (Index i = 0; i < scores.size(); ++i) nonzero += scores[i] != 0.0f ? 1 : 0;
@@ -41,7 +38,7 @@ struct GPG {
       const auto g = static_cast<std::size_t>(groups.group_of(i));
       scalars[i] = (batch_alpha * (scores[i] - moments.mean[g])) / norm;
     }
-    detail::broadcast_over_mask(scalars, batch.response_mask, out);
+    return scalars;
   }
 };
 

@@ -4,10 +4,7 @@
 
 #include <string_view>
 
-#include "verl/algo/advantages/estimator.hpp"
-#include "verl/algo/advantages/detail/group_moments.hpp"
-#include "verl/algo/advantages/detail/prompt_groups.hpp"
-#include "verl/algo/advantages/detail/row_ops.hpp"
+#include "verl/algo/advantages/detail/outcome.hpp"
 
 namespace verl::algo {
 
@@ -17,18 +14,18 @@ namespace verl::algo {
 struct GRPO {
   static constexpr std::string_view name = "grpo";
   static constexpr AdvantageInputs needs{.group_index = true};
-  /// This estimator with verl's knobs from `config`.
-  static GRPO from_config(const AdvantageConfig& config) { return {.epsilon = config.group_epsilon(), .norm_adv_by_std_in_grpo = config.norm_adv_by_std_in_grpo}; }
+  static GRPO from_config(const AdvantageConfig& config) {
+    return {.epsilon = config.group_epsilon(), .norm_adv_by_std_in_grpo = config.norm_adv_by_std_in_grpo};
+  }
 
   double epsilon = 1e-6;                ///< added to the std (a Python float: rounded to float32 on use)
   bool norm_adv_by_std_in_grpo = true;  ///< false: Dr.GRPO, a_i = s_i - mean_g
 
   AdvantageResult compute(const AdvantageBatch& batch) const { return detail::compute_fresh(*this, batch); }
-  /// As compute(), reusing the storage of `out` (the previous step's result) when it fits.
-  void compute_into(const AdvantageBatch& batch, AdvantageResult& out) const {
-    detail::validate_advantage_batch<GRPO>(batch);
-    const VectorF scores = detail::response_scores(batch.token_level_rewards);
-    const detail::PromptGroups groups(batch.index);
+  void compute_into(const AdvantageBatch& batch, AdvantageResult& out) const { detail::outcome_into(*this, batch, out); }
+  /// (s_i - mean_g) / (std_g + epsilon), or s_i - mean_g without the std normalisation.
+  VectorF response_scalars(const AdvantageBatch& /*batch*/, const VectorF& scores,
+                           const detail::PromptGroups& groups) const {
     const auto moments = detail::torch_group_moments(scores, groups);
     const float eps = static_cast<float>(epsilon);
     VectorF scalars(scores.size());
@@ -37,7 +34,7 @@ struct GRPO {
       const float centered = scores[i] - moments.mean[g];
       scalars[i] = norm_adv_by_std_in_grpo ? centered / (moments.std[g] + eps) : centered;
     }
-    detail::broadcast_over_mask(scalars, batch.response_mask, out);
+    return scalars;
   }
 };
 
@@ -46,7 +43,6 @@ struct GRPO {
 struct DrGRPO {
   static constexpr std::string_view name = "grpo";
   static constexpr AdvantageInputs needs{.group_index = true};
-  /// This estimator with verl's knobs from `config`.
   static DrGRPO from_config(const AdvantageConfig& config) { return {.epsilon = config.group_epsilon()}; }
 
   double epsilon = 1e-6;  ///< unused without the std normalisation; kept for a uniform config

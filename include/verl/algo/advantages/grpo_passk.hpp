@@ -7,10 +7,7 @@
 #include <span>
 #include <string_view>
 
-#include "verl/algo/advantages/estimator.hpp"
-#include "verl/algo/advantages/detail/group_moments.hpp"
-#include "verl/algo/advantages/detail/prompt_groups.hpp"
-#include "verl/algo/advantages/detail/row_ops.hpp"
+#include "verl/algo/advantages/detail/outcome.hpp"
 
 namespace verl::algo {
 
@@ -20,19 +17,20 @@ namespace verl::algo {
 struct GRPOPassK {
   static constexpr std::string_view name = "grpo_passk";
   static constexpr AdvantageInputs needs{.group_index = true};
-  /// This estimator with verl's knobs from `config`.
-  static GRPOPassK from_config(const AdvantageConfig& config) { return {.epsilon = config.group_epsilon(), .norm_adv_by_std_in_grpo = config.norm_adv_by_std_in_grpo}; }
+  static GRPOPassK from_config(const AdvantageConfig& config) {
+    return {.epsilon = config.group_epsilon(), .norm_adv_by_std_in_grpo = config.norm_adv_by_std_in_grpo};
+  }
 
   double epsilon = 1e-6;
   /// verl reads this from config.norm_adv_by_std_in_grpo (its keyword argument is ignored).
   bool norm_adv_by_std_in_grpo = true;
 
   AdvantageResult compute(const AdvantageBatch& batch) const { return detail::compute_fresh(*this, batch); }
-  /// As compute(), reusing the storage of `out` (the previous step's result) when it fits.
-  void compute_into(const AdvantageBatch& batch, AdvantageResult& out) const {
-    detail::validate_advantage_batch<GRPOPassK>(batch);
-    const VectorF scores = detail::response_scores(batch.token_level_rewards);
-    const detail::PromptGroups groups(batch.index);
+  void compute_into(const AdvantageBatch& batch, AdvantageResult& out) const { detail::outcome_into(*this, batch, out); }
+  /// The margin of each group's best response over the runner-up (over std_g + epsilon when
+  /// normalising); 0 for the other responses.
+  VectorF response_scalars(const AdvantageBatch& batch, const VectorF& scores,
+                           const detail::PromptGroups& groups) const {
     const auto moments = detail::torch_group_moments(scores, groups);
     VectorF scalars = VectorF::Zero(scores.size());
     for (Index g = 0; g < groups.num_groups(); ++g) {
@@ -52,7 +50,7 @@ struct GRPOPassK {
         advantage = advantage / (moments.std[static_cast<std::size_t>(g)] + static_cast<float>(epsilon));
       scalars[best] = advantage;
     }
-    detail::broadcast_over_mask(scalars, batch.response_mask, out);
+    return scalars;
   }
 };
 

@@ -5,10 +5,7 @@
 
 #include <string_view>
 
-#include "verl/algo/advantages/estimator.hpp"
-#include "verl/algo/advantages/detail/group_moments.hpp"
-#include "verl/algo/advantages/detail/prompt_groups.hpp"
-#include "verl/algo/advantages/detail/row_ops.hpp"
+#include "verl/algo/advantages/detail/outcome.hpp"
 
 namespace verl::algo {
 
@@ -17,18 +14,18 @@ namespace verl::algo {
 struct GRPOVectorized {
   static constexpr std::string_view name = "grpo_vectorized";
   static constexpr AdvantageInputs needs{.group_index = true};
-  /// This estimator with verl's knobs from `config`.
-  static GRPOVectorized from_config(const AdvantageConfig& config) { return {.epsilon = config.group_epsilon(), .norm_adv_by_std_in_grpo = config.norm_adv_by_std_in_grpo}; }
+  static GRPOVectorized from_config(const AdvantageConfig& config) {
+    return {.epsilon = config.group_epsilon(), .norm_adv_by_std_in_grpo = config.norm_adv_by_std_in_grpo};
+  }
 
   double epsilon = 1e-6;  ///< variance floor and std offset
   bool norm_adv_by_std_in_grpo = true;
 
   AdvantageResult compute(const AdvantageBatch& batch) const { return detail::compute_fresh(*this, batch); }
-  /// As compute(), reusing the storage of `out` (the previous step's result) when it fits.
-  void compute_into(const AdvantageBatch& batch, AdvantageResult& out) const {
-    detail::validate_advantage_batch<GRPOVectorized>(batch);
-    const VectorF scores = detail::response_scores(batch.token_level_rewards);
-    const detail::PromptGroups groups(batch.index);
+  void compute_into(const AdvantageBatch& batch, AdvantageResult& out) const { detail::outcome_into(*this, batch, out); }
+  /// (s_i - mean_g) / (std_g + epsilon) from float32 batch-order sums, std_g = sqrt(max(var_g, epsilon)).
+  VectorF response_scalars(const AdvantageBatch& /*batch*/, const VectorF& scores,
+                           const detail::PromptGroups& groups) const {
     const float eps = static_cast<float>(epsilon);
     const auto moments = detail::groupwise_mean_std(scores, groups, eps);
     VectorF scalars(scores.size());
@@ -37,7 +34,7 @@ struct GRPOVectorized {
       const float centered = scores[i] - moments.mean[g];
       scalars[i] = norm_adv_by_std_in_grpo ? centered / (moments.std[g] + eps) : centered;
     }
-    detail::broadcast_over_mask(scalars, batch.response_mask, out);
+    return scalars;
   }
 };
 

@@ -5,9 +5,7 @@
 #include <string_view>
 #include <vector>
 
-#include "verl/algo/advantages/estimator.hpp"
-#include "verl/algo/advantages/detail/prompt_groups.hpp"
-#include "verl/algo/advantages/detail/row_ops.hpp"
+#include "verl/algo/advantages/detail/outcome.hpp"
 #include "verl/algo/advantages/detail/torch_sum.hpp"
 
 namespace verl::algo {
@@ -18,18 +16,16 @@ namespace verl::algo {
 struct OPO {
   static constexpr std::string_view name = "opo";
   static constexpr AdvantageInputs needs{.group_index = true};
-  /// This estimator with verl's knobs from `config`.
   static OPO from_config(const AdvantageConfig& config) { return {.epsilon = config.group_epsilon()}; }
 
   double epsilon = 1e-6;  ///< accepted for verl's signature; unused
 
   AdvantageResult compute(const AdvantageBatch& batch) const { return detail::compute_fresh(*this, batch); }
-  /// As compute(), reusing the storage of `out` (the previous step's result) when it fits.
-  void compute_into(const AdvantageBatch& batch, AdvantageResult& out) const {
-    detail::validate_advantage_batch<OPO>(batch);
+  void compute_into(const AdvantageBatch& batch, AdvantageResult& out) const { detail::outcome_into(*this, batch, out); }
+  /// s_i - b_g, b_g the group's length-weighted mean score (0 for a group of one).
+  VectorF response_scalars(const AdvantageBatch& batch, const VectorF& scores,
+                           const detail::PromptGroups& groups) const {
     const auto& mask = batch.response_mask;
-    const VectorF scores = detail::response_scores(batch.token_level_rewards);
-    const detail::PromptGroups groups(batch.index);
     const auto num_groups = static_cast<std::size_t>(groups.num_groups());
     std::vector<float> baseline(num_groups, 0.0f);
     std::vector<float> weighted;
@@ -49,7 +45,7 @@ struct OPO {
     }
     VectorF scalars(scores.size());
     for (Index i = 0; i < scores.size(); ++i) scalars[i] = scores[i] - baseline[static_cast<std::size_t>(groups.group_of(i))];
-    detail::broadcast_over_mask(scalars, mask, out);
+    return scalars;
   }
 };
 

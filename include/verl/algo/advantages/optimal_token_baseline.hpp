@@ -78,7 +78,6 @@ inline std::pair<Index, Index> unique_longest_tail(std::span<const Index> rows, 
 struct OptimalTokenBaseline {
   static constexpr std::string_view name = "optimal_token_baseline";
   static constexpr AdvantageInputs needs{.group_index = true, .old_log_probs = true};
-  /// This estimator with verl's knobs from `config`.
   static OptimalTokenBaseline from_config(const AdvantageConfig& config) { return {.handle_zero_tail = config.handle_zero_tail.value_or(false), .epsilon = config.otb_epsilon()}; }
 
   bool handle_zero_tail = false;  ///< no baseline on the tail of a group's unique longest response
@@ -139,7 +138,6 @@ struct OptimalTokenBaseline {
 struct MultiTurnOptimalTokenBaseline {
   static constexpr std::string_view name = "tir_optimal_token_baseline";
   static constexpr AdvantageInputs needs{.group_index = true, .old_log_probs = true};
-  /// This estimator with verl's knobs from `config`.
   static MultiTurnOptimalTokenBaseline from_config(const AdvantageConfig& config) { return {.handle_zero_tail = config.handle_zero_tail.value_or(true), .epsilon = config.otb_epsilon()}; }
 
   bool handle_zero_tail = true;  ///< verl's default here is True

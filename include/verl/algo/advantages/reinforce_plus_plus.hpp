@@ -4,11 +4,8 @@
 
 #include <string_view>
 
-#include "verl/algo/advantages/estimator.hpp"
-#include "verl/algo/advantages/detail/group_moments.hpp"
 #include "verl/algo/advantages/detail/masked_whiten.hpp"
-#include "verl/algo/advantages/detail/prompt_groups.hpp"
-#include "verl/algo/advantages/detail/row_ops.hpp"
+#include "verl/algo/advantages/detail/outcome.hpp"
 
 namespace verl::algo {
 
@@ -17,7 +14,6 @@ namespace verl::algo {
 struct ReinforcePlusPlus {
   static constexpr std::string_view name = "reinforce_plus_plus";
   static constexpr AdvantageInputs needs{};
-  /// This estimator with verl's knobs from `config`.
   static ReinforcePlusPlus from_config(const AdvantageConfig& config) { return {.gamma = config.gamma}; }
 
   double gamma = 1.0;  ///< discount (verl reads config.gamma)
@@ -73,7 +69,6 @@ struct ReinforcePlusPlus {
 struct ReinforcePlusPlusBaseline {
   static constexpr std::string_view name = "reinforce_plus_plus_baseline";
   static constexpr AdvantageInputs needs{.group_index = true};
-  /// This estimator with verl's knobs from `config`.
   static ReinforcePlusPlusBaseline from_config(const AdvantageConfig& config) { return {.epsilon = config.group_epsilon()}; }
 
   double epsilon = 1e-6;  ///< accepted for verl's signature; unused
@@ -81,18 +76,21 @@ struct ReinforcePlusPlusBaseline {
   AdvantageResult compute(const AdvantageBatch& batch) const { return detail::compute_fresh(*this, batch); }
   /// As compute(), reusing the storage of `out` (the previous step's result) when it fits.
   void compute_into(const AdvantageBatch& batch, AdvantageResult& out) const {
-    detail::validate_advantage_batch<ReinforcePlusPlusBaseline>(batch);
+    detail::outcome_into(*this, batch, out);
     const auto& mask = batch.response_mask;
-    const VectorF scores = detail::response_scores(batch.token_level_rewards);
-    const detail::PromptGroups groups(batch.index);
+    detail::MaskedBatchSum whitening(mask.rows(), mask.cols());
+    for (Index i = 0; i < mask.rows(); ++i) whitening.add_row(detail::row_of(out.advantages, i), detail::row_of(mask, i));
+    detail::masked_whiten(out.advantages, mask, whitening, detail::MaskedPositions::zeroed, out.advantages);
+  }
+
+  /// s_i minus its group's mean (compute_into broadcasts it, then whitens over the batch).
+  VectorF response_scalars(const AdvantageBatch& /*batch*/, const VectorF& scores,
+                           const detail::PromptGroups& groups) const {
     const auto moments = detail::torch_group_moments(scores, groups);
     VectorF centered(scores.size());
     for (Index i = 0; i < scores.size(); ++i)
       centered[i] = scores[i] - moments.mean[static_cast<std::size_t>(groups.group_of(i))];
-    detail::broadcast_over_mask(centered, mask, out);
-    detail::MaskedBatchSum whitening(mask.rows(), mask.cols());
-    for (Index i = 0; i < mask.rows(); ++i) whitening.add_row(detail::row_of(out.advantages, i), detail::row_of(mask, i));
-    detail::masked_whiten(out.advantages, mask, whitening, detail::MaskedPositions::zeroed, out.advantages);
+    return centered;
   }
 };
 

@@ -13,7 +13,6 @@ namespace verl::algo {
 struct ReMax {
   static constexpr std::string_view name = "remax";
   static constexpr AdvantageInputs needs{.reward_baselines = true};
-  /// This estimator with verl's knobs from `config`.
   static ReMax from_config(const AdvantageConfig&) { return {}; }
 
   AdvantageResult compute(const AdvantageBatch& batch) const { return detail::compute_fresh(*this, batch); }

@@ -7,10 +7,7 @@
 #include <string_view>
 #include <vector>
 
-#include "verl/algo/advantages/estimator.hpp"
-#include "verl/algo/advantages/detail/group_moments.hpp"
-#include "verl/algo/advantages/detail/prompt_groups.hpp"
-#include "verl/algo/advantages/detail/row_ops.hpp"
+#include "verl/algo/advantages/detail/outcome.hpp"
 
 namespace verl::algo {
 
@@ -19,17 +16,15 @@ namespace verl::algo {
 struct RLOO {
   static constexpr std::string_view name = "rloo";
   static constexpr AdvantageInputs needs{.group_index = true};
-  /// This estimator with verl's knobs from `config`.
   static RLOO from_config(const AdvantageConfig& config) { return {.epsilon = config.group_epsilon()}; }
 
   double epsilon = 1e-6;  ///< accepted for verl's signature; unused
 
   AdvantageResult compute(const AdvantageBatch& batch) const { return detail::compute_fresh(*this, batch); }
-  /// As compute(), reusing the storage of `out` (the previous step's result) when it fits.
-  void compute_into(const AdvantageBatch& batch, AdvantageResult& out) const {
-    detail::validate_advantage_batch<RLOO>(batch);
-    const VectorF scores = detail::response_scores(batch.token_level_rewards);
-    const detail::PromptGroups groups(batch.index);
+  void compute_into(const AdvantageBatch& batch, AdvantageResult& out) const { detail::outcome_into(*this, batch, out); }
+  /// s_i minus the mean of the other scores of its group (s_i for a group of one).
+  VectorF response_scalars(const AdvantageBatch& /*batch*/, const VectorF& scores,
+                           const detail::PromptGroups& groups) const {
     const auto moments = detail::torch_group_moments(scores, groups);
     VectorF scalars(scores.size());
     for (Index i = 0; i < scores.size(); ++i) {
@@ -43,7 +38,7 @@ struct RLOO {
         scalars[i] = scores[i];
       }
     }
-    detail::broadcast_over_mask(scalars, batch.response_mask, out);
+    return scalars;
   }
 };
 
@@ -52,17 +47,15 @@ struct RLOO {
 struct RLOOVectorized {
   static constexpr std::string_view name = "rloo_vectorized";
   static constexpr AdvantageInputs needs{.group_index = true};
-  /// This estimator with verl's knobs from `config`.
   static RLOOVectorized from_config(const AdvantageConfig& config) { return {.epsilon = config.group_epsilon()}; }
 
   double epsilon = 1e-6;  ///< accepted for verl's signature; unused
 
   AdvantageResult compute(const AdvantageBatch& batch) const { return detail::compute_fresh(*this, batch); }
-  /// As compute(), reusing the storage of `out` (the previous step's result) when it fits.
-  void compute_into(const AdvantageBatch& batch, AdvantageResult& out) const {
-    detail::validate_advantage_batch<RLOOVectorized>(batch);
-    const VectorF scores = detail::response_scores(batch.token_level_rewards);
-    const detail::PromptGroups groups(batch.index);
+  void compute_into(const AdvantageBatch& batch, AdvantageResult& out) const { detail::outcome_into(*this, batch, out); }
+  /// (c s_i - sum_g) / max(c - 1, 1) for a group of c > 1 responses, 0 for a group of one.
+  VectorF response_scalars(const AdvantageBatch& /*batch*/, const VectorF& scores,
+                           const detail::PromptGroups& groups) const {
     std::vector<float> group_sum(static_cast<std::size_t>(groups.num_groups()), 0.0f);
     for (Index i = 0; i < scores.size(); ++i) group_sum[static_cast<std::size_t>(groups.group_of(i))] += scores[i];
     VectorF scalars(scores.size());
@@ -72,7 +65,7 @@ struct RLOOVectorized {
       const float leave_one_out = (c * scores[i] - group_sum[static_cast<std::size_t>(g)]) / std::max(c - 1.0f, 1.0f);
       scalars[i] = leave_one_out * (c > 1.0f ? 1.0f : 0.0f);
     }
-    detail::broadcast_over_mask(scalars, batch.response_mask, out);
+    return scalars;
   }
 };
 

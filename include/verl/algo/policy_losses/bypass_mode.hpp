@@ -11,20 +11,20 @@
 #include "verl/algo/policy_losses/reinforce.hpp"
 #include "verl/algo/policy_losses/vanilla.hpp"
 #include "verl/algo/rollout_correction.hpp"
+#include "verl/core/enum_names.hpp"
 
 namespace verl::algo {
 
 /// rollout_correction.loss_type.
 enum class BypassLossType { ppo_clip, reinforce };
 
-constexpr std::string_view to_string(BypassLossType type) {
-  return type == BypassLossType::ppo_clip ? "ppo_clip" : "reinforce";
-}
+inline constexpr EnumNames bypass_loss_type_names{std::pair{BypassLossType::ppo_clip, std::string_view("ppo_clip")},
+                                                  std::pair{BypassLossType::reinforce, std::string_view("reinforce")}};
+
+constexpr std::string_view to_string(BypassLossType type) { return bypass_loss_type_names.name(type); }
 
 inline BypassLossType parse_bypass_loss_type(std::string_view name) {
-  if (name == "ppo_clip") return BypassLossType::ppo_clip;
-  if (name == "reinforce") return BypassLossType::reinforce;
-  verl::detail::throw_invalid_argument("loss_type: expected one of ppo_clip, reinforce, got '{}'", name);
+  return bypass_loss_type_names.parse(name, "loss_type");
 }
 
 /// batch.old_log_prob is the rollout policy's log-prob. IS weights and the rejection mask come

@@ -45,7 +45,6 @@ inline std::int64_t cispo_row(const float* __restrict log_prob, const float* __r
 struct CISPO {
   static constexpr std::string_view name = "cispo";
   static constexpr AggregationRule aggregation = AggregationRule::follows_config();
-  /// This loss with verl's knobs from `config`.
   static CISPO from_config(const PolicyLossConfig& config) { return {.clip_ratio_low = config.resolved_clip_ratio_low(), .clip_ratio_high = config.resolved_clip_ratio_high()}; }
 
   double clip_ratio_low = 0.2;
@@ -53,33 +52,20 @@ struct CISPO {
 
   PolicyLossResult compute(const PolicyLossBatch& batch, const AggregationContext& context) const {
     using namespace detail;
-    const MaskCounts counts = validate_policy_loss_batch(batch);
-    FusedAggregation reduction(counts, context.loss_agg_mode, context.global_batch_info);
+    LossPass pass(batch, context.loss_agg_mode, context.global_batch_info);
     const auto range = RatioClipRange::from_clip_ratios(clip_ratio_low, clip_ratio_high);
-    const Index rows = batch.log_prob.rows(), cols = batch.log_prob.cols();
-
-    PolicyLossResult result{0.0f, MatrixF(rows, cols), {}};
-    RowScratch scratch(cols);
-    double kl_sum = 0;
-    std::int64_t clipped = 0;
-    for (Index i = 0; i < rows; ++i) {
+    RowScratch& scratch = pass.scratch;
+    for (Index i = 0; i < pass.rows; ++i) {
       const float* lp = row_of(batch.log_prob, i);
       const float* old = row_of(batch.old_log_prob, i);
-      const float* weights = batch.rollout_is_weights ? row_of(*batch.rollout_is_weights, i) : scratch.ones.data();
-      row_ratio(lp, old, scratch.ratio.data(), cols, kLogRatioBound);
-      clipped += cispo_row(lp, old, row_of(batch.advantages, i), row_of(batch.response_mask, i), weights,
-                           scratch.ratio.data(), scratch.loss_terms.data(), scratch.metric_terms.data(),
-                           row_of(result.grad_log_prob, i), cols, range, reduction.gradient_weight(i),
-                           reduction.selects_valid());
-      reduction.add_row(i, sum_row_terms(scratch.loss_terms.data(), cols));
-      kl_sum += sum_row_terms(scratch.metric_terms.data(), cols);
+      row_ratio(lp, old, scratch.ratio.data(), pass.cols, kLogRatioBound);
+      pass.clipped += cispo_row(lp, old, row_of(batch.advantages, i), row_of(batch.response_mask, i),
+                                pass.is_weights(i), scratch.ratio.data(), scratch.loss_terms.data(),
+                                scratch.metric_terms.data(), pass.grad_row(i), pass.cols, range,
+                                pass.reduction.gradient_weight(i), pass.reduction.selects_valid());
+      pass.add_loss_and_kl_terms(i);
     }
-    const double valid = static_cast<double>(counts.tokens);
-    result.pg_loss = reduction.loss();
-    result.metrics["actor/pg_clipfrac"] = masked_mean_of(static_cast<double>(clipped), valid);
-    result.metrics["actor/ppo_kl"] = masked_mean_of(kl_sum, valid);
-    result.metrics["actor/pg_clipfrac_lower"] = 0.0;
-    return result;
+    return pass.finish_with_clip_metrics();
   }
 };
 

@@ -106,15 +106,9 @@ struct ClipCov {
 
     // Pass 1: the masked means that centre the covariance (detached in verl).
     RowScratch scratch(cols);
-    double advantage_sum = 0, log_prob_sum = 0;
-    for (Index i = 0; i < rows; ++i) {
-      valid_values(row_of(batch.advantages, i), row_of(batch.log_prob, i), row_of(batch.response_mask, i),
-                   scratch.loss_terms.data(), scratch.metric_terms.data(), cols);
-      advantage_sum += sum_row_terms(scratch.loss_terms.data(), cols);
-      log_prob_sum += sum_row_terms(scratch.metric_terms.data(), cols);
-    }
-    const float advantage_mean = masked_mean_of(advantage_sum, valid);
-    const float log_prob_mean = masked_mean_of(log_prob_sum, valid);
+    const ValidSums sums = valid_advantage_and_log_prob_sums(batch, scratch);
+    const float advantage_mean = masked_mean_of(sums.advantages, valid);
+    const float log_prob_mean = masked_mean_of(sums.log_probs, valid);
 
     // Pass 2: the loss as if no token were zeroed, and the candidates for zeroing.
     PolicyLossResult result{0.0f, MatrixF(rows, cols), {}};

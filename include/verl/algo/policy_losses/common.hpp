@@ -113,4 +113,80 @@ struct MaskedMean {
   float mean(double count) const { return masked_mean_of(sum, count); }
 };
 
+/// The sums, in double row by row, of the advantages and of the log-probs over the valid tokens:
+/// what centres clip_cov's and kl_cov's covariance. Uses scratch's loss and metric rows.
+struct ValidSums {
+  double advantages = 0;
+  double log_probs = 0;
+};
+inline ValidSums valid_advantage_and_log_prob_sums(const PolicyLossBatch& batch, RowScratch& scratch) {
+  ValidSums sums;
+  const Index cols = batch.log_prob.cols();
+  for (Index i = 0; i < batch.log_prob.rows(); ++i) {
+    valid_values(row_of(batch.advantages, i), row_of(batch.log_prob, i), row_of(batch.response_mask, i),
+                 scratch.loss_terms.data(), scratch.metric_terms.data(), cols);
+    sums.advantages += sum_row_terms(scratch.loss_terms.data(), cols);
+    sums.log_probs += sum_row_terms(scratch.metric_terms.data(), cols);
+  }
+  return sums;
+}
+
+/// One fused pass of a policy loss over its batch: the batch checked and counted, the aggregation
+/// in `mode`, the result with its (B, T) gradient, per-row scratch, and the running sums of the
+/// metrics. A loss fills scratch.loss_terms (and metric_terms) for each row, adds the row, and
+/// finishes with verl's metrics.
+struct LossPass {
+  const PolicyLossBatch& batch;
+  const MaskCounts counts;
+  FusedAggregation reduction;
+  const Index rows, cols;
+  PolicyLossResult result;
+  RowScratch scratch;
+  double kl_sum = 0;         ///< ppo_kl terms of the rows added so far
+  std::int64_t clipped = 0;  ///< clipped tokens so far
+
+  LossPass(const PolicyLossBatch& batch_in, LossAggMode mode, const GlobalBatchInfo& info)
+      : batch(batch_in),
+        counts(validate_policy_loss_batch(batch_in)),
+        reduction(counts, mode, info),
+        rows(batch_in.log_prob.rows()),
+        cols(batch_in.log_prob.cols()),
+        result{0.0f, MatrixF(rows, cols), {}},
+        scratch(cols) {}
+  LossPass(const LossPass&) = delete;  // the aggregation points at `counts`
+  LossPass& operator=(const LossPass&) = delete;
+
+  /// Row i's rollout importance weights (ones without them).
+  [[nodiscard]] const float* is_weights(Index i) const {
+    return batch.rollout_is_weights ? row_of(*batch.rollout_is_weights, i) : scratch.ones.data();
+  }
+  [[nodiscard]] float* grad_row(Index i) { return row_of(result.grad_log_prob, i); }
+
+  /// Adds row i's loss terms (scratch.loss_terms).
+  void add_loss_terms(Index i) { reduction.add_row(i, sum_row_terms(scratch.loss_terms.data(), cols)); }
+  /// Adds row i's loss terms and its ppo_kl terms (scratch.metric_terms).
+  void add_loss_and_kl_terms(Index i) {
+    add_loss_terms(i);
+    kl_sum += sum_row_terms(scratch.metric_terms.data(), cols);
+  }
+
+  /// The aggregated loss, without metrics.
+  PolicyLossResult finish() {
+    result.pg_loss = reduction.loss();
+    return std::move(result);
+  }
+  /// The loss with actor/ppo_kl.
+  PolicyLossResult finish_with_kl() {
+    result.metrics["actor/ppo_kl"] = masked_mean_of(kl_sum, static_cast<double>(counts.tokens));
+    return finish();
+  }
+  /// The loss with the metrics of a loss clipped on one side: actor/pg_clipfrac (of `clipped`),
+  /// actor/ppo_kl, and actor/pg_clipfrac_lower = 0.
+  PolicyLossResult finish_with_clip_metrics() {
+    result.metrics["actor/pg_clipfrac"] = masked_mean_of(static_cast<double>(clipped), static_cast<double>(counts.tokens));
+    result.metrics["actor/pg_clipfrac_lower"] = 0.0;
+    return finish_with_kl();
+  }
+};
+
 }  // namespace verl::algo::detail

@@ -77,7 +77,6 @@ inline void geo_mean_gradient(const float* __restrict log_prob, const float* __r
 struct GeoMean {
   static constexpr std::string_view name = "geo_mean";
   static constexpr AggregationRule aggregation = AggregationRule::own_reduction();
-  /// This loss with verl's knobs from `config`.
   static GeoMean from_config(const PolicyLossConfig& config) { return {.clip_ratio_low = config.resolved_clip_ratio_low(), .clip_ratio_high = config.resolved_clip_ratio_high()}; }
 
   double clip_ratio_low = 0.2;

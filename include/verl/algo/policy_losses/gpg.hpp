@@ -36,21 +36,15 @@ struct GPGLoss {
 
   PolicyLossResult compute(const PolicyLossBatch& batch, const AggregationContext& context) const {
     using namespace detail;
-    const MaskCounts counts = validate_policy_loss_batch(batch);
-    FusedAggregation reduction(counts, context.loss_agg_mode, context.global_batch_info);
-    const Index rows = batch.log_prob.rows(), cols = batch.log_prob.cols();
-    PolicyLossResult result{0.0f, MatrixF(rows, cols), {}};
-    RowScratch scratch(cols);
-    for (Index i = 0; i < rows; ++i) {
-      const float* weights = batch.rollout_is_weights ? row_of(*batch.rollout_is_weights, i) : scratch.ones.data();
+    LossPass pass(batch, context.loss_agg_mode, context.global_batch_info);
+    for (Index i = 0; i < pass.rows; ++i) {
       // verl writes -log_prob * A; the product is the same float as -A * log_prob.
       policy_gradient_row(row_of(batch.log_prob, i), row_of(batch.advantages, i), row_of(batch.response_mask, i),
-                          weights, scratch.loss_terms.data(), row_of(result.grad_log_prob, i), cols,
-                          reduction.gradient_weight(i), reduction.selects_valid());
-      reduction.add_row(i, sum_row_terms(scratch.loss_terms.data(), cols));
+                          pass.is_weights(i), pass.scratch.loss_terms.data(), pass.grad_row(i), pass.cols,
+                          pass.reduction.gradient_weight(i), pass.reduction.selects_valid());
+      pass.add_loss_terms(i);
     }
-    result.pg_loss = reduction.loss();
-    return result;
+    return pass.finish();
   }
 };
 

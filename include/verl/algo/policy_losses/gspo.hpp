@@ -52,7 +52,6 @@ inline void masked_log_ratio_terms(const float* __restrict log_prob, const float
 struct GSPO {
   static constexpr std::string_view name = "gspo";
   static constexpr AggregationRule aggregation = AggregationRule::forces(LossAggMode::seq_mean_token_mean);
-  /// This loss with verl's knobs from `config`.
   static GSPO from_config(const PolicyLossConfig& config) { return {.clip_ratio_low = config.resolved_clip_ratio_low(), .clip_ratio_high = config.resolved_clip_ratio_high()}; }
   static constexpr float kMaxLogRatio = 10.0f;
 
@@ -61,39 +60,27 @@ struct GSPO {
 
   PolicyLossResult compute(const PolicyLossBatch& batch, const AggregationContext& context) const {
     using namespace detail;
-    const MaskCounts counts = validate_policy_loss_batch(batch);
-    FusedAggregation reduction(counts, *GSPO::aggregation.effective_mode(context.loss_agg_mode),
-                                 context.global_batch_info);
+    LossPass pass(batch, *GSPO::aggregation.effective_mode(context.loss_agg_mode), context.global_batch_info);
     const auto range = RatioClipRange::from_clip_ratios(clip_ratio_low, clip_ratio_high);
-    const Index rows = batch.log_prob.rows(), cols = batch.log_prob.cols();
-
-    PolicyLossResult result{0.0f, MatrixF(rows, cols), {}};
-    RowScratch scratch(cols);
-    double kl_sum = 0;
-    std::int64_t clipped = 0;
-    for (Index i = 0; i < rows; ++i) {
+    RowScratch& scratch = pass.scratch;
+    const Index cols = pass.cols;
+    for (Index i = 0; i < pass.rows; ++i) {
       const float* lp = row_of(batch.log_prob, i);
       const float* old = row_of(batch.old_log_prob, i);
       const float* mask = row_of(batch.response_mask, i);
-      const float* weights = batch.rollout_is_weights ? row_of(*batch.rollout_is_weights, i) : scratch.ones.data();
       // Sequence log-ratio: sum(nk * m) / max(len, 1) in float32.
       masked_log_ratio_terms(lp, old, mask, scratch.metric_terms.data(), cols);
-      const auto length = static_cast<float>(std::max<Index>(counts.row_lengths[i], 1));
+      const auto length = static_cast<float>(std::max<Index>(pass.counts.row_lengths[i], 1));
       const float seq_log_ratio = static_cast<float>(sum_row_terms(scratch.metric_terms.data(), cols)) / length;
       const float seq_ratio = std::exp(std::min(seq_log_ratio, kMaxLogRatio));
       const float cap_passes = indicator(seq_log_ratio <= kMaxLogRatio);  // clamp(max=10) passes at 10
-      clipped += gspo_row(lp, old, row_of(batch.advantages, i), mask, weights, scratch.loss_terms.data(),
-                          scratch.metric_terms.data(), row_of(result.grad_log_prob, i), cols, seq_ratio, cap_passes,
-                          range, reduction.gradient_weight(i), reduction.selects_valid());
-      reduction.add_row(i, sum_row_terms(scratch.loss_terms.data(), cols));
-      kl_sum += sum_row_terms(scratch.metric_terms.data(), cols);
+      pass.clipped += gspo_row(lp, old, row_of(batch.advantages, i), mask, pass.is_weights(i),
+                               scratch.loss_terms.data(), scratch.metric_terms.data(), pass.grad_row(i), cols,
+                               seq_ratio, cap_passes, range, pass.reduction.gradient_weight(i),
+                               pass.reduction.selects_valid());
+      pass.add_loss_and_kl_terms(i);
     }
-    const double valid = static_cast<double>(counts.tokens);
-    result.pg_loss = reduction.loss();
-    result.metrics["actor/pg_clipfrac"] = masked_mean_of(static_cast<double>(clipped), valid);
-    result.metrics["actor/ppo_kl"] = masked_mean_of(kl_sum, valid);
-    result.metrics["actor/pg_clipfrac_lower"] = 0.0;
-    return result;
+    return pass.finish_with_clip_metrics();
   }
 };
 

@@ -105,16 +105,10 @@ struct KLCov {
       VERL_CHECK_ARG(k <= static_cast<std::size_t>(valid),
                      "kl_cov_ratio: selects {} tokens but the batch has only {} valid tokens (got ratio {})", k, valid,
                      kl_cov_ratio);
-      double advantage_sum = 0, log_prob_sum = 0;
-      for (Index i = 0; i < rows; ++i) {
-        valid_values(row_of(batch.advantages, i), row_of(batch.log_prob, i), row_of(batch.response_mask, i),
-                     scratch.loss_terms.data(), scratch.metric_terms.data(), cols);
-        advantage_sum += sum_row_terms(scratch.loss_terms.data(), cols);
-        log_prob_sum += sum_row_terms(scratch.metric_terms.data(), cols);
-      }
+      const ValidSums sums = valid_advantage_and_log_prob_sums(batch, scratch);
       // torch's mean of a float32 vector: float32 sum / n.
-      const float advantage_mean = static_cast<float>(advantage_sum) / static_cast<float>(valid);
-      const float log_prob_mean = static_cast<float>(log_prob_sum) / static_cast<float>(valid);
+      const float advantage_mean = static_cast<float>(sums.advantages) / static_cast<float>(valid);
+      const float log_prob_mean = static_cast<float>(sums.log_probs) / static_cast<float>(valid);
       std::vector<std::pair<float, Index>> keyed;
       keyed.reserve(static_cast<std::size_t>(valid));
       for (Index i = 0; i < rows; ++i) {

@@ -19,26 +19,18 @@ struct ReinforceLoss {
 
   PolicyLossResult compute(const PolicyLossBatch& batch, const AggregationContext& context) const {
     using namespace detail;
-    const MaskCounts counts = validate_policy_loss_batch(batch);
-    FusedAggregation reduction(counts, context.loss_agg_mode, context.global_batch_info);
-    const Index rows = batch.log_prob.rows(), cols = batch.log_prob.cols();
-    PolicyLossResult result{0.0f, MatrixF(rows, cols), {}};
-    RowScratch scratch(cols);
-    double kl_sum = 0;
-    for (Index i = 0; i < rows; ++i) {
+    LossPass pass(batch, context.loss_agg_mode, context.global_batch_info);
+    RowScratch& scratch = pass.scratch;
+    for (Index i = 0; i < pass.rows; ++i) {
       const float* lp = row_of(batch.log_prob, i);
       const float* mask = row_of(batch.response_mask, i);
-      const float* weights = batch.rollout_is_weights ? row_of(*batch.rollout_is_weights, i) : scratch.ones.data();
-      policy_gradient_row(lp, row_of(batch.advantages, i), mask, weights, scratch.loss_terms.data(),
-                          row_of(result.grad_log_prob, i), cols, reduction.gradient_weight(i),
-                          reduction.selects_valid());
-      reduction.add_row(i, sum_row_terms(scratch.loss_terms.data(), cols));
-      negative_log_ratio_terms(lp, row_of(batch.old_log_prob, i), mask, scratch.metric_terms.data(), cols);
-      kl_sum += sum_row_terms(scratch.metric_terms.data(), cols);
+      policy_gradient_row(lp, row_of(batch.advantages, i), mask, pass.is_weights(i), scratch.loss_terms.data(),
+                          pass.grad_row(i), pass.cols, pass.reduction.gradient_weight(i),
+                          pass.reduction.selects_valid());
+      negative_log_ratio_terms(lp, row_of(batch.old_log_prob, i), mask, scratch.metric_terms.data(), pass.cols);
+      pass.add_loss_and_kl_terms(i);
     }
-    result.pg_loss = reduction.loss();
-    result.metrics["actor/ppo_kl"] = masked_mean_of(kl_sum, static_cast<double>(counts.tokens));
-    return result;
+    return pass.finish_with_kl();
   }
 };
 

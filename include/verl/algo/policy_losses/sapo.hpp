@@ -55,7 +55,6 @@ inline void sapo_row(const float* __restrict log_prob, const float* __restrict o
 struct SAPO {
   static constexpr std::string_view name = "sapo";
   static constexpr AggregationRule aggregation = AggregationRule::forces(LossAggMode::seq_mean_token_mean);
-  /// This loss with verl's knobs from `config`.
   static SAPO from_config(const PolicyLossConfig& config) { return {.tau_pos = config.tau_pos, .tau_neg = config.tau_neg}; }
 
   double tau_pos = 1.0;
@@ -63,34 +62,23 @@ struct SAPO {
 
   PolicyLossResult compute(const PolicyLossBatch& batch, const AggregationContext& context) const {
     using namespace detail;
-    const MaskCounts counts = validate_policy_loss_batch(batch);
-    FusedAggregation reduction(counts, *SAPO::aggregation.effective_mode(context.loss_agg_mode),
-                                 context.global_batch_info);
+    LossPass pass(batch, *SAPO::aggregation.effective_mode(context.loss_agg_mode), context.global_batch_info);
     // verl makes float32 tensors of the temperatures, so the gate runs in float32.
     const auto tau_positive = static_cast<float>(tau_pos), tau_negative = static_cast<float>(tau_neg);
-    const Index rows = batch.log_prob.rows(), cols = batch.log_prob.cols();
-
-    PolicyLossResult result{0.0f, MatrixF(rows, cols), {}};
-    RowScratch scratch(cols);
-    double kl_sum = 0;
-    for (Index i = 0; i < rows; ++i) {
+    RowScratch& scratch = pass.scratch;
+    const Index cols = pass.cols;
+    for (Index i = 0; i < pass.rows; ++i) {
       const float* lp = row_of(batch.log_prob, i);
       const float* old = row_of(batch.old_log_prob, i);
       const float* adv = row_of(batch.advantages, i);
-      const float* weights = batch.rollout_is_weights ? row_of(*batch.rollout_is_weights, i) : scratch.ones.data();
       row_ratio(lp, old, scratch.ratio.data(), cols, kLogRatioBound);
       sapo_gate_exponent(adv, scratch.ratio.data(), scratch.second.data(), cols, tau_positive, tau_negative);
-      sapo_row(lp, old, adv, row_of(batch.response_mask, i), weights, scratch.ratio.data(), scratch.second.data(),
-               scratch.loss_terms.data(), scratch.metric_terms.data(), row_of(result.grad_log_prob, i), cols,
-               tau_positive, tau_negative, reduction.gradient_weight(i), reduction.selects_valid());
-      reduction.add_row(i, sum_row_terms(scratch.loss_terms.data(), cols));
-      kl_sum += sum_row_terms(scratch.metric_terms.data(), cols);
+      sapo_row(lp, old, adv, row_of(batch.response_mask, i), pass.is_weights(i), scratch.ratio.data(),
+               scratch.second.data(), scratch.loss_terms.data(), scratch.metric_terms.data(), pass.grad_row(i), cols,
+               tau_positive, tau_negative, pass.reduction.gradient_weight(i), pass.reduction.selects_valid());
+      pass.add_loss_and_kl_terms(i);
     }
-    result.pg_loss = reduction.loss();
-    result.metrics["actor/pg_clipfrac"] = 0.0;
-    result.metrics["actor/ppo_kl"] = masked_mean_of(kl_sum, static_cast<double>(counts.tokens));
-    result.metrics["actor/pg_clipfrac_lower"] = 0.0;
-    return result;
+    return pass.finish_with_clip_metrics();  // SAPO's gate clips nothing: pg_clipfrac is 0
   }
 };
 

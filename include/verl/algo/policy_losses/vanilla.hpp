@@ -296,7 +296,6 @@ inline DualClipPPOOutput dual_clip_ppo(const PolicyLossBatch& batch, const Aggre
 struct VanillaPPO {
   static constexpr std::string_view name = "vanilla";
   static constexpr AggregationRule aggregation = AggregationRule::follows_config();
-  /// This loss with verl's knobs from `config`.
   static VanillaPPO from_config(const PolicyLossConfig& config) { return {.clip_ratio_low = config.resolved_clip_ratio_low(), .clip_ratio_high = config.resolved_clip_ratio_high(), .clip_ratio_c = config.clip_ratio_c}; }
 
   double clip_ratio_low = 0.2;

@@ -29,6 +29,19 @@ class TempCarver {
   std::size_t bytes() const { return (offset_ + kAlign - 1) / kAlign * kAlign; }
   bool querying() const { return base_ == nullptr; }
 
+  /// The two-phase call's checkpoint, once every piece is taken (cub's size query, kept out of
+  /// each entry point): on the size query, writes the bytes needed into `temp_bytes` and returns
+  /// true, and the caller returns; on the real call, checks that the caller's buffer holds them.
+  [[nodiscard]] bool answer_size_query(std::size_t& temp_bytes) const {
+    if (querying()) {
+      temp_bytes = bytes();
+      return true;
+    }
+    VERL_CHECK_ARG(temp_bytes >= bytes(), "temp_bytes: expected at least {} (the size query), got {}", bytes(),
+                   temp_bytes);
+    return false;
+  }
+
  private:
   static constexpr std::size_t kAlign = 256;  // what cudaMalloc guarantees, enough for any vector load
   unsigned char* base_;

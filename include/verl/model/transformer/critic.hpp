@@ -11,14 +11,14 @@
 #include "verl/core/error.hpp"
 #include "verl/core/tensor.hpp"
 #include "verl/model/transformer/decoder.hpp"
-#include "verl/model/transformer/detail/state_dict.hpp"
+#include "verl/model/transformer/detail/parameter_module.hpp"
 #include "verl/model/transformer/weights.hpp"
 #include "verl/model/value_model.hpp"
 
 namespace verl::model {
 
 template <class Scalar>
-class BasicTransformerCritic {
+class BasicTransformerCritic : public detail::ParameterModule<BasicTransformerCritic<Scalar>, Scalar> {
  public:
   using scalar_type = Scalar;
 
@@ -76,18 +76,6 @@ class BasicTransformerCritic {
     body_.backward(d_hidden);
   }
 
-  template <class Fn>
-  void for_each_parameter(Fn&& fn) {
-    for_each_tensor([&](ParameterTensor<Scalar>& t) { fn(t.view()); });
-  }
-  template <class Fn>
-  void for_each_parameter(Fn&& fn) const {
-    for_each_tensor([&](const ParameterTensor<Scalar>& t) { fn(t.view()); });
-  }
-  void zero_grad() {
-    for_each_tensor([](ParameterTensor<Scalar>& t) { t.zero_grad(); });
-  }
-  [[nodiscard]] StateDict state_dict() const { return detail::make_state_dict(*this); }
   void load_state_dict(const StateDict& dict) { detail::load_state_dict(*this, dict); }
 
   template <class Fn>

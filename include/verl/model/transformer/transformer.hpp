@@ -30,7 +30,7 @@
 #include "verl/model/causal_lm.hpp"
 #include "verl/model/hf_config.hpp"
 #include "verl/model/transformer/decoder.hpp"
-#include "verl/model/transformer/detail/state_dict.hpp"
+#include "verl/model/transformer/detail/parameter_module.hpp"
 #include "verl/model/transformer/kv_cache.hpp"
 #include "verl/model/transformer/weights.hpp"
 
@@ -110,7 +110,7 @@ void head_backward(RowMatrix<S>& logits, std::span<const TokenId> labels, const 
 }  // namespace detail
 
 template <class Scalar>
-class BasicTransformer {
+class BasicTransformer : public detail::ParameterModule<BasicTransformer<Scalar>, Scalar> {
  public:
   using scalar_type = Scalar;
 
@@ -272,23 +272,6 @@ class BasicTransformer {
     saved_logits_.clear();
     body_.backward(d_hidden);
   }
-
-  /// Visits every parameter (Parameter<Scalar>: name, shape, value, gradient). Gradient spans are
-  /// empty until the first backward() or zero_grad().
-  template <class Fn>
-  void for_each_parameter(Fn&& fn) {
-    for_each_tensor([&](ParameterTensor<Scalar>& t) { fn(t.view()); });
-  }
-  template <class Fn>
-  void for_each_parameter(Fn&& fn) const {
-    for_each_tensor([&](const ParameterTensor<Scalar>& t) { fn(t.view()); });
-  }
-
-  void zero_grad() {
-    for_each_tensor([](ParameterTensor<Scalar>& t) { t.zero_grad(); });
-  }
-
-  [[nodiscard]] StateDict state_dict() const { return detail::make_state_dict(*this); }
 
   /// Strict: every parameter must be present with its shape, and nothing else (a tied model
   /// ignores an "lm_head.weight" entry, as transformers does).

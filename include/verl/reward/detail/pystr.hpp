@@ -11,6 +11,8 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <optional>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -144,6 +146,17 @@ constexpr std::size_t find_last(std::string_view s, std::string_view needle) {
   std::size_t last = std::string_view::npos;
   for (std::size_t hit = s.find(needle); hit != std::string_view::npos; hit = s.find(needle, hit + 1)) last = hit;
   return last;
+}
+
+/// string[start..] up to the '}' that closes the braces opened since `start` (verl's counter: a
+/// '}' before any '{' drives it negative), or nullopt when they never close.
+inline std::optional<std::string> through_closing_brace(std::string_view string, std::size_t start) {
+  long open_braces = 0;
+  for (std::size_t i = start; i < string.size(); ++i) {
+    if (string[i] == '{') ++open_braces;
+    if (string[i] == '}' && --open_braces == 0) return std::string(string.substr(start, i + 1 - start));
+  }
+  return std::nullopt;
 }
 
 /// Python's s.split(sep) for a non-empty separator (views into `s`).

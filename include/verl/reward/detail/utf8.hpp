@@ -14,6 +14,8 @@
 #include <string>
 #include <string_view>
 
+#include "verl/core/utf8.hpp"
+
 namespace verl::reward::detail::utf8 {
 
 /// One decoded code point and the number of bytes it occupies.
@@ -112,20 +114,8 @@ constexpr std::size_t tail_offset(std::string_view s, std::size_t n) {
 inline void append(std::string& out, char32_t code_point) {
   if (code_point >= escaped_byte_base + 0x80 && code_point <= escaped_byte_base + 0xFF) {
     out.push_back(static_cast<char>(code_point - escaped_byte_base));
-  } else if (code_point < 0x80) {
-    out.push_back(static_cast<char>(code_point));
-  } else if (code_point < 0x800) {
-    out.push_back(static_cast<char>(0xC0 | (code_point >> 6)));
-    out.push_back(static_cast<char>(0x80 | (code_point & 0x3F)));
-  } else if (code_point < 0x10000) {
-    out.push_back(static_cast<char>(0xE0 | (code_point >> 12)));
-    out.push_back(static_cast<char>(0x80 | ((code_point >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (code_point & 0x3F)));
   } else {
-    out.push_back(static_cast<char>(0xF0 | (code_point >> 18)));
-    out.push_back(static_cast<char>(0x80 | ((code_point >> 12) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | ((code_point >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (code_point & 0x3F)));
+    append_utf8(out, code_point);
   }
 }
 

@@ -7,6 +7,8 @@
 #include <string>
 #include <string_view>
 
+#include "verl/core/utf8.hpp"
+
 namespace verl::tokenizer::detail {
 
 /// Decodes the code point at `pos` of valid UTF-8 and advances `pos` past it.
@@ -44,23 +46,7 @@ inline char32_t previous_code_point(std::string_view text, std::size_t pos, std:
   return next_code_point(text, at);
 }
 
-inline void append_utf8(std::string& out, char32_t cp) {
-  if (cp < 0x80) {
-    out.push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    out.push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    out.push_back(static_cast<char>(0xF0 | (cp >> 18)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
-}
+using ::verl::append_utf8;
 
 /// For the lead byte of a multi-byte sequence: its length and the valid range of the second
 /// byte (which excludes overlong forms, surrogates and code points past U+10FFFF). Length 0 for

@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "verl/core/markup.hpp"
 #include "verl/tokenizer/jinja/builtins.hpp"
 
 namespace verl::tokenizer::jinja::detail {
@@ -74,19 +75,9 @@ inline std::string indent_text(const std::string& text, const std::string& inden
   return first ? indentation + out : out;
 }
 
+/// Jinja's escape filter (markupsafe): &, <, >, " and ' as entities.
 inline std::string html_escape(std::string_view text) {
-  std::string out;
-  for (const char c : text) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&#34;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
-    }
-  }
-  return out;
+  return escape_markup(text, {{'&', "&amp;"}, {'<', "&lt;"}, {'>', "&gt;"}, {'"', "&#34;"}, {'\'', "&#39;"}});
 }
 
 /// transformers' tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False).

@@ -24,6 +24,7 @@
 
 #include "verl/data/truncation.hpp"
 #include "verl/trainer/checkpoint.hpp"
+#include "verl/trainer/config/detail/config_fields.hpp"
 
 namespace verl::trainer {
 
@@ -320,204 +321,57 @@ struct PPOConfig {
   friend bool operator==(const PPOConfig&, const PPOConfig&) = default;
 };
 
-namespace detail {
+// ---- the keys: every section's key fields, in verl's order ------------------------------------
 
-template <class Optim, class Visitor>
-void visit_optim(std::string_view prefix, Optim& o, Visitor& v) {
-  const std::string p(prefix);
-  v(p + ".optimizer", o.optimizer);
-  v(p + ".lr", o.lr);
-  v(p + ".lr_warmup_steps_ratio", o.lr_warmup_steps_ratio);
-  v(p + ".total_training_steps", o.total_training_steps);
-  v(p + ".weight_decay", o.weight_decay);
-  v(p + ".lr_warmup_steps", o.lr_warmup_steps);
-  v(p + ".betas", o.betas);
-  v(p + ".clip_grad", o.clip_grad);
-  v(p + ".min_lr_ratio", o.min_lr_ratio);
-  v(p + ".num_cycles", o.num_cycles);
-  v(p + ".lr_scheduler_type", o.lr_scheduler_type);
-  v(p + ".warmup_style", o.warmup_style);
-}
-
-template <class Contents, class Visitor>
-void visit_checkpoint(std::string_view prefix, Contents& c, Visitor& v) {
-  v(std::string(prefix) + ".save_contents", c.save_contents);
-  v(std::string(prefix) + ".load_contents", c.load_contents);
-}
-
-}  // namespace detail
+VERL_CONFIG_FIELDS(OptimConfig, optimizer, lr, lr_warmup_steps_ratio, total_training_steps, weight_decay,
+                   lr_warmup_steps, betas, clip_grad, min_lr_ratio, num_cycles, lr_scheduler_type, warmup_style)
+VERL_CONFIG_FIELDS(PolicyLossSection, loss_mode, clip_cov_ratio, clip_cov_lb, clip_cov_ub, kl_cov_ratio, ppo_kl_coef)
+VERL_CONFIG_FIELDS(CheckpointContentsConfig, save_contents, load_contents)
+VERL_CONFIG_FIELDS(ModelSection, path, tokenizer_path, custom_chat_template)
+VERL_CONFIG_FIELDS(ActorConfig, optim, ppo_mini_batch_size, ppo_micro_batch_size, ppo_micro_batch_size_per_gpu,
+                   use_dynamic_bsz, ppo_max_token_len_per_gpu, clip_ratio, clip_ratio_low, clip_ratio_high, tau_pos,
+                   tau_neg, policy_loss, clip_ratio_c, loss_agg_mode, loss_scale_factor, entropy_coeff,
+                   calculate_entropy, use_kl_loss, kl_loss_coef, kl_loss_type, ppo_epochs, shuffle, data_loader_seed,
+                   checkpoint, grad_clip, ulysses_sequence_parallel_size)
+VERL_CONFIG_FIELDS(RefConfig, log_prob_micro_batch_size, log_prob_micro_batch_size_per_gpu, log_prob_use_dynamic_bsz,
+                   log_prob_max_token_len_per_gpu, ulysses_sequence_parallel_size)
+VERL_CONFIG_FIELDS(ValidationSamplingConfig, top_k, top_p, temperature, n, do_sample)
+VERL_CONFIG_FIELDS(RolloutConfig, name, temperature, top_k, top_p, prompt_length, response_length, do_sample, n,
+                   ignore_eos, log_prob_micro_batch_size, log_prob_micro_batch_size_per_gpu, log_prob_use_dynamic_bsz,
+                   log_prob_max_token_len_per_gpu, tensor_model_parallel_size, data_parallel_size,
+                   pipeline_model_parallel_size, expert_parallel_size, calculate_log_probs, val_kwargs)
+VERL_CONFIG_FIELDS(ActorRolloutRefConfig, model, actor, ref, rollout)
+VERL_CONFIG_FIELDS(CriticModelSection, path, tokenizer_path)
+VERL_CONFIG_FIELDS(CriticConfig, optim, model, enable, ppo_mini_batch_size, ppo_micro_batch_size,
+                   ppo_micro_batch_size_per_gpu, use_dynamic_bsz, ppo_max_token_len_per_gpu,
+                   forward_max_token_len_per_gpu, ppo_epochs, shuffle, data_loader_seed, cliprange_value,
+                   loss_agg_mode, checkpoint, forward_micro_batch_size, forward_micro_batch_size_per_gpu,
+                   ulysses_sequence_parallel_size, grad_clip)
+VERL_CONFIG_FIELDS(OverlongBufferConfig, enable, len, penalty_factor, log)
+VERL_CONFIG_FIELDS(RewardModelConfig, enable, reward_manager, overlong_buffer)
+VERL_CONFIG_FIELDS(RewardManagerConfig, name)
+VERL_CONFIG_FIELDS(KLControlSection, type, kl_coef, horizon, target_kl)
+VERL_CONFIG_FIELDS(RolloutCorrectionSection, rollout_is, rollout_is_threshold, rollout_rs, rollout_rs_threshold,
+                   bypass_mode, loss_type, rollout_is_batch_normalize)
+VERL_CONFIG_FIELDS(FilterGroupsConfig, enable, metric, max_num_gen_batches)
+VERL_CONFIG_FIELDS(AlgorithmConfig, gamma, lam, adv_estimator, norm_adv_by_std_in_grpo, use_kl_in_reward, kl_penalty,
+                   kl_ctrl, rollout_correction, filter_groups)
+VERL_CONFIG_FIELDS(DataConfig, tokenizer, train_files, val_files, train_max_samples, val_max_samples, prompt_key,
+                   reward_fn_key, max_prompt_length, max_response_length, train_batch_size, val_batch_size,
+                   gen_batch_size, shuffle, seed, validation_shuffle, filter_overlong_prompts, truncation,
+                   apply_chat_template_kwargs)
+VERL_CONFIG_FIELDS(TrainerConfig, balance_batch, total_epochs, total_training_steps, project_name, experiment_name,
+                   logger, log_val_generations, rollout_data_dir, validation_data_dir, nnodes, n_gpus_per_node,
+                   save_freq, resume_mode, resume_from_path, val_before_train, val_only, test_freq, critic_warmup,
+                   del_local_ckpt_after_load, default_local_dir, max_actor_ckpt_to_keep, max_critic_ckpt_to_keep,
+                   device)
+VERL_CONFIG_FIELDS(PPOConfig, data, actor_rollout_ref, critic, reward_model, reward_manager, algorithm, trainer)
 
 /// Calls v(path, field) for every supported key of `config` (PPOConfig or const PPOConfig).
 template <class Config, class Visitor>
   requires std::same_as<std::remove_const_t<Config>, PPOConfig>
 void visit_fields(Config& config, Visitor&& v) {
-  auto& d = config.data;
-  v("data.tokenizer", d.tokenizer);
-  v("data.train_files", d.train_files);
-  v("data.val_files", d.val_files);
-  v("data.train_max_samples", d.train_max_samples);
-  v("data.val_max_samples", d.val_max_samples);
-  v("data.prompt_key", d.prompt_key);
-  v("data.reward_fn_key", d.reward_fn_key);
-  v("data.max_prompt_length", d.max_prompt_length);
-  v("data.max_response_length", d.max_response_length);
-  v("data.train_batch_size", d.train_batch_size);
-  v("data.val_batch_size", d.val_batch_size);
-  v("data.gen_batch_size", d.gen_batch_size);
-  v("data.shuffle", d.shuffle);
-  v("data.seed", d.seed);
-  v("data.validation_shuffle", d.validation_shuffle);
-  v("data.filter_overlong_prompts", d.filter_overlong_prompts);
-  v("data.truncation", d.truncation);
-  v("data.apply_chat_template_kwargs", d.apply_chat_template_kwargs);
-
-  auto& m = config.actor_rollout_ref.model;
-  v("actor_rollout_ref.model.path", m.path);
-  v("actor_rollout_ref.model.tokenizer_path", m.tokenizer_path);
-  v("actor_rollout_ref.model.custom_chat_template", m.custom_chat_template);
-
-  auto& a = config.actor_rollout_ref.actor;
-  detail::visit_optim("actor_rollout_ref.actor.optim", a.optim, v);
-  v("actor_rollout_ref.actor.ppo_mini_batch_size", a.ppo_mini_batch_size);
-  v("actor_rollout_ref.actor.ppo_micro_batch_size", a.ppo_micro_batch_size);
-  v("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", a.ppo_micro_batch_size_per_gpu);
-  v("actor_rollout_ref.actor.use_dynamic_bsz", a.use_dynamic_bsz);
-  v("actor_rollout_ref.actor.ppo_max_token_len_per_gpu", a.ppo_max_token_len_per_gpu);
-  v("actor_rollout_ref.actor.clip_ratio", a.clip_ratio);
-  v("actor_rollout_ref.actor.clip_ratio_low", a.clip_ratio_low);
-  v("actor_rollout_ref.actor.clip_ratio_high", a.clip_ratio_high);
-  v("actor_rollout_ref.actor.tau_pos", a.tau_pos);
-  v("actor_rollout_ref.actor.tau_neg", a.tau_neg);
-  v("actor_rollout_ref.actor.policy_loss.loss_mode", a.policy_loss.loss_mode);
-  v("actor_rollout_ref.actor.policy_loss.clip_cov_ratio", a.policy_loss.clip_cov_ratio);
-  v("actor_rollout_ref.actor.policy_loss.clip_cov_lb", a.policy_loss.clip_cov_lb);
-  v("actor_rollout_ref.actor.policy_loss.clip_cov_ub", a.policy_loss.clip_cov_ub);
-  v("actor_rollout_ref.actor.policy_loss.kl_cov_ratio", a.policy_loss.kl_cov_ratio);
-  v("actor_rollout_ref.actor.policy_loss.ppo_kl_coef", a.policy_loss.ppo_kl_coef);
-  v("actor_rollout_ref.actor.clip_ratio_c", a.clip_ratio_c);
-  v("actor_rollout_ref.actor.loss_agg_mode", a.loss_agg_mode);
-  v("actor_rollout_ref.actor.loss_scale_factor", a.loss_scale_factor);
-  v("actor_rollout_ref.actor.entropy_coeff", a.entropy_coeff);
-  v("actor_rollout_ref.actor.calculate_entropy", a.calculate_entropy);
-  v("actor_rollout_ref.actor.use_kl_loss", a.use_kl_loss);
-  v("actor_rollout_ref.actor.kl_loss_coef", a.kl_loss_coef);
-  v("actor_rollout_ref.actor.kl_loss_type", a.kl_loss_type);
-  v("actor_rollout_ref.actor.ppo_epochs", a.ppo_epochs);
-  v("actor_rollout_ref.actor.shuffle", a.shuffle);
-  v("actor_rollout_ref.actor.data_loader_seed", a.data_loader_seed);
-  detail::visit_checkpoint("actor_rollout_ref.actor.checkpoint", a.checkpoint, v);
-  v("actor_rollout_ref.actor.grad_clip", a.grad_clip);
-  v("actor_rollout_ref.actor.ulysses_sequence_parallel_size", a.ulysses_sequence_parallel_size);
-
-  auto& r = config.actor_rollout_ref.ref;
-  v("actor_rollout_ref.ref.log_prob_micro_batch_size", r.log_prob_micro_batch_size);
-  v("actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu", r.log_prob_micro_batch_size_per_gpu);
-  v("actor_rollout_ref.ref.log_prob_use_dynamic_bsz", r.log_prob_use_dynamic_bsz);
-  v("actor_rollout_ref.ref.log_prob_max_token_len_per_gpu", r.log_prob_max_token_len_per_gpu);
-  v("actor_rollout_ref.ref.ulysses_sequence_parallel_size", r.ulysses_sequence_parallel_size);
-
-  auto& g = config.actor_rollout_ref.rollout;
-  v("actor_rollout_ref.rollout.name", g.name);
-  v("actor_rollout_ref.rollout.temperature", g.temperature);
-  v("actor_rollout_ref.rollout.top_k", g.top_k);
-  v("actor_rollout_ref.rollout.top_p", g.top_p);
-  v("actor_rollout_ref.rollout.prompt_length", g.prompt_length);
-  v("actor_rollout_ref.rollout.response_length", g.response_length);
-  v("actor_rollout_ref.rollout.do_sample", g.do_sample);
-  v("actor_rollout_ref.rollout.n", g.n);
-  v("actor_rollout_ref.rollout.ignore_eos", g.ignore_eos);
-  v("actor_rollout_ref.rollout.log_prob_micro_batch_size", g.log_prob_micro_batch_size);
-  v("actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu", g.log_prob_micro_batch_size_per_gpu);
-  v("actor_rollout_ref.rollout.log_prob_use_dynamic_bsz", g.log_prob_use_dynamic_bsz);
-  v("actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu", g.log_prob_max_token_len_per_gpu);
-  v("actor_rollout_ref.rollout.tensor_model_parallel_size", g.tensor_model_parallel_size);
-  v("actor_rollout_ref.rollout.data_parallel_size", g.data_parallel_size);
-  v("actor_rollout_ref.rollout.pipeline_model_parallel_size", g.pipeline_model_parallel_size);
-  v("actor_rollout_ref.rollout.expert_parallel_size", g.expert_parallel_size);
-  v("actor_rollout_ref.rollout.calculate_log_probs", g.calculate_log_probs);
-  v("actor_rollout_ref.rollout.val_kwargs.top_k", g.val_kwargs.top_k);
-  v("actor_rollout_ref.rollout.val_kwargs.top_p", g.val_kwargs.top_p);
-  v("actor_rollout_ref.rollout.val_kwargs.temperature", g.val_kwargs.temperature);
-  v("actor_rollout_ref.rollout.val_kwargs.n", g.val_kwargs.n);
-  v("actor_rollout_ref.rollout.val_kwargs.do_sample", g.val_kwargs.do_sample);
-
-  auto& c = config.critic;
-  detail::visit_optim("critic.optim", c.optim, v);
-  v("critic.model.path", c.model.path);
-  v("critic.model.tokenizer_path", c.model.tokenizer_path);
-  v("critic.enable", c.enable);
-  v("critic.ppo_mini_batch_size", c.ppo_mini_batch_size);
-  v("critic.ppo_micro_batch_size", c.ppo_micro_batch_size);
-  v("critic.ppo_micro_batch_size_per_gpu", c.ppo_micro_batch_size_per_gpu);
-  v("critic.use_dynamic_bsz", c.use_dynamic_bsz);
-  v("critic.ppo_max_token_len_per_gpu", c.ppo_max_token_len_per_gpu);
-  v("critic.forward_max_token_len_per_gpu", c.forward_max_token_len_per_gpu);
-  v("critic.ppo_epochs", c.ppo_epochs);
-  v("critic.shuffle", c.shuffle);
-  v("critic.data_loader_seed", c.data_loader_seed);
-  v("critic.cliprange_value", c.cliprange_value);
-  v("critic.loss_agg_mode", c.loss_agg_mode);
-  detail::visit_checkpoint("critic.checkpoint", c.checkpoint, v);
-  v("critic.forward_micro_batch_size", c.forward_micro_batch_size);
-  v("critic.forward_micro_batch_size_per_gpu", c.forward_micro_batch_size_per_gpu);
-  v("critic.ulysses_sequence_parallel_size", c.ulysses_sequence_parallel_size);
-  v("critic.grad_clip", c.grad_clip);
-
-  auto& rm = config.reward_model;
-  v("reward_model.enable", rm.enable);
-  v("reward_model.reward_manager", rm.reward_manager);
-  v("reward_model.overlong_buffer.enable", rm.overlong_buffer.enable);
-  v("reward_model.overlong_buffer.len", rm.overlong_buffer.len);
-  v("reward_model.overlong_buffer.penalty_factor", rm.overlong_buffer.penalty_factor);
-  v("reward_model.overlong_buffer.log", rm.overlong_buffer.log);
-  v("reward_manager.name", config.reward_manager.name);
-
-  auto& al = config.algorithm;
-  v("algorithm.gamma", al.gamma);
-  v("algorithm.lam", al.lam);
-  v("algorithm.adv_estimator", al.adv_estimator);
-  v("algorithm.norm_adv_by_std_in_grpo", al.norm_adv_by_std_in_grpo);
-  v("algorithm.use_kl_in_reward", al.use_kl_in_reward);
-  v("algorithm.kl_penalty", al.kl_penalty);
-  v("algorithm.kl_ctrl.type", al.kl_ctrl.type);
-  v("algorithm.kl_ctrl.kl_coef", al.kl_ctrl.kl_coef);
-  v("algorithm.kl_ctrl.horizon", al.kl_ctrl.horizon);
-  v("algorithm.kl_ctrl.target_kl", al.kl_ctrl.target_kl);
-  v("algorithm.rollout_correction.rollout_is", al.rollout_correction.rollout_is);
-  v("algorithm.rollout_correction.rollout_is_threshold", al.rollout_correction.rollout_is_threshold);
-  v("algorithm.rollout_correction.rollout_rs", al.rollout_correction.rollout_rs);
-  v("algorithm.rollout_correction.rollout_rs_threshold", al.rollout_correction.rollout_rs_threshold);
-  v("algorithm.rollout_correction.bypass_mode", al.rollout_correction.bypass_mode);
-  v("algorithm.rollout_correction.loss_type", al.rollout_correction.loss_type);
-  v("algorithm.rollout_correction.rollout_is_batch_normalize", al.rollout_correction.rollout_is_batch_normalize);
-  v("algorithm.filter_groups.enable", al.filter_groups.enable);
-  v("algorithm.filter_groups.metric", al.filter_groups.metric);
-  v("algorithm.filter_groups.max_num_gen_batches", al.filter_groups.max_num_gen_batches);
-
-  auto& t = config.trainer;
-  v("trainer.balance_batch", t.balance_batch);
-  v("trainer.total_epochs", t.total_epochs);
-  v("trainer.total_training_steps", t.total_training_steps);
-  v("trainer.project_name", t.project_name);
-  v("trainer.experiment_name", t.experiment_name);
-  v("trainer.logger", t.logger);
-  v("trainer.log_val_generations", t.log_val_generations);
-  v("trainer.rollout_data_dir", t.rollout_data_dir);
-  v("trainer.validation_data_dir", t.validation_data_dir);
-  v("trainer.nnodes", t.nnodes);
-  v("trainer.n_gpus_per_node", t.n_gpus_per_node);
-  v("trainer.save_freq", t.save_freq);
-  v("trainer.resume_mode", t.resume_mode);
-  v("trainer.resume_from_path", t.resume_from_path);
-  v("trainer.val_before_train", t.val_before_train);
-  v("trainer.val_only", t.val_only);
-  v("trainer.test_freq", t.test_freq);
-  v("trainer.critic_warmup", t.critic_warmup);
-  v("trainer.del_local_ckpt_after_load", t.del_local_ckpt_after_load);
-  v("trainer.default_local_dir", t.default_local_dir);
-  v("trainer.max_actor_ckpt_to_keep", t.max_actor_ckpt_to_keep);
-  v("trainer.max_critic_ckpt_to_keep", t.max_critic_ckpt_to_keep);
-  v("trainer.device", t.device);
+  visit_config_fields(config, std::string_view{}, v);
 }
 
 }  // namespace verl::trainer

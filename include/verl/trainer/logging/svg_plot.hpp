@@ -15,6 +15,7 @@
 #include <string_view>
 #include <vector>
 
+#include "verl/core/markup.hpp"
 #include "verl/core/error.hpp"
 #include "verl/data/jsonl.hpp"
 #include "verl/core/file_io.hpp"
@@ -40,17 +41,7 @@ struct PlotLabels {
 namespace detail {
 
 inline std::string xml_escape(std::string_view text) {
-  std::string out;
-  for (const char c : text) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
-    }
-  }
-  return out;
+  return escape_markup(text, {{'&', "&amp;"}, {'<', "&lt;"}, {'>', "&gt;"}, {'"', "&quot;"}});
 }
 
 /// About five round tick values covering [low, high].
