@@ -7,7 +7,7 @@
 #include <string>
 #include <utility>
 
-namespace verl::testing {
+namespace verl::test_support {
 
 /// What `call()` throws as an E (any std::exception by default: verl::InvalidArgument,
 /// verl::NotImplemented, ...), as its message. A call that throws nothing is a test failure and
@@ -23,4 +23,4 @@ std::string message_of(F&& call) {
   return {};
 }
 
-}  // namespace verl::testing
+}  // namespace verl::test_support

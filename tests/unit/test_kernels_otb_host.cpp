@@ -22,7 +22,7 @@
 #include "../support/random_otb_batch.hpp"
 #include "../support/error_message.hpp"
 
-using verl::testing::message_of;
+using verl::test_support::message_of;
 
 namespace {
 

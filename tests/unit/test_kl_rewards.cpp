@@ -8,7 +8,7 @@
 
 using namespace verl;
 using namespace verl::algo;
-using verl::testing::message_of;
+using verl::test_support::message_of;
 
 namespace {
 

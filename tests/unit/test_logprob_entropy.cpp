@@ -23,7 +23,7 @@ using verl::MatrixD;
 using verl::MatrixF;
 using verl::VectorF;
 using namespace verl::algo;
-using verl::testing::message_of;
+using verl::test_support::message_of;
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 

@@ -21,7 +21,7 @@ using verl::MatrixF;
 using verl::MatrixI64;
 using verl::VectorF;
 using namespace verl::algo;
-using verl::testing::message_of;
+using verl::test_support::message_of;
 
 MatrixF random_values(Index rows, Index cols, unsigned seed, float scale = 1.5f) {
   std::mt19937 rng(seed);

@@ -12,7 +12,7 @@
 
 using namespace verl;
 using namespace verl::parallel;
-using verl::testing::message_of;
+using verl::test_support::message_of;
 
 namespace {
 

@@ -9,7 +9,7 @@
 
 using namespace verl;
 using namespace verl::parallel;
-using verl::testing::message_of;
+using verl::test_support::message_of;
 
 static_assert(Communicator<SelfCommunicator>);
 static_assert(!Communicator<int>);

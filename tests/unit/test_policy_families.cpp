@@ -18,7 +18,7 @@
 namespace {
 
 using namespace verl;
-using verl::testing::message_of;
+using verl::test_support::message_of;
 
 static_assert(index_in_v<double, TypeList<int, double, char>> == 1);
 static_assert(index_in_v<float, TypeList<int, double>> == 2);

@@ -31,7 +31,7 @@ namespace {
 
 using namespace verl;
 using namespace verl::trainer;
-using verl::testing::message_of;
+using verl::test_support::message_of;
 using tokenizer::CharTokenizer;
 using model::Transformer;
 namespace fs = std::filesystem;
