@@ -6,6 +6,7 @@
 #include "verl/config.hpp"
 #include "verl/core/error.hpp"
 #include "verl/core/tensor.hpp"
+#include "verl/core/finite.hpp"
 #include "verl/core/threads.hpp"
 #include "verl/core/metrics.hpp"
 #include "verl/core/type_list.hpp"

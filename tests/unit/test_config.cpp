@@ -311,3 +311,60 @@ TEST(Config, CommandLineArguments) {
   const char* argv[] = {"verl_train", "--config=a.yaml", "x.y=1"};
   EXPECT_EQ(parse_config_arguments(3, argv).overrides, (std::vector<std::string>{"x.y=1"}));
 }
+
+namespace {
+
+TEST(ConfigValues, NonFiniteAndOutOfRangeSettingsAreRefusedNamingTheKey) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"actor_rollout_ref.actor.optim.lr=inf", "actor_rollout_ref.actor.optim.lr: expected a finite value, got inf"},
+      {"actor_rollout_ref.actor.entropy_coeff=inf",
+       "actor_rollout_ref.actor.entropy_coeff: expected a finite value, got inf"},
+      {"actor_rollout_ref.actor.kl_loss_coef=nan", "actor_rollout_ref.actor.kl_loss_coef: expected a finite value, got nan"},
+      {"algorithm.kl_ctrl.kl_coef=inf", "algorithm.kl_ctrl.kl_coef: expected a finite value, got inf"},
+      {"algorithm.gamma=nan", "algorithm.gamma: expected a finite value, got nan"},
+      {"algorithm.lam=-3", "algorithm.lam: expected a value in [0, 1], got -3"},
+      {"actor_rollout_ref.actor.clip_ratio_low=nan", "actor_rollout_ref.actor.clip_ratio_low: expected a finite value, got nan"},
+      {"actor_rollout_ref.actor.clip_ratio_high=-1", "actor_rollout_ref.actor.clip_ratio_high: expected a value > 0, got -1"},
+      {"actor_rollout_ref.actor.clip_ratio=-0.5", "actor_rollout_ref.actor.clip_ratio: expected a value > 0, got -0.5"},
+      {"actor_rollout_ref.rollout.top_k=-7",
+       "actor_rollout_ref.rollout.top_k: expected -1 (off) or an integer >= 1, got -7"},
+      {"trainer.total_training_steps=-5", "trainer.total_training_steps: expected a positive integer, got -5"},
+      {"actor_rollout_ref.actor.clip_ratio_c=1", "actor_rollout_ref.actor.clip_ratio_c: expected a value > 1, got 1"},
+      {"critic.optim.betas=[0.9,1.0]", "critic.optim.betas: expected values in [0, 1), got 1"},
+      {"actor_rollout_ref.rollout.val_kwargs.top_p=0",
+       "actor_rollout_ref.rollout.val_kwargs.top_p: expected a value in (0, 1], got 0"},
+      {"actor_rollout_ref.rollout.temperature=-0.1",
+       "actor_rollout_ref.rollout.temperature: expected a value >= 0 (0: greedy), got -0.1"},
+      {"critic.grad_clip=0", "critic.grad_clip: expected a value > 0, got 0"},
+      {"actor_rollout_ref.actor.optim.weight_decay=-0.01",
+       "actor_rollout_ref.actor.optim.weight_decay: expected a value >= 0, got -0.01"},
+      {"trainer.save_freq=-5", "trainer.save_freq: expected -1 or 0 (never) or a positive step count, got -5"},
+      {"data.max_response_length=0", "data.max_response_length: expected a positive integer, got 0"},
+  };
+  for (const auto& [override_text, expected] : cases) {
+    const std::string error = error_of({override_text});
+    EXPECT_NE(error.find(expected), std::string::npos) << override_text << " -> " << error;
+  }
+  // Every problem is reported at once.
+  const std::string both = error_of({"algorithm.gamma=2", "critic.optim.lr=-1"});
+  EXPECT_NE(both.find("algorithm.gamma: expected a value in [0, 1], got 2"), std::string::npos) << both;
+  EXPECT_NE(both.find("critic.optim.lr: expected a learning rate >= 0, got -1"), std::string::npos) << both;
+  // verl's "unset" values and the bounds themselves are accepted.
+  EXPECT_NO_THROW((void)with({"actor_rollout_ref.rollout.top_k=-1", "algorithm.gamma=1", "algorithm.lam=0",
+                              "trainer.save_freq=0", "actor_rollout_ref.actor.optim.lr=0",
+                              "actor_rollout_ref.rollout.temperature=0", "actor_rollout_ref.actor.optim.lr_warmup_steps=-1"}));
+}
+
+TEST(ConfigValues, TheReadmeListsTheRangeTable) {
+  std::ifstream readme(fs::path(__FILE__).parent_path().parent_path().parent_path() / "README.md");
+  ASSERT_TRUE(readme) << "README.md not found";
+  std::vector<std::string> listed;
+  for (std::string line; std::getline(readme, line);)
+    if (line.starts_with("| `") && line.find("` | ") != std::string::npos) listed.push_back(line.substr(3, line.find("` | ") - 3));
+  std::vector<std::string> rules;
+  for (const auto& rule : verl::trainer::detail::value_rules) rules.emplace_back(rule.pattern);
+  for (const auto& pattern : rules)
+    EXPECT_NE(std::find(listed.begin(), listed.end(), pattern), listed.end()) << pattern << " is not in README.md";
+}
+
+}  // namespace

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -20,6 +21,7 @@
 #include "verl/data/prompt_formatter.hpp"
 #include "verl/data/rl_dataset.hpp"
 #include "verl/tokenizer/char_tokenizer.hpp"
+#include "verl/model/checkpoint.hpp"
 #include "verl/model/transformer/critic.hpp"
 #include "verl/model/transformer/transformer.hpp"
 #include "verl/trainer/config.hpp"
@@ -385,6 +387,52 @@ TEST(PPOTrainer, RecipeTrainersReadEveryPolicyLossSetting) {
   // And the recipe's steps run with it.
   const Metrics m = trainer.step();
   EXPECT_TRUE(std::isfinite(m.at("actor/pg_loss")));
+}
+
+/// Every response scores NaN: every loss, gradient norm and update of a step is non-finite.
+struct NaNReward {
+  double operator()(std::string_view, std::string_view, std::string_view) const {
+    return std::numeric_limits<double>::quiet_NaN();
+  }
+};
+
+TEST(PPOTrainer, NonFiniteUpdatesAreSkippedCountedAndEndTheRunWhenTheyPersist) {
+  // A finite run reports no skipped update.
+  auto finite = make_trainer({});
+  EXPECT_EQ(finite.step().at("training/nonfinite_updates_skipped"), 0.0);
+
+  // NaN rewards: each step's updates are skipped (the weights stay as they were) and counted; the
+  // third such step in a row ends the run with an error naming the key.
+  auto broken = make_trainer({"trainer.max_consecutive_nonfinite_steps=3"}, NoCritic{}, NaNReward{});
+  const std::vector<float> before = parameters(broken.actor());
+  const Metrics first = broken.step();
+  EXPECT_GE(first.at("training/nonfinite_updates_skipped"), 1.0);
+  EXPECT_FALSE(std::isfinite(first.at("actor/grad_norm")));
+  EXPECT_EQ(parameters(broken.actor()), before);  // nothing was trained on
+  (void)broken.step();
+  const std::string error = message_of([&] { (void)broken.step(); });
+  EXPECT_NE(error.find("trainer.max_consecutive_nonfinite_steps: 3 steps in a row"), std::string::npos) << error;
+  EXPECT_EQ(parameters(broken.actor()), before);
+}
+
+TEST(PPOTrainer, NonFiniteWeightsAreRefusedAtLoadNamingTheTensor) {
+  Transformer broken = tiny_policy();
+  std::string name;
+  broken.for_each_parameter([&](const auto& p) {
+    if (!name.empty()) return;
+    name = std::string(p.name);
+    p.value[1] = std::numeric_limits<float>::infinity();
+  });
+  Transformer fresh = tiny_policy();
+  const std::string from_dict = message_of([&] { fresh.load_state_dict(broken.state_dict()); });
+  EXPECT_NE(from_dict.find("tensor '" + name + "': expected finite weights, got inf at index 1"), std::string::npos)
+      << from_dict;
+  const fs::path folder = fs::temp_directory_path() / ("verl_nonfinite_model_" + std::to_string(::getpid()));
+  model::save_transformer(broken, folder);
+  const std::string from_folder = message_of([&] { (void)model::load_transformer(folder); });
+  fs::remove_all(folder);
+  EXPECT_NE(from_folder.find("tensor '" + name + "' in '"), std::string::npos) << from_folder;
+  EXPECT_NE(from_folder.find("expected finite weights, got inf at index 1"), std::string::npos) << from_folder;
 }
 
 TEST(PPOTrainer, EveryRuntimeEstimatorAndLossRunsAStep) {

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "verl/core/error.hpp"
+#include "verl/core/finite.hpp"
 #include "verl/model/hf_config.hpp"
 #include "verl/model/safetensors.hpp"
 #include "verl/model/transformer/critic.hpp"
@@ -53,6 +54,9 @@ void load_parameters(Model& model, const SafetensorsCheckpoint& checkpoint, cons
       tensor.copy_to_f32(values);
       std::ranges::transform(values, p.value.begin(), [](float v) { return static_cast<Scalar>(v); });
     }
+    if (const auto bad = first_non_finite(std::span<const Scalar>(p.value.data(), p.value.size())))
+      ::verl::detail::throw_invalid_argument("tensor '{}' in '{}': expected finite weights, got {} at index {}", p.name,
+                                             checkpoint.file_of(p.name).string(), p.value[*bad], *bad);
     loaded.emplace(p.name);
   });
   for (const auto& name : checkpoint.names()) {

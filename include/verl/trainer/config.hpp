@@ -40,6 +40,7 @@
 #include "verl/algo/policy_losses/registry.hpp"
 #include "verl/core/error.hpp"
 #include "verl/trainer/config/detail/config_node.hpp"
+#include "verl/trainer/config/detail/value_ranges.hpp"
 #include "verl/trainer/config/detail/edit_distance.hpp"
 #include "verl/trainer/config/detail/field_conversion.hpp"
 #include "verl/trainer/config/detail/interpolation.hpp"
@@ -295,53 +296,23 @@ inline void validate(const PPOConfig& c, std::vector<std::string>& problems) {
   auto require = [&](bool ok, std::string message) {
     if (!ok) problems.push_back(std::move(message));
   };
-  auto positive = [&](std::string_view key, std::int64_t value) {
-    require(value > 0, fmt::format("{}: expected a positive integer, got {}", key, value));
-  };
-  auto positive_if_set = [&](std::string_view key, const std::optional<std::int64_t>& value) {
-    if (value) positive(key, *value);
-  };
-  positive("data.train_batch_size", c.data.train_batch_size);
-  positive("data.max_prompt_length", c.data.max_prompt_length);
-  positive("data.max_response_length", c.data.max_response_length);
-  positive_if_set("data.val_batch_size", c.data.val_batch_size);
-  positive_if_set("data.gen_batch_size", c.data.gen_batch_size);
+  // Every number: finite, and in its key's range (config/detail/value_ranges.hpp).
+  visit_fields(c, [&](std::string_view key, const auto& field) { check_value(key, field, problems); });
   require(!c.data.train_files.empty(), "data.train_files: expected at least one file, got an empty list");
 
   const auto& actor = c.actor_rollout_ref.actor;
-  positive("actor_rollout_ref.actor.ppo_mini_batch_size", actor.ppo_mini_batch_size);
-  positive("actor_rollout_ref.actor.ppo_epochs", actor.ppo_epochs);
-  positive_if_set("actor_rollout_ref.actor.ppo_micro_batch_size", actor.ppo_micro_batch_size);
-  positive_if_set("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", actor.ppo_micro_batch_size_per_gpu);
-  positive("critic.ppo_mini_batch_size", c.critic.ppo_mini_batch_size);
-  positive("critic.ppo_epochs", c.critic.ppo_epochs);
-  positive("actor_rollout_ref.rollout.n", c.actor_rollout_ref.rollout.n);
-  positive("actor_rollout_ref.rollout.val_kwargs.n", c.actor_rollout_ref.rollout.val_kwargs.n);
-  require(c.actor_rollout_ref.rollout.temperature >= 0,
-          fmt::format("actor_rollout_ref.rollout.temperature: expected a value >= 0, got {}",
-                      c.actor_rollout_ref.rollout.temperature));
-  require(c.actor_rollout_ref.rollout.top_p > 0 && c.actor_rollout_ref.rollout.top_p <= 1,
-          fmt::format("actor_rollout_ref.rollout.top_p: expected a value in (0, 1], got {}",
-                      c.actor_rollout_ref.rollout.top_p));
-
   for (const auto& [prefix, optim] : {std::pair<std::string_view, const OptimConfig*>{"actor_rollout_ref.actor.optim", &actor.optim},
                                       {"critic.optim", &c.critic.optim}}) {
     require(optim->optimizer == "AdamW", fmt::format("{}.optimizer: expected AdamW (the optimizer verl-cpp has), got '{}'",
                                                      prefix, optim->optimizer));
     require(optim->betas.size() == 2,
             fmt::format("{}.betas: expected two values [beta1, beta2], got {}", prefix, optim->betas.size()));
-    require(optim->lr >= 0, fmt::format("{}.lr: expected a learning rate >= 0, got {}", prefix, optim->lr));
     const std::string_view type = optim->warmup_style ? std::string_view(*optim->warmup_style) : optim->lr_scheduler_type;
     const std::string_view key = optim->warmup_style ? "warmup_style" : "lr_scheduler_type";
     if (std::find(optim::lr_scheduler_type_names.begin(), optim::lr_scheduler_type_names.end(), type) ==
         optim::lr_scheduler_type_names.end()) {
       problems.push_back(fmt::format("{}.{}: {}", prefix, key, suggestion(type, optim::lr_scheduler_type_names)));
     }
-    require(optim->min_lr_ratio >= 0 && optim->min_lr_ratio <= 1,
-            fmt::format("{}.min_lr_ratio: expected a value in [0, 1], got {}", prefix, optim->min_lr_ratio));
-    require(optim->lr_warmup_steps_ratio >= 0 && optim->lr_warmup_steps_ratio <= 1,
-            fmt::format("{}.lr_warmup_steps_ratio: expected a value in [0, 1], got {}", prefix,
-                        optim->lr_warmup_steps_ratio));
   }
 
   const auto& algorithm = c.algorithm;

@@ -57,6 +57,7 @@
 #include "verl/algo/policy_losses/registry.hpp"
 #include "verl/algo/value_loss.hpp"
 #include "verl/core/error.hpp"
+#include "verl/core/finite.hpp"
 #include "verl/core/metrics.hpp"
 #include "verl/core/tensor.hpp"
 #include "verl/data/dataloader.hpp"
@@ -201,6 +202,7 @@ class PPOTrainer {
         ScopedTimer t("update_actor", timing);
         update_actor(batch, metrics, /*entropy_metric=*/fold_old_log_prob);
       }
+      skip_nonfinite_step(metrics);
       if (config_.trainer.rollout_data_dir && comm_.rank() == 0) {
         ScopedTimer t("dump_rollout_generations", timing);
         std::vector<Generation> generations;
@@ -744,9 +746,36 @@ class PPOTrainer {
       }
     }
     const float norm = optim::clip_grad_norm(refs, grad_clip);
-    // verl skips the step when the norm is not finite.
-    if (std::isfinite(norm)) optimizer.step(refs);
+    // verl skips the update when the norm is not finite; it is counted (see skip_nonfinite_step).
+    ++updates_this_step_;
+    if (std::isfinite(norm)) {
+      optimizer.step(refs);
+    } else {
+      ++nonfinite_updates_this_step_;
+    }
     return norm;
+  }
+
+  /// After a step's updates: the count of skipped (non-finite) updates as a metric and a warning;
+  /// a step whose every update was skipped is a non-finite step, and
+  /// trainer.max_consecutive_nonfinite_steps of them in a row end the run with an error (before
+  /// anything is saved), instead of training on, or checkpointing, a broken model.
+  void skip_nonfinite_step(Metrics& metrics) {
+    metrics["training/nonfinite_updates_skipped"] = static_cast<double>(nonfinite_updates_this_step_);
+    const bool all_skipped = updates_this_step_ > 0 && nonfinite_updates_this_step_ == updates_this_step_;
+    if (nonfinite_updates_this_step_ > 0 && comm_.rank() == 0) {
+      std::cerr << fmt::format(
+          "warning: step {}: {} of {} optimizer updates had a non-finite gradient norm and were skipped\n",
+          global_step_, nonfinite_updates_this_step_, updates_this_step_);
+    }
+    consecutive_nonfinite_steps_ = all_skipped ? consecutive_nonfinite_steps_ + 1 : 0;
+    updates_this_step_ = nonfinite_updates_this_step_ = 0;
+    const std::int64_t limit = config_.trainer.max_consecutive_nonfinite_steps;
+    VERL_CHECK_ARG(consecutive_nonfinite_steps_ < limit,
+                   "trainer.max_consecutive_nonfinite_steps: {} steps in a row (the last: step {}) had only "
+                   "non-finite gradient norms (a NaN or inf loss, gradient or weight); stopping instead of "
+                   "training on them (limit {})",
+                   consecutive_nonfinite_steps_, global_step_, limit);
   }
 
   /// Mean over ranks of per-rank metrics (max / min for names that say so), as verl gathers them.
@@ -944,7 +973,15 @@ class PPOTrainer {
   template <class M>
   static void restore_role(const LoadedRole& role, M& model, optim::AdamW& optimizer, optim::LrScheduler<>& scheduler,
                            std::string_view name) {
-    model.for_each_parameter([&](const auto& p) { role.tensor(p.name).copy_to(p.value, p.shape); });
+    model.for_each_parameter([&](const auto& p) {
+      role.tensor(p.name).copy_to(p.value, p.shape);
+      using Scalar = std::remove_cvref_t<decltype(p.value[0])>;
+      if (const auto bad = first_non_finite(std::span<const Scalar>(p.value.data(), p.value.size())))
+        ::verl::detail::throw_invalid_argument(
+            "checkpoint role '{}': tensor '{}': expected finite weights, got {} at index {} (a damaged checkpoint "
+            "is not resumed)",
+            name, p.name, p.value[*bad], *bad);
+    });
     if (role.optimizer) optimizer.load_state(*role.optimizer);
     VERL_CHECK_ARG(role.extra.contains("lr_scheduler_last_epoch"),
                    "checkpoint role '{}': extra_state.json has no lr_scheduler_last_epoch", name);
@@ -970,6 +1007,9 @@ class PPOTrainer {
   algo::AnyKLController kl_ctrl_;
   CheckpointManager checkpoints_;
   std::int64_t global_step_ = 0;
+  std::int64_t updates_this_step_ = 0;            ///< optimizer updates of the current step
+  std::int64_t nonfinite_updates_this_step_ = 0;  ///< of which skipped for a non-finite norm
+  std::int64_t consecutive_nonfinite_steps_ = 0;  ///< steps in a row whose every update was skipped
   std::int64_t next_uid_ = 0;
   Trajectories last_batch_;
   std::ostream* console_ = &std::cout;  ///< fit()'s console (validation generations)

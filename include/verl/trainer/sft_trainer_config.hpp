@@ -28,6 +28,7 @@
 #include "verl/trainer/config/detail/edit_distance.hpp"
 #include "verl/trainer/config/detail/field_conversion.hpp"
 #include "verl/trainer/config/detail/override_parser.hpp"
+#include "verl/trainer/config/detail/value_ranges.hpp"
 
 namespace verl::trainer {
 
@@ -146,25 +147,17 @@ inline void validate_sft(const SFTConfig& c, std::vector<std::string>& problems)
   auto require = [&](bool ok, std::string message) {
     if (!ok) problems.push_back(std::move(message));
   };
+  // Every number: finite, and in its key's range (config/detail/value_ranges.hpp).
+  visit_sft_fields(c, [&](std::string_view key, const auto& field) { check_value(key, field, problems); });
   require(!c.data.train_files.empty(), "data.train_files: expected at least one training file (JSON Lines)");
   require(!c.model.partial_pretrain.empty(),
           "model.partial_pretrain: expected the Hugging Face model folder to fine-tune");
   require(c.data.max_length > 1, fmt::format("data.max_length: expected a value > 1, got {}", c.data.max_length));
   require(c.data.truncation == "error" || c.data.truncation == "left" || c.data.truncation == "right",
           fmt::format("data.truncation: expected one of error, left, right, got '{}'", c.data.truncation));
-  require(c.data.train_batch_size > 0,
-          fmt::format("data.train_batch_size: expected a positive size, got {}", c.data.train_batch_size));
-  require(c.data.micro_batch_size_per_gpu > 0,
-          fmt::format("data.micro_batch_size_per_gpu: expected a positive size, got {}", c.data.micro_batch_size_per_gpu));
-  require(c.optim.lr >= 0, fmt::format("optim.lr: expected a value >= 0, got {}", c.optim.lr));
   require(c.optim.betas.size() == 2, fmt::format("optim.betas: expected two values, got {}", c.optim.betas.size()));
-  require(c.optim.warmup_steps_ratio >= 0 && c.optim.warmup_steps_ratio <= 1,
-          fmt::format("optim.warmup_steps_ratio: expected a value in [0, 1], got {}", c.optim.warmup_steps_ratio));
-  require(c.optim.clip_grad > 0, fmt::format("optim.clip_grad: expected a value > 0, got {}", c.optim.clip_grad));
   require(c.optim.lr_scheduler == "cosine" || c.optim.lr_scheduler == "constant",
           fmt::format("optim.lr_scheduler: expected one of cosine, constant, got '{}'", c.optim.lr_scheduler));
-  require(c.trainer.total_epochs > 0,
-          fmt::format("trainer.total_epochs: expected a positive count, got {}", c.trainer.total_epochs));
   require(c.trainer.resume_mode == "auto" || c.trainer.resume_mode == "disable" ||
               c.trainer.resume_mode == "resume_path",
           fmt::format("trainer.resume_mode: expected one of auto, disable, resume_path, got '{}'",

@@ -306,6 +306,10 @@ struct TrainerConfig {
   std::string default_local_dir = "checkpoints/verl_examples/gsm8k";  ///< checkpoints/<project>/<experiment>
   std::optional<std::int64_t> max_actor_ckpt_to_keep;
   std::optional<std::int64_t> max_critic_ckpt_to_keep;
+  /// verl-cpp: a training step whose every optimizer update had a non-finite gradient norm (NaN or
+  /// inf loss, gradient or weights) is skipped and counted, as verl skips such updates; this many
+  /// such steps in a row end the run with an error instead of training on, or saving, a broken model.
+  std::int64_t max_consecutive_nonfinite_steps = 3;
   std::string device = "cpu";
   friend bool operator==(const TrainerConfig&, const TrainerConfig&) = default;
 };
@@ -364,7 +368,7 @@ VERL_CONFIG_FIELDS(TrainerConfig, balance_batch, total_epochs, total_training_st
                    logger, log_val_generations, rollout_data_dir, validation_data_dir, nnodes, n_gpus_per_node,
                    save_freq, resume_mode, resume_from_path, val_before_train, val_only, test_freq, critic_warmup,
                    del_local_ckpt_after_load, default_local_dir, max_actor_ckpt_to_keep, max_critic_ckpt_to_keep,
-                   device)
+                   device, max_consecutive_nonfinite_steps)
 VERL_CONFIG_FIELDS(PPOConfig, data, actor_rollout_ref, critic, reward_model, reward_manager, algorithm, trainer)
 
 /// Calls v(path, field) for every supported key of `config` (PPOConfig or const PPOConfig).

@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "verl/core/error.hpp"
+#include "verl/core/finite.hpp"
 #include "verl/model/causal_lm.hpp"
 
 namespace verl::model::detail {
@@ -41,6 +42,10 @@ void load_state_dict(Model& model, const StateDict& dict, std::string_view ignor
     VERL_CHECK_ARG(tensor.values.size() == p.value.size(),
                    "state_dict: tensor '{}': expected {} values for shape {}, got {}", p.name, p.value.size(),
                    shape_string(p.shape), tensor.values.size());
+    // A damaged checkpoint (a run that saved NaN or inf weights) is never loaded quietly.
+    const auto bad = first_non_finite(std::span<const float>(tensor.values));
+    VERL_CHECK_ARG(!bad, "state_dict: tensor '{}': expected finite weights, got {} at index {}", p.name,
+                   tensor.values[*bad], *bad);
     using Scalar = std::remove_cvref_t<decltype(p.value[0])>;
     std::transform(tensor.values.begin(), tensor.values.end(), p.value.begin(),
                    [](float v) { return static_cast<Scalar>(v); });
