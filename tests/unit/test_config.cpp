@@ -285,7 +285,7 @@ TEST(Config, KeyListsAreVerls) {
   EXPECT_GT(supported.size(), 150u);
   for (const auto& key : supported) {
     const bool extension = key.starts_with("algorithm.filter_groups.") || key.starts_with("reward_model.overlong_buffer.") ||
-                           key == "data.gen_batch_size";
+                           key == "data.gen_batch_size" || key == "trainer.max_consecutive_nonfinite_steps";
     EXPECT_TRUE(extension || is_verl_config_key(key)) << key << " is not one of verl's keys";
   }
 }
