@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "verl/algo/logits/sampling.hpp"
+#include "verl/rollout/sampling.hpp"
 
 namespace {
 
