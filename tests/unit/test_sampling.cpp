@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "verl/cpu/softmax.hpp"
 #include "verl/rollout/sampling.hpp"
 
 namespace {
@@ -202,7 +203,7 @@ TEST(Sampling, DoubleSumKernelWritesTheSameExponentialsAndSumsThemInDouble) {
     const float max = *std::max_element(a.begin(), a.end());
     std::vector<float> b = a;
     const auto count = static_cast<verl::Index>(n);
-    verl::model::detail::exp_shifted_row<float>(a.data(), count, 1.0f, max);
+    verl::cpu::exp_shifted_row<float>(a.data(), count, 1.0f, max);
     const double total = verl::cpu::exp_shifted_row_double_sum(b.data(), count, 1.0f, max);
     double sequential = 0;
     for (std::size_t i = 0; i < n; ++i) {
