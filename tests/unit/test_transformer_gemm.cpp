@@ -16,6 +16,7 @@ namespace {
 
 using verl::Index;
 using namespace verl::cpu;
+namespace cpu = verl::cpu;
 
 class GemmTest : public ::testing::TestWithParam<std::tuple<Index, Index, Index>> {};
 

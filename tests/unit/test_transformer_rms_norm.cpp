@@ -10,7 +10,8 @@ namespace {
 using verl::Index;
 using verl::RowMatrix;
 using verl::Vector;
-using namespace verl::cpu;
+using namespace verl::model::detail;
+namespace cpu = verl::cpu;
 
 template <class S>
 RowMatrix<S> random_matrix(Index rows, Index cols, std::mt19937& rng, double scale) {

@@ -14,6 +14,7 @@ namespace {
 
 using verl::Index;
 using namespace verl::cpu;
+namespace cpu = verl::cpu;
 
 double sigmoid(double g) { return 1.0 / (1.0 + std::exp(-g)); }
 double swiglu_reference(double g, double u) { return g * sigmoid(g) * u; }
