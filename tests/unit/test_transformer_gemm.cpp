@@ -137,7 +137,7 @@ TEST(Gemm, FewRowsGiveTheBitsOfTheSameRowsInALargerProduct) {
 /// Products with W (n x k, row-major, used as B = W^T as the linear layers do) packed at
 /// `precision` (without AMX tiles) must equal, bit for bit, the plain float32 product with A and W
 /// rounded to that precision, for every row count, width, depth, thread count and accumulation.
-void expect_prepacked_products_match(verl::model::DecodePrecision precision, unsigned seed,
+void expect_prepacked_products_match(verl::cpu::DecodePrecision precision, unsigned seed,
                                      std::initializer_list<Index> row_counts, std::initializer_list<Index> widths) {
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
@@ -154,7 +154,7 @@ void expect_prepacked_products_match(verl::model::DecodePrecision precision, uns
             for (auto& x : w) x = uniform(rng);
             for (auto& x : expected) x = uniform(rng);
             std::vector<float> actual = expected, rounded = w, rounded_a = a;
-            if (precision == verl::model::DecodePrecision::bfloat16) {
+            if (precision == verl::cpu::DecodePrecision::bfloat16) {
               for (auto& x : rounded) x = bf16_bits_to_float(float_to_bf16_bits(x));
               for (auto& x : rounded_a) x = bf16_bits_to_float(float_to_bf16_bits(x));
             }
@@ -182,7 +182,7 @@ TEST(Gemm, PrepackedWeightsGiveTheBitsOfTheUnpackedProduct) {
   // read three panels at a time, larger ones go through the blocked loops. Every element must be
   // the chain of multiply-adds of the plain product, so that a KV-cache rollout's log-probs are
   // those of a full forward pass.
-  expect_prepacked_products_match(verl::model::DecodePrecision::float32, 11, {1, 2, 5, 8, 9, 20},
+  expect_prepacked_products_match(verl::cpu::DecodePrecision::float32, 11, {1, 2, 5, 8, 9, 20},
                                   {1, 15, 16, 17, 40, 48, 49, 300, 1000});
 }
 
@@ -190,7 +190,7 @@ TEST(Gemm, Bfloat16PrepackedWeightsGiveTheBitsOfTheRoundedOperands) {
   // A bfloat16 rollout packs its weights rounded to nearest-even bfloat16 (stored in 16 bits on
   // AVX-512, through the three-stream kernel for every row count) and rounds the rows it
   // multiplies them with.
-  expect_prepacked_products_match(verl::model::DecodePrecision::bfloat16, 12, {1, 3, 8, 9, 21},
+  expect_prepacked_products_match(verl::cpu::DecodePrecision::bfloat16, 12, {1, 3, 8, 9, 21},
                                   {1, 16, 17, 49, 300, 1000});
 }
 
@@ -220,7 +220,7 @@ TEST(Gemm, Bfloat16TilesSumTheRoundedProductsInFloat32) {
             for (auto& x : c) x = uniform(rng);
             const std::vector<float> before = c;
             const PackedMatrix packed =
-                PackedMatrix::pack(cpu::transpose_of(w.data(), k), k, n, verl::model::DecodePrecision::bfloat16);
+                PackedMatrix::pack(cpu::transpose_of(w.data(), k), k, n, verl::cpu::DecodePrecision::bfloat16);
             ASSERT_EQ(packed.panels().tile_depth, (k + 31) / 32 * 32);
             cpu::gemm(threads, m, n, k, cpu::rows_of(a.data(), lda), cpu::transpose_of(w.data(), k), packed, c.data(), ldc, accumulate);
             for (Index i = 0; i < m; ++i) {
@@ -261,7 +261,7 @@ TEST(Gemm, Bfloat16PackingRoundsToNearestEvenAndKeepsSpecialValues) {
                                 std::numeric_limits<float>::quiet_NaN()};
   // Each value alone (a 1 x 1 weight: with others, 0 x infinity would make every product NaN).
   for (std::size_t i = 0; i < w.size(); ++i) {
-    const PackedMatrix packed = PackedMatrix::pack(cpu::transpose_of(&w[i], 1), 1, 1, verl::model::DecodePrecision::bfloat16);
+    const PackedMatrix packed = PackedMatrix::pack(cpu::transpose_of(&w[i], 1), 1, 1, verl::cpu::DecodePrecision::bfloat16);
     const float one = 1.0f;
     float c = 0.0f;
     cpu::gemm(nullptr, 1, 1, 1, cpu::rows_of(&one, 1), cpu::transpose_of(&w[i], 1), packed, &c, 1, false);
@@ -287,7 +287,7 @@ TEST(Gemm, Bfloat16ProductsRoundTheRowsTheyMultiplyAsTheScalarRoundingDoes) {
                                      std::numeric_limits<float>::quiet_NaN(), std::bit_cast<float>(0x7f800001u)};
   constexpr Index k = 40;
   const std::vector<float> ones(k, 1.0f);
-  const PackedMatrix packed = PackedMatrix::pack(cpu::transpose_of(ones.data(), k), k, 1, verl::model::DecodePrecision::bfloat16,
+  const PackedMatrix packed = PackedMatrix::pack(cpu::transpose_of(ones.data(), k), k, 1, verl::cpu::DecodePrecision::bfloat16,
                                                  /*allow_tiles=*/false);
   for (const float value : values) {
     const float expected = bf16_bits_to_float(float_to_bf16_bits(value));
