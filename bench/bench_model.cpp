@@ -39,6 +39,7 @@
 namespace {
 
 using namespace verl::model;
+namespace cpu = verl::cpu;
 using verl::Index;
 
 unsigned bench_threads() {

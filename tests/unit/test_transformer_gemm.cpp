@@ -17,6 +17,8 @@ namespace {
 using verl::Index;
 using namespace verl::cpu;
 namespace cpu = verl::cpu;
+using verl::bf16_bits_to_float;
+using verl::float_to_bf16_bits;
 
 class GemmTest : public ::testing::TestWithParam<std::tuple<Index, Index, Index>> {};
 
