@@ -149,6 +149,18 @@ class ReferenceSampler {
     return {static_cast<TokenId>(token), log_prob(static_cast<TokenId>(token))};
   }
 
+  /// Whether `uniform` falls within `tolerance` (relative to the total mass) of the boundary that
+  /// separates tokens a and b in the inverse CDF, with no more than that mass between them: the
+  /// draws a float-rounded CDF may legitimately send to the neighbouring token.
+  [[nodiscard]] bool near_boundary(double uniform, TokenId a, TokenId b, double tolerance) const {
+    const auto lo = static_cast<std::size_t>(std::min(a, b)), hi = static_cast<std::size_t>(std::max(a, b));
+    double cumulative = 0, between = 0;
+    for (std::size_t i = 0; i <= lo; ++i) cumulative += e_[i];
+    for (std::size_t i = lo + 1; i < hi; ++i) between += e_[i];
+    const double slack = tolerance * total_;
+    return std::abs(cumulative - uniform * total_) <= slack && between <= slack;
+  }
+
   [[nodiscard]] float log_prob(TokenId token) const {
     return static_cast<float>(x_[static_cast<std::size_t>(token)] - max_ - std::log(total_));
   }
@@ -161,12 +173,14 @@ class ReferenceSampler {
 // With the exponentials' sum added in float lanes the total was ~1e-5 relative off at this
 // vocabulary, which moves every inverse-CDF boundary by as much: ~2-4% of the draws below took a
 // neighbouring token (18 of these 600) and log-probs were up to 1.4e-5 off. The double sum agrees
-// on every draw.
+// on every draw but those within float rounding (1e-6 of the mass) of a boundary: which side such
+// a draw lands on depends on the float exponentials of the SIMD path (AVX-512 here, AVX2 on
+// another host: one of the 600 on an AMD EPYC).
 TEST(Sampling, FullVocabularyDrawsMatchADoublePrecisionReferenceAtQwenVocabulary) {
   std::mt19937_64 generator(20261121);
   std::vector<float> logits(kQwenVocab);
   SamplerScratch scratch;
-  int draws = 0, mismatches = 0;
+  int draws = 0, mismatches = 0, at_a_boundary = 0;
   double worst_log_prob_error = 0;
   for (const float spread : {0.1f, 1.0f, 3.0f}) {  // near-uniform to peaked rows
     std::normal_distribution<float> normal(0.0f, spread);
@@ -179,7 +193,13 @@ TEST(Sampling, FullVocabularyDrawsMatchADoublePrecisionReferenceAtQwenVocabulary
         const auto got = sample_token(logits, params, u, scratch);
         const auto want = reference.sample(u);
         ++draws;
-        if (got.token != want.token) ++mismatches;
+        if (got.token != want.token) {
+          if (reference.near_boundary(u, got.token, want.token, 1e-6)) {
+            ++at_a_boundary;
+          } else {
+            ++mismatches;
+          }
+        }
         // The log-prob of the token taken, whichever it is.
         worst_log_prob_error =
             std::max(worst_log_prob_error, std::abs(static_cast<double>(got.log_prob - reference.log_prob(got.token))));
@@ -188,6 +208,7 @@ TEST(Sampling, FullVocabularyDrawsMatchADoublePrecisionReferenceAtQwenVocabulary
   }
   EXPECT_EQ(draws, 600);
   EXPECT_EQ(mismatches, 0) << "of " << draws << " draws";
+  EXPECT_LE(at_a_boundary, 3) << "of " << draws << " draws";  // the float-lane sum moved 18
   EXPECT_LT(worst_log_prob_error, 2e-6);
 }
 
