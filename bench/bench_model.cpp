@@ -92,7 +92,7 @@ void BM_Generate(benchmark::State& state) {
                                           {.num_threads = bench_threads(), .decode_precision = precision});
   verl::rollout::KvCacheRollout engine(model);
   const auto prompts = verl::rollout::PromptBatch::left_padded(prompts_for(generate_batch, prompt_length, model.vocab_size()), 0);
-  const verl::algo::SamplingParams params{.temperature = 0.0f, .max_response_length = new_tokens};
+  const verl::rollout::SamplingParams params{.temperature = 0.0f, .max_response_length = new_tokens};
   std::size_t cache_bytes = 0;
   // Warm-up, as the transformers side's (bench_hf_baseline.py's timed): a rollout loop's steady state.
   (void)engine.generate(prompts, params);

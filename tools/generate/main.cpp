@@ -55,7 +55,7 @@ struct Arguments {
   bool print_ids = false;
   unsigned threads = 0;
   verl::model::DecodePrecision precision = verl::model::DecodePrecision::float32;
-  verl::algo::SamplingParams sampling{.max_response_length = 32};
+  verl::rollout::SamplingParams sampling{.max_response_length = 32};
 };
 
 [[noreturn]] void fail_usage(const std::string& message) {
@@ -177,7 +177,7 @@ int run(const Arguments& args) {
     prompt = tokenizer->tokenizer.encode(*args.prompt, true);
   }
 
-  algo::SamplingParams sampling = args.sampling;
+  rollout::SamplingParams sampling = args.sampling;
   sampling.eos_token_ids = transformer.config().eos_token_ids;
   if (tokenizer) {
     const auto special = tokenizer->tokenizer.special_ids();

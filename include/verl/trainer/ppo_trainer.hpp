@@ -65,7 +65,7 @@
 #include "verl/data/rl_dataset.hpp"
 #include "verl/parallel/self_communicator.hpp"
 #include "verl/reward/reward_score.hpp"
-#include "verl/algo/logits/sampling.hpp"
+#include "verl/rollout/sampling.hpp"
 #include "verl/trainer/checkpoint.hpp"
 #include "verl/trainer/components_from_config.hpp"
 #include "verl/trainer/config/ppo_config.hpp"
@@ -245,7 +245,7 @@ class PPOTrainer {
   /// val-core/<data_source>/reward/mean@N (acc when the reward function reports it) and val-aux/*.
   Metrics validate() {
     const auto& kw = config_.actor_rollout_ref.rollout.val_kwargs;
-    algo::SamplingParams params = sampling_params();
+    rollout::SamplingParams params = sampling_params();
     params.n = kw.n;
     params.temperature = kw.do_sample ? static_cast<float>(kw.temperature) : 0.0f;
     params.top_k = kw.top_k;
@@ -453,9 +453,9 @@ class PPOTrainer {
     out.flush();
   }
 
-  algo::SamplingParams sampling_params() const {
+  rollout::SamplingParams sampling_params() const {
     const auto& r = config_.actor_rollout_ref.rollout;
-    algo::SamplingParams params;
+    rollout::SamplingParams params;
     params.temperature = r.do_sample ? static_cast<float>(r.temperature) : 0.0f;
     params.top_k = r.top_k;
     params.top_p = static_cast<float>(r.top_p);
@@ -467,14 +467,14 @@ class PPOTrainer {
   }
 
   std::uint64_t seed_base() const { return data_seed(config_.data); }
-  std::uint64_t validation_seed_base() const { return algo::derive_seed(seed_base(), 0x7661'6c69'6461'7465ULL); }
+  std::uint64_t validation_seed_base() const { return rollout::derive_seed(seed_base(), 0x7661'6c69'6461'7465ULL); }
 
   // ---- generation and reward ------------------------------------------------------------------
 
   /// Generates for dataset[indices] (each rank its contiguous share of the prompts), gathered so
   /// that every rank holds every row. Prompt k of the call draws from seed (base, first + k).
   Trajectories generate(const data::RLHFDataset& dataset, std::span<const std::int64_t> indices,
-                        const algo::SamplingParams& params, std::uint64_t seed_base, std::int64_t first) {
+                        const rollout::SamplingParams& params, std::uint64_t seed_base, std::int64_t first) {
     const auto prompts_total = static_cast<Index>(indices.size());
     const Index dp = comm_.size();
     const bool sharded = prompts_total % dp == 0;
@@ -486,7 +486,7 @@ class PPOTrainer {
     const rollout::PromptBatch all = rollout::PromptBatch::left_padded(prompt_ids, tokenizer_.pad_token_id);
     rollout::PromptBatch local{all.input_ids.middleRows(offset, share), all.attention_mask.middleRows(offset, share), {}};
     for (Index b = 0; b < share; ++b)
-      local.seeds.push_back(algo::derive_seed(seed_base, static_cast<std::uint64_t>(first + offset + b)));
+      local.seeds.push_back(rollout::derive_seed(seed_base, static_cast<std::uint64_t>(first + offset + b)));
     auto engine = make_rollout_engine(actor_);
     const rollout::RolloutOutput out = engine.generate(local, params);
     rollout::RolloutOutput full;
@@ -559,7 +559,7 @@ class PPOTrainer {
 
   /// gen + reward, with DAPO's dynamic sampling when configured.
   Trajectories collect_batch(TimingRaw& timing, Metrics& metrics) {
-    const algo::SamplingParams params = sampling_params();
+    const rollout::SamplingParams params = sampling_params();
     const Index n = params.n;
     const std::int64_t wanted = config_.data.train_batch_size;
     Trajectories kept;
@@ -568,7 +568,7 @@ class PPOTrainer {
       ++rounds;
       const std::vector<std::int64_t> indices = next_indices();
       const std::uint64_t round_seed =
-          algo::derive_seed(algo::derive_seed(seed_base(), static_cast<std::uint64_t>(global_step_)),
+          rollout::derive_seed(rollout::derive_seed(seed_base(), static_cast<std::uint64_t>(global_step_)),
                                static_cast<std::uint64_t>(rounds));
       Trajectories part;
       {
@@ -579,7 +579,7 @@ class PPOTrainer {
       next_uid_ += static_cast<std::int64_t>(indices.size());
       if (algorithm_.estimator.needs_reward_baseline()) {
         ScopedTimer t("gen_max", timing);
-        algo::SamplingParams greedy = params;
+        rollout::SamplingParams greedy = params;
         greedy.temperature = 0.0f;
         greedy.n = 1;
         Trajectories baseline = generate(train_, indices, greedy, round_seed, 0);

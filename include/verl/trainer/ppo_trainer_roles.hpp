@@ -22,7 +22,7 @@
 #include "verl/reward/reward_function.hpp"
 #include "verl/rollout/kv_cache_rollout.hpp"
 #include "verl/rollout/rollout_engine.hpp"
-#include "verl/algo/logits/sampling.hpp"
+#include "verl/rollout/sampling.hpp"
 
 namespace verl::trainer {
 
@@ -51,7 +51,7 @@ class RecomputeRollout {
  public:
   explicit RecomputeRollout(Model& model) : model_(&model) {}
 
-  rollout::RolloutOutput generate(const rollout::PromptBatch& prompts, const algo::SamplingParams& params) {
+  rollout::RolloutOutput generate(const rollout::PromptBatch& prompts, const rollout::SamplingParams& params) {
     params.validate();
     const Index batch = prompts.input_ids.rows(), n = params.n, response = params.max_response_length;
     VERL_CHECK_ARG(batch > 0, "input_ids: expected at least one prompt, got none");
@@ -71,7 +71,7 @@ class RecomputeRollout {
     }
     std::vector<Index> active(static_cast<std::size_t>(rows));
     for (Index r = 0; r < rows; ++r) active[static_cast<std::size_t>(r)] = r;
-    algo::SamplerScratch scratch;
+    rollout::SamplerScratch scratch;
     for (Index step = 0; step < response && !active.empty(); ++step) {
       std::vector<model::TokenId> tokens;
       std::vector<std::int64_t> cu = {0};
@@ -85,13 +85,13 @@ class RecomputeRollout {
       std::vector<Index> still_running;
       for (std::size_t i = 0; i < active.size(); ++i) {
         const Index r = active[i], b = r / n, j = r % n;
-        const std::uint64_t seed = prompts.seeds.empty() ? algo::derive_seed(params.seed, static_cast<std::uint64_t>(b))
+        const std::uint64_t seed = prompts.seeds.empty() ? rollout::derive_seed(params.seed, static_cast<std::uint64_t>(b))
                                                          : prompts.seeds[static_cast<std::size_t>(b)];
-        const double u = algo::counter_uniform(seed, static_cast<std::uint64_t>(j), static_cast<std::uint64_t>(step));
+        const double u = rollout::counter_uniform(seed, static_cast<std::uint64_t>(j), static_cast<std::uint64_t>(step));
         const Index last = cu[i + 1] - 1;
         std::vector<float> logits(static_cast<std::size_t>(vocab));
         for (Index v = 0; v < vocab; ++v) logits[static_cast<std::size_t>(v)] = static_cast<float>(output.logits(last, v));
-        const auto sampled = algo::sample_token(logits, params, u, scratch);
+        const auto sampled = rollout::sample_token(logits, params, u, scratch);
         out.responses(r, step) = sampled.token;
         out.response_mask(r, step) = 1.0f;
         out.rollout_log_probs(r, step) = sampled.log_prob;

@@ -35,7 +35,7 @@ GreedyAccuracy greedy_accuracy(Model& policy, const tokenizer::PretrainedTokeniz
   VERL_CHECK_ARG(!rows.empty(), "rows: expected at least one row to evaluate, got none");
   VERL_CHECK_ARG(options.batch_size > 0, "batch_size: expected a positive batch size, got {}", options.batch_size);
   const auto special = tokenizer.tokenizer.special_ids();
-  algo::SamplingParams sampling;
+  rollout::SamplingParams sampling;
   sampling.temperature = 0.0f;
   sampling.max_response_length = options.max_new_tokens;
   if (special.eos) sampling.eos_token_ids.push_back(*special.eos);
