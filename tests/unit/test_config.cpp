@@ -86,7 +86,8 @@ TEST(Config, OverridesWithVerlsKeyNames) {
   // Later overrides win; null clears an optional.
   EXPECT_EQ(with({"data.seed=1", "data.seed=2"}).data.seed, 2);
   EXPECT_FALSE(with({"data.seed=1", "data.seed=null"}).data.seed.has_value());
-  EXPECT_EQ(with({"actor_rollout_ref.rollout.name=vllm"}).actor_rollout_ref.rollout.name, "vllm");
+  EXPECT_NE(error_of({"actor_rollout_ref.rollout.name=vllm"}).find("actor_rollout_ref.rollout.name: not supported"),
+            std::string::npos);
 }
 
 TEST(Config, InterpolationsFollowVerl) {
@@ -97,11 +98,12 @@ TEST(Config, InterpolationsFollowVerl) {
   EXPECT_EQ(c.critic.ppo_epochs, 3);
   EXPECT_EQ(c.actor_rollout_ref.rollout.prompt_length, 200);  // ${oc.select:data.max_prompt_length,512}
   EXPECT_EQ(c.trainer.default_local_dir, "checkpoints/proj/exp");
-  EXPECT_EQ(c.critic.model.tokenizer_path, "/models/tiny");
+  EXPECT_FALSE(c.critic.model.tokenizer_path.has_value());  // verl 0.9.1: null (no longer the actor's)
   EXPECT_EQ(c.actor_rollout_ref.actor.checkpoint.load_contents, c.actor_rollout_ref.actor.checkpoint.save_contents);
-  EXPECT_EQ(with({"reward_model.reward_manager=dapo"}).reward_manager.name, "dapo");  // verl's newer spelling follows
-  EXPECT_EQ(with({"actor_rollout_ref.actor.checkpoint.save_contents=[model]"}).actor_rollout_ref.actor.checkpoint.load_contents,
-            (std::vector<std::string>{"model"}));  // ${.save_contents}
+  EXPECT_EQ(with({"reward_model.reward_manager=dapo"}).reward.reward_manager.name, "dapo");  // the legacy key migrates
+  EXPECT_EQ(with({"actor_rollout_ref.actor.checkpoint.save_contents=[optimizer,model,extra]"})
+                .actor_rollout_ref.actor.checkpoint.load_contents,
+            (std::vector<std::string>{"optimizer", "model", "extra"}));  // ${.save_contents}
   // Setting the follower itself wins.
   EXPECT_EQ(with({"actor_rollout_ref.actor.ppo_mini_batch_size=32", "critic.ppo_mini_batch_size=8"}).critic.ppo_mini_batch_size, 8);
   // Interpolations in overrides too.
@@ -262,30 +264,143 @@ TEST(ConfigYaml, ErrorsNameFileLineAndColumn) {
   EXPECT_THROW((void)load_ppo_config(fs::path("/no/such/config.yaml")), ConfigError);
 }
 
-TEST(ConfigYaml, VerlsOwnFullConfigLoads) {
-  const fs::path reference = fs::path(VERL_GOLDEN_DIR) / ".." / ".." / ".." / ".." / "shared" / "reference" /
-                             "verl_ppo_trainer.yaml";
-  if (!fs::exists(reference)) GTEST_SKIP() << "verl's reference config is not next to this checkout: " << reference;
-  // verl's file lists wandb among its loggers; everything else in it loads unchanged.
-  const std::vector<std::string> overrides = {"trainer.logger=[console]", "trainer.device=cpu", "trainer.n_gpus_per_node=1"};
-  EXPECT_EQ(load_ppo_config(reference, overrides), PPOConfig{});
+namespace {
+
+fs::path verl_reference(const std::string& name) {
+  return fs::path(VERL_GOLDEN_DIR) / ".." / ".." / ".." / ".." / "shared" / "reference" / name;
+}
+
+/// The problems loading `file` reports (none: empty).
+std::vector<std::string> problems_loading(const fs::path& file, const std::vector<std::string>& overrides = {}) {
   try {
-    (void)load_ppo_config(reference);
-    FAIL();
+    (void)load_ppo_config(file, overrides);
   } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("'wandb' is a verl backend"), std::string::npos);
+    return e.problems();
   }
+  return {};
+}
+
+}  // namespace
+
+// verl 0.9.1's own flattened configurations load as they stand: every key known, every
+// interpolation resolved; what verl-cpp does not implement is refused by name, value by value.
+TEST(ConfigYaml, VerlsOwnFullConfigLoads) {
+  const fs::path reference = verl_reference("verl_ppo_trainer.yaml");
+  if (!fs::exists(reference)) GTEST_SKIP() << "verl's reference config is not next to this checkout: " << reference;
+  // The values verl-cpp runs differently: wandb, cuda on 8 GPUs, a bfloat16 rollout.
+  const std::vector<std::string> overrides = {"trainer.logger=[console]", "trainer.device=cpu", "trainer.n_gpus_per_node=1",
+                                              "actor_rollout_ref.rollout.dtype=float32"};
+  EXPECT_EQ(load_ppo_config(reference, overrides), PPOConfig{});
+  // As it stands: each refusal names its key; nothing is unknown.
+  const auto problems = problems_loading(reference, {"actor_rollout_ref.rollout.dtype=float32"});
+  ASSERT_EQ(problems.size(), 3u) << fmt::format("{}", fmt::join(problems, "\n"));
+  EXPECT_NE(problems[0].find("'wandb' is a verl backend"), std::string::npos) << problems[0];
+  EXPECT_NE(problems[1].find("trainer.device: not supported by verl-cpp yet"), std::string::npos) << problems[1];
+  EXPECT_NE(problems[2].find("trainer.n_gpus_per_node: not supported by verl-cpp yet"), std::string::npos) << problems[2];
+  // verl's bfloat16 rollout is acted on.
+  const std::vector<std::string> stock_rollout = {"trainer.logger=[console]", "trainer.device=cpu", "trainer.n_gpus_per_node=1"};
+  EXPECT_EQ(load_ppo_config(reference, stock_rollout).actor_rollout_ref.rollout.dtype, "bfloat16");
+}
+
+TEST(ConfigYaml, VerlsMegatronConfigLoads) {
+  const fs::path reference = verl_reference("verl_ppo_megatron_trainer.yaml");
+  if (!fs::exists(reference)) GTEST_SKIP() << "verl's reference config is not next to this checkout: " << reference;
+  const auto problems = problems_loading(reference);
+  ASSERT_FALSE(problems.empty());
+  for (const auto& problem : problems) {
+    EXPECT_EQ(problem.find("unknown key"), std::string::npos) << problem;
+    EXPECT_EQ(problem.find("interpolation"), std::string::npos) << problem;
+  }
+  const std::string all = fmt::format("{}", fmt::join(problems, "\n"));
+  // The Megatron engine is refused by name, not ignored: its strategy, then its optimizer.
+  EXPECT_NE(all.find("actor_rollout_ref.actor.strategy: not supported by verl-cpp yet"), std::string::npos) << all;
+  EXPECT_NE(all.find("critic.strategy: not supported by verl-cpp yet"), std::string::npos) << all;
+  std::vector<std::string> overrides = {"trainer.logger=[console]", "trainer.device=cpu", "trainer.n_gpus_per_node=1",
+                                        "actor_rollout_ref.rollout.dtype=float32", "actor_rollout_ref.actor.strategy=fsdp",
+                                        "actor_rollout_ref.ref.strategy=fsdp", "critic.strategy=fsdp"};
+  const std::string optimizer = fmt::format("{}", fmt::join(problems_loading(reference, overrides), "\n"));
+  EXPECT_NE(optimizer.find("actor_rollout_ref.actor.optim.optimizer: expected AdamW"), std::string::npos) << optimizer;
+  // With the values verl-cpp implements, it loads; its Megatron parallel sizes stay at 1.
+  overrides.insert(overrides.end(), {"actor_rollout_ref.actor.optim.optimizer=AdamW", "critic.optim.optimizer=AdamW"});
+  EXPECT_TRUE(problems_loading(reference, overrides).empty()) << fmt::format("{}", fmt::join(problems_loading(reference, overrides), "\n"));
+  EXPECT_NE(error_of({"actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2"})
+                .find("actor_rollout_ref.actor.megatron.tensor_model_parallel_size: not supported by verl-cpp yet"),
+            std::string::npos);
+}
+
+// verl 0.9.1's migrate_legacy_reward_impl: the legacy keys act through their reward.* places.
+TEST(Config, LegacyRewardKeysMigrateToReward) {
+  EXPECT_EQ(with({"reward.reward_manager.name=dapo"}).reward.reward_manager.name, "dapo");
+  EXPECT_EQ(with({"reward_model.reward_manager=dapo"}).reward.reward_manager.name, "dapo");
+  EXPECT_EQ(with({"reward_model.reward_manager=naive", "reward.reward_manager.name=dapo"}).reward.reward_manager.name,
+            "naive");  // as in verl, a legacy value set wins
+  EXPECT_NE(error_of({"reward_model.enable=true"}).find("reward.reward_model.enable: not supported by verl-cpp yet"),
+            std::string::npos);
+  EXPECT_NE(error_of({"reward.reward_model.enable=true"}).find("reward.reward_model.enable: not supported by verl-cpp yet"),
+            std::string::npos);
+  const std::string custom = error_of({"custom_reward_function.path=/tmp/score.py"});
+  EXPECT_NE(custom.find("reward.custom_reward_function.path: not supported by verl-cpp yet"), std::string::npos) << custom;
+  EXPECT_NE(custom.find("custom_reward_function.path=/tmp/score.py"), std::string::npos) << custom;  // where it came from
+  EXPECT_NE(error_of({"sandbox_fusion.url=http://sandbox"}).find("reward.sandbox_fusion.url: not supported by verl-cpp yet"),
+            std::string::npos);
+  EXPECT_NE(error_of({"reward.reward_manager.name=prime"}).find("reward.reward_manager.name: expected one of naive, dapo"),
+            std::string::npos);
+  // The old top-level reward_manager section is gone in 0.9.1.
+  EXPECT_NE(error_of({"reward_manager.name=naive"}).find("reward_manager: unknown key"), std::string::npos);
+  // reward-model serving settings cannot act while the reward model is off.
+  EXPECT_NO_THROW(with({"reward_model.rollout.gpu_memory_utilization=0.8", "reward.num_workers=2"}));
+  // The DAPO overlong buffer is the DAPO manager's.
+  EXPECT_NE(error_of({"reward_model.overlong_buffer.enable=true", "reward_model.overlong_buffer.len=4"})
+                .find("expected reward.reward_manager.name=dapo"),
+            std::string::npos);
+}
+
+// Every key verl acts on is acted on or refused: these were accepted and never read.
+TEST(Config, KeysVerlActsOnAreActedOnOrRefused) {
+  const std::pair<std::string, std::string> refused[] = {
+      {"actor_rollout_ref.rollout.tensor_model_parallel_size=4", "actor_rollout_ref.rollout.tensor_model_parallel_size"},
+      {"actor_rollout_ref.rollout.data_parallel_size=2", "actor_rollout_ref.rollout.data_parallel_size"},
+      {"actor_rollout_ref.actor.ulysses_sequence_parallel_size=2", "actor_rollout_ref.actor.ulysses_sequence_parallel_size"},
+      {"actor_rollout_ref.ref.ulysses_sequence_parallel_size=2", "actor_rollout_ref.ref.ulysses_sequence_parallel_size"},
+      {"critic.ulysses_sequence_parallel_size=2", "critic.ulysses_sequence_parallel_size"},
+      {"actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size=2",
+       "actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size"},
+      {"actor_rollout_ref.rollout.name=sglang", "actor_rollout_ref.rollout.name"},
+      {"trainer.device=cuda", "trainer.device"},
+      {"trainer.nnodes=2", "trainer.nnodes"},
+      {"trainer.n_gpus_per_node=8", "trainer.n_gpus_per_node"},
+      {"actor_rollout_ref.actor.checkpoint.save_contents=[model]", "actor_rollout_ref.actor.checkpoint.save_contents"},
+      {"critic.checkpoint.load_contents=[model,optimizer,extra,hf_model]", "critic.checkpoint.load_contents"},
+      {"actor_rollout_ref.actor.strategy=megatron", "actor_rollout_ref.actor.strategy"},
+      {"actor_rollout_ref.rollout.dtype=float16", "actor_rollout_ref.rollout.dtype"},
+      {"actor_rollout_ref.actor.fsdp_config.model_dtype=bf16", "actor_rollout_ref.actor.fsdp_config.model_dtype"},
+      {"actor_rollout_ref.rollout.max_model_len=128", "actor_rollout_ref.rollout.max_model_len"},
+      {"trainer.v1.trainer_mode=separate_async", "trainer.v1.trainer_mode"},
+      {"algorithm.filter_groups.enable=true", "algorithm.filter_groups.metric"},  // 0.9.1's default metric 'reward'
+  };
+  for (const auto& [override_text, key] : refused) {
+    const std::string error = error_of({override_text});
+    EXPECT_NE(error.find(key + ":"), std::string::npos) << override_text << " -> " << error;
+  }
+  // The values verl-cpp implements are accepted.
+  EXPECT_NO_THROW(with({"actor_rollout_ref.actor.strategy=fsdp2", "actor_rollout_ref.actor.fsdp_config.model_dtype=fp32",
+                        "actor_rollout_ref.rollout.dtype=bf16", "trainer.device=cpu",
+                        "critic.checkpoint.save_contents=[optimizer,model,extra]", "algorithm.filter_groups.enable=true",
+                        "algorithm.filter_groups.metric=acc"}));
 }
 
 TEST(Config, KeyListsAreVerls) {
   EXPECT_TRUE(is_verl_config_key("actor_rollout_ref.rollout.n"));
   EXPECT_TRUE(is_verl_config_key("actor_rollout_ref.actor.fsdp_config.param_offload"));
-  EXPECT_FALSE(is_verl_config_key("data.gen_batch_size"));  // a verl-cpp extension (from verl's DAPO recipe)
+  EXPECT_TRUE(is_verl_config_key("data.gen_batch_size"));  // verl 0.9.1 took it from its DAPO recipe
+  EXPECT_TRUE(is_verl_config_key("actor_rollout_ref.actor.megatron.pipeline_model_parallel_size"));  // the Megatron file's
+  EXPECT_FALSE(is_verl_config_key("reward_model.overlong_buffer.len"));  // a verl-cpp extension (DAPO's recipe)
+  EXPECT_FALSE(is_verl_config_key("reward_manager.name"));  // gone in 0.9.1 (reward.reward_manager.name)
   const auto supported = supported_config_keys();
   EXPECT_GT(supported.size(), 150u);
   for (const auto& key : supported) {
-    const bool extension = key.starts_with("algorithm.filter_groups.") || key.starts_with("reward_model.overlong_buffer.") ||
-                           key == "data.gen_batch_size" || key == "trainer.max_consecutive_nonfinite_steps";
+    const bool extension = key.starts_with("reward_model.overlong_buffer.") ||
+                           key == "trainer.max_consecutive_nonfinite_steps";
     EXPECT_TRUE(extension || is_verl_config_key(key)) << key << " is not one of verl's keys";
   }
 }

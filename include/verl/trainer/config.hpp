@@ -4,14 +4,19 @@
 // typed PPOConfig (config/ppo_config.hpp).
 //
 // Every key is checked against verl's own key list (config/detail/verl_keys.hpp, generated from
-// verl's ppo_trainer.yaml by tools/scripts/gen_verl_keys.py):
+// verl 0.9.1's ppo_trainer.yaml and ppo_megatron_trainer.yaml by tools/scripts/gen_verl_keys.py):
 //   - keys verl-cpp supports are bound to PPOConfig, with type errors naming the key, the
 //     expected type and where the value came from;
 //   - keys naming Python machinery (_target_, fsdp_config, profiler, Ray, engine tuning, ...)
 //     have no meaning here and are accepted and ignored;
+//   - keys naming machinery that would change the results (strategy=megatron,
+//     fsdp_config.model_dtype, ...) accept only the values verl-cpp implements;
 //   - any other verl key is accepted only at verl's default value, and otherwise rejected as
 //     "not supported by verl-cpp yet" (so verl's full YAML loads, and nothing is silently
 //     ignored);
+//   - verl 0.9.1's legacy reward keys (reward_model.enable, reward_model.reward_manager,
+//     custom_reward_function.*, sandbox_fusion.*, ...) are carried into reward.* first, as verl's
+//     migrate_legacy_reward_impl does;
 //   - keys verl does not have are errors that suggest the nearest valid key.
 // OmegaConf interpolations (${a.b}, ${.x}, ${oc.select:a.b,default}) resolve as in verl, so that
 // e.g. critic.ppo_mini_batch_size follows the actor's unless set.
@@ -39,6 +44,7 @@
 #include "verl/algo/loss_aggregation.hpp"
 #include "verl/algo/policy_losses/registry.hpp"
 #include "verl/core/error.hpp"
+#include "verl/cpu/decode_precision.hpp"
 #include "verl/trainer/config/detail/config_node.hpp"
 #include "verl/trainer/config/detail/value_ranges.hpp"
 #include "verl/trainer/config/detail/edit_distance.hpp"
@@ -73,18 +79,19 @@ namespace detail {
 
 /// verl keys that name Python, Ray or inference-engine machinery: accepted, without effect.
 /// `*` matches one path segment, `**` any number of them.
-inline constexpr std::array<std::string_view, 66> ignored_key_patterns = {
+inline constexpr std::string_view ignored_key_patterns[] = {
     "**._target_",  // Python classes
     "**.fsdp_config.**",
-    "**.strategy",  // FSDP / Megatron
+    "**.fsdp.**",  // critic.fsdp (0.9.1's name for the critic's engine settings)
     "**.profiler.**",
     "global_profiler.**",
     "ray_kwargs.**",
     "trainer.ray_wait_register_center_timeout",
-    "trainer.use_legacy_worker_impl",
+    "trainer.use_v1",  // the worker implementation; trainer.v1.trainer_mode is checked
     "trainer.esi_redundant_time",
     "**.use_torch_compile",  // kernels and memory savers that do not change the numbers
     "**.entropy_from_logits_with_chunking",
+    "**.entropy_from_logits_chunk_size",
     "**.entropy_checkpointing",
     "**.use_remove_padding",
     "**.use_fused_kernels",
@@ -96,7 +103,6 @@ inline constexpr std::array<std::string_view, 66> ignored_key_patterns = {
     "**.use_shm",
     "**.trust_remote_code",
     "**.rollout_n",  // derived from actor_rollout_ref.rollout.n
-    "actor_rollout_ref.actor.sum_pi_squared_checkpointing",
     "actor_rollout_ref.actor.freeze_vision_tower",
     "actor_rollout_ref.hybrid_engine",
     "actor_rollout_ref.nccl_timeout",
@@ -108,15 +114,14 @@ inline constexpr std::array<std::string_view, 66> ignored_key_patterns = {
     "data.return_multi_modal_inputs",
     "data.image_key",
     "data.video_key",
+    "data.audio_key",
     "data.image_patch_size",
     "actor_rollout_ref.rollout.mode",  // vLLM / SGLang engine settings
-    "actor_rollout_ref.rollout.dtype",
     "actor_rollout_ref.rollout.gpu_memory_utilization",
     "actor_rollout_ref.rollout.enforce_eager",
     "actor_rollout_ref.rollout.cudagraph_capture_sizes",
     "actor_rollout_ref.rollout.free_cache_engine",
     "actor_rollout_ref.rollout.max_num_batched_tokens",
-    "actor_rollout_ref.rollout.max_model_len",
     "actor_rollout_ref.rollout.max_num_seqs",
     "actor_rollout_ref.rollout.enable_chunked_prefill",
     "actor_rollout_ref.rollout.enable_prefix_caching",
@@ -126,27 +131,34 @@ inline constexpr std::array<std::string_view, 66> ignored_key_patterns = {
     "actor_rollout_ref.rollout.disable_log_stats",
     "actor_rollout_ref.rollout.multi_stage_wake_up",
     "actor_rollout_ref.rollout.skip_tokenizer_init",
-    "actor_rollout_ref.rollout.skip_dump_dir",
     "actor_rollout_ref.rollout.layered_summon",
     "actor_rollout_ref.rollout.engine_kwargs.**",
     "actor_rollout_ref.rollout.agent.**",
     "actor_rollout_ref.rollout.checkpoint_engine.**",
     "actor_rollout_ref.rollout.trace.**",
     "actor_rollout_ref.rollout.prometheus.**",
-    "reward_model.model.**",  // reward-model serving (reward_model.enable must stay false)
-    "reward_model.rollout.**",
-    "reward_model.use_reward_loop",
-    "reward_model.launch_reward_fn_async",
-    "reward_model.num_workers",
-    "reward_model.enable_resource_pool",
-    "reward_model.n_gpus_per_node",
+    "reward.num_workers",  // Python reward workers
+    "reward.reward_model.enable_resource_pool",  // reward-model serving (reward.reward_model.enable must stay false)
+    "reward.reward_model.n_gpus_per_node",
+    "reward.reward_model.nnodes",
+    "reward.reward_model.model_path",
+    "reward.reward_model.rollout.**",
 };
 
-/// More reward-model serving keys (kept apart to keep the table above readable).
-inline constexpr std::array<std::string_view, 7> ignored_reward_model_keys = {
-    "reward_model.nnodes",         "reward_model.micro_batch_size", "reward_model.micro_batch_size_per_gpu",
-    "reward_model.max_length",     "reward_model.use_dynamic_bsz",  "reward_model.forward_max_token_len_per_gpu",
-    "reward_model.ulysses_sequence_parallel_size"};
+/// Machinery keys whose values change the results: only the values verl-cpp implements are
+/// accepted (besides verl's default text, e.g. the ref's `${actor_rollout_ref.actor.strategy}`).
+struct KeyChoices {
+  std::string_view pattern;
+  std::initializer_list<std::string_view> accepted;
+  std::string_view why;
+};
+inline const KeyChoices machinery_key_choices[] = {
+    {"**.strategy", {"fsdp", "fsdp2"}, "verl-cpp trains with its own data-parallel engine (FSDP's results)"},
+    {"**.fsdp_config.model_dtype", {"fp32", "float32"}, "verl-cpp keeps float32 weights"},
+    {"**.fsdp_config.ulysses_sequence_parallel_size", {"1"}, "sequence parallelism is not in the trainer yet"},
+    {"**.fsdp.model_dtype", {"fp32", "float32"}, "verl-cpp keeps float32 weights"},
+    {"**.fsdp.ulysses_sequence_parallel_size", {"1"}, "sequence parallelism is not in the trainer yet"},
+};
 
 inline bool pattern_matches(std::span<const std::string> pattern, std::span<const std::string> path) {
   if (pattern.empty()) return path.empty();
@@ -163,17 +175,67 @@ inline bool is_ignored_key(std::string_view path) {
   const auto parts = split_path(path);
   for (const auto pattern : ignored_key_patterns)
     if (pattern_matches(split_path(pattern), parts)) return true;
-  for (const auto key : ignored_reward_model_keys)
-    if (key == path) return true;
   return false;
 }
 
+inline const KeyChoices* machinery_choices_of(std::string_view path) {
+  const auto parts = split_path(path);
+  for (const auto& choices : machinery_key_choices)
+    if (pattern_matches(split_path(choices.pattern), parts)) return &choices;
+  return nullptr;
+}
+
 /// verl-cpp's own defaults where they differ from verl's yaml (see ppo_config.hpp).
-inline constexpr std::array<std::pair<std::string_view, std::string_view>, 3> verl_cpp_default_changes = {{
+inline constexpr std::array<std::pair<std::string_view, std::string_view>, 4> verl_cpp_default_changes = {{
     {"trainer.logger", "['console']"},
     {"trainer.n_gpus_per_node", "1"},
     {"trainer.device", "'cpu'"},
+    {"actor_rollout_ref.rollout.dtype", "'float32'"},
 }};
+
+/// verl 0.9.1's migrate_legacy_reward_impl: a legacy key set to anything but null is carried
+/// into its reward.* place (the whole custom_reward_function / sandbox_fusion section when any
+/// of its keys is set), and the legacy keys are then back at their null defaults, so that every
+/// later check and error names the reward.* key that acts.
+inline void migrate_legacy_reward_keys(ConfigNode& tree) {
+  auto is_set = [](const ConfigNode* node) { return node != nullptr && !node->is_null(); };
+  auto move = [&](std::string_view from, std::string_view to) {
+    ConfigNode* node = find_path(tree, from);
+    if (!is_set(node)) return;
+    ConfigNode value = *node;
+    *node = ConfigNode::null(node->origin);
+    set_path(tree, to, std::move(value));
+  };
+  auto move_section = [&](std::string_view from, std::string_view to) {
+    ConfigNode* node = find_path(tree, from);
+    if (node == nullptr || !node->is_map()) return;
+    if (std::none_of(node->entries.begin(), node->entries.end(), [&](const auto& entry) { return is_set(&entry.second); }))
+      return;
+    for (auto& [key, value] : node->entries) {
+      set_path(tree, join_path(std::string(to), key), value);
+      value = ConfigNode::null(value.origin);
+    }
+  };
+  move("reward_model.num_workers", "reward.num_workers");
+  move("reward_model.reward_manager", "reward.reward_manager.name");
+  if (is_set(find_path(tree, "reward_model.reward_loop_source"))) {
+    move("reward_model.reward_loop_source", "reward.reward_manager.source");
+    move("reward_model.reward_loop_module_path", "reward.reward_manager.module.path");
+    move("reward_model.reward_loop_class_name", "reward.reward_manager.module.name");
+  }
+  move_section("custom_reward_function", "reward.custom_reward_function");
+  for (const std::string_view key : {"enable", "enable_resource_pool", "n_gpus_per_node", "nnodes"})
+    move(fmt::format("reward_model.{}", key), fmt::format("reward.reward_model.{}", key));
+  move("reward_model.model.path", "reward.reward_model.model_path");
+  if (ConfigNode* rollout = find_path(tree, "reward_model.rollout"); rollout != nullptr && rollout->is_map()) {
+    for (auto& [key, value] : rollout->entries) {
+      if (!is_set(&value)) continue;
+      set_path(tree, "reward.reward_model.rollout." + key, value);
+      value = ConfigNode::null(value.origin);
+    }
+  }
+  move_section("sandbox_fusion", "reward.sandbox_fusion");
+}
 
 /// Lookup tables over the key lists, built once.
 struct KeyTables {
@@ -234,10 +296,23 @@ class KeyChecker {
 
  private:
   void check_leaf(const ConfigNode& node, const std::string& path) {
-    if (tables_.supported.contains(path) || is_ignored_key(path)) return;
-    if (const auto found = tables_.verl_defaults.find(path); found != tables_.verl_defaults.end()) {
+    if (tables_.supported.contains(path)) return;
+    const auto found = tables_.verl_defaults.find(path);
+    if (const KeyChoices* choices = machinery_choices_of(path); choices != nullptr && found != tables_.verl_defaults.end()) {
+      const bool is_default = canonical(node) == canonical(parse_value(found->second, "verl's default"));
+      const std::string text = node.kind == ConfigNode::Kind::scalar ? node.text : to_text(node);
+      if (!is_default && std::find(choices->accepted.begin(), choices->accepted.end(), text) == choices->accepted.end()) {
+        problems_.push_back(fmt::format("{}: not supported by verl-cpp yet ({}; accepted: {}; got {}; {})", path, choices->why,
+                                        fmt::join(choices->accepted, ", "), to_text(node), user_origin(node)));
+      }
+      return;
+    }
+    if (is_ignored_key(path)) return;
+    if (found != tables_.verl_defaults.end()) {
       const ConfigNode verl_default = parse_value(found->second, "verl's default");
-      if (canonical(node) != canonical(verl_default)) {
+      // A free-form mapping's "nothing" is spelt null in one file and {} in another.
+      const auto nothing = [](const ConfigNode& n) { return n.is_null() || (n.is_map() && n.entries.empty()); };
+      if (canonical(node) != canonical(verl_default) && !(nothing(node) && nothing(verl_default))) {
         problems_.push_back(fmt::format("{}: not supported by verl-cpp yet (only verl's default {} is accepted, got {}; {})",
                                         path, found->second, to_text(node), user_origin(node)));
       }
@@ -358,12 +433,66 @@ inline void validate(const PPOConfig& c, std::vector<std::string>& problems) {
       problems.push_back(error.what());
     }
   }
-  require(!c.reward_model.enable,
-          "reward_model.enable: not supported by verl-cpp yet (model-based rewards; rule-based rewards need enable=false)");
+  require(!c.reward.reward_model.enable,
+          "reward.reward_model.enable: not supported by verl-cpp yet (model-based rewards; rule-based rewards need "
+          "enable=false)");
+  static constexpr std::array<std::string_view, 2> reward_managers = {"naive", "dapo"};
+  if (std::find(reward_managers.begin(), reward_managers.end(), c.reward.reward_manager.name) == reward_managers.end()) {
+    problems.push_back("reward.reward_manager.name: " + suggestion(c.reward.reward_manager.name, reward_managers) +
+                       " (verl's other reward managers are not supported by verl-cpp yet)");
+  }
   require(c.trainer.resume_mode != ResumeMode::resume_path || c.trainer.resume_from_path.has_value(),
           "trainer.resume_from_path: expected a checkpoint folder with trainer.resume_mode=resume_path, got null");
-  require(c.trainer.device == "cpu" || c.trainer.device == "cuda",
-          fmt::format("trainer.device: expected cpu or cuda, got '{}'", c.trainer.device));
+  // Where the trainer runs: one process per data-parallel rank, started by mpirun, on CPUs.
+  require(c.trainer.device == "cpu",
+          fmt::format("trainer.device: not supported by verl-cpp yet (the trainer runs on cpu; the CUDA kernels are "
+                      "not a trainer yet), got '{}'",
+                      c.trainer.device));
+  require(c.trainer.nnodes == 1, fmt::format("trainer.nnodes: not supported by verl-cpp yet (expected 1: ranks come from "
+                                             "mpirun, not from a node count), got {}",
+                                             c.trainer.nnodes));
+  require(c.trainer.n_gpus_per_node == 1,
+          fmt::format("trainer.n_gpus_per_node: not supported by verl-cpp yet (expected 1 with trainer.device=cpu: ranks "
+                      "come from mpirun), got {}",
+                      c.trainer.n_gpus_per_node));
+  require(!c.actor_rollout_ref.rollout.name.has_value(),
+          fmt::format("actor_rollout_ref.rollout.name: not supported by verl-cpp yet (verl-cpp generates with its own "
+                      "KV-cache rollout; leave it unset, ?\?\?), got '{}'",
+                      c.actor_rollout_ref.rollout.name.value_or("")));
+  try {
+    (void)cpu::parse_decode_precision(c.actor_rollout_ref.rollout.dtype, "actor_rollout_ref.rollout.dtype");
+  } catch (const InvalidArgument& error) {
+    problems.push_back(error.what());
+  }
+  // Checkpoints always hold the model, the optimizer and the extra state (step, data position,
+  // random streams); verl's other choices (no optimizer, an HF copy) are refused, not ignored.
+  for (const auto& [role, checkpoint] :
+       {std::pair<std::string_view, const CheckpointContentsConfig*>{"actor_rollout_ref.actor", &actor.checkpoint},
+        {"critic", &c.critic.checkpoint}}) {
+    for (const auto& [key, contents] : {std::pair<std::string_view, const std::vector<std::string>*>{"save_contents", &checkpoint->save_contents},
+                                        {"load_contents", &checkpoint->load_contents}}) {
+      std::vector<std::string> sorted = *contents;
+      std::sort(sorted.begin(), sorted.end());
+      require(sorted == std::vector<std::string>{"extra", "model", "optimizer"},
+              fmt::format("{}.checkpoint.{}: not supported by verl-cpp yet (checkpoints hold exactly model, optimizer "
+                          "and extra), got [{}]",
+                          role, key, fmt::join(*contents, ", ")));
+    }
+  }
+  require(!c.reward_model.overlong_buffer.enable || c.reward.reward_manager.name == "dapo",
+          fmt::format("reward_model.overlong_buffer.enable: the overlong buffer is the DAPO reward manager's (as in verl); "
+                      "expected reward.reward_manager.name=dapo, got '{}'",
+                      c.reward.reward_manager.name));
+  if (algorithm.filter_groups.enable) {
+    static constexpr std::array<std::string_view, 4> metrics = {"acc", "score", "seq_reward", "seq_final_reward"};
+    const std::string& metric = algorithm.filter_groups.metric;
+    if (std::find(metrics.begin(), metrics.end(), metric) == metrics.end()) {
+      problems.push_back("algorithm.filter_groups.metric: " + suggestion(metric, metrics));
+    }
+    require(metric != "seq_final_reward" || !algorithm.use_kl_in_reward,
+            "algorithm.filter_groups.metric: seq_final_reward with algorithm.use_kl_in_reward=True is not supported by "
+            "verl-cpp yet (groups are filtered before the KL penalty is applied)");
+  }
 }
 
 }  // namespace detail
@@ -395,6 +524,7 @@ inline void apply_overrides(detail::ConfigNode& tree, std::span<const std::strin
 /// ConfigError listing every problem.
 inline PPOConfig build_ppo_config(detail::ConfigNode tree) {
   std::vector<std::string> problems;
+  detail::migrate_legacy_reward_keys(tree);
   detail::KeyChecker(problems).check(tree, "");
   if (!problems.empty()) throw ConfigError(std::move(problems));
   std::set<std::string> unresolved;

@@ -298,6 +298,62 @@ inline Metrics compute_throughout_metrics(const data::DataProto& batch, const Ti
   return compute_throughout_metrics(total, timing_raw, n_gpus);
 }
 
+/// verl's calculate_debug_metrics (rollout.calculate_log_probs=True): how far the rollout's
+/// probabilities of the sampled tokens are from the actor's. With p = exp(old_log_probs) and
+/// q = exp(rollout_log_probs) over the valid tokens:
+///   training/rollout_probs_diff_{max,mean,std} of |p - q| (std unbiased, as torch.std),
+///   training/rollout_actor_probs_pearson_corr = corrcoef(p, q),
+///   training/rollout_probs_diff_valid = 1 (0, with NaN statistics, when no token is valid).
+inline Metrics compute_rollout_probs_diff_metrics(const ConstMatrixRefF& old_log_probs,
+                                                  const ConstMatrixRefF& rollout_log_probs,
+                                                  const ConstMatrixRefF& response_mask) {
+  ::verl::detail::require_same_shape("rollout_log_probs", shape_of(rollout_log_probs), "old_log_probs", shape_of(old_log_probs));
+  ::verl::detail::require_same_shape("response_mask", shape_of(response_mask), "old_log_probs", shape_of(old_log_probs));
+  constexpr double nan = std::numeric_limits<double>::quiet_NaN();
+  std::vector<float> actor, rollout, diff;
+  for (Index i = 0; i < old_log_probs.rows(); ++i) {
+    for (Index j = 0; j < old_log_probs.cols(); ++j) {
+      if (response_mask(i, j) == 0.0f) continue;
+      actor.push_back(std::exp(old_log_probs(i, j)));
+      rollout.push_back(std::exp(rollout_log_probs(i, j)));
+      diff.push_back(std::abs(actor.back() - rollout.back()));
+    }
+  }
+  Metrics out;
+  if (diff.empty()) {
+    out["training/rollout_probs_diff_valid"] = 0;
+    for (const char* key : {"training/rollout_probs_diff_max", "training/rollout_probs_diff_mean",
+                            "training/rollout_probs_diff_std", "training/rollout_actor_probs_pearson_corr"})
+      out[key] = nan;
+    return out;
+  }
+  const detail::Summary s = detail::summarize(diff, "rollout_probs_diff");
+  out["training/rollout_probs_diff_valid"] = 1;
+  out["training/rollout_probs_diff_max"] = s.max;
+  out["training/rollout_probs_diff_mean"] = s.mean;
+  const float variance = detail::unbiased_variance(diff);
+  out["training/rollout_probs_diff_std"] = std::isnan(variance) ? nan : detail::as_float32(std::sqrt(static_cast<double>(variance)));
+  // torch.corrcoef: covariance over the product of standard deviations (NaN for a constant side).
+  const double n = static_cast<double>(diff.size());
+  double mean_p = 0, mean_q = 0;
+  for (std::size_t k = 0; k < diff.size(); ++k) {
+    mean_p += actor[k];
+    mean_q += rollout[k];
+  }
+  mean_p /= n;
+  mean_q /= n;
+  double cov = 0, var_p = 0, var_q = 0;
+  for (std::size_t k = 0; k < diff.size(); ++k) {
+    const double dp = actor[k] - mean_p, dq = rollout[k] - mean_q;
+    cov += dp * dq;
+    var_p += dp * dp;
+    var_q += dq * dq;
+  }
+  const double corr = cov / std::sqrt(var_p * var_q);
+  out["training/rollout_actor_probs_pearson_corr"] = std::isfinite(corr) ? detail::as_float32(std::clamp(corr, -1.0, 1.0)) : nan;
+  return out;
+}
+
 /// Lists of values per metric name, gathered over micro-batches, ranks or steps.
 using MetricLists = std::map<std::string, std::vector<double>, std::less<>>;
 

@@ -55,11 +55,13 @@
 #include "verl/algo/kl/rewards.hpp"
 #include "verl/algo/loss_aggregation.hpp"
 #include "verl/algo/policy_losses/registry.hpp"
+#include "verl/algo/rollout_correction.hpp"
 #include "verl/algo/value_loss.hpp"
 #include "verl/core/error.hpp"
 #include "verl/core/finite.hpp"
 #include "verl/core/metrics.hpp"
 #include "verl/core/tensor.hpp"
+#include "verl/cpu/decode_precision.hpp"
 #include "verl/data/dataloader.hpp"
 #include "verl/data/random_permutation.hpp"
 #include "verl/data/rl_dataset.hpp"
@@ -121,6 +123,7 @@ class PPOTrainer {
         kl_ctrl_(algo::get_kl_controller(algorithm_.kl_ctrl)),
         checkpoints_(checkpoint_manager(config_.trainer)) {
     validate_setup();
+    set_rollout_precision();
     warn_unused_keys();
   }
 
@@ -174,13 +177,23 @@ class PPOTrainer {
       // detached, as the old ones, and the parameters do not change before the optimizer step:
       // when nothing before the update reads old log-probs (no KL in the reward), the separate
       // old_log_prob pass would only produce actor/entropy, which the update's forward also gives.
+      // Comparing with (or correcting by) the rollout's log-probs needs the old ones first; in
+      // bypass mode the rollout's own stand in for them.
       const bool actor_updates = config_.trainer.critic_warmup <= global_step_;
-      const bool fold_old_log_prob = actor_updates && actor_on_policy(batch.rows()) && !config_.algorithm.use_kl_in_reward;
-      if (!fold_old_log_prob) {
+      const bool bypass = algorithm_.rollout.bypass;
+      const bool fold_old_log_prob = bypass || (actor_updates && actor_on_policy(batch.rows()) &&
+                                                !config_.algorithm.use_kl_in_reward && !algorithm_.rollout.compare);
+      if (bypass) {
+        batch.old_log_probs = batch.rollout_log_probs;
+      } else if (!fold_old_log_prob) {
         ScopedTimer t("old_log_prob", timing);
         auto [log_probs, entropy] = log_probs_of(actor_, batch, /*with_entropy=*/true);
         batch.old_log_probs = std::move(log_probs);
         metrics["actor/entropy"] = algo::agg_loss(entropy, batch.response_mask, algorithm_.loss_agg_mode);
+        if (algorithm_.rollout.compare) {
+          for (const auto& [k, v] : compute_rollout_probs_diff_metrics(batch.old_log_probs, batch.rollout_log_probs, batch.response_mask))
+            metrics[k] = v;
+        }
       }
       if (algorithm_.needs_reference()) {
         ScopedTimer t("ref", timing);
@@ -192,6 +205,7 @@ class PPOTrainer {
       }
       {
         ScopedTimer t("adv", timing);
+        if (algorithm_.rollout.compare && !bypass) correct_for_the_rollout(batch, metrics);
         compute_advantages(batch, metrics);
       }
       if constexpr (has_critic) {
@@ -378,6 +392,32 @@ class PPOTrainer {
     }
   }
 
+  /// actor_rollout_ref.rollout.dtype: the precision the rollout decodes the actor's weights in
+  /// (bfloat16 as verl's inference engines run; training stays float32).
+  void set_rollout_precision() {
+    const cpu::DecodePrecision precision =
+        cpu::parse_decode_precision(config_.actor_rollout_ref.rollout.dtype, "actor_rollout_ref.rollout.dtype");
+    if constexpr (requires(Policy& policy) { policy.set_decode_precision(precision); }) {
+      actor_.set_decode_precision(precision);
+    } else {
+      VERL_CHECK_ARG(precision == cpu::DecodePrecision::float32,
+                     "actor_rollout_ref.rollout.dtype: this policy type decodes in float32 only (it has no "
+                     "set_decode_precision), got '{}'",
+                     config_.actor_rollout_ref.rollout.dtype);
+    }
+  }
+
+  /// verl's compute_rollout_correction_and_add_to_batch (decoupled mode): the off-policy metrics
+  /// between the old and the rollout's log-probs, and, when configured, IS weights for the policy
+  /// loss and rejection sampling in the response mask (rejected tokens take no part in training).
+  void correct_for_the_rollout(Trajectories& t, Metrics& metrics) const {
+    auto result = algo::compute_rollout_correction_and_rejection_mask(t.old_log_probs, t.rollout_log_probs,
+                                                                      t.response_mask, algorithm_.rollout.correction);
+    t.response_mask = std::move(result.response_mask);
+    if (result.rollout_is_weights) t.rollout_is_weights = std::move(*result.rollout_is_weights);
+    for (const auto& [k, v] : result.metrics) metrics[k] = v;
+  }
+
   /// Keys verl acts on that verl-cpp accepts but does not act on: said once, not silently ignored.
   void warn_unused_keys() const {
     if (comm_.rank() != 0) return;
@@ -393,8 +433,6 @@ class PPOTrainer {
         {a.rollout.log_prob_use_dynamic_bsz,
          "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=True (micro-batches follow log_prob_micro_batch_size_per_gpu)"},
         {config_.critic.use_dynamic_bsz, "critic.use_dynamic_bsz=True (micro-batches follow ppo_micro_batch_size_per_gpu)"},
-        {a.rollout.calculate_log_probs,
-         "actor_rollout_ref.rollout.calculate_log_probs=True (old log-probs are always recomputed by the actor)"},
     };
     for (const auto& [set, what] : unused)
       if (set) std::cerr << "warning: " << what << " has no effect in verl-cpp\n";
@@ -493,9 +531,11 @@ class PPOTrainer {
     if (sharded && dp > 1) {
       full.responses = gather_rows(out.responses);
       full.response_mask = gather_rows(out.response_mask);
+      full.rollout_log_probs = gather_rows(out.rollout_log_probs);
     } else {
       full.responses = out.responses;
       full.response_mask = out.response_mask;
+      full.rollout_log_probs = out.rollout_log_probs;
     }
     rollout::assemble_rollout_tensors(all, params.n, full);
     Trajectories t;
@@ -504,6 +544,7 @@ class PPOTrainer {
     t.input_ids = std::move(full.input_ids);
     t.attention_mask = std::move(full.attention_mask);
     t.position_ids = std::move(full.position_ids);
+    t.rollout_log_probs = std::move(full.rollout_log_probs);
     for (Index r = 0; r < t.responses.rows(); ++r) t.sample.push_back(indices[static_cast<std::size_t>(r / params.n)]);
     return t;
   }
@@ -821,7 +862,8 @@ class PPOTrainer {
     metrics["actor/lr"] = actor_scheduler_.get_last_lr();
     MetricsAccumulator acc;
     const bool entropy_in_loss = algorithm_.entropy_coeff != 0;
-    const bool on_policy = actor_on_policy(t.rows());
+    // Bypass mode: the stored old log-probs are the rollout's, never the update's own.
+    const bool on_policy = actor_on_policy(t.rows()) && !algorithm_.rollout.bypass;
     for (std::int64_t epoch = 0; epoch < cfg.ppo_epochs; ++epoch) {
       for (const auto& [m0, m1] : chunks(t.rows(), cfg.ppo_mini_batch_size * n)) {
         VERL_CHECK_ARG((m1 - m0) % comm_.size() == 0, "ppo mini-batch: {} rows do not split over {} ranks", m1 - m0,
@@ -855,9 +897,14 @@ class PPOTrainer {
             entropy_agg += algo::agg_loss(response_block(out.entropy, width), mask, algorithm_.loss_agg_mode, info);
           }
           const MatrixF adv = t.advantages.middleRows(b, rows);
+          algo::PolicyLossBatch loss_batch{.old_log_prob = old, .log_prob = log_prob, .advantages = adv, .response_mask = mask};
+          MatrixF is_weights;
+          if (t.rollout_is_weights.rows() > 0) {
+            is_weights = t.rollout_is_weights.middleRows(b, rows);
+            loss_batch.rollout_is_weights.emplace(is_weights);
+          }
           algo::PolicyLossResult pg = algo::compute_policy_loss(
-              algorithm_.policy_loss, {.old_log_prob = old, .log_prob = log_prob, .advantages = adv, .response_mask = mask},
-              {.loss_agg_mode = algorithm_.loss_agg_mode, .global_batch_info = info});
+              algorithm_.policy_loss, loss_batch, {.loss_agg_mode = algorithm_.loss_agg_mode, .global_batch_info = info});
           pg_loss += pg.pg_loss;
           MatrixF grad_log_prob = std::move(pg.grad_log_prob);
           MatrixF grad_entropy;

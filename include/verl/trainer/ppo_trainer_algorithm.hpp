@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdlib>
 #include <optional>
 #include <string>
 
@@ -16,6 +17,7 @@
 #include "verl/algo/kl/registry.hpp"
 #include "verl/algo/loss_aggregation.hpp"
 #include "verl/algo/policy_losses/registry.hpp"
+#include "verl/algo/rollout_correction.hpp"
 #include "verl/core/error.hpp"
 #include "verl/trainer/config/ppo_config.hpp"
 
@@ -31,7 +33,9 @@ struct OverlongPenalty {
 /// DAPO's dynamic sampling (algorithm.filter_groups): groups whose `metric` is the same for all
 /// their responses are dropped and the batch is refilled from the next generation batches.
 struct GroupFilter {
-  std::string metric = "acc";          ///< "acc" (falls back to the score when absent) or "score"
+  /// "acc" (falls back to the score when absent), "score", or the response's summed scores
+  /// ("seq_reward"; "seq_final_reward" is the same without KL in the reward)
+  std::string metric = "acc";
   std::int64_t max_num_gen_batches = 0;  ///< <= 0: unlimited
 };
 
@@ -40,6 +44,29 @@ struct GroupFilter {
 inline algo::AdvantageConfig advantage_config(const PPOConfig& config) {
   const auto& al = config.algorithm;
   return {.gamma = al.gamma, .lam = al.lam, .norm_adv_by_std_in_grpo = al.norm_adv_by_std_in_grpo};
+}
+
+/// algorithm.rollout_correction in the algo layer's form (a numeric rollout_rs_threshold is a
+/// number, anything else verl's per-option string).
+inline algo::RolloutCorrectionConfig rollout_correction_config(const PPOConfig& config) {
+  const auto& section = config.algorithm.rollout_correction;
+  algo::RolloutCorrectionConfig out;
+  out.rollout_is = section.rollout_is;
+  out.rollout_is_threshold = section.rollout_is_threshold;
+  out.rollout_is_batch_normalize = section.rollout_is_batch_normalize;
+  out.rollout_rs = section.rollout_rs;
+  if (section.rollout_rs_threshold) {
+    const std::string& text = *section.rollout_rs_threshold;
+    char* end = nullptr;
+    const double number = std::strtod(text.c_str(), &end);
+    if (!text.empty() && end == text.c_str() + text.size()) {
+      out.rollout_rs_threshold = number;
+    } else {
+      out.rollout_rs_threshold = text;
+    }
+  }
+  out.loss_type = section.loss_type;
+  return out;
 }
 
 /// The policy losses' knobs from verl's keys (actor.clip_ratio*, actor.tau_*, actor.policy_loss.*):
@@ -59,7 +86,39 @@ inline algo::PolicyLossConfig policy_loss_config(const PPOConfig& config) {
   loss.policy_loss.clip_cov_ub = actor.policy_loss.clip_cov_ub;
   loss.policy_loss.kl_cov_ratio = actor.policy_loss.kl_cov_ratio;
   loss.policy_loss.ppo_kl_coef = actor.policy_loss.ppo_kl_coef;
+  loss.policy_loss.rollout_correction = rollout_correction_config(config);
+  // verl's bypass mode: the rollout's log-probs are the old ones, and the loss corrects on the fly.
+  if (config.algorithm.rollout_correction.bypass_mode) loss.policy_loss.loss_mode = "bypass_mode";
   return loss;
+}
+
+/// What the trainer does with the rollout's own log-probs (actor_rollout_ref.rollout.calculate_log_probs
+/// and algorithm.rollout_correction), as verl's ray trainer does after the old_log_prob pass.
+struct RolloutLogProbUse {
+  /// Compare them with the actor's: training/rollout_probs_diff_* and rollout_corr/* metrics.
+  bool compare = false;
+  /// Decoupled correction: IS weights on the policy loss and rejection in the response mask.
+  algo::RolloutCorrection correction{};
+  /// Bypass mode: they stand in for the old log-probs (no old_log_prob pass).
+  bool bypass = false;
+
+  [[nodiscard]] bool corrects() const { return correction.rollout_is.has_value() || !correction.rollout_rs.empty(); }
+};
+
+inline RolloutLogProbUse rollout_log_prob_use(const PPOConfig& config) {
+  const auto& section = config.algorithm.rollout_correction;
+  RolloutLogProbUse use;
+  use.compare = config.actor_rollout_ref.rollout.calculate_log_probs;
+  use.bypass = section.bypass_mode || config.actor_rollout_ref.actor.policy_loss.loss_mode == "bypass_mode";
+  try {
+    use.correction = algo::make_rollout_correction(rollout_correction_config(config));
+  } catch (const InvalidArgument& error) {
+    ::verl::detail::throw_invalid_argument("algorithm.rollout_correction.{}", error.what());
+  }
+  VERL_CHECK_ARG(use.compare || !(use.corrects() || use.bypass),
+                 "algorithm.rollout_correction: importance weights, rejection sampling and bypass mode need the "
+                 "rollout's log-probs; expected actor_rollout_ref.rollout.calculate_log_probs=True, got False");
+  return use;
 }
 
 /// algorithm.kl_ctrl.
@@ -82,6 +141,7 @@ struct PPOAlgorithm {
   algo::KLControlConfig kl_ctrl{};
   std::optional<GroupFilter> filter_groups = std::nullopt;
   std::optional<OverlongPenalty> overlong_penalty = std::nullopt;
+  RolloutLogProbUse rollout{};
 
   [[nodiscard]] bool needs_reference() const { return kl_loss.has_value() || use_kl_in_reward; }
   [[nodiscard]] bool needs_critic() const { return estimator.needs_critic(); }
@@ -95,9 +155,7 @@ struct PPOAlgorithm {
     VERL_CHECK_ARG(!out.estimator.needs_old_log_probs(),
                    "algorithm.adv_estimator: '{}' needs sum_pi_squared, which the trainer does not compute yet",
                    al.adv_estimator);
-    VERL_CHECK_ARG(actor.policy_loss.loss_mode != "bypass_mode",
-                   "actor_rollout_ref.actor.policy_loss.loss_mode: 'bypass_mode' needs rollout log-probs, which the "
-                   "trainer does not keep yet; use one of vanilla, gspo, sapo, gpg, clip_cov, kl_cov, geo_mean, cispo");
+    out.rollout = rollout_log_prob_use(config);
     out.policy_loss = algo::make_policy_loss(policy_loss_config(config));
     out.loss_agg_mode = algo::parse_loss_agg_mode(actor.loss_agg_mode);
     out.entropy_coeff = actor.entropy_coeff;
@@ -111,7 +169,7 @@ struct PPOAlgorithm {
       (void)algo::make_kl_estimator(out.kl_penalty);  // and the KL type
     }
     if (al.filter_groups.enable) {
-      out.filter_groups = GroupFilter{.metric = al.filter_groups.metric.value_or("acc"),
+      out.filter_groups = GroupFilter{.metric = al.filter_groups.metric,
                                       .max_num_gen_batches = al.filter_groups.max_num_gen_batches};
     }
     if (config.reward_model.overlong_buffer.enable) {

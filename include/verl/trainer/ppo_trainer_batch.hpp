@@ -76,7 +76,9 @@ struct Trajectories {
   std::vector<std::int64_t> sample;  ///< the dataset index of each row's prompt
   std::vector<reward::RewardOutput> reward_outputs;
   VectorF reward_baselines;  ///< ReMax: the greedy response's reward, per row
+  MatrixF rollout_log_probs;  ///< (N, R): the rollout's log-prob of each sampled token
   MatrixF token_level_scores, token_level_rewards, old_log_probs, ref_log_probs, values, advantages, returns;
+  MatrixF rollout_is_weights;  ///< (N, R) rollout correction's IS weights; empty when not used
 
   [[nodiscard]] Index rows() const { return responses.rows(); }
 
@@ -85,13 +87,13 @@ struct Trajectories {
     return std::make_tuple(&Trajectories::responses, &Trajectories::response_mask, &Trajectories::input_ids,
                            &Trajectories::attention_mask, &Trajectories::position_ids, &Trajectories::uid,
                            &Trajectories::sample, &Trajectories::reward_outputs, &Trajectories::reward_baselines,
-                           &Trajectories::token_level_scores);
+                           &Trajectories::rollout_log_probs, &Trajectories::token_level_scores);
   }
   /// The fields the later stages of a step compute from those.
   static constexpr auto computed_fields() {
     return std::make_tuple(&Trajectories::token_level_rewards, &Trajectories::old_log_probs,
                            &Trajectories::ref_log_probs, &Trajectories::values, &Trajectories::advantages,
-                           &Trajectories::returns);
+                           &Trajectories::returns, &Trajectories::rollout_is_weights);
   }
 
   /// The generation and reward fields of `rows`, in that order (later fields are recomputed).

@@ -114,7 +114,8 @@ struct Recipe {
     const auto& al = config.algorithm;
     out.kl_ctrl = kl_control_config(config);
     if constexpr (Extras.dynamic_sampling) {
-      out.filter_groups = GroupFilter{.metric = al.filter_groups.metric.value_or("acc"),
+      // The recipe's own metric (acc) unless the user configured dynamic sampling.
+      out.filter_groups = GroupFilter{.metric = al.filter_groups.enable ? al.filter_groups.metric : std::string("acc"),
                                       .max_num_gen_batches = al.filter_groups.max_num_gen_batches};
     }
     if constexpr (Extras.overlong_penalty) {
@@ -124,6 +125,11 @@ struct Recipe {
           buffer.len > 0 ? buffer.len : std::max<std::int64_t>(1, config.data.max_response_length / 4),
           buffer.penalty_factor > 0 ? buffer.penalty_factor : 1.0};
     }
+    out.rollout = rollout_log_prob_use(config);
+    VERL_CHECK_ARG(!out.rollout.bypass,
+                   "algorithm.rollout_correction.bypass_mode: a recipe fixes its policy loss ({}); bypass mode replaces it, "
+                   "so build the algorithm from the configuration (PPOAlgorithm::from_config) instead",
+                   Loss::name);
     return out;
   }
 };

@@ -1,6 +1,6 @@
 // PPOConfig: the typed form of verl's PPO trainer configuration, with verl's section and key
-// names (data, actor_rollout_ref.{actor,ref,rollout,model}, critic, reward_model,
-// reward_manager, algorithm, trainer) and verl's defaults, for the keys verl-cpp supports.
+// names (data, actor_rollout_ref.{actor,ref,rollout,model}, critic, reward, algorithm, trainer)
+// and verl 0.9.1's defaults, for the keys verl-cpp supports.
 // visit_fields() walks every supported key with its dotted path: the single list from which
 // loading, dumping and the "supported key" check are all derived.
 //
@@ -9,7 +9,9 @@
 // trainer.n_gpus_per_node = 1 (verl: 8), trainer.device = 'cpu' (verl: cuda).
 //
 // Keys marked "verl-cpp extension" are not in verl's ppo_trainer.yaml; they come from verl's
-// recipes (DAPO: data.gen_batch_size, algorithm.filter_groups, reward_model.overlong_buffer).
+// recipes (DAPO: data.gen_batch_size, reward_model.overlong_buffer). verl 0.9.1 moved the reward
+// settings under reward.*; its legacy reward_model.* / custom_reward_function.* keys are carried
+// over by config.hpp as verl's migrate_legacy_reward_impl does.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -100,7 +102,6 @@ struct ActorConfig {
   std::int64_t data_loader_seed = 42;
   CheckpointContentsConfig checkpoint;
   double grad_clip = 1.0;
-  std::int64_t ulysses_sequence_parallel_size = 1;
   friend bool operator==(const ActorConfig&, const ActorConfig&) = default;
 };
 
@@ -110,7 +111,6 @@ struct RefConfig {
   std::optional<std::int64_t> log_prob_micro_batch_size_per_gpu;
   bool log_prob_use_dynamic_bsz = false;
   std::int64_t log_prob_max_token_len_per_gpu = 16384;
-  std::int64_t ulysses_sequence_parallel_size = 1;
   friend bool operator==(const RefConfig&, const RefConfig&) = default;
 };
 
@@ -139,11 +139,12 @@ struct RolloutConfig {
   std::optional<std::int64_t> log_prob_micro_batch_size_per_gpu;
   bool log_prob_use_dynamic_bsz = false;
   std::int64_t log_prob_max_token_len_per_gpu = 16384;
-  std::int64_t tensor_model_parallel_size = 2;
-  std::int64_t data_parallel_size = 1;
-  std::int64_t pipeline_model_parallel_size = 1;
-  std::int64_t expert_parallel_size = 1;
-  bool calculate_log_probs = false;
+  /// The precision the rollout decodes with: float32 (verl-cpp's default: the weights as
+  /// trained) or bfloat16 (verl's default: the weights rounded, as its inference engines run).
+  std::string dtype = "float32";
+  /// Whether the rollout's own log-probs are compared with the actor's (verl's
+  /// training/rollout_probs_diff_* metrics); rollout correction needs them too.
+  bool calculate_log_probs = true;
   ValidationSamplingConfig val_kwargs;
   friend bool operator==(const RolloutConfig&, const RolloutConfig&) = default;
 };
@@ -159,7 +160,7 @@ struct ActorRolloutRefConfig {
 /// critic.model.
 struct CriticModelSection {
   std::string path = "~/models/deepseek-llm-7b-chat";
-  std::optional<std::string> tokenizer_path = std::string("~/models/deepseek-llm-7b-chat");  ///< follows the actor's
+  std::optional<std::string> tokenizer_path;
   friend bool operator==(const CriticModelSection&, const CriticModelSection&) = default;
 };
 
@@ -186,7 +187,6 @@ struct CriticConfig {
   CheckpointContentsConfig checkpoint;
   std::optional<std::int64_t> forward_micro_batch_size;
   std::optional<std::int64_t> forward_micro_batch_size_per_gpu;
-  std::int64_t ulysses_sequence_parallel_size = 1;
   double grad_clip = 1.0;
   friend bool operator==(const CriticConfig&, const CriticConfig&) = default;
 };
@@ -200,18 +200,31 @@ struct OverlongBufferConfig {
   friend bool operator==(const OverlongBufferConfig&, const OverlongBufferConfig&) = default;
 };
 
-/// reward_model: rule-based rewards only (a reward model, enable=true, is not supported yet).
+/// reward_model: verl 0.9.1 keeps this section only for legacy keys (migrated into reward.*);
+/// verl-cpp keeps its DAPO extension here.
 struct RewardModelConfig {
-  bool enable = false;
-  std::string reward_manager = "naive";
   OverlongBufferConfig overlong_buffer;
   friend bool operator==(const RewardModelConfig&, const RewardModelConfig&) = default;
 };
 
-/// reward_manager (verl's newer spelling of reward_model.reward_manager).
-struct RewardManagerConfig {
-  std::string name = "naive";  ///< follows reward_model.reward_manager
-  friend bool operator==(const RewardManagerConfig&, const RewardManagerConfig&) = default;
+/// reward.reward_manager: how responses are scored ("naive": the rule-based score of each
+/// response; "dapo": the same, with the overlong buffer of reward_model.overlong_buffer).
+struct RewardManagerSection {
+  std::string name = "naive";
+  friend bool operator==(const RewardManagerSection&, const RewardManagerSection&) = default;
+};
+
+/// reward.reward_model: rule-based rewards only (a reward model, enable=true, is not supported yet).
+struct RewardModelSection {
+  bool enable = false;
+  friend bool operator==(const RewardModelSection&, const RewardModelSection&) = default;
+};
+
+/// reward (verl 0.9.1).
+struct RewardConfig {
+  RewardManagerSection reward_manager;
+  RewardModelSection reward_model;
+  friend bool operator==(const RewardConfig&, const RewardConfig&) = default;
 };
 
 /// algorithm.kl_ctrl.
@@ -235,10 +248,10 @@ struct RolloutCorrectionSection {
   friend bool operator==(const RolloutCorrectionSection&, const RolloutCorrectionSection&) = default;
 };
 
-/// algorithm.filter_groups (DAPO's dynamic sampling; verl-cpp extension).
+/// algorithm.filter_groups (DAPO's dynamic sampling).
 struct FilterGroupsConfig {
   bool enable = false;
-  std::optional<std::string> metric;  ///< e.g. "acc" or "score"
+  std::string metric = "reward";  ///< acc, score, seq_reward or seq_final_reward when enabled
   std::int64_t max_num_gen_batches = 0;
   friend bool operator==(const FilterGroupsConfig&, const FilterGroupsConfig&) = default;
 };
@@ -319,7 +332,7 @@ struct PPOConfig {
   ActorRolloutRefConfig actor_rollout_ref;
   CriticConfig critic;
   RewardModelConfig reward_model;
-  RewardManagerConfig reward_manager;
+  RewardConfig reward;
   AlgorithmConfig algorithm;
   TrainerConfig trainer;
   friend bool operator==(const PPOConfig&, const PPOConfig&) = default;
@@ -336,24 +349,25 @@ VERL_CONFIG_FIELDS(ActorConfig, optim, ppo_mini_batch_size, ppo_micro_batch_size
                    use_dynamic_bsz, ppo_max_token_len_per_gpu, clip_ratio, clip_ratio_low, clip_ratio_high, tau_pos,
                    tau_neg, policy_loss, clip_ratio_c, loss_agg_mode, loss_scale_factor, entropy_coeff,
                    calculate_entropy, use_kl_loss, kl_loss_coef, kl_loss_type, ppo_epochs, shuffle, data_loader_seed,
-                   checkpoint, grad_clip, ulysses_sequence_parallel_size)
+                   checkpoint, grad_clip)
 VERL_CONFIG_FIELDS(RefConfig, log_prob_micro_batch_size, log_prob_micro_batch_size_per_gpu, log_prob_use_dynamic_bsz,
-                   log_prob_max_token_len_per_gpu, ulysses_sequence_parallel_size)
+                   log_prob_max_token_len_per_gpu)
 VERL_CONFIG_FIELDS(ValidationSamplingConfig, top_k, top_p, temperature, n, do_sample)
 VERL_CONFIG_FIELDS(RolloutConfig, name, temperature, top_k, top_p, prompt_length, response_length, do_sample, n,
                    ignore_eos, log_prob_micro_batch_size, log_prob_micro_batch_size_per_gpu, log_prob_use_dynamic_bsz,
-                   log_prob_max_token_len_per_gpu, tensor_model_parallel_size, data_parallel_size,
-                   pipeline_model_parallel_size, expert_parallel_size, calculate_log_probs, val_kwargs)
+                   log_prob_max_token_len_per_gpu, dtype, calculate_log_probs, val_kwargs)
 VERL_CONFIG_FIELDS(ActorRolloutRefConfig, model, actor, ref, rollout)
 VERL_CONFIG_FIELDS(CriticModelSection, path, tokenizer_path)
 VERL_CONFIG_FIELDS(CriticConfig, optim, model, enable, ppo_mini_batch_size, ppo_micro_batch_size,
                    ppo_micro_batch_size_per_gpu, use_dynamic_bsz, ppo_max_token_len_per_gpu,
                    forward_max_token_len_per_gpu, ppo_epochs, shuffle, data_loader_seed, cliprange_value,
                    loss_agg_mode, checkpoint, forward_micro_batch_size, forward_micro_batch_size_per_gpu,
-                   ulysses_sequence_parallel_size, grad_clip)
+                   grad_clip)
 VERL_CONFIG_FIELDS(OverlongBufferConfig, enable, len, penalty_factor, log)
-VERL_CONFIG_FIELDS(RewardModelConfig, enable, reward_manager, overlong_buffer)
-VERL_CONFIG_FIELDS(RewardManagerConfig, name)
+VERL_CONFIG_FIELDS(RewardModelConfig, overlong_buffer)
+VERL_CONFIG_FIELDS(RewardManagerSection, name)
+VERL_CONFIG_FIELDS(RewardModelSection, enable)
+VERL_CONFIG_FIELDS(RewardConfig, reward_manager, reward_model)
 VERL_CONFIG_FIELDS(KLControlSection, type, kl_coef, horizon, target_kl)
 VERL_CONFIG_FIELDS(RolloutCorrectionSection, rollout_is, rollout_is_threshold, rollout_rs, rollout_rs_threshold,
                    bypass_mode, loss_type, rollout_is_batch_normalize)
@@ -369,7 +383,7 @@ VERL_CONFIG_FIELDS(TrainerConfig, balance_batch, total_epochs, total_training_st
                    save_freq, resume_mode, resume_from_path, val_before_train, val_only, test_freq, critic_warmup,
                    del_local_ckpt_after_load, default_local_dir, max_actor_ckpt_to_keep, max_critic_ckpt_to_keep,
                    device, max_consecutive_nonfinite_steps)
-VERL_CONFIG_FIELDS(PPOConfig, data, actor_rollout_ref, critic, reward_model, reward_manager, algorithm, trainer)
+VERL_CONFIG_FIELDS(PPOConfig, data, actor_rollout_ref, critic, reward_model, reward, algorithm, trainer)
 
 /// Calls v(path, field) for every supported key of `config` (PPOConfig or const PPOConfig).
 template <class Config, class Visitor>

@@ -99,6 +99,10 @@ inline const ConfigNode* find_path(const ConfigNode& root, std::string_view path
   return node;
 }
 
+inline ConfigNode* find_path(ConfigNode& root, std::string_view path) {
+  return const_cast<ConfigNode*>(find_path(static_cast<const ConfigNode&>(root), path));
+}
+
 /// Sets the node at a dotted path, creating mappings on the way. A value on the way that is
 /// not a mapping is an error naming the path (as Hydra refuses "a.b=1" when a is a number).
 inline void set_path(ConfigNode& root, std::string_view path, ConfigNode value) {
