@@ -377,6 +377,8 @@ TEST(Config, KeysVerlActsOnAreActedOnOrRefused) {
       {"actor_rollout_ref.rollout.max_model_len=128", "actor_rollout_ref.rollout.max_model_len"},
       {"trainer.v1.trainer_mode=separate_async", "trainer.v1.trainer_mode"},
       {"algorithm.filter_groups.enable=true", "algorithm.filter_groups.metric"},  // 0.9.1's default metric 'reward'
+      {"algorithm.rollout_correction.rollout_is=bogus", "algorithm.rollout_correction.rollout_is"},
+      {"algorithm.rollout_correction.loss_type=ppo", "algorithm.rollout_correction.loss_type"},
   };
   for (const auto& [override_text, key] : refused) {
     const std::string error = error_of({override_text});

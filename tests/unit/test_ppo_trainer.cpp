@@ -6,6 +6,7 @@
 // without effect.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <cstdlib>
@@ -160,8 +161,10 @@ TEST(PPOTrainer, OnPolicyUpdateTakesActorEntropyFromItsOwnForward) {
   // the old_log_prob pass only feeds actor/entropy, and the trainer folds it into the update.
   // KL in the reward with coefficient 0 needs old log-probs before the update (so the pass runs)
   // without changing the rewards: both runs must train identically.
+  // (Without comparing the rollout's log-probs with the old ones, which would need the pass too.)
   const std::vector<std::string> on_policy = {"actor_rollout_ref.actor.ppo_mini_batch_size=4",
-                                              "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean"};
+                                              "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean",
+                                              "actor_rollout_ref.rollout.calculate_log_probs=False"};
   auto folded = make_trainer(on_policy, NoCritic{}, FirstDigitParity{});
   auto with_pass = on_policy;
   with_pass.insert(with_pass.end(), {"algorithm.use_kl_in_reward=True", "algorithm.kl_ctrl.kl_coef=0"});
@@ -453,15 +456,23 @@ TEST(PPOTrainer, EveryRuntimeEstimatorAndLossRunsAStep) {
        "actor_rollout_ref.actor.entropy_coeff=0.01"},
       {"algorithm.adv_estimator=rloo", "algorithm.filter_groups.enable=True", "algorithm.filter_groups.metric=score",
        "reward_model.overlong_buffer.enable=True", "reward_model.overlong_buffer.len=2",
-       "reward_model.overlong_buffer.penalty_factor=1.0", "actor_rollout_ref.actor.clip_ratio_high=0.28"},
+       "reward_model.overlong_buffer.penalty_factor=1.0", "reward.reward_manager.name=dapo",
+       "actor_rollout_ref.actor.clip_ratio_high=0.28"},
+      {"algorithm.adv_estimator=grpo", "algorithm.rollout_correction.bypass_mode=True",
+       "algorithm.rollout_correction.rollout_is=token", "algorithm.rollout_correction.loss_type=reinforce"},
+      {"algorithm.adv_estimator=grpo", "actor_rollout_ref.actor.policy_loss.loss_mode=bypass_mode"},
   };
   for (const auto& overrides : cases) {
     auto trainer = make_trainer(overrides, NoCritic{}, FirstDigitParity{});
     const Metrics m = trainer.step();
     const std::string label = overrides.front() + " " + overrides.back();
-    for (const char* key : {"actor/pg_loss", "actor/grad_norm", "actor/entropy", "critic/score/mean", "critic/advantages/mean",
-                            "response_length/mean", "timing_s/gen", "timing_s/old_log_prob", "timing_s/adv",
-                            "timing_s/update_actor", "timing_s/step", "perf/throughput", "actor/lr"}) {
+    // In bypass mode the rollout's log-probs are the old ones: no old_log_prob pass.
+    const bool bypass = std::any_of(overrides.begin(), overrides.end(),
+                                    [](const std::string& o) { return o.find("bypass_mode") != std::string::npos; });
+    for (const std::string key : {"actor/pg_loss", "actor/grad_norm", "actor/entropy", "critic/score/mean",
+                                  "critic/advantages/mean", "response_length/mean", "timing_s/gen", "timing_s/old_log_prob",
+                                  "timing_s/adv", "timing_s/update_actor", "timing_s/step", "perf/throughput", "actor/lr"}) {
+      if (bypass && key == "timing_s/old_log_prob") continue;
       ASSERT_TRUE(m.contains(key)) << key << " missing for " << label;
       EXPECT_TRUE(std::isfinite(m.at(key))) << key << " for " << label;
     }
@@ -469,10 +480,74 @@ TEST(PPOTrainer, EveryRuntimeEstimatorAndLossRunsAStep) {
   }
   // DAPO's overlong penalty reaches the scores: responses of 3 tokens with a buffer of 2 past 1.
   auto dapo = make_trainer({"reward_model.overlong_buffer.enable=True", "reward_model.overlong_buffer.len=2",
-                            "reward_model.overlong_buffer.penalty_factor=1.0"},
+                            "reward_model.overlong_buffer.penalty_factor=1.0", "reward.reward_manager.name=dapo"},
                            NoCritic{}, FirstDigitParity{});
   const Metrics m = dapo.step();
   EXPECT_LT(m.at("reward/overlong_penalty/mean"), 0.0);
+}
+
+// ---- the rollout's own log-probs (calculate_log_probs, rollout.dtype, rollout_correction) ----------
+
+TEST(PPOTrainer, TheRolloutsLogProbsAreComparedWithTheActors) {
+  // float32 decoding reads the weights as trained: the rollout's probabilities are the actor's.
+  auto exact = make_trainer({});
+  const Metrics a = exact.step();
+  ASSERT_TRUE(a.contains("training/rollout_probs_diff_max"));
+  EXPECT_EQ(a.at("training/rollout_probs_diff_valid"), 1.0);
+  EXPECT_LT(a.at("training/rollout_probs_diff_max"), 1e-5);
+  EXPECT_GT(a.at("training/rollout_actor_probs_pearson_corr"), 0.99999);
+  ASSERT_TRUE(a.contains("rollout_corr/log_ppl_abs_diff"));  // verl's off-policy diagnostics, always on
+  EXPECT_LT(a.at("rollout_corr/log_ppl_abs_diff"), 1e-5);
+  // bfloat16 decoding (verl's default rollout.dtype): the mismatch rollout correction is for.
+  auto rounded = make_trainer({"actor_rollout_ref.rollout.dtype=bfloat16"});
+  const Metrics b = rounded.step();
+  EXPECT_GT(b.at("training/rollout_probs_diff_max"), 1e-4);
+  EXPECT_GT(b.at("rollout_corr/log_ppl_abs_diff"), 10 * a.at("rollout_corr/log_ppl_abs_diff") + 1e-6);
+  EXPECT_GT(b.at("training/rollout_actor_probs_pearson_corr"), 0.9);  // close, not equal
+  // Without calculate_log_probs nothing is compared, and the pass is folded into the update.
+  auto off = make_trainer({"actor_rollout_ref.rollout.calculate_log_probs=False", "actor_rollout_ref.actor.ppo_mini_batch_size=4"});
+  const Metrics c = off.step();
+  EXPECT_FALSE(c.contains("training/rollout_probs_diff_max"));
+  EXPECT_FALSE(c.contains("rollout_corr/kl"));
+  EXPECT_FALSE(c.contains("timing_s/old_log_prob"));
+}
+
+TEST(PPOTrainer, RolloutCorrectionWeightsAndRejectsWhatTheRolloutGotWrong) {
+  // One mini-batch, one epoch: on-policy, so only the rollout's rounding separates old from new.
+  const std::vector<std::string> bf16 = {"actor_rollout_ref.rollout.dtype=bfloat16", "actor_rollout_ref.actor.ppo_mini_batch_size=4"};
+  auto plain = make_trainer(bf16, NoCritic{}, FirstDigitParity{});
+  auto with = [&](std::vector<std::string> extra) {
+    extra.insert(extra.end(), bf16.begin(), bf16.end());
+    return make_trainer(extra, NoCritic{}, FirstDigitParity{});
+  };
+  // Truncated IS weights on the policy loss (token level): the update changes.
+  auto weighted = with({"algorithm.rollout_correction.rollout_is=token", "algorithm.rollout_correction.rollout_is_threshold=1.001"});
+  const Metrics p = plain.step();
+  const Metrics w = weighted.step();
+  ASSERT_TRUE(w.contains("rollout_corr/rollout_is_mean"));
+  EXPECT_FALSE(p.contains("rollout_corr/rollout_is_mean"));
+  EXPECT_LT(w.at("rollout_corr/rollout_is_min"), 1.0);
+  EXPECT_NE(parameters(plain.actor()), parameters(weighted.actor()));
+  // Rejection sampling with a tight token bound masks tokens out of training.
+  auto rejecting = with({"algorithm.rollout_correction.rollout_rs=token_k1", "algorithm.rollout_correction.rollout_rs_threshold=1.0001"});
+  const Metrics r = rejecting.step();
+  ASSERT_TRUE(r.contains("rollout_corr/rollout_rs_masked_fraction"));
+  EXPECT_GT(r.at("rollout_corr/rollout_rs_masked_fraction"), 0.0);
+  EXPECT_NE(parameters(plain.actor()), parameters(rejecting.actor()));
+  // Bypass mode: the rollout's log-probs are the old ones, so the PPO ratio sees the mismatch.
+  auto bypass = with({"algorithm.rollout_correction.bypass_mode=True"});
+  const Metrics y = bypass.step();
+  EXPECT_FALSE(y.contains("timing_s/old_log_prob"));
+  EXPECT_NE(y.at("actor/ppo_kl"), 0.0);
+  EXPECT_EQ(p.at("actor/ppo_kl"), 0.0);  // on-policy without bypass: the ratio is exactly 1
+  // Corrections need the rollout's log-probs; an invalid setting names its key.
+  EXPECT_NE(message_of([&] { (void)with({"actor_rollout_ref.rollout.calculate_log_probs=False",
+                                          "algorithm.rollout_correction.rollout_is=token"}); })
+                .find("expected actor_rollout_ref.rollout.calculate_log_probs=True"),
+            std::string::npos);
+  const std::string bogus = message_of([&] { (void)with({"algorithm.rollout_correction.rollout_is=bogus"}); });
+  EXPECT_NE(bogus.find("algorithm.rollout_correction.rollout_is"), std::string::npos) << bogus;
+  EXPECT_NE(bogus.find("bogus"), std::string::npos) << bogus;
 }
 
 TEST(PPOTrainer, GrpoRaisesTheMeanRewardOnALearnableTask) {

@@ -53,6 +53,7 @@
 #include "verl/trainer/config/detail/override_parser.hpp"
 #include "verl/trainer/config/detail/verl_keys.hpp"
 #include "verl/trainer/config/ppo_config.hpp"
+#include "verl/trainer/ppo_trainer_algorithm.hpp"
 #include "verl/trainer/logging/tracking.hpp"
 #include "verl/optim/schedules.hpp"
 
@@ -483,6 +484,11 @@ inline void validate(const PPOConfig& c, std::vector<std::string>& problems) {
           fmt::format("reward_model.overlong_buffer.enable: the overlong buffer is the DAPO reward manager's (as in verl); "
                       "expected reward.reward_manager.name=dapo, got '{}'",
                       c.reward.reward_manager.name));
+  try {
+    (void)rollout_log_prob_use(c);  // algorithm.rollout_correction: names, thresholds, and what they need
+  } catch (const InvalidArgument& error) {
+    problems.push_back(error.what());
+  }
   if (algorithm.filter_groups.enable) {
     static constexpr std::array<std::string_view, 4> metrics = {"acc", "score", "seq_reward", "seq_final_reward"};
     const std::string& metric = algorithm.filter_groups.metric;

@@ -112,6 +112,7 @@ inline RolloutLogProbUse rollout_log_prob_use(const PPOConfig& config) {
   use.bypass = section.bypass_mode || config.actor_rollout_ref.actor.policy_loss.loss_mode == "bypass_mode";
   try {
     use.correction = algo::make_rollout_correction(rollout_correction_config(config));
+    (void)algo::parse_bypass_loss_type(section.loss_type);
   } catch (const InvalidArgument& error) {
     ::verl::detail::throw_invalid_argument("algorithm.rollout_correction.{}", error.what());
   }
