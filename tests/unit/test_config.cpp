@@ -384,7 +384,13 @@ TEST(Config, KeysVerlActsOnAreActedOnOrRefused) {
     const std::string error = error_of({override_text});
     EXPECT_NE(error.find(key + ":"), std::string::npos) << override_text << " -> " << error;
   }
-  // The values verl-cpp implements are accepted.
+  // The values verl-cpp implements are accepted, however spelt: the ref's sequence parallel size
+  // is verl's ${oc.select:actor_rollout_ref.actor.ulysses_sequence_parallel_size,1}, 1 here.
+  EXPECT_NO_THROW(with({"actor_rollout_ref.ref.ulysses_sequence_parallel_size=1"}));
+  EXPECT_NO_THROW(with({"algorithm.use_pf_ppo=${algorithm.use_kl_in_reward}"}));  // false, verl's default
+  EXPECT_NE(error_of({"algorithm.use_kl_in_reward=true", "algorithm.use_pf_ppo=${algorithm.use_kl_in_reward}"})
+                .find("algorithm.use_pf_ppo: not supported by verl-cpp yet"),
+            std::string::npos);
   EXPECT_NO_THROW(with({"actor_rollout_ref.actor.strategy=fsdp2", "actor_rollout_ref.actor.fsdp_config.model_dtype=fp32",
                         "actor_rollout_ref.rollout.dtype=bf16", "trainer.device=cpu",
                         "critic.checkpoint.save_contents=[optimizer,model,extra]", "algorithm.filter_groups.enable=true",
@@ -405,6 +411,29 @@ TEST(Config, KeyListsAreVerls) {
                            key == "trainer.max_consecutive_nonfinite_steps";
     EXPECT_TRUE(extension || is_verl_config_key(key)) << key << " is not one of verl's keys";
   }
+}
+
+// What `verl_train --cfg job` prints: every key as it will run, loadable again.
+TEST(Config, TheResolvedTreePrintsAsYamlThatLoadsAgain) {
+  const std::vector<std::string> overrides = {"algorithm.adv_estimator=grpo", "reward_model.reward_manager=dapo",
+                                              "trainer.project_name=it's", "actor_rollout_ref.rollout.n=4",
+                                              "data.train_files=[a.jsonl, b.jsonl]"};
+  trainer::detail::ConfigNode resolved;
+  const PPOConfig config = load_ppo_config(std::span<const std::string>(overrides), &resolved);
+  const std::string yaml = to_yaml(resolved);
+  EXPECT_NE(yaml.find("adv_estimator: grpo\n"), std::string::npos);
+  EXPECT_NE(yaml.find("default_local_dir: 'checkpoints/it''s/gsm8k'"), std::string::npos) << yaml;  // resolved
+  EXPECT_NE(yaml.find("  reward_manager:\n"), std::string::npos);
+  EXPECT_NE(yaml.find("'n': 4\n"), std::string::npos);  // YAML 1.1 would read a bare n as false
+  EXPECT_EQ(yaml.find("${"), std::string::npos) << "every interpolation is resolved";
+  TempFile file(yaml);
+  EXPECT_EQ(load_ppo_config(file.path), config) << yaml;
+  const std::string_view cfg[] = {"--cfg", "job", "--resolve", "data.seed=1"};
+  const ConfigArguments a = parse_config_arguments(cfg);
+  EXPECT_TRUE(a.print_config);
+  EXPECT_EQ(a.overrides, (std::vector<std::string>{"data.seed=1"}));
+  const std::string_view hydra_only[] = {"--cfg=hydra"};
+  EXPECT_THROW((void)parse_config_arguments(hydra_only), InvalidArgument);
 }
 
 TEST(Config, CommandLineArguments) {

@@ -38,13 +38,14 @@ namespace {
 namespace fs = std::filesystem;
 using namespace verl;
 
-constexpr std::string_view usage = R"(usage: verl_train [--config FILE.yaml | --config-path DIR --config-name NAME] key=value ...
+constexpr std::string_view usage = R"(usage: verl_train [--config FILE.yaml | --config-path DIR --config-name NAME] [--cfg job] key=value ...
 
 Trains a Hugging Face model folder with verl's PPO-family algorithms, configured with verl's keys, e.g.
   verl_train algorithm.adv_estimator=grpo data.train_files=train.jsonl data.val_files=test.jsonl \
       actor_rollout_ref.model.path=MODEL_DIR actor_rollout_ref.rollout.n=8 data.train_batch_size=16 \
       trainer.total_training_steps=20 trainer.logger=[console,file]
-Run under `mpirun -np N` for data parallelism.
+Run under `mpirun -np N` for data parallelism. `--cfg job` prints the resolved configuration (every key,
+as it would run) as YAML and exits, as verl's Hydra entry point does.
 )";
 
 #ifdef VERL_TRAIN_WITH_MPI
@@ -140,8 +141,14 @@ int run(int argc, char** argv) {
     std::fputs(usage.data(), stdout);
     return 0;
   }
-  const trainer::PPOConfig config = args.config_file ? trainer::load_ppo_config(*args.config_file, args.overrides)
-                                                     : trainer::load_ppo_config(args.overrides);
+  trainer::detail::ConfigNode resolved;
+  const trainer::PPOConfig config = args.config_file
+                                        ? trainer::load_ppo_config(*args.config_file, args.overrides, &resolved)
+                                        : trainer::load_ppo_config(args.overrides, &resolved);
+  if (args.print_config) {  // Hydra's --cfg job: what would run, then stop
+    std::fputs(trainer::to_yaml(resolved).c_str(), stdout);
+    return 0;
+  }
   const trainer::PPOAlgorithm algorithm = trainer::PPOAlgorithm::from_config(config);
   const fs::path model_path = expand_home(config.actor_rollout_ref.model.path);
   VERL_CHECK_ARG(fs::is_directory(model_path),

@@ -280,6 +280,31 @@ class KeyChecker {
  public:
   explicit KeyChecker(std::vector<std::string>& problems) : problems_(problems), tables_(KeyTables::get()) {}
 
+  /// A value that differs from verl's default only in its spelling through an interpolation
+  /// (`1` where verl writes `${oc.select:actor...,1}`): decided once both are resolved.
+  struct Deferred {
+    std::string path;
+    std::string default_text;
+  };
+  [[nodiscard]] const std::vector<Deferred>& deferred() const { return deferred_; }
+
+  /// Settles the deferred comparisons: `unresolved` is the tree before interpolation,
+  /// `resolved` after. verl's default is resolved where the user's value stands.
+  void settle(const ConfigNode& unresolved, const ConfigNode& resolved) {
+    for (const auto& [path, default_text] : deferred_) {
+      ConfigNode with_default = unresolved;
+      set_path(with_default, path, parse_value(default_text, "verl's default"));
+      std::vector<std::string> ignored;
+      std::set<std::string> failed;
+      InterpolationResolver(with_default).resolve_all(ignored, failed);
+      const ConfigNode* expected = find_path(with_default, path);
+      const ConfigNode* actual = find_path(resolved, path);
+      if (expected == nullptr || actual == nullptr || failed.contains(path) || canonical(*expected) != canonical(*actual)) {
+        refuse_non_default(actual != nullptr ? *actual : *find_path(unresolved, path), path, default_text);
+      }
+    }
+  }
+
   void check(const ConfigNode& node, const std::string& path) {
     if (path.empty()) {
       for (const auto& [key, value] : node.entries) check(value, key);
@@ -314,8 +339,12 @@ class KeyChecker {
       // A free-form mapping's "nothing" is spelt null in one file and {} in another.
       const auto nothing = [](const ConfigNode& n) { return n.is_null() || (n.is_map() && n.entries.empty()); };
       if (canonical(node) != canonical(verl_default) && !(nothing(node) && nothing(verl_default))) {
-        problems_.push_back(fmt::format("{}: not supported by verl-cpp yet (only verl's default {} is accepted, got {}; {})",
-                                        path, found->second, to_text(node), user_origin(node)));
+        const auto interpolated = [](const ConfigNode& n) { return to_text(n).find("${") != std::string::npos; };
+        if (interpolated(node) || interpolated(verl_default)) {
+          deferred_.push_back({path, std::string(found->second)});
+        } else {
+          refuse_non_default(node, path, found->second);
+        }
       }
       return;
     }
@@ -345,6 +374,11 @@ class KeyChecker {
                                     nearest(path, tables_.all_keys)));
   }
 
+  void refuse_non_default(const ConfigNode& node, const std::string& path, std::string_view default_text) {
+    problems_.push_back(fmt::format("{}: not supported by verl-cpp yet (only verl's default {} is accepted, got {}; {})",
+                                    path, default_text, to_text(node), user_origin(node)));
+  }
+
   /// Where the user's part of a value came from (a mapping merged over verl's default keeps
   /// the default's origin; its entries know better).
   static std::string user_origin(const ConfigNode& node) {
@@ -360,6 +394,7 @@ class KeyChecker {
 
   std::vector<std::string>& problems_;
   const KeyTables& tables_;
+  std::vector<Deferred> deferred_;
 };
 
 inline std::string suggestion(std::string_view name, std::span<const std::string_view> choices) {
@@ -527,14 +562,22 @@ inline void apply_overrides(detail::ConfigNode& tree, std::span<const std::strin
 }
 
 /// Checks every key, resolves interpolations, binds the supported keys and validates; throws
-/// ConfigError listing every problem.
-inline PPOConfig build_ppo_config(detail::ConfigNode tree) {
+/// ConfigError listing every problem. With `resolved`, the whole tree as it will run (every key,
+/// the legacy reward keys migrated, interpolations resolved) is left there.
+inline PPOConfig build_ppo_config(detail::ConfigNode tree, detail::ConfigNode* resolved = nullptr) {
   std::vector<std::string> problems;
   detail::migrate_legacy_reward_keys(tree);
-  detail::KeyChecker(problems).check(tree, "");
+  detail::KeyChecker checker(problems);
+  checker.check(tree, "");
   if (!problems.empty()) throw ConfigError(std::move(problems));
+  const detail::ConfigNode before_interpolation = checker.deferred().empty() ? detail::ConfigNode{} : tree;
   std::set<std::string> unresolved;
   detail::InterpolationResolver(tree).resolve_all(problems, unresolved);
+  if (!checker.deferred().empty()) {
+    checker.settle(before_interpolation, tree);
+    if (!problems.empty()) throw ConfigError(std::move(problems));
+  }
+  if (resolved != nullptr) *resolved = tree;
   PPOConfig config;
   visit_fields(config, [&](std::string_view path, auto& field) {
     const detail::ConfigNode* node = detail::find_path(tree, path);
@@ -558,7 +601,7 @@ namespace detail {
 /// verl's defaults, then `layer(tree)` (a YAML file, overrides), then the typed configuration;
 /// every error in between is a ConfigError.
 template <class Layer>
-PPOConfig load_ppo_config_layered(Layer&& layer) {
+PPOConfig load_ppo_config_layered(Layer&& layer, ConfigNode* resolved = nullptr) {
   ConfigNode tree;
   try {
     tree = default_tree();
@@ -568,14 +611,66 @@ PPOConfig load_ppo_config_layered(Layer&& layer) {
   } catch (const InvalidArgument& error) {
     throw ConfigError({error.what()});
   }
-  return build_ppo_config(std::move(tree));
+  return build_ppo_config(std::move(tree), resolved);
+}
+
+/// YAML 1.1 reads these bare keys as booleans (verl's files quote 'n').
+inline bool needs_quoted_key(std::string_view key) {
+  static constexpr std::array<std::string_view, 22> words = {"y", "Y", "n", "N", "yes", "Yes", "YES", "no", "No", "NO",
+                                                             "on", "On", "ON", "off", "Off", "OFF", "true", "True",
+                                                             "TRUE", "false", "False", "FALSE"};
+  return std::find(words.begin(), words.end(), key) != words.end() || key.empty() ||
+         key.find_first_of(":#{}[],&*!|>'\"%@`") != std::string_view::npos;
+}
+
+inline std::string yaml_scalar(const ConfigNode& node) {
+  if (node.is_null()) return "null";
+  if (node.kind == ConfigNode::Kind::scalar) {
+    if (!node.quoted && !node.text.empty()) return node.text;
+    std::string out = "'";
+    for (const char ch : node.text) out += ch == '\'' ? std::string("''") : std::string(1, ch);
+    return out + "'";
+  }
+  if (node.kind == ConfigNode::Kind::list && node.items.empty()) return "[]";
+  return "{}";
+}
+
+inline void write_yaml(const ConfigNode& node, int indent, std::string& out) {
+  const std::string pad(static_cast<std::size_t>(indent), ' ');
+  if (node.is_map()) {
+    for (const auto& [key, value] : node.entries) {
+      out += pad + (needs_quoted_key(key) ? "'" + key + "'" : key) + ":";
+      if ((value.is_map() && !value.entries.empty()) || (value.kind == ConfigNode::Kind::list && !value.items.empty())) {
+        out += "\n";
+        write_yaml(value, indent + 2, out);
+      } else {
+        out += " " + yaml_scalar(value) + "\n";
+      }
+    }
+  } else if (node.kind == ConfigNode::Kind::list) {
+    for (const auto& item : node.items) {
+      if ((item.is_map() && !item.entries.empty()) || (item.kind == ConfigNode::Kind::list && !item.items.empty())) {
+        out += pad + "-\n";
+        write_yaml(item, indent + 2, out);
+      } else {
+        out += pad + "- " + yaml_scalar(item) + "\n";
+      }
+    }
+  }
 }
 
 }  // namespace detail
 
+/// A configuration tree as a block YAML document (loadable again with --config).
+inline std::string to_yaml(const detail::ConfigNode& tree) {
+  std::string out;
+  detail::write_yaml(tree, 0, out);
+  return out;
+}
+
 /// verl's defaults with `overrides` applied.
-inline PPOConfig load_ppo_config(std::span<const std::string> overrides) {
-  return detail::load_ppo_config_layered([&](detail::ConfigNode& tree) { apply_overrides(tree, overrides); });
+inline PPOConfig load_ppo_config(std::span<const std::string> overrides, detail::ConfigNode* resolved = nullptr) {
+  return detail::load_ppo_config_layered([&](detail::ConfigNode& tree) { apply_overrides(tree, overrides); }, resolved);
 }
 
 inline PPOConfig load_ppo_config(std::initializer_list<std::string> overrides = {}) {
@@ -588,6 +683,9 @@ struct ConfigArguments {
   std::optional<std::filesystem::path> config_file;
   std::vector<std::string> overrides;
   bool help = false;  ///< -h / --help was given
+  /// Hydra's `--cfg job`: print the resolved configuration as YAML and exit (`--resolve`, which
+  /// Hydra needs for resolving, is accepted; the printout is always resolved).
+  bool print_config = false;
 };
 
 /// Parses `args` (without the program name). --config-name without an extension means
@@ -610,6 +708,14 @@ inline ConfigArguments parse_config_arguments(std::span<const std::string_view> 
     };
     if (arg == "-h" || arg == "--help") {
       out.help = true;
+    } else if (arg == "--resolve") {
+      // Hydra resolves the --cfg printout only with it; verl-cpp always does.
+    } else if (auto value = option_value("--cfg")) {
+      VERL_CHECK_ARG(*value == "job",
+                     "--cfg: expected 'job' (print the resolved configuration and exit); Hydra's '{}' has no meaning "
+                     "for verl-cpp",
+                     *value);
+      out.print_config = true;
     } else if (auto value = option_value("--config-path")) {
       config_path = *value;
     } else if (auto value = option_value("--config-name")) {

@@ -75,12 +75,16 @@ inline detail::ConfigNode read_config_yaml(const std::filesystem::path& file) {
   return tree;
 }
 
-/// verl's defaults, then the YAML file, then the overrides.
-inline PPOConfig load_ppo_config(const std::filesystem::path& yaml_file, std::span<const std::string> overrides = {}) {
-  return detail::load_ppo_config_layered([&](detail::ConfigNode& tree) {
-    detail::merge_into(tree, read_config_yaml(yaml_file));
-    apply_overrides(tree, overrides);
-  });
+/// verl's defaults, then the YAML file, then the overrides. With `resolved`, the whole tree as it
+/// will run is left there (what `verl_train --cfg job` prints).
+inline PPOConfig load_ppo_config(const std::filesystem::path& yaml_file, std::span<const std::string> overrides = {},
+                                 detail::ConfigNode* resolved = nullptr) {
+  return detail::load_ppo_config_layered(
+      [&](detail::ConfigNode& tree) {
+        detail::merge_into(tree, read_config_yaml(yaml_file));
+        apply_overrides(tree, overrides);
+      },
+      resolved);
 }
 
 }  // namespace verl::trainer
