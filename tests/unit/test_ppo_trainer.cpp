@@ -480,7 +480,8 @@ TEST(PPOTrainer, EveryRuntimeEstimatorAndLossRunsAStep) {
   }
   // DAPO's overlong penalty reaches the scores: responses of 3 tokens with a buffer of 2 past 1.
   auto dapo = make_trainer({"reward_model.overlong_buffer.enable=True", "reward_model.overlong_buffer.len=2",
-                            "reward_model.overlong_buffer.penalty_factor=1.0", "reward.reward_manager.name=dapo"},
+                            "reward_model.overlong_buffer.penalty_factor=1.0", "reward.reward_manager.name=dapo",
+                            "reward_model.overlong_buffer.log=True"},
                            NoCritic{}, FirstDigitParity{});
   const Metrics m = dapo.step();
   EXPECT_LT(m.at("reward/overlong_penalty/mean"), 0.0);

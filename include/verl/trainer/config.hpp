@@ -36,6 +36,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -104,6 +105,12 @@ inline constexpr std::string_view ignored_key_patterns[] = {
     "**.use_shm",
     "**.trust_remote_code",
     "**.rollout_n",  // derived from actor_rollout_ref.rollout.n
+    // Token budgets of dynamic micro-batches (use_dynamic_bsz): with global batch numbers the
+    // update does not depend on how a mini-batch is cut, so they change speed, not results.
+    "**.ppo_max_token_len_per_gpu",
+    "**.log_prob_max_token_len_per_gpu",
+    "**.forward_max_token_len_per_gpu",
+    "actor_rollout_ref.actor.calculate_entropy",  // actor/entropy is always logged; the loss term follows entropy_coeff
     "actor_rollout_ref.actor.freeze_vision_tower",
     "actor_rollout_ref.hybrid_engine",
     "actor_rollout_ref.nccl_timeout",
@@ -519,6 +526,18 @@ inline void validate(const PPOConfig& c, std::vector<std::string>& problems) {
           fmt::format("reward_model.overlong_buffer.enable: the overlong buffer is the DAPO reward manager's (as in verl); "
                       "expected reward.reward_manager.name=dapo, got '{}'",
                       c.reward.reward_manager.name));
+  // The rollout generates with data.max_prompt_length / data.max_response_length (verl's
+  // rollout.prompt_length / response_length follow them by default).
+  for (const auto& [key, rollout_value, data_key, data_value] :
+       {std::tuple<std::string_view, std::int64_t, std::string_view, std::int64_t>{
+            "actor_rollout_ref.rollout.prompt_length", c.actor_rollout_ref.rollout.prompt_length, "data.max_prompt_length",
+            c.data.max_prompt_length},
+        {"actor_rollout_ref.rollout.response_length", c.actor_rollout_ref.rollout.response_length,
+         "data.max_response_length", c.data.max_response_length}}) {
+    require(rollout_value == data_value,
+            fmt::format("{}: not supported by verl-cpp yet at a value other than {} ({}), got {}", key, data_key, data_value,
+                        rollout_value));
+  }
   try {
     (void)rollout_log_prob_use(c);  // algorithm.rollout_correction: names, thresholds, and what they need
   } catch (const InvalidArgument& error) {

@@ -187,7 +187,9 @@ class PPOTrainer {
         batch.old_log_probs = batch.rollout_log_probs;
       } else if (!fold_old_log_prob) {
         ScopedTimer t("old_log_prob", timing);
-        auto [log_probs, entropy] = log_probs_of(actor_, batch, /*with_entropy=*/true);
+        const auto& rollout = config_.actor_rollout_ref.rollout;  // verl: the rollout's micro-batches
+        auto [log_probs, entropy] = log_probs_of(actor_, batch, /*with_entropy=*/true,
+                                                 {rollout.log_prob_micro_batch_size_per_gpu, rollout.log_prob_micro_batch_size});
         batch.old_log_probs = std::move(log_probs);
         metrics["actor/entropy"] = algo::agg_loss(entropy, batch.response_mask, algorithm_.loss_agg_mode);
         if (algorithm_.rollout.compare) {
@@ -197,7 +199,10 @@ class PPOTrainer {
       }
       if (algorithm_.needs_reference()) {
         ScopedTimer t("ref", timing);
-        batch.ref_log_probs = log_probs_of(*reference_, batch, /*with_entropy=*/false).first;
+        const auto& ref = config_.actor_rollout_ref.ref;
+        batch.ref_log_probs = log_probs_of(*reference_, batch, /*with_entropy=*/false,
+                                           {ref.log_prob_micro_batch_size_per_gpu, ref.log_prob_micro_batch_size})
+                                  .first;
       }
       if constexpr (has_critic) {
         ScopedTimer t("values", timing);
@@ -587,7 +592,7 @@ class PPOTrainer {
       if (length > 0) t.token_level_scores(r, length - 1) = static_cast<float>(reward);
       t.reward_outputs.push_back(std::move(out));
     }
-    if (algorithm_.overlong_penalty && rows > 0) metrics["reward/overlong_penalty/mean"] = overlong_total / static_cast<double>(rows);
+    if (algorithm_.overlong_penalty && algorithm_.overlong_penalty->log && rows > 0) metrics["reward/overlong_penalty/mean"] = overlong_total / static_cast<double>(rows);
   }
 
   std::vector<std::int64_t> next_indices() {
@@ -711,14 +716,18 @@ class PPOTrainer {
     return std::max<Index>(rows, 1);
   }
 
+  /// A role's log_prob_micro_batch_size_per_gpu and log_prob_micro_batch_size.
+  struct MicroBatchSizes {
+    std::optional<std::int64_t> per_gpu, global;
+  };
+
   /// Log-probs (and entropy) of the responses under `model` at the rollout temperature.
   template <class M>
-  std::pair<MatrixF, MatrixF> log_probs_of(M& model, const Trajectories& t, bool with_entropy) {
+  std::pair<MatrixF, MatrixF> log_probs_of(M& model, const Trajectories& t, bool with_entropy, MicroBatchSizes sizes) {
     const Index width = t.responses.cols();
     const auto [lo, hi] = local_rows(t.rows());
     const auto& rollout = config_.actor_rollout_ref.rollout;
-    const Index micro = forward_micro_batch(rollout.log_prob_micro_batch_size_per_gpu, rollout.log_prob_micro_batch_size,
-                                            hi - lo);
+    const Index micro = forward_micro_batch(sizes.per_gpu, sizes.global, hi - lo);
     MatrixF log_probs(hi - lo, width), entropy = MatrixF::Zero(hi - lo, width);
     for (Index b = lo; b < hi; b += micro) {
       const Index e = std::min(hi, b + micro);

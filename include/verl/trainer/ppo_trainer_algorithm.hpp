@@ -28,6 +28,7 @@ namespace verl::trainer {
 struct OverlongPenalty {
   std::int64_t buffer_length = 0;
   double penalty_factor = 0.0;
+  bool log = false;  ///< reward/overlong_penalty/mean in the step's metrics (DAPO's overlong_buffer.log)
 };
 
 /// DAPO's dynamic sampling (algorithm.filter_groups): groups whose `metric` is the same for all
@@ -179,7 +180,8 @@ struct PPOAlgorithm {
                      "reward_model.overlong_buffer.len: expected a length in [1, data.max_response_length = {}], got {}",
                      config.data.max_response_length, config.reward_model.overlong_buffer.len);
       out.overlong_penalty = OverlongPenalty{config.reward_model.overlong_buffer.len,
-                                             config.reward_model.overlong_buffer.penalty_factor};
+                                             config.reward_model.overlong_buffer.penalty_factor,
+                                             config.reward_model.overlong_buffer.log};
     }
     return out;
   }

@@ -123,7 +123,7 @@ struct Recipe {
       // DAPO's defaults scaled to the response length: a buffer of a quarter of it, factor 1.
       out.overlong_penalty = OverlongPenalty{
           buffer.len > 0 ? buffer.len : std::max<std::int64_t>(1, config.data.max_response_length / 4),
-          buffer.penalty_factor > 0 ? buffer.penalty_factor : 1.0};
+          buffer.penalty_factor > 0 ? buffer.penalty_factor : 1.0, buffer.log};
     }
     out.rollout = rollout_log_prob_use(config);
     VERL_CHECK_ARG(!out.rollout.bypass,

@@ -82,7 +82,6 @@ struct ActorConfig {
   std::optional<std::int64_t> ppo_micro_batch_size;
   std::optional<std::int64_t> ppo_micro_batch_size_per_gpu;
   bool use_dynamic_bsz = false;
-  std::int64_t ppo_max_token_len_per_gpu = 16384;
   double clip_ratio = 0.2;
   double clip_ratio_low = 0.2;
   double clip_ratio_high = 0.2;
@@ -93,13 +92,10 @@ struct ActorConfig {
   std::string loss_agg_mode = "token-mean";
   std::optional<double> loss_scale_factor;
   double entropy_coeff = 0.0;
-  bool calculate_entropy = false;
   bool use_kl_loss = false;
   double kl_loss_coef = 0.001;
   std::string kl_loss_type = "low_var_kl";
   std::int64_t ppo_epochs = 1;
-  bool shuffle = false;
-  std::int64_t data_loader_seed = 42;
   CheckpointContentsConfig checkpoint;
   double grad_clip = 1.0;
   friend bool operator==(const ActorConfig&, const ActorConfig&) = default;
@@ -110,7 +106,6 @@ struct RefConfig {
   std::optional<std::int64_t> log_prob_micro_batch_size;
   std::optional<std::int64_t> log_prob_micro_batch_size_per_gpu;
   bool log_prob_use_dynamic_bsz = false;
-  std::int64_t log_prob_max_token_len_per_gpu = 16384;
   friend bool operator==(const RefConfig&, const RefConfig&) = default;
 };
 
@@ -138,7 +133,6 @@ struct RolloutConfig {
   std::optional<std::int64_t> log_prob_micro_batch_size;
   std::optional<std::int64_t> log_prob_micro_batch_size_per_gpu;
   bool log_prob_use_dynamic_bsz = false;
-  std::int64_t log_prob_max_token_len_per_gpu = 16384;
   /// The precision the rollout decodes with: float32 (verl-cpp's default: the weights as
   /// trained) or bfloat16 (verl's default: the weights rounded, as its inference engines run).
   std::string dtype = "float32";
@@ -177,11 +171,7 @@ struct CriticConfig {
   std::optional<std::int64_t> ppo_micro_batch_size;
   std::optional<std::int64_t> ppo_micro_batch_size_per_gpu;
   bool use_dynamic_bsz = false;
-  std::int64_t ppo_max_token_len_per_gpu = 32768;
-  std::int64_t forward_max_token_len_per_gpu = 32768;
   std::int64_t ppo_epochs = 1;
-  bool shuffle = false;
-  std::int64_t data_loader_seed = 42;
   double cliprange_value = 0.5;
   std::string loss_agg_mode = "token-mean";
   CheckpointContentsConfig checkpoint;
@@ -272,7 +262,6 @@ struct AlgorithmConfig {
 
 /// data.
 struct DataConfig {
-  std::optional<std::string> tokenizer;
   std::vector<std::string> train_files = {"~/data/rlhf/gsm8k/train.parquet"};
   std::vector<std::string> val_files = {"~/data/rlhf/gsm8k/test.parquet"};
   std::int64_t train_max_samples = -1;
@@ -346,22 +335,18 @@ VERL_CONFIG_FIELDS(PolicyLossSection, loss_mode, clip_cov_ratio, clip_cov_lb, cl
 VERL_CONFIG_FIELDS(CheckpointContentsConfig, save_contents, load_contents)
 VERL_CONFIG_FIELDS(ModelSection, path, tokenizer_path, custom_chat_template)
 VERL_CONFIG_FIELDS(ActorConfig, optim, ppo_mini_batch_size, ppo_micro_batch_size, ppo_micro_batch_size_per_gpu,
-                   use_dynamic_bsz, ppo_max_token_len_per_gpu, clip_ratio, clip_ratio_low, clip_ratio_high, tau_pos,
-                   tau_neg, policy_loss, clip_ratio_c, loss_agg_mode, loss_scale_factor, entropy_coeff,
-                   calculate_entropy, use_kl_loss, kl_loss_coef, kl_loss_type, ppo_epochs, shuffle, data_loader_seed,
-                   checkpoint, grad_clip)
-VERL_CONFIG_FIELDS(RefConfig, log_prob_micro_batch_size, log_prob_micro_batch_size_per_gpu, log_prob_use_dynamic_bsz,
-                   log_prob_max_token_len_per_gpu)
+                   use_dynamic_bsz, clip_ratio, clip_ratio_low, clip_ratio_high, tau_pos, tau_neg, policy_loss,
+                   clip_ratio_c, loss_agg_mode, loss_scale_factor, entropy_coeff, use_kl_loss, kl_loss_coef,
+                   kl_loss_type, ppo_epochs, checkpoint, grad_clip)
+VERL_CONFIG_FIELDS(RefConfig, log_prob_micro_batch_size, log_prob_micro_batch_size_per_gpu, log_prob_use_dynamic_bsz)
 VERL_CONFIG_FIELDS(ValidationSamplingConfig, top_k, top_p, temperature, n, do_sample)
 VERL_CONFIG_FIELDS(RolloutConfig, name, temperature, top_k, top_p, prompt_length, response_length, do_sample, n,
                    ignore_eos, log_prob_micro_batch_size, log_prob_micro_batch_size_per_gpu, log_prob_use_dynamic_bsz,
-                   log_prob_max_token_len_per_gpu, dtype, calculate_log_probs, val_kwargs)
+                   dtype, calculate_log_probs, val_kwargs)
 VERL_CONFIG_FIELDS(ActorRolloutRefConfig, model, actor, ref, rollout)
 VERL_CONFIG_FIELDS(CriticModelSection, path, tokenizer_path)
 VERL_CONFIG_FIELDS(CriticConfig, optim, model, enable, ppo_mini_batch_size, ppo_micro_batch_size,
-                   ppo_micro_batch_size_per_gpu, use_dynamic_bsz, ppo_max_token_len_per_gpu,
-                   forward_max_token_len_per_gpu, ppo_epochs, shuffle, data_loader_seed, cliprange_value,
-                   loss_agg_mode, checkpoint, forward_micro_batch_size, forward_micro_batch_size_per_gpu,
+                   ppo_micro_batch_size_per_gpu, use_dynamic_bsz, ppo_epochs, cliprange_value, loss_agg_mode, checkpoint, forward_micro_batch_size, forward_micro_batch_size_per_gpu,
                    grad_clip)
 VERL_CONFIG_FIELDS(OverlongBufferConfig, enable, len, penalty_factor, log)
 VERL_CONFIG_FIELDS(RewardModelConfig, overlong_buffer)
@@ -374,7 +359,7 @@ VERL_CONFIG_FIELDS(RolloutCorrectionSection, rollout_is, rollout_is_threshold, r
 VERL_CONFIG_FIELDS(FilterGroupsConfig, enable, metric, max_num_gen_batches)
 VERL_CONFIG_FIELDS(AlgorithmConfig, gamma, lam, adv_estimator, norm_adv_by_std_in_grpo, use_kl_in_reward, kl_penalty,
                    kl_ctrl, rollout_correction, filter_groups)
-VERL_CONFIG_FIELDS(DataConfig, tokenizer, train_files, val_files, train_max_samples, val_max_samples, prompt_key,
+VERL_CONFIG_FIELDS(DataConfig, train_files, val_files, train_max_samples, val_max_samples, prompt_key,
                    reward_fn_key, max_prompt_length, max_response_length, train_batch_size, val_batch_size,
                    gen_batch_size, shuffle, seed, validation_shuffle, filter_overlong_prompts, truncation,
                    apply_chat_template_kwargs)
