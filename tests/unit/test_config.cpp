@@ -174,6 +174,7 @@ TEST(Config, NamesAndRangesAreValidated) {
   EXPECT_NE(error_of({"trainer.logger=[console,wandb]"}).find("'wandb' is a verl backend that is not supported by verl-cpp yet"),
             std::string::npos);
   EXPECT_NE(error_of({"reward_model.enable=true"}).find("reward_model.enable: not supported by verl-cpp yet"), std::string::npos);
+  EXPECT_NE(error_of({"trainer.default_local_dir=''"}).find("trainer.default_local_dir: expected a folder"), std::string::npos);
   EXPECT_NE(error_of({"trainer.resume_mode=resume_path"}).find("trainer.resume_from_path: expected a checkpoint folder"),
             std::string::npos);
   EXPECT_NE(error_of({"data.train_batch_size=0"}).find("data.train_batch_size: expected a positive integer, got 0"),
@@ -259,6 +260,11 @@ TEST(ConfigYaml, ErrorsNameFileLineAndColumn) {
   EXPECT_NE(yaml_error_of("data:\n  seed: 1\n  seed: 2\n").find("key 'seed' appears twice"), std::string::npos);
   EXPECT_NE(yaml_error_of("defaults:\n  - ppo_trainer\n").find("Hydra's composition is not supported"), std::string::npos);
   EXPECT_NE(yaml_error_of("- a\n- b\n").find("expected a mapping of keys at the top"), std::string::npos);
+  // A second document's keys would be lost: refused, not read halfway.
+  const std::string two = yaml_error_of("data:\n  seed: 1\n---\ntrainer:\n  total_epochs: 2\n");
+  EXPECT_NE(two.find("expected one YAML document, got 2"), std::string::npos) << two;
+  EXPECT_EQ(yaml_error_of("---\ndata:\n  seed: 1\n"), "<no error>");  // one document, with its marker
+  EXPECT_EQ(yaml_error_of(""), "<no error>");
   EXPECT_NE(yaml_error_of("actor_rollout_ref:\n  model:\n    lora_rank: 16\n").find("lora_rank: not supported by verl-cpp yet"),
             std::string::npos);
   EXPECT_THROW((void)load_ppo_config(fs::path("/no/such/config.yaml")), ConfigError);

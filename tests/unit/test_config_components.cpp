@@ -5,6 +5,7 @@
 
 #include "verl/trainer/components_from_config.hpp"
 #include "verl/trainer/config.hpp"
+#include "../support/error_message.hpp"
 
 using namespace verl;
 using namespace verl::trainer;
@@ -17,6 +18,9 @@ TEST(ConfigComponents, TotalStepsFollowVerl) {
   EXPECT_EQ(total_training_steps(with({"trainer.total_epochs=3"}), 7), 21);
   EXPECT_EQ(total_training_steps(with({"trainer.total_training_steps=5"}), 7), 5);
   EXPECT_THROW(total_training_steps(with({}), 0), InvalidArgument);
+  const std::string too_big = test_support::message_of([] { (void)total_training_steps(with({"data.train_batch_size=64"}), 0, 40); });
+  EXPECT_NE(too_big.find("data.train_batch_size: expected at most the 40 training prompts"), std::string::npos) << too_big;
+  EXPECT_NE(too_big.find("got 64"), std::string::npos) << too_big;
 }
 
 TEST(ConfigComponents, OptimizerAndSchedule) {

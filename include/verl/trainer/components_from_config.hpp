@@ -21,7 +21,14 @@ namespace verl::trainer {
 
 /// verl's step count: trainer.total_training_steps when set, else batches per epoch times
 /// trainer.total_epochs.
-inline std::int64_t total_training_steps(const PPOConfig& config, std::int64_t batches_per_epoch) {
+/// `train_prompts`, when known, names the cause of an empty epoch: fewer prompts than one batch.
+inline std::int64_t total_training_steps(const PPOConfig& config, std::int64_t batches_per_epoch,
+                                         std::optional<std::int64_t> train_prompts = std::nullopt) {
+  VERL_CHECK_ARG(batches_per_epoch >= 1 || !train_prompts,
+                 "data.train_batch_size: expected at most the {} training prompts of data.train_files (after "
+                 "data.train_max_samples and the overlong filter), got {}; the train dataloader would be empty "
+                 "(verl: 'Train dataloader is empty!')",
+                 train_prompts.value_or(0), config.data.train_batch_size);
   VERL_CHECK_ARG(batches_per_epoch >= 1,
                  "train dataloader: expected at least one batch per epoch (verl: 'Train dataloader is empty!'), got {}",
                  batches_per_epoch);

@@ -484,6 +484,9 @@ inline void validate(const PPOConfig& c, std::vector<std::string>& problems) {
     problems.push_back("reward.reward_manager.name: " + suggestion(c.reward.reward_manager.name, reward_managers) +
                        " (verl's other reward managers are not supported by verl-cpp yet)");
   }
+  // An empty folder would put checkpoints (and resume from whatever is) in the working directory.
+  require(!c.trainer.default_local_dir.empty(),
+          "trainer.default_local_dir: expected a folder for checkpoints (verl: checkpoints/<project>/<experiment>), got ''");
   require(c.trainer.resume_mode != ResumeMode::resume_path || c.trainer.resume_from_path.has_value(),
           "trainer.resume_from_path: expected a checkpoint folder with trainer.resume_mode=resume_path, got null");
   // Where the trainer runs: one process per data-parallel rank, started by mpirun, on CPUs.

@@ -61,13 +61,18 @@ inline ConfigNode from_yaml(const YAML::Node& node, const std::filesystem::path&
 /// The file as an untyped tree (its own keys only).
 inline detail::ConfigNode read_config_yaml(const std::filesystem::path& file) {
   VERL_CHECK_ARG(std::filesystem::is_regular_file(file), "config file '{}': not found", file.string());
-  YAML::Node root;
+  std::vector<YAML::Node> documents;
   try {
-    root = YAML::LoadFile(file.string());
+    documents = YAML::LoadAllFromFile(file.string());
   } catch (const YAML::Exception& error) {
     ::verl::detail::throw_invalid_argument("{}:{}:{}: invalid YAML ({})", file.string(), error.mark.line + 1,
                                            error.mark.column + 1, error.msg);
   }
+  // Hydra reads one document; the keys of a second one would otherwise be lost without a word.
+  VERL_CHECK_ARG(documents.size() <= 1,
+                 "config file '{}': expected one YAML document, got {} (separated by '---'); merge them into one",
+                 file.string(), documents.size());
+  const YAML::Node root = documents.empty() ? YAML::Node() : documents.front();
   detail::ConfigNode tree = detail::from_yaml(root, file);
   if (tree.is_null()) return detail::ConfigNode::map(file.string());  // an empty file
   VERL_CHECK_ARG(tree.is_map(), "config file '{}': expected a mapping of keys at the top, got {}", file.string(),
