@@ -164,9 +164,15 @@ TEST(Checkpoint, ResumeModes) {
   } catch (const InvalidArgument& e) {
     EXPECT_STREQ(e.what(), "trainer.resume_mode: expected one of auto, disable, resume_path, got 'latest'");
   }
-  // A tracker naming a folder that is gone: verl trains from scratch.
+  // A tracker naming a folder that is gone: an error naming both (verl would quietly start over).
   io::write_file_atomically(manager.tracker_path(), std::string_view("12"));
-  EXPECT_FALSE(manager.resume_folder(ResumeMode::automatic).has_value());
+  try {
+    (void)manager.resume_folder(ResumeMode::automatic);
+    FAIL();
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("names step 12, but"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("global_step_12' is missing"), std::string::npos) << e.what();
+  }
   io::write_file_atomically(manager.tracker_path(), std::string_view("twelve"));
   EXPECT_THROW((void)manager.latest_step(), InvalidArgument);
 }
@@ -204,9 +210,19 @@ TEST(Checkpoint, ResavingAStepReplacesItAtomically) {
   manager.save(run.snapshot());
   const auto loaded = CheckpointManager::load(dir.path / "global_step_1");
   EXPECT_EQ(loaded.role("actor").tensor("w").values[0], 42.0f);
-  // A staging folder left by a crash is not a checkpoint.
-  fs::create_directories(dir.path / ".global_step_2.tmp.999" / "actor");
+  // A staging folder left by a crash is not a checkpoint, and the next save clears it; the old
+  // copy of a replaced checkpoint goes too, unless it is the only copy left.
+  const std::string gone = "2147483646";  // no such process
+  fs::create_directories(dir.path / (".global_step_2.tmp." + gone) / "actor");
+  fs::create_directories(dir.path / (".global_step_1.old." + gone) / "actor");
+  fs::create_directories(dir.path / (".global_step_5.old." + gone) / "actor");
   EXPECT_EQ(manager.checkpoints().size(), 1u);
+  run.train_step();
+  manager.save(run.snapshot());
+  EXPECT_FALSE(fs::exists(dir.path / (".global_step_2.tmp." + gone)));
+  EXPECT_FALSE(fs::exists(dir.path / (".global_step_1.old." + gone)));
+  EXPECT_TRUE(fs::exists(dir.path / (".global_step_5.old." + gone)));
+  EXPECT_EQ(manager.checkpoints().size(), 2u);
 }
 
 TEST(Checkpoint, BadCheckpointsAreClearErrors) {

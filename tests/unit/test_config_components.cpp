@@ -75,7 +75,7 @@ TEST(ConfigComponents, TrackingAndCheckpoints) {
   EXPECT_FALSE(retention.at("critic").has_value());
   EXPECT_EQ(checkpoint_manager(c.trainer).root(), std::filesystem::path("checkpoints/p/e"));
   std::ostringstream console;
-  Tracking t = tracking(c.trainer, 10, false, console);
+  Tracking t = tracking(c.trainer, 10, std::nullopt, console);
   t.log({{"critic/score/mean", 0.5}}, 1);
   EXPECT_NE(console.str().find("step 1/10"), std::string::npos);
 }

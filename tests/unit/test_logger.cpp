@@ -80,11 +80,37 @@ TEST(FileLogger, WritesVerlsJsonLines) {
   ASSERT_EQ(lines.size(), 2u);
   EXPECT_EQ(lines[0], nlohmann::json::parse(R"({"step": 1, "data": {"actor/pg_loss": -1.5, "critic/score/mean": 0.25}})"));
   EXPECT_TRUE(lines[1]["data"]["bad"].is_null());
-  // A new logger truncates, as verl's does; append keeps earlier lines.
-  { FileLogger(path).log({{"x", 1.0}}, 3); }
+  // A new run never overwrites an earlier log: it is kept aside (.1, then .2, ...).
+  {
+    FileLogger fresh(path);
+    ASSERT_TRUE(fresh.kept_aside().has_value());
+    EXPECT_EQ(*fresh.kept_aside(), fs::path(path.string() + ".1"));
+    fresh.log({{"x", 1.0}}, 3);
+  }
   EXPECT_EQ(read_lines(path).size(), 1u);
-  { FileLogger(path, /*append=*/true).log({{"x", 2.0}}, 4); }
+  EXPECT_EQ(read_lines(fs::path(path.string() + ".1")).size(), 2u);
+  // A resumed run continues the file.
+  { FileLogger(path, std::optional<std::int64_t>(3)).log({{"x", 2.0}}, 4); }
   EXPECT_EQ(read_lines(path).size(), 2u);
+}
+
+TEST(FileLogger, AResumedRunLogsEveryStepOnce) {
+  TempDir dir;
+  const fs::path path = dir.path / "run.jsonl";
+  {
+    FileLogger first(path);
+    for (std::int64_t step = 1; step <= 5; ++step) first.log({{"x", static_cast<double>(step)}}, step);
+  }
+  // The run stopped while writing step 6's line; its last checkpoint was step 3.
+  std::ofstream(path, std::ios::app) << R"({"step": 6, "data": {"x")";
+  {
+    FileLogger resumed(path, std::optional<std::int64_t>(3));
+    for (std::int64_t step = 4; step <= 6; ++step) resumed.log({{"x", 10.0 * static_cast<double>(step)}}, step);
+  }
+  const auto lines = read_lines(path);
+  ASSERT_EQ(lines.size(), 6u);
+  for (std::size_t i = 0; i < lines.size(); ++i) EXPECT_EQ(lines[i]["step"], static_cast<std::int64_t>(i + 1));
+  EXPECT_EQ(lines[3]["data"]["x"], 40.0);  // the resumed run's step 4, not the stopped run's
 }
 
 TEST(FileLogger, PathFromVerlsEnvironmentVariables) {

@@ -45,7 +45,10 @@
 
 #if defined(__unix__) || defined(__APPLE__)
 #include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
+
+#include <cerrno>
 #endif
 
 namespace verl::trainer {
@@ -278,6 +281,7 @@ class CheckpointManager {
     fs::create_directories(root_);
     const fs::path target = folder_for_step(snapshot.global_step);
     const fs::path staging = root_ / fmt::format(".{}.tmp.{}", target.filename().string(), process_tag());
+    remove_orphans();
     fs::remove_all(staging);
     fs::create_directories(staging);
     try {
@@ -339,8 +343,13 @@ class CheckpointManager {
         const auto step = latest_step();
         if (!step) return std::nullopt;
         const fs::path folder = folder_for_step(*step);
-        // verl falls back to training from scratch when the tracked folder is gone.
-        if (!fs::is_directory(folder)) return std::nullopt;
+        // verl quietly trains from scratch when the tracked folder is gone; a run that should
+        // continue is not restarted without a word.
+        VERL_CHECK_ARG(fs::is_directory(folder),
+                       "checkpoint tracker '{}' names step {}, but '{}' is missing (an interrupted save may have left "
+                       "it as .{}.old.<pid>); restore it, point trainer.resume_mode=resume_path at another checkpoint, "
+                       "or remove the tracker to train from scratch",
+                       tracker_path().string(), *step, folder.string(), folder.filename().string());
         return folder;
       }
       case ResumeMode::resume_path: {
@@ -403,6 +412,39 @@ class CheckpointManager {
   }
 
  private:
+  /// Staging folders (".global_step_N.tmp.<pid>") of processes that are gone, and the ".old."
+  /// copies of checkpoints that were replaced: what a killed save leaves behind. An ".old." copy
+  /// whose replacement is missing is kept (it is the only copy of that checkpoint).
+  void remove_orphans() const {
+    std::error_code error;
+    for (const auto& entry : fs::directory_iterator(root_, error)) {
+      const std::string name = entry.path().filename().string();
+      if (name.empty() || name.front() != '.' || !entry.is_directory()) continue;
+      for (const std::string_view kind : {std::string_view(".tmp."), std::string_view(".old.")}) {
+        const auto at = name.rfind(kind);
+        if (at == std::string::npos || at == 0) continue;
+        const std::string owner = name.substr(at + kind.size());
+        const std::string checkpoint = name.substr(1, at - 1);
+        if (owner == process_tag() || process_alive(owner)) continue;
+        if (kind == ".old." && !fs::is_directory(root_ / checkpoint)) continue;
+        std::error_code ignored;
+        fs::remove_all(entry.path(), ignored);
+      }
+    }
+  }
+
+  static bool process_alive(const std::string& pid_text) {
+#if defined(__unix__) || defined(__APPLE__)
+    long pid = 0;
+    const auto [ptr, ec] = std::from_chars(pid_text.data(), pid_text.data() + pid_text.size(), pid);
+    if (ec != std::errc() || ptr != pid_text.data() + pid_text.size() || pid <= 0) return true;  // not ours to judge
+    return ::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH;
+#else
+    (void)pid_text;
+    return true;
+#endif
+  }
+
   static std::string process_tag() {
 #if defined(__unix__) || defined(__APPLE__)
     return std::to_string(static_cast<long>(::getpid()));

@@ -104,13 +104,13 @@ inline CheckpointManager checkpoint_manager(const TrainerConfig& trainer) {
 }
 
 /// The trainer.logger backends for this run (the console's progress bar ends at `total_steps`;
-/// `resumed` keeps the file logger's earlier lines).
-inline Tracking tracking(const TrainerConfig& trainer, std::int64_t total_steps, bool resumed = false,
-                         std::ostream& console = std::cout) {
+/// `resumed_at_step`: the file logger keeps its earlier lines up to that step).
+inline Tracking tracking(const TrainerConfig& trainer, std::int64_t total_steps,
+                         std::optional<std::int64_t> resumed_at_step = std::nullopt, std::ostream& console = std::cout) {
   TrackingOptions options;
   options.console.total_steps = total_steps;
   options.console_stream = &console;
-  options.append_file = resumed;
+  options.resumed_at_step = resumed_at_step;
   return Tracking(trainer.project_name, trainer.experiment_name, trainer.logger, options);
 }
 

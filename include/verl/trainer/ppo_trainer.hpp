@@ -137,7 +137,10 @@ class PPOTrainer {
     console_ = &console;
     const bool resumed = resume();
     Tracking tracking;
-    if (comm_.rank() == 0) tracking = trainer::tracking(config_.trainer, total_steps_, resumed, console);
+    if (comm_.rank() == 0) {
+      tracking = trainer::tracking(config_.trainer, total_steps_,
+                                   resumed ? std::optional<std::int64_t>(global_step_) : std::nullopt, console);
+    }
     std::vector<Metrics> history;
     if (!val_.samples().empty() && config_.trainer.val_before_train) {
       const Metrics val = validate();
@@ -337,7 +340,13 @@ class PPOTrainer {
   /// trainer.resume_mode: resumes from the latest (auto) or the given (resume_path) checkpoint.
   bool resume() {
     const auto folder = checkpoints_.resume_folder(config_.trainer.resume_mode, config_.trainer.resume_from_path);
-    if (!folder) return false;
+    if (!folder) {
+      if (config_.trainer.resume_mode == ResumeMode::automatic && comm_.rank() == 0) {
+        *console_ << fmt::format("trainer.resume_mode=auto: no checkpoint in '{}'; training from scratch\n",
+                                 config_.trainer.default_local_dir);
+      }
+      return false;
+    }
     load_checkpoint(*folder);
     return true;
   }

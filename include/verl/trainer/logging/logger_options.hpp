@@ -28,7 +28,9 @@ struct ConsoleLoggerOptions {
 struct TrackingOptions {
   ConsoleLoggerOptions console;
   std::ostream* console_stream = &std::cout;
-  bool append_file = false;  ///< keep the file logger's earlier lines (a resumed run)
+  /// A run resumed from the checkpoint of this step: the file logger keeps the lines up to it and
+  /// appends (lines logged after it, before the run stopped, would otherwise appear twice).
+  std::optional<std::int64_t> resumed_at_step;
 };
 
 /// A run as the backends see it when Tracking opens them (each built-in backend has
