@@ -135,6 +135,26 @@ int train(const trainer::PPOConfig& config, const trainer::PPOAlgorithm& algorit
   return 0;
 }
 
+/// Every rank must run the same configuration (the same file, overrides and environment): a rank
+/// that resolved another one stops the run before anything is trained, naming the digests.
+void require_the_same_configuration_on_every_rank(std::string_view resolved_yaml) {
+#ifdef VERL_TRAIN_WITH_MPI
+  std::uint64_t digest = 0xcbf29ce484222325ULL;  // FNV-1a
+  for (const char ch : resolved_yaml) digest = (digest ^ static_cast<unsigned char>(ch)) * 0x100000001b3ULL;
+  auto comm = make_communicator();
+  std::int64_t rank0_bits = static_cast<std::int64_t>(digest);
+  comm.broadcast(std::span<std::int64_t>(&rank0_bits, 1), 0);
+  const auto rank0 = static_cast<std::uint64_t>(rank0_bits);
+  VERL_CHECK_ARG(rank0 == digest,
+                 "configuration: rank {} resolved a different configuration than rank 0 (digest {:016x}, rank 0's "
+                 "{:016x}); every rank must be given the same config file and overrides (compare `verl_train --cfg "
+                 "job ...` on each)",
+                 comm.rank(), digest, rank0);
+#else
+  (void)resolved_yaml;
+#endif
+}
+
 int run(int argc, char** argv) {
   const trainer::ConfigArguments args = trainer::parse_config_arguments(argc, argv);
   if (args.help) {
@@ -149,6 +169,7 @@ int run(int argc, char** argv) {
     std::fputs(trainer::to_yaml(resolved).c_str(), stdout);
     return 0;
   }
+  require_the_same_configuration_on_every_rank(trainer::to_yaml(resolved));
   const trainer::PPOAlgorithm algorithm = trainer::PPOAlgorithm::from_config(config);
   const fs::path model_path = expand_home(config.actor_rollout_ref.model.path);
   VERL_CHECK_ARG(fs::is_directory(model_path),
@@ -184,6 +205,14 @@ int main(int argc, char** argv) {
   try {
     return run(argc, argv);
   } catch (const std::exception& error) {
+#ifdef VERL_TRAIN_WITH_MPI
+    const auto [rank, size] = parallel::world_rank_and_size();
+    if (size > 1) {
+      std::fprintf(stderr, "verl_train: rank %d of %d: error: %s\n", rank, size, error.what());
+      std::fflush(stderr);
+      parallel::abort_every_rank(1);  // the other ranks may wait in a collective for this one
+    }
+#endif
     std::fprintf(stderr, "verl_train: error: %s\n", error.what());
     return 1;
   }

@@ -95,6 +95,25 @@ void divide_by(std::span<T> data, int divisor) {
 
 }  // namespace detail
 
+/// The rank of this process in MPI_COMM_WORLD, and how many there are (0 and 1 before MPI_Init).
+inline std::pair<int, int> world_rank_and_size() {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (!initialized || finalized) return {0, 1};
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  return {rank, size};
+}
+
+/// The one way a multi-rank program ends on an error: every rank is stopped (MPI_Abort), since
+/// the others may be waiting in a collective for the failed one forever. With one rank (or
+/// without MPI running) it returns, and the caller exits with `code` as usual.
+inline void abort_every_rank(int code) {
+  if (world_rank_and_size().second > 1) MPI_Abort(MPI_COMM_WORLD, code);
+}
+
 /// Initialises MPI for the lifetime of the object (and finalises it unless someone else had
 /// initialised it first).
 class MpiEnvironment {
