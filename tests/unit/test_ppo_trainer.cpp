@@ -319,6 +319,36 @@ TEST(PPOTrainer, BadConfigurationsAreErrorsNamingTheKey) {
   EXPECT_NE(loss.find("loss_mode"), std::string::npos) << loss;
 }
 
+TEST(PPOTrainer, RowsWithoutAGroundTruthAndUnwritableOutputsAreNamedBeforeTraining) {
+  // The rule-based default reward needs every row's reward_model.ground_truth.
+  std::vector<data::RLHFRow> rows(4);
+  for (int i = 0; i < 4; ++i) {
+    rows[static_cast<std::size_t>(i)].data_source = "openai/gsm8k";
+    rows[static_cast<std::size_t>(i)].prompt = {{"user", std::to_string(i) + "+1="}};
+    rows[static_cast<std::size_t>(i)].reward_model.ground_truth = std::to_string(i + 1);
+  }
+  rows[2].reward_model.ground_truth = nullptr;
+  data::RLHFDatasetOptions options;
+  options.max_prompt_length = 8;
+  auto dataset = data::RLHFDataset::from_rows(rows, tokenizer(), data::ContentOnlyFormatter{}, options, "gsm8k.jsonl");
+  const PPOConfig config = load_ppo_config(base_overrides());
+  const std::string missing = message_of([&] {
+    (void)PPOTrainer<Transformer>(config, PPOAlgorithm::from_config(config), tiny_policy(), std::nullopt, NoCritic{},
+                                  reward::DefaultRewardFunction{}, hooks(), dataset, data::RLHFDataset{});
+  });
+  EXPECT_NE(missing.find("data.train_files: gsm8k.jsonl:3: the row has no reward_model.ground_truth"), std::string::npos)
+      << missing;
+  // An output folder that cannot be made is named by its key before the first step.
+  const fs::path dir = temp_dir("outputs");
+  std::ofstream(dir / "a_file") << "in the way";
+  auto trainer = make_trainer({"trainer.rollout_data_dir=" + (dir / "a_file" / "rollouts").string()});
+  std::ostringstream quiet;
+  const std::string unwritable = message_of([&] { (void)trainer.fit(std::nullopt, quiet); });
+  EXPECT_NE(unwritable.find("trainer.rollout_data_dir: cannot create the folder"), std::string::npos) << unwritable;
+  EXPECT_EQ(trainer.global_step(), 0);
+  fs::remove_all(dir);
+}
+
 TEST(PPOTrainer, RecipesComposeAtCompileTime) {
   using namespace recipes;
   static_assert(PPO::needs_critic && !GRPO::needs_critic && GRPO::needs_reference && !DAPO::needs_reference);

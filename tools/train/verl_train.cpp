@@ -170,6 +170,9 @@ int run(int argc, char** argv) {
     return 0;
   }
   require_the_same_configuration_on_every_rank(trainer::to_yaml(resolved));
+  // The final actor is saved under trainer.default_local_dir whatever trainer.save_freq says.
+  trainer::require_writable_folder("trainer.default_local_dir",
+                                   expand_home(config.trainer.default_local_dir));
   const trainer::PPOAlgorithm algorithm = trainer::PPOAlgorithm::from_config(config);
   const fs::path model_path = expand_home(config.actor_rollout_ref.model.path);
   VERL_CHECK_ARG(fs::is_directory(model_path),

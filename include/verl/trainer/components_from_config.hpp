@@ -5,6 +5,11 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <string_view>
+#include <system_error>
 #include <optional>
 
 #include "verl/core/error.hpp"
@@ -97,6 +102,29 @@ inline data::DataLoaderOptions validation_loader_options(const DataConfig& data,
 
 inline RetentionPolicy retention_policy(const TrainerConfig& trainer) {
   return {{"actor", trainer.max_actor_ckpt_to_keep}, {"critic", trainer.max_critic_ckpt_to_keep}};
+}
+
+/// A folder the run will write to, created and probed before the first step, so that a typo or a
+/// read-only mount is an error naming its key now rather than after hours of training.
+inline void require_writable_folder(std::string_view key, const std::filesystem::path& folder) {
+  std::error_code error;
+  std::filesystem::create_directories(folder, error);
+  VERL_CHECK_ARG(!error && std::filesystem::is_directory(folder), "{}: cannot create the folder '{}' ({})", key,
+                 folder.string(), error ? error.message() : std::string("a file of that name is in the way"));
+  const std::filesystem::path probe = folder / ".verl_cpp_write_probe";
+  {
+    std::ofstream out(probe);
+    out << "probe";
+    VERL_CHECK_ARG(out.good(), "{}: cannot write in the folder '{}'", key, folder.string());
+  }
+  std::filesystem::remove(probe, error);
+}
+
+/// Every output folder of the trainer section this run writes to (checkpoints only when saved).
+inline void require_writable_outputs(const TrainerConfig& trainer, bool saves_checkpoints) {
+  if (saves_checkpoints) require_writable_folder("trainer.default_local_dir", trainer.default_local_dir);
+  if (trainer.rollout_data_dir) require_writable_folder("trainer.rollout_data_dir", *trainer.rollout_data_dir);
+  if (trainer.validation_data_dir) require_writable_folder("trainer.validation_data_dir", *trainer.validation_data_dir);
 }
 
 inline CheckpointManager checkpoint_manager(const TrainerConfig& trainer) {

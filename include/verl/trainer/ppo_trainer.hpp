@@ -135,6 +135,7 @@ class PPOTrainer {
   /// metrics logged at each step.
   std::vector<Metrics> fit(std::optional<std::int64_t> stop_after_step = std::nullopt, std::ostream& console = std::cout) {
     console_ = &console;
+    if (comm_.rank() == 0) require_writable_outputs(config_.trainer, config_.trainer.save_freq > 0);
     const bool resumed = resume();
     Tracking tracking;
     if (comm_.rank() == 0) {
@@ -372,6 +373,19 @@ class PPOTrainer {
   void validate_setup() {
     const auto& actor = config_.actor_rollout_ref.actor;
     const std::int64_t dp = comm_.size();
+    if constexpr (std::same_as<Reward, reward::DefaultRewardFunction>) {
+      // verl's rule-based scores compare with reward_model.ground_truth: a row without one is
+      // named now instead of scoring 0 for every response.
+      for (const auto& [key, dataset] : {std::pair<std::string_view, const data::RLHFDataset*>{"data.train_files", &train_},
+                                         {"data.val_files", &val_}}) {
+        for (const auto& sample : dataset->samples()) {
+          VERL_CHECK_ARG(!sample.row.reward_model.ground_truth.is_null(),
+                         "{}: {}: the row has no reward_model.ground_truth, which the rule-based reward of data_source "
+                         "'{}' compares with",
+                         key, sample.source.to_string(), sample.row.data_source);
+        }
+      }
+    }
     if constexpr (!has_critic) {
       VERL_CHECK_ARG(!algorithm_.needs_critic(),
                      "algorithm.adv_estimator: '{}' needs a critic; build the trainer with a critic model "
