@@ -353,6 +353,15 @@ TEST(Safetensors, WritesAndReadsShardedCheckpoints) {
   ASSERT_EQ(single.size(), 1u);
   EXPECT_EQ(single[0].filename(), "model.safetensors");
   EXPECT_EQ(SafetensorsCheckpoint(temp.path() / "single").size(), 5u);
+  // Re-saved unsharded over the sharded folder: the single file wins (as in transformers), not
+  // the stale index and its shards.
+  SafetensorsWriter newer;
+  newer.add_matrix("model.layers.0.weight", MatrixF::Constant(4, 4, 7.0f));
+  (void)newer.write_sharded(temp.path() / "sharded", 1 << 20);
+  const SafetensorsCheckpoint resaved(temp.path() / "sharded");
+  EXPECT_EQ(resaved.shard_count(), 1u);
+  EXPECT_EQ(resaved.size(), 1u);
+  EXPECT_EQ(resaved.matrix_f32("model.layers.0.weight"), MatrixF::Constant(4, 4, 7.0f));
 }
 
 TEST(Safetensors, BadIndexFilesAreRejected) {

@@ -88,6 +88,14 @@ int train(const trainer::PPOConfig& config, const trainer::PPOAlgorithm& algorit
   std::optional<model::Transformer> reference;
   if (algorithm.needs_reference()) reference = model::load_transformer(model_path);
 
+  // A tokenizer with more ids than the model has embeddings (another model's tokenizer) would
+  // index past the embedding table; a model padded past the tokenizer (Qwen's 151936) is fine.
+  const auto tokenizer_path = config.actor_rollout_ref.model.tokenizer_path ? expand_home(*config.actor_rollout_ref.model.tokenizer_path)
+                                                                            : model_path;
+  VERL_CHECK_ARG(static_cast<std::int64_t>(tokenizer.tokenizer.vocab_size()) <= static_cast<std::int64_t>(actor.vocab_size()),
+                 "actor_rollout_ref.model.tokenizer_path: the tokenizer in '{}' has {} ids, more than the {} embeddings "
+                 "(vocab_size) of the model in '{}'; they do not belong together",
+                 tokenizer_path.string(), tokenizer.tokenizer.vocab_size(), actor.vocab_size(), model_path.string());
   trainer::TokenizerHooks hooks;
   const auto vocab = static_cast<model::TokenId>(tokenizer.tokenizer.vocab_size());
   hooks.decode = [&tokenizer, vocab](std::span<const model::TokenId> ids) {

@@ -654,14 +654,16 @@ class SafetensorsCheckpoint : public Float32Tensors<SafetensorsCheckpoint> {
   static constexpr std::string_view single_file_name = "model.safetensors";
   static constexpr std::string_view index_file_name = "model.safetensors.index.json";
 
-  /// `path` is a model folder, a `.safetensors` file or an index JSON file.
+  /// `path` is a model folder, a `.safetensors` file or an index JSON file. A folder with both a
+  /// single `model.safetensors` and an index (a model re-saved unsharded over a sharded one) is
+  /// read from the single file, as transformers reads it.
   explicit SafetensorsCheckpoint(const std::filesystem::path& path) {
     namespace fs = std::filesystem;
     if (fs::is_directory(path)) {
-      if (fs::exists(path / index_file_name)) {
-        open_index(path / index_file_name);
-      } else if (fs::exists(path / single_file_name)) {
+      if (fs::exists(path / single_file_name)) {
         open_single(path / single_file_name);
+      } else if (fs::exists(path / index_file_name)) {
+        open_index(path / index_file_name);
       } else {
         ::verl::detail::throw_invalid_argument("path: expected '{}' or '{}' in folder '{}', found neither", single_file_name,
                                        index_file_name, path.string());
