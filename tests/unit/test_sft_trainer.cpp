@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <limits>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -11,6 +12,7 @@
 #include "verl/trainer/tasks/arithmetic.hpp"
 #include "verl/tokenizer/pretrained.hpp"
 #include "verl/trainer/sft_trainer.hpp"
+#include "../support/error_message.hpp"
 
 namespace {
 
@@ -173,6 +175,27 @@ TEST(SFTTrainer, LossDecreases) {
   EXPECT_TRUE(logged[1].second.contains("val/loss"));   // step 2: test_freq
   EXPECT_FALSE(logged[0].second.contains("val/loss"));  // step 1
   EXPECT_EQ(logged.front().second.at("train/lr"), 0.0);  // warmup starts at 0, as torch's LambdaLR
+  fs::remove_all(dir);
+}
+
+TEST(SFTTrainer, NonFiniteUpdatesAreSkippedCountedAndEndTheRun) {
+  const fs::path dir = scratch("nonfinite");
+  auto config = small_config(dir);
+  config.trainer.save_freq = -1;
+  config.trainer.max_consecutive_nonfinite_steps = 2;
+  auto policy = model::Transformer::random(tiny_config(), {.seed = 4}, {.num_threads = 1});
+  bool poisoned = false;
+  policy.for_each_parameter([&](auto p) {  // a view: its values are the model's
+    if (!poisoned) p.value[0] = std::numeric_limits<float>::quiet_NaN();
+    poisoned = true;
+  });
+  trainer::SFTTrainer sft(policy, config, examples(16), examples(4, 9));
+  const std::vector<std::int64_t> batch = {0, 1, 2, 3, 4, 5, 6, 7};
+  const Metrics first = sft.train_step(batch);
+  EXPECT_EQ(first.at("training/nonfinite_updates_skipped"), 1.0);
+  EXPECT_FALSE(std::isfinite(first.at("train/grad_norm")));
+  const std::string error = test_support::message_of([&] { (void)sft.train_step(batch); });
+  EXPECT_NE(error.find("trainer.max_consecutive_nonfinite_steps: 2 steps in a row"), std::string::npos) << error;
   fs::remove_all(dir);
 }
 

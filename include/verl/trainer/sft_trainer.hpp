@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <iostream>
 #include <optional>
 #include <span>
 #include <string>
@@ -247,7 +248,21 @@ class SFTTrainer {
     const auto result = optim::clip_and_step(optimizer_, parameters, config_.optim.clip_grad);
     scheduler_.step();
     ++global_step_;
-    return {{"train/loss", loss}, {"train/lr", lr}, {"train/grad_norm", result.grad_norm}};
+    // A skipped update (non-finite norm: a NaN or inf loss, gradient or weight) is counted and
+    // said; too many in a row end the run before a broken model is saved.
+    if (!result.stepped) {
+      std::cerr << fmt::format("warning: step {}: the gradient norm is not finite ({}); the update was skipped\n",
+                               global_step_, result.grad_norm);
+    }
+    consecutive_nonfinite_steps_ = result.stepped ? 0 : consecutive_nonfinite_steps_ + 1;
+    VERL_CHECK_ARG(consecutive_nonfinite_steps_ < config_.trainer.max_consecutive_nonfinite_steps,
+                   "trainer.max_consecutive_nonfinite_steps: {} steps in a row (the last: step {}) had a non-finite "
+                   "gradient norm; stopping instead of training on them (limit {})",
+                   consecutive_nonfinite_steps_, global_step_, config_.trainer.max_consecutive_nonfinite_steps);
+    return {{"train/loss", loss},
+            {"train/lr", lr},
+            {"train/grad_norm", result.grad_norm},
+            {"training/nonfinite_updates_skipped", result.stepped ? 0.0 : 1.0}};
   }
 
   /// Mean cross-entropy over every response token of the validation set.
@@ -343,6 +358,7 @@ class SFTTrainer {
   optim::LrScheduler<> scheduler_;
   data::DataLoader loader_;
   std::int64_t global_step_ = 0;
+  std::int64_t consecutive_nonfinite_steps_ = 0;
   SaveHook save_hook_;
 };
 

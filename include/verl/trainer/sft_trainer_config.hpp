@@ -72,6 +72,9 @@ struct SFTConfig {
     std::string resume_mode = "auto";
     std::optional<std::string> resume_from_path;
     std::optional<std::int64_t> max_ckpt_to_keep;
+    /// verl-cpp: this many steps in a row whose update was skipped for a non-finite gradient norm
+    /// end the run with an error (as in verl_train).
+    std::int64_t max_consecutive_nonfinite_steps = 3;
   } trainer;
 };
 
@@ -79,7 +82,7 @@ struct SFTConfig {
 VERL_CONFIG_FIELDS(SFTConfig::Data, train_files, val_files, prompt_key, response_key, prompt_dict_keys, response_dict_keys, max_length, truncation, train_batch_size, micro_batch_size_per_gpu)
 VERL_CONFIG_FIELDS(SFTConfig::Model, partial_pretrain)
 VERL_CONFIG_FIELDS(SFTConfig::Optim, lr, betas, weight_decay, warmup_steps_ratio, clip_grad, lr_scheduler, min_lr_ratio)
-VERL_CONFIG_FIELDS(SFTConfig::Trainer, default_local_dir, project_name, experiment_name, total_epochs, total_training_steps, logger, seed, save_freq, test_freq, resume_mode, resume_from_path, max_ckpt_to_keep)
+VERL_CONFIG_FIELDS(SFTConfig::Trainer, default_local_dir, project_name, experiment_name, total_epochs, total_training_steps, logger, seed, save_freq, test_freq, resume_mode, resume_from_path, max_ckpt_to_keep, max_consecutive_nonfinite_steps)
 VERL_CONFIG_FIELDS(SFTConfig, data, model, optim, trainer)
 
 /// Every supported key with its field.
