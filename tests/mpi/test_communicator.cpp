@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <numeric>
+#include <chrono>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "verl/parallel/mpi_communicator.hpp"
@@ -179,11 +181,39 @@ TEST(MpiCommunicator, MpiFailuresNameTheCallAndRank) {
     FAIL() << "expected a CommunicatorError";
   } catch (const CommunicatorError& e) {
     const std::string message = e.what();
-    EXPECT_NE(message.find(fmt::format("MPI_Sendrecv failed on rank {} of {}: MPI_ERR_TAG", comm.rank(), comm.size())),
+    EXPECT_NE(message.find(fmt::format("MPI_Irecv failed on rank {} of {}: MPI_ERR_TAG", comm.rank(), comm.size())),
               std::string::npos)
         << message;
   }
   comm.barrier();
+}
+
+// A rank that stops answering (stopped, stuck, or failed elsewhere) does not make the others wait
+// forever: past the timeout the collective throws, naming the call and the rank.
+TEST(MpiCommunicator, ACollectiveThatWaitsPastTheTimeoutThrows) {
+  MpiCommunicator comm = MpiCommunicator::world();
+  if (comm.size() < 2) GTEST_SKIP() << "needs another rank to wait for";
+  MpiCommunicator slow = MpiCommunicator::world();
+  std::vector<double> x(4, 1.0);
+  if (comm.rank() == 0) {
+    slow.set_timeout(std::chrono::milliseconds(300));
+    try {
+      slow.all_reduce(std::span(x), ReduceOp::sum);
+      FAIL() << "expected a timeout";
+    } catch (const CommunicatorError& e) {
+      const std::string message = e.what();
+      EXPECT_NE(message.find(fmt::format("all_reduce on rank 0 of {}: the other ranks did not answer within 0.3 s",
+                                         comm.size())),
+                std::string::npos)
+          << message;
+    }
+    EXPECT_THROW(slow.barrier(), CommunicatorError);  // its all_reduce is still pending: unusable
+  } else {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    slow.all_reduce(std::span(x), ReduceOp::sum);  // the pending one on rank 0 completes with it
+  }
+  comm.barrier();
+  EXPECT_THROW(comm.set_timeout(std::chrono::milliseconds(0)), InvalidArgument);
 }
 
 TEST(MpiCommunicator, SubCommunicatorsFromMeshSlices) {

@@ -11,6 +11,7 @@
 // initialised when the folder has none). The final actor is written as a Hugging Face folder to
 // <trainer.default_local_dir>/global_step_<N>/actor/huggingface. Under mpirun, ranks split each
 // batch (data parallel). All logic lives in the library; this file wires the pieces.
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -50,10 +51,16 @@ as it would run) as YAML and exits, as verl's Hydra entry point does.
 
 #ifdef VERL_TRAIN_WITH_MPI
 using Communicator = parallel::MpiCommunicator;
-Communicator make_communicator() { return parallel::MpiCommunicator::world(); }
+/// MPI_COMM_WORLD's ranks, whose collectives give up after actor_rollout_ref.nccl_timeout seconds
+/// (an error then, which ends every rank).
+Communicator make_communicator(const trainer::PPOConfig& config) {
+  auto comm = parallel::MpiCommunicator::world();
+  comm.set_timeout(std::chrono::seconds(config.actor_rollout_ref.nccl_timeout));
+  return comm;
+}
 #else
 using Communicator = parallel::SelfCommunicator;
-Communicator make_communicator() { return {}; }
+Communicator make_communicator(const trainer::PPOConfig&) { return {}; }
 #endif
 
 fs::path expand_home(const std::string& path) {
@@ -145,11 +152,11 @@ int train(const trainer::PPOConfig& config, const trainer::PPOAlgorithm& algorit
 
 /// Every rank must run the same configuration (the same file, overrides and environment): a rank
 /// that resolved another one stops the run before anything is trained, naming the digests.
-void require_the_same_configuration_on_every_rank(std::string_view resolved_yaml) {
+void require_the_same_configuration_on_every_rank(const trainer::PPOConfig& config, std::string_view resolved_yaml) {
 #ifdef VERL_TRAIN_WITH_MPI
   std::uint64_t digest = 0xcbf29ce484222325ULL;  // FNV-1a
   for (const char ch : resolved_yaml) digest = (digest ^ static_cast<unsigned char>(ch)) * 0x100000001b3ULL;
-  auto comm = make_communicator();
+  auto comm = make_communicator(config);
   std::int64_t rank0_bits = static_cast<std::int64_t>(digest);
   comm.broadcast(std::span<std::int64_t>(&rank0_bits, 1), 0);
   const auto rank0 = static_cast<std::uint64_t>(rank0_bits);
@@ -159,6 +166,7 @@ void require_the_same_configuration_on_every_rank(std::string_view resolved_yaml
                  "job ...` on each)",
                  comm.rank(), digest, rank0);
 #else
+  (void)config;
   (void)resolved_yaml;
 #endif
 }
@@ -177,7 +185,7 @@ int run(int argc, char** argv) {
     std::fputs(trainer::to_yaml(resolved).c_str(), stdout);
     return 0;
   }
-  require_the_same_configuration_on_every_rank(trainer::to_yaml(resolved));
+  require_the_same_configuration_on_every_rank(config, trainer::to_yaml(resolved));
   // The final actor is saved under trainer.default_local_dir whatever trainer.save_freq says.
   trainer::require_writable_folder("trainer.default_local_dir",
                                    expand_home(config.trainer.default_local_dir));
@@ -202,9 +210,9 @@ int run(int argc, char** argv) {
                    "critic.model.path: expected a Hugging Face model folder for the critic, got '{}' (not a folder)",
                    critic_path.string());
     return train(config, algorithm, model_path, model::load_critic(critic_path), tokenizer, formatter,
-                 make_communicator());
+                 make_communicator(config));
   }
-  return train(config, algorithm, model_path, trainer::NoCritic{}, tokenizer, formatter, make_communicator());
+  return train(config, algorithm, model_path, trainer::NoCritic{}, tokenizer, formatter, make_communicator(config));
 }
 
 }  // namespace

@@ -7,11 +7,14 @@
 #include <mpi.h>
 #include <fmt/format.h>
 
+#include <chrono>
 #include <climits>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -153,13 +156,19 @@ class MpiCommunicator {
   }
 
   MpiCommunicator(MpiCommunicator&& other) noexcept
-      : comm_(std::exchange(other.comm_, MPI_COMM_NULL)), rank_(other.rank_), size_(other.size_) {}
+      : comm_(std::exchange(other.comm_, MPI_COMM_NULL)),
+        rank_(other.rank_),
+        size_(other.size_),
+        timeout_(other.timeout_),
+        timed_out_(other.timed_out_) {}
   MpiCommunicator& operator=(MpiCommunicator&& other) noexcept {
     if (this != &other) {
       release();
       comm_ = std::exchange(other.comm_, MPI_COMM_NULL);
       rank_ = other.rank_;
       size_ = other.size_;
+      timeout_ = other.timeout_;
+      timed_out_ = other.timed_out_;
     }
     return *this;
   }
@@ -171,12 +180,25 @@ class MpiCommunicator {
   int size() const noexcept { return size_; }
   MPI_Comm native() const noexcept { return comm_; }
 
+  /// The longest any collective or message may wait for the other ranks (verl's
+  /// actor_rollout_ref.nccl_timeout); past it the call throws CommunicatorError instead of
+  /// waiting forever for a rank that stopped or is stuck. nullopt (the default): no limit. After
+  /// a timeout the communicator is unusable (its operation is still pending).
+  void set_timeout(std::optional<std::chrono::milliseconds> timeout) {
+    VERL_CHECK_ARG(!timeout || timeout->count() > 0, "timeout: expected a positive duration, got {} ms",
+                   timeout ? timeout->count() : 0);
+    timeout_ = timeout;
+  }
+  [[nodiscard]] std::optional<std::chrono::milliseconds> timeout() const noexcept { return timeout_; }
+
   template <CommElement T>
   void all_reduce(std::span<T> data, ReduceOp op) {
     detail::check_reduce_op<T>("all_reduce", op);
-    check(MPI_Allreduce(MPI_IN_PLACE, data.data(), count("all_reduce", data.size()), detail::mpi_datatype<T>(),
-                        detail::mpi_op<T>(op), comm_),
-          "MPI_Allreduce");
+    MPI_Request request = MPI_REQUEST_NULL;
+    check(MPI_Iallreduce(MPI_IN_PLACE, data.data(), count("all_reduce", data.size()), detail::mpi_datatype<T>(),
+                         detail::mpi_op<T>(op), comm_, &request),
+          "MPI_Iallreduce");
+    complete(request, "all_reduce");
     if (op == ReduceOp::avg) detail::divide_by(data, size_);
   }
 
@@ -184,8 +206,11 @@ class MpiCommunicator {
   void all_gather(std::type_identity_t<std::span<const T>> send, std::span<T> recv) {
     detail::check_all_gather("all_gather", send, recv, size_);
     const int n = count("all_gather", send.size());
-    check(MPI_Allgather(send.data(), n, detail::mpi_datatype<T>(), recv.data(), n, detail::mpi_datatype<T>(), comm_),
-          "MPI_Allgather");
+    MPI_Request request = MPI_REQUEST_NULL;
+    check(MPI_Iallgather(send.data(), n, detail::mpi_datatype<T>(), recv.data(), n, detail::mpi_datatype<T>(), comm_,
+                         &request),
+          "MPI_Iallgather");
+    complete(request, "all_gather");
   }
 
   template <CommElement T>
@@ -200,51 +225,63 @@ class MpiCommunicator {
       displacements_[i] = count("all_gather_v", static_cast<std::size_t>(offset));
       offset += counts[i];
     }
-    check(MPI_Allgatherv(send.data(), count("all_gather_v", send.size()), detail::mpi_datatype<T>(), recv.data(),
-                         counts_.data(), displacements_.data(), detail::mpi_datatype<T>(), comm_),
-          "MPI_Allgatherv");
+    MPI_Request request = MPI_REQUEST_NULL;
+    check(MPI_Iallgatherv(send.data(), count("all_gather_v", send.size()), detail::mpi_datatype<T>(), recv.data(),
+                          counts_.data(), displacements_.data(), detail::mpi_datatype<T>(), comm_, &request),
+          "MPI_Iallgatherv");
+    complete(request, "all_gather_v");
   }
 
   template <CommElement T>
   void reduce_scatter(std::type_identity_t<std::span<const T>> send, std::span<T> recv, ReduceOp op) {
     detail::check_reduce_op<T>("reduce_scatter", op);
     detail::check_reduce_scatter("reduce_scatter", send, recv, size_);
-    check(MPI_Reduce_scatter_block(send.data(), recv.data(), count("reduce_scatter", recv.size()),
-                                   detail::mpi_datatype<T>(), detail::mpi_op<T>(op), comm_),
-          "MPI_Reduce_scatter_block");
+    MPI_Request request = MPI_REQUEST_NULL;
+    check(MPI_Ireduce_scatter_block(send.data(), recv.data(), count("reduce_scatter", recv.size()),
+                                    detail::mpi_datatype<T>(), detail::mpi_op<T>(op), comm_, &request),
+          "MPI_Ireduce_scatter_block");
+    complete(request, "reduce_scatter");
     if (op == ReduceOp::avg) detail::divide_by(recv, size_);
   }
 
   template <CommElement T>
   void broadcast(std::span<T> data, int root) {
     detail::check_peer("broadcast", "root", root, size_);
-    check(MPI_Bcast(data.data(), count("broadcast", data.size()), detail::mpi_datatype<T>(), root, comm_), "MPI_Bcast");
+    MPI_Request request = MPI_REQUEST_NULL;
+    check(MPI_Ibcast(data.data(), count("broadcast", data.size()), detail::mpi_datatype<T>(), root, comm_, &request),
+          "MPI_Ibcast");
+    complete(request, "broadcast");
   }
 
   template <CommElement T>
   void all_to_all(std::type_identity_t<std::span<const T>> send, std::span<T> recv) {
     detail::check_all_to_all("all_to_all", send, recv, size_);
     const int block = count("all_to_all", send.size() / static_cast<std::size_t>(size_));
-    check(MPI_Alltoall(send.data(), block, detail::mpi_datatype<T>(), recv.data(), block, detail::mpi_datatype<T>(),
-                       comm_),
-          "MPI_Alltoall");
+    MPI_Request request = MPI_REQUEST_NULL;
+    check(MPI_Ialltoall(send.data(), block, detail::mpi_datatype<T>(), recv.data(), block, detail::mpi_datatype<T>(),
+                        comm_, &request),
+          "MPI_Ialltoall");
+    complete(request, "all_to_all");
   }
 
   template <class T>
     requires CommElement<std::remove_const_t<T>>
   void send(std::span<T> data, int dest, int tag) {
     detail::check_peer("send", "dest", dest, size_);
-    check(MPI_Send(data.data(), count("send", data.size()), detail::mpi_datatype<std::remove_const_t<T>>(), dest, tag,
-                   comm_),
-          "MPI_Send");
+    MPI_Request request = MPI_REQUEST_NULL;
+    check(MPI_Isend(data.data(), count("send", data.size()), detail::mpi_datatype<std::remove_const_t<T>>(), dest, tag,
+                    comm_, &request),
+          "MPI_Isend");
+    complete(request, "send");
   }
 
   template <CommElement T>
   void recv(std::span<T> data, int source, int tag) {
     detail::check_peer("recv", "source", source, size_);
-    MPI_Status status;
-    check(MPI_Recv(data.data(), count("recv", data.size()), detail::mpi_datatype<T>(), source, tag, comm_, &status),
-          "MPI_Recv");
+    MPI_Request request = MPI_REQUEST_NULL;
+    check(MPI_Irecv(data.data(), count("recv", data.size()), detail::mpi_datatype<T>(), source, tag, comm_, &request),
+          "MPI_Irecv");
+    const MPI_Status status = complete(request, "recv");
     check_received("recv", status, data.size(), detail::mpi_datatype<T>());
   }
 
@@ -254,15 +291,23 @@ class MpiCommunicator {
                  int tag) {
     detail::check_peer("send_recv", "dest", dest, size_);
     detail::check_peer("send_recv", "source", source, size_);
-    MPI_Status status;
-    check(MPI_Sendrecv(send_data.data(), count("send_recv", send_data.size()), detail::mpi_datatype<T>(), dest, tag,
-                       recv_data.data(), count("send_recv", recv_data.size()), detail::mpi_datatype<T>(), source, tag,
-                       comm_, &status),
-          "MPI_Sendrecv");
+    MPI_Request receiving = MPI_REQUEST_NULL, sending = MPI_REQUEST_NULL;
+    check(MPI_Irecv(recv_data.data(), count("send_recv", recv_data.size()), detail::mpi_datatype<T>(), source, tag,
+                    comm_, &receiving),
+          "MPI_Irecv");
+    check(MPI_Isend(send_data.data(), count("send_recv", send_data.size()), detail::mpi_datatype<T>(), dest, tag, comm_,
+                    &sending),
+          "MPI_Isend");
+    const MPI_Status status = complete(receiving, "send_recv");
+    complete(sending, "send_recv");
     check_received("send_recv", status, recv_data.size(), detail::mpi_datatype<T>());
   }
 
-  void barrier() { check(MPI_Barrier(comm_), "MPI_Barrier"); }
+  void barrier() {
+    MPI_Request request = MPI_REQUEST_NULL;
+    check(MPI_Ibarrier(comm_, &request), "MPI_Ibarrier");
+    complete(request, "barrier");
+  }
 
   MpiCommunicator split(int color, int key) {
     VERL_CHECK_ARG(color >= 0, "split: color: expected a non-negative colour, got {}", color);
@@ -282,11 +327,43 @@ class MpiCommunicator {
     if (comm_ == MPI_COMM_NULL) return;
     int finalized = 0;
     MPI_Finalized(&finalized);
-    if (!finalized) MPI_Comm_free(&comm_);
+    // After a timeout an operation is still pending on it: freeing could wait for the missing rank.
+    if (!finalized && !timed_out_) MPI_Comm_free(&comm_);
     comm_ = MPI_COMM_NULL;
   }
 
+  /// Waits for `request` (an operation this communicator started), within the timeout if one is
+  /// set. Polls with MPI_Test: MPI has no timed wait.
+  MPI_Status complete(MPI_Request& request, std::string_view call) {
+    MPI_Status status{};
+    if (!timeout_) {
+      check(MPI_Wait(&request, &status), call);
+      return status;
+    }
+    const auto start = std::chrono::steady_clock::now();
+    for (std::int64_t polls = 0;; ++polls) {
+      int done = 0;
+      check(MPI_Test(&request, &done, &status), call);
+      if (done) return status;
+      const auto waited = std::chrono::steady_clock::now() - start;
+      if (waited > *timeout_) {
+        timed_out_ = true;
+        throw CommunicatorError(fmt::format(
+            "{} on rank {} of {}: the other ranks did not answer within {} s (the collective timeout, verl's "
+            "actor_rollout_ref.nccl_timeout); a rank has stopped, is stuck, or failed",
+            call, rank_, size_, std::chrono::duration<double>(*timeout_).count()));
+      }
+      // Spin briefly for fast collectives, then sleep so that a long wait costs no CPU.
+      if (polls > 1000) std::this_thread::sleep_for(std::chrono::microseconds(polls > 100000 ? 1000 : 50));
+    }
+  }
+
   void check(int rc, std::string_view call) const {
+    if (timed_out_) {
+      throw CommunicatorError(
+          fmt::format("{} on rank {} of {}: an earlier operation of this communicator timed out; it cannot be used again",
+                      call, rank_, size_));
+    }
     if (rc == MPI_SUCCESS) return;
     throw CommunicatorError(
         fmt::format("{} failed on rank {} of {}: {}", call, rank_, size_, detail::mpi_error_string(rc)));
@@ -311,6 +388,8 @@ class MpiCommunicator {
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0;
   int size_ = 1;
+  std::optional<std::chrono::milliseconds> timeout_;
+  bool timed_out_ = false;
   std::vector<int> counts_, displacements_;
 };
 

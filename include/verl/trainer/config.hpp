@@ -113,7 +113,6 @@ inline constexpr std::string_view ignored_key_patterns[] = {
     "actor_rollout_ref.actor.calculate_entropy",  // actor/entropy is always logged; the loss term follows entropy_coeff
     "actor_rollout_ref.actor.freeze_vision_tower",
     "actor_rollout_ref.hybrid_engine",
-    "actor_rollout_ref.nccl_timeout",
     "data.dataloader_num_workers",  // Python data loading
     "data.filter_overlong_prompts_workers",
     "data.return_raw_input_ids",

@@ -148,6 +148,9 @@ struct ActorRolloutRefConfig {
   ActorConfig actor;
   RefConfig ref;
   RolloutConfig rollout;
+  /// Seconds any collective may wait for the other ranks before the run ends with an error
+  /// (verl's NCCL timeout; verl-cpp's MPI collectives honour it).
+  std::int64_t nccl_timeout = 600;
   friend bool operator==(const ActorRolloutRefConfig&, const ActorRolloutRefConfig&) = default;
 };
 
@@ -343,7 +346,7 @@ VERL_CONFIG_FIELDS(ValidationSamplingConfig, top_k, top_p, temperature, n, do_sa
 VERL_CONFIG_FIELDS(RolloutConfig, name, temperature, top_k, top_p, prompt_length, response_length, do_sample, n,
                    ignore_eos, log_prob_micro_batch_size, log_prob_micro_batch_size_per_gpu, log_prob_use_dynamic_bsz,
                    dtype, calculate_log_probs, val_kwargs)
-VERL_CONFIG_FIELDS(ActorRolloutRefConfig, model, actor, ref, rollout)
+VERL_CONFIG_FIELDS(ActorRolloutRefConfig, model, actor, ref, rollout, nccl_timeout)
 VERL_CONFIG_FIELDS(CriticModelSection, path, tokenizer_path)
 VERL_CONFIG_FIELDS(CriticConfig, optim, model, enable, ppo_mini_batch_size, ppo_micro_batch_size,
                    ppo_micro_batch_size_per_gpu, use_dynamic_bsz, ppo_epochs, cliprange_value, loss_agg_mode, checkpoint, forward_micro_batch_size, forward_micro_batch_size_per_gpu,

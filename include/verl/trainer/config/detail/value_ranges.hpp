@@ -130,6 +130,7 @@ inline constexpr std::array value_rules{
     ValueRule{"trainer.max_critic_ckpt_to_keep", positive_count},
     ValueRule{"trainer.max_ckpt_to_keep", positive_count},
     ValueRule{"trainer.max_consecutive_nonfinite_steps", positive_count},
+    ValueRule{"actor_rollout_ref.nccl_timeout", {.low = 1, .wording = "a number of seconds >= 1"}},
 };
 
 /// Whether `key` matches `pattern` (see ValueRule).
