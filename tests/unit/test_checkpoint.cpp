@@ -175,6 +175,9 @@ TEST(Checkpoint, ResumeModes) {
   }
   io::write_file_atomically(manager.tracker_path(), std::string_view("twelve"));
   EXPECT_THROW((void)manager.latest_step(), InvalidArgument);
+  fs::remove(manager.tracker_path());
+  fs::create_directories(manager.tracker_path());  // a tracker that is a folder is not "no checkpoint"
+  EXPECT_THROW((void)manager.resume_folder(ResumeMode::automatic), InvalidArgument);
 }
 
 TEST(Checkpoint, RetentionKeepsTheNewestPerRole) {

@@ -303,6 +303,16 @@ TEST(PPOTrainer, ResumedRunLogsExactlyTheMetricsOfAnUninterruptedOne) {
   EXPECT_GT(full[3]["data"]["actor/grad_norm"].get<double>(), 0.0);  // the runs did learn something
   for (std::size_t i = 0; i < full.size(); ++i) EXPECT_EQ(full[i].dump(), resumed[i].dump()) << "line " << i;
   EXPECT_TRUE(fs::exists(dir / "resumed" / "global_step_4" / "actor" / "model.safetensors"));
+  // A damaged latest checkpoint is an error naming what is missing, never a quiet restart.
+  const auto resume_error = [&] {
+    auto trainer = make_trainer(with("trainer.default_local_dir=" + (dir / "resumed").string()), NoCritic{}, FirstDigitParity{});
+    std::ostringstream quiet;
+    return message_of([&] { (void)trainer.fit(std::nullopt, quiet); });
+  };
+  fs::remove(dir / "resumed" / "global_step_4" / "actor" / "optim.safetensors");
+  EXPECT_NE(resume_error().find("checkpoint role 'actor': no optimizer state"), std::string::npos);
+  fs::remove(dir / "resumed" / "global_step_4" / "data.json");
+  EXPECT_NE(resume_error().find("no data.json (the data loader's position)"), std::string::npos);
   fs::remove_all(dir);
 }
 

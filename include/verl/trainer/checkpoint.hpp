@@ -323,7 +323,10 @@ class CheckpointManager {
 
   /// The step the tracker file names, if any (verl's find_latest_ckpt_path reads the same file).
   [[nodiscard]] std::optional<std::int64_t> latest_step() const {
-    if (!fs::is_regular_file(tracker_path())) return std::nullopt;
+    if (!fs::exists(tracker_path())) return std::nullopt;
+    VERL_CHECK_ARG(fs::is_regular_file(tracker_path()),
+                   "checkpoint tracker '{}': expected a file holding a step number, got a folder or special file",
+                   tracker_path().string());
     std::string text = io::read_text_file(tracker_path());
     while (!text.empty() && (text.back() == '\n' || text.back() == ' ' || text.back() == '\r')) text.pop_back();
     std::int64_t step = 0;

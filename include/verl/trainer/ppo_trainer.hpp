@@ -329,9 +329,13 @@ class PPOTrainer {
   /// Restores a checkpoint folder written by save_checkpoint().
   void load_checkpoint(const std::filesystem::path& folder) {
     const LoadedCheckpoint loaded = CheckpointManager::load(folder);
+    // The trainer always saves the data position: without it a resume would replay the epoch.
+    VERL_CHECK_ARG(loaded.data.has_value(),
+                   "checkpoint '{}': no data.json (the data loader's position); a damaged checkpoint is not resumed",
+                   folder.string());
     restore_role(loaded.role("actor"), actor_, actor_optimizer_, actor_scheduler_, "actor");
     if constexpr (has_critic) restore_role(loaded.role("critic"), critic_, critic_optimizer_, critic_scheduler_, "critic");
-    if (loaded.data) loader_.load_state(*loaded.data);
+    loader_.load_state(*loaded.data);
     global_step_ = loaded.global_step;
     const double kl_coef = loaded.extra.value("kl_coef", algo::kl_coefficient(kl_ctrl_));
     std::visit([&](auto& controller) { controller.value = kl_coef; }, kl_ctrl_);
@@ -1062,7 +1066,12 @@ class PPOTrainer {
             "is not resumed)",
             name, p.name, p.value[*bad], *bad);
     });
-    if (role.optimizer) optimizer.load_state(*role.optimizer);
+    // The trainer always saves the optimizer's moments: fresh ones would silently change the run.
+    VERL_CHECK_ARG(role.optimizer.has_value(),
+                   "checkpoint role '{}': no optimizer state (optim.safetensors); a damaged checkpoint is not "
+                   "resumed",
+                   name);
+    optimizer.load_state(*role.optimizer);
     VERL_CHECK_ARG(role.extra.contains("lr_scheduler_last_epoch"),
                    "checkpoint role '{}': extra_state.json has no lr_scheduler_last_epoch", name);
     scheduler.set_last_epoch(role.extra["lr_scheduler_last_epoch"].template get<std::int64_t>());
