@@ -59,9 +59,15 @@ int run(int argc, char** argv) {
       if (fs::exists(source / name)) fs::copy_file(source / name, last_hf / name, fs::copy_options::overwrite_existing);
     }
   });
-  if (const auto step = sft.maybe_resume()) fmt::print("verl_sft: resumed from step {}\n", *step);
+  const std::optional<std::int64_t> resumed_at = sft.maybe_resume();
+  if (resumed_at) {
+    fmt::print("verl_sft: resumed from step {}\n", *resumed_at);
+  } else if (config.trainer.resume_mode == "auto") {
+    fmt::print("verl_sft: trainer.resume_mode=auto: no checkpoint to resume from; training from scratch\n");
+  }
   trainer::TrackingOptions tracking_options;
   tracking_options.console.total_steps = sft.total_steps();
+  tracking_options.resumed_at_step = resumed_at;  // the file logger continues the run's log
   trainer::Tracking tracking(config.trainer.project_name, config.trainer.experiment_name, config.trainer.logger,
                              tracking_options);
   sft.fit(tracking);
