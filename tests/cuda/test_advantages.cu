@@ -352,6 +352,49 @@ TEST(CudaAdvantages, GrpoPassKWithNaNScoresAndBothGroupKernels) {
   }
 }
 
+TEST(CudaAdvantages, RunsAtTheShortRunLimitAndAcrossBlockBorders) {
+  VERL_REQUIRE_GPU();
+  // Runs of exactly kSmallGroup rows (one thread's walk) and one more (queued for the block
+  // kernel), starting on a block's last position and crossing into the next block, and
+  // singletons at a border, contiguous and shuffled.
+  namespace d = k::detail;
+  const Index tile = d::kThreads, small = d::kSmallGroup;
+  const std::vector<Index> sizes = {tile - 1, small, small + 1, 1, 2, tile - small - 5, 1, small, 7, small - 1, 3, tile, 1, 5};
+  std::vector<std::int64_t> contiguous;
+  for (std::size_t g = 0; g < sizes.size(); ++g)
+    for (Index j = 0; j < sizes[g]; ++j) contiguous.push_back(static_cast<std::int64_t>(g) * 37 - 100);
+  const auto rows = static_cast<Index>(contiguous.size());
+  std::mt19937 rng(77);
+  const MatrixF scores = random_matrix(rows, 1, rng);
+  const MatrixF lengths_as_mask = MatrixF::Ones(rows, 1);
+  std::vector<std::int64_t> shuffled = contiguous;
+  std::shuffle(shuffled.begin(), shuffled.end(), rng);
+  // (grpo_passk raises for the singletons here; its own test puts runs of 64 and 65 across a border.
+  // reinforce_plus_plus_baseline's per-response scalar is s - mean, whitened later over tokens.)
+  for (const auto& c : outcome_cases()) {
+    if (c.params.estimator == k::OutcomeEstimator::reinforce_plus_plus_baseline) continue;
+    for (const auto layout : {k::GroupLayout::contiguous, k::GroupLayout::any}) {
+      const auto& ids = layout == k::GroupLayout::contiguous ? contiguous : shuffled;
+      const auto expected = k::reference_outcome(c.params, verl::algo::AdvantageBatch{scores, lengths_as_mask, ids});
+      auto d_scores = upload(scores);
+      DeviceBuffer<std::int64_t> d_ids(ids.size());
+      d_ids.upload(ids.data());
+      const std::vector<std::int32_t> ones(static_cast<std::size_t>(rows), 1);
+      DeviceBuffer<std::int32_t> d_lengths(ones.size());
+      d_lengths.upload(ones.data());
+      DeviceBuffer<float> d_out(static_cast<std::size_t>(rows));
+      std::size_t bytes = 0;
+      k::outcome_scalars(nullptr, bytes, c.params, layout, nullptr, d_lengths.data(), nullptr, rows, nullptr);
+      DeviceBuffer<unsigned char> temp(bytes);
+      k::outcome_scalars(temp.data(), bytes, c.params, layout, d_scores.data(), d_lengths.data(), d_ids.data(), rows,
+                         d_out.data());
+      VERL_CUDA_EXPECT_OK(cudaDeviceSynchronize());
+      expect_close(d_out.download(), expected.advantages, 2e-5f, 2e-5f,
+                   c.name + (layout == k::GroupLayout::any ? " (shuffled)" : " (contiguous)") + " at tile borders");
+    }
+  }
+}
+
 TEST(CudaAdvantages, OutcomeEstimatorsMatchReferenceOnContiguousGroups) {
   VERL_REQUIRE_GPU();
   for (const auto& c : outcome_cases())

@@ -37,6 +37,10 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--skip-backward", action="store_true", help="forward only (the backward needs ~4x the logits)")
+    parser.add_argument("--once", action="store_true",
+                        help="run the forward and the backward once each, inside the NVTX ranges torch_forward and "
+                             "torch_backward, untimed: for a profiler counting the bytes PyTorch moves "
+                             "(ncu --nvtx --nvtx-include torch_forward/ or torch_backward --metrics dram__bytes_read.sum,...)")
     args = parser.parse_args()
 
     try:
@@ -88,6 +92,25 @@ def main() -> int:
                 g_h = torch.rand(rows, device=device, generator=generator) * 2 - 1
                 nbytes = logits.numel() * logits.element_size()
 
+                if args.once:
+                    torch.cuda.synchronize()
+                    with torch.no_grad():
+                        torch.cuda.nvtx.range_push("torch_forward")
+                        logprob(logits.float() / temperature, labels), entropy(logits.float() / temperature)
+                        torch.cuda.nvtx.range_pop()
+                    leaf = logits.detach().requires_grad_(True)
+                    x = leaf.float() / temperature
+                    loss = (g_lp * logprob(x, labels)).sum() + (g_h * entropy(x)).sum()
+                    # A start/end range: autograd runs the backward on its own thread, outside
+                    # a push/pop range of this one (ncu --nvtx-include torch_backward, no slash).
+                    backward_range = torch.cuda.nvtx.range_start("torch_backward")
+                    loss.backward()
+                    torch.cuda.synchronize()
+                    torch.cuda.nvtx.range_end(backward_range)
+                    torch.cuda.synchronize()
+                    record["once"] = True
+                    print(json.dumps(record), flush=True)
+                    continue
                 record["copy_ms"] = median_ms(lambda _: logits.clone())
                 record["copy_gbps"] = 2 * nbytes / (record["copy_ms"] * 1e6)
                 with torch.no_grad():

@@ -65,9 +65,9 @@ def grpo_loop(torch, scores, index, epsilon=1e-6):
 
 def grpo_vectorized(torch, scores, group_of_row, groups, epsilon=1e-6):
     """Scatter-add group statistics (count, sum, sum of squares), unbiased std, singleton rule."""
-    count = torch.zeros(groups, device=scores.device).index_add_(0, group_of_row, torch.ones_like(scores))
-    total = torch.zeros(groups, device=scores.device).index_add_(0, group_of_row, scores)
-    squares = torch.zeros(groups, device=scores.device).index_add_(0, group_of_row, scores * scores)
+    count = torch.zeros(groups, device=scores.device, dtype=scores.dtype).index_add_(0, group_of_row, torch.ones_like(scores))
+    total = torch.zeros(groups, device=scores.device, dtype=scores.dtype).index_add_(0, group_of_row, scores)
+    squares = torch.zeros(groups, device=scores.device, dtype=scores.dtype).index_add_(0, group_of_row, scores * scores)
     mean = total / count.clamp_min(1)
     var = (squares - total * total / count.clamp_min(1)) / (count - 1).clamp_min(1)
     single = count <= 1

@@ -89,6 +89,8 @@ struct GroupRuns {
 
   __device__ std::int64_t row_at(std::int64_t k) const { return perm != nullptr ? perm[k] : k; }
   __device__ bool is_head(std::int64_t k) const { return k == 0 || keys[k - 1] != keys[k]; }
+  __device__ float score_at(std::int64_t k) const { return scores[row_at(k)]; }
+  __device__ std::int32_t length_at(std::int64_t k) const { return lengths[row_at(k)]; }
 };
 
 VERL_HEADER_KERNEL void iota_kernel(std::int32_t* out, std::int64_t n) {
@@ -183,11 +185,10 @@ struct GroupSums {
   long long total_length = 0;
 
   __device__ void add(const GroupRuns& in, const OutcomeParams& p, std::int64_t j) {
-    const std::int64_t row = in.row_at(j);
-    const float s = in.scores[row];
+    const float s = in.score_at(j);
     sum += static_cast<double>(s);
     if (p.estimator == OutcomeEstimator::opo) {
-      const std::int32_t len = in.lengths[row];
+      const std::int32_t len = in.length_at(j);
       weighted += static_cast<double>(static_cast<float>(len) * s);
       total_length += len;
     }
@@ -217,7 +218,7 @@ __device__ __forceinline__ void finish_batch_order(GroupStats& g, const GroupRun
                                                    std::int64_t end, float eps) {
   float s1 = 0.0f, s2 = 0.0f;
   for (std::int64_t j = start; j < end; ++j) {
-    const float s = in.scores[in.row_at(j)];
+    const float s = in.score_at(j);
     s1 = add_rn(s1, s);
     s2 = add_rn(s2, mul_rn(s, s));
   }
@@ -233,48 +234,62 @@ __device__ __forceinline__ void finish_batch_order(GroupStats& g, const GroupRun
   g.std = sqrtf(isnan(var) ? var : fmaxf(var, eps));
 }
 
-/// One thread per run head: walks runs of up to kSmallGroup rows; longer runs go to the queue.
+/// Statistics of the short run [start, end), walked in run order by one thread (the order of the
+/// CPU reference's sums).
+__device__ __forceinline__ GroupStats short_run_stats(const GroupRuns& in, const OutcomeParams& p, std::int64_t start,
+                                                      std::int64_t end) {
+  GroupStats g;
+  g.size = end - start;
+  GroupSums sums;
+  for (std::int64_t j = start; j < end; ++j) sums.add(in, p, j);
+  finish_mean(g, sums.sum, sums.weighted, sums.total_length);
+  if (is_vectorized(p)) finish_batch_order(g, in, start, end, p.epsilon);
+  if (needs_std(p)) {
+    double squares = 0;
+    for (std::int64_t j = start; j < end; ++j) {
+      const double d = static_cast<double>(in.score_at(j)) - static_cast<double>(g.mean);
+      squares += d * d;
+    }
+    finish_std(g, squares);
+  }
+  if (p.estimator == OutcomeEstimator::grpo_passk) {
+    std::int64_t best = start;
+    for (std::int64_t j = start + 1; j < end; ++j)
+      if (in.score_at(j) > in.score_at(best)) best = j;
+    float runner_up = -INFINITY;
+    for (std::int64_t j = start; j < end; ++j)
+      if (j != best) runner_up = MaxIgnoringNaN{}(runner_up, in.score_at(j));
+    g.best_row = in.row_at(best);
+    g.margin = g.size < 2 ? NAN : in.score_at(best) - runner_up;  // verl raises for a group of one
+  }
+  return g;
+}
+
+/// One thread per run position: it finds its run (at most kSmallGroup rows), computes the run's
+/// statistics itself and writes its own row. Every row of a run repeats the same cached reads and
+/// arithmetic, which measured faster on an H200 than one thread per run head (idle lanes, and a
+/// run's rows written by one thread) and than a block staging its tile in shared memory with the
+/// heads compacted (one busy warp per block, the others waiting at the barrier): a run's
+/// statistics are a chain of dependent double-precision steps, and this form keeps the most warps
+/// in flight to hide it. Longer runs are queued by their head for large_groups_kernel.
 VERL_HEADER_KERNEL void small_groups_kernel(GroupRuns in, OutcomeParams p, const unsigned long long* nonzero,
                                     float* __restrict out, std::int64_t* large_starts, unsigned int* large_count) {
   const float alpha = gpg_alpha_of(nonzero, in.n);
   for (std::int64_t k = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; k < in.n;
        k += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    if (!in.is_head(k)) continue;
     const std::int64_t key = in.keys[k];
+    std::int64_t start = k;
+    while (start > 0 && k - start < kSmallGroup && in.keys[start - 1] == key) --start;
+    const bool long_before = start > 0 && k - start == kSmallGroup && in.keys[start - 1] == key;
     std::int64_t end = k + 1;
-    while (end < in.n && end - k <= kSmallGroup && in.keys[end] == key) ++end;
-    if (end - k > kSmallGroup) {
-      large_starts[atomicAdd(large_count, 1u)] = k;
+    while (end < in.n && end - start <= kSmallGroup && in.keys[end] == key) ++end;
+    if (long_before || end - start > kSmallGroup) {  // more than kSmallGroup rows: a block's work
+      if (k == start && !long_before) large_starts[atomicAdd(large_count, 1u)] = k;
       continue;
     }
-    GroupStats g;
-    g.size = end - k;
-    GroupSums sums;
-    for (std::int64_t j = k; j < end; ++j) sums.add(in, p, j);
-    finish_mean(g, sums.sum, sums.weighted, sums.total_length);
-    if (is_vectorized(p)) finish_batch_order(g, in, k, end, p.epsilon);
-    if (needs_std(p)) {
-      double squares = 0;
-      for (std::int64_t j = k; j < end; ++j) {
-        const double d = static_cast<double>(in.scores[in.row_at(j)]) - static_cast<double>(g.mean);
-        squares += d * d;
-      }
-      finish_std(g, squares);
-    }
-    if (p.estimator == OutcomeEstimator::grpo_passk) {
-      std::int64_t best = k;
-      for (std::int64_t j = k + 1; j < end; ++j)
-        if (in.scores[in.row_at(j)] > in.scores[in.row_at(best)]) best = j;
-      float runner_up = -INFINITY;
-      for (std::int64_t j = k; j < end; ++j)
-        if (j != best) runner_up = MaxIgnoringNaN{}(runner_up, in.scores[in.row_at(j)]);
-      g.best_row = in.row_at(best);
-      g.margin = g.size < 2 ? NAN : in.scores[g.best_row] - runner_up;  // verl raises for a group of one
-    }
-    for (std::int64_t j = k; j < end; ++j) {
-      const std::int64_t row = in.row_at(j);
-      out[row] = outcome_scalar(p, in.scores[row], g, alpha, row);
-    }
+    const GroupStats g = short_run_stats(in, p, start, end);
+    const std::int64_t row = in.row_at(k);
+    out[row] = outcome_scalar(p, in.score_at(k), g, alpha, row);
   }
 }
 
@@ -448,8 +463,12 @@ __host__ __device__ inline WhitenStats whiten_stats_of(const Moments& total) {
   return WhitenStats{n, mean, inv_std};
 }
 
-VERL_HEADER_KERNEL void finish_whiten_kernel(const Moments* __restrict rows_moments, std::int64_t rows, WhitenStats* stats) {
-  using Reduce = cub::BlockReduce<Moments, kThreads>;
+/// One block of kFinishThreads: a merge costs a double division, so more threads with fewer
+/// merges each (4096 rows: 4 merges a thread, not 16).
+inline constexpr int kFinishThreads = 1024;
+VERL_HEADER_KERNEL void __launch_bounds__(kFinishThreads)
+    finish_whiten_kernel(const Moments* __restrict rows_moments, std::int64_t rows, WhitenStats* stats) {
+  using Reduce = cub::BlockReduce<Moments, kFinishThreads>;
   __shared__ typename Reduce::TempStorage temp;
   Moments local{0, 0, 0};
   for (std::int64_t i = threadIdx.x; i < rows; i += blockDim.x) local = merge(local, rows_moments[i]);
@@ -464,12 +483,25 @@ VERL_HEADER_KERNEL void whiten_apply_kernel(const float* values, const float* __
                                     const WhitenStats* stats, bool zero_masked, bool add_mean,
                                     float* out) {  // out may be values
   const float mean = stats->mean, inv_std = stats->inv_std;
-  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    float w = (values[i] - mean) * inv_std;
+  const auto whiten = [&](float v, float m) {
+    float w = (v - mean) * inv_std;
     if (add_mean) w = add_rn(w, mean);
-    out[i] = zero_masked ? w * mask[i] : w;
+    return zero_masked ? w * m : w;
+  };
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+  const std::int64_t first = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
+  // 16-byte accesses when the arrays allow them (four times the bytes in flight per load), then
+  // the last n % 4 elements one by one.
+  const bool vector = reinterpret_cast<std::uintptr_t>(values) % 16 == 0 &&
+                      reinterpret_cast<std::uintptr_t>(out) % 16 == 0 &&
+                      (!zero_masked || reinterpret_cast<std::uintptr_t>(mask) % 16 == 0);
+  const std::int64_t body = vector ? n / 4 : 0;
+  for (std::int64_t i = first; i < body; i += stride) {
+    const float4 v = reinterpret_cast<const float4*>(values)[i];
+    const float4 m = zero_masked ? reinterpret_cast<const float4*>(mask)[i] : make_float4(1.0f, 1.0f, 1.0f, 1.0f);
+    reinterpret_cast<float4*>(out)[i] = make_float4(whiten(v.x, m.x), whiten(v.y, m.y), whiten(v.z, m.z), whiten(v.w, m.w));
   }
+  for (std::int64_t i = 4 * body + first; i < n; i += stride) out[i] = whiten(values[i], zero_masked ? mask[i] : 1.0f);
 }
 
 /// Per-row moments of a_i broadcast over the mask: n_i copies of a_i (REINFORCE++ with baseline).
@@ -597,16 +629,40 @@ inline constexpr int kScanTile = kThreads * kScanItems;
 
 /// Shared-memory index with one pad per 32 floats: thread k touches j ~ c - 8k, conflict-free.
 __device__ __forceinline__ int padded(int j) { return j + (j >> 5); }
+/// Four consecutive floats from j (a multiple of 4: never across a pad) into / out of a padded tile.
+__device__ __forceinline__ void store4(float* tile, int j, float4 x) {
+  float* at = tile + padded(j);
+  at[0] = x.x;
+  at[1] = x.y;
+  at[2] = x.z;
+  at[3] = x.w;
+}
+__device__ __forceinline__ float4 load4(const float* tile, int j) {
+  const float* at = tile + padded(j);
+  return make_float4(at[0], at[1], at[2], at[3]);
+}
+
+/// Whether every row of (rows, cols) starts 16-byte aligned in each of these arrays.
+inline bool rows_are_float4_aligned(std::int64_t cols, std::initializer_list<const void*> arrays) {
+  if (cols % 4 != 0) return false;
+  for (const void* a : arrays)
+    if (a != nullptr && reinterpret_cast<std::uintptr_t>(a) % 16 != 0) return false;
+  return true;
+}
 
 /// One block per row (grid-stride), tiles of kScanTile tokens from the end of the row. Inputs
 /// in0..in2 (rewards, values or nullptr, mask); outputs out0 (advantage-like), out1 (returns).
 /// When R::kHasMoments, the masked moments of out0 of each row go to row_moments.
 template <class R>
-__global__ void __launch_bounds__(kThreads) reverse_scan_kernel(R rec, std::int64_t rows, std::int64_t cols,
+// At most 64 registers, so that four blocks share an SM (the shared tiles allow four): with 120
+// registers only two did, and one block's load phase could not cover another's scan (33% of DRAM
+// bandwidth on an H200).
+__global__ void __launch_bounds__(kThreads, 4) reverse_scan_kernel(R rec, std::int64_t rows, std::int64_t cols,
                                                                 const float* __restrict rewards,
                                                                 const float* __restrict values,
                                                                 const float* __restrict mask, float* __restrict out0,
-                                                                float* __restrict out1, Moments* __restrict row_moments) {
+                                                                float* __restrict out1, Moments* __restrict row_moments,
+                                                                bool vector_rows) {
   using Map = typename R::Map;
   using State = typename R::State;
   using Scan = cub::BlockScan<Map, kThreads>;
@@ -625,10 +681,24 @@ __global__ void __launch_bounds__(kThreads) reverse_scan_kernel(R rec, std::int6
     for (std::int64_t tile_end = cols; tile_end > 0; tile_end -= kScanTile) {
       const std::int64_t tile_begin = tile_end > kScanTile ? tile_end - kScanTile : 0;
       const int width = static_cast<int>(tile_end - tile_begin);
-      for (int j = tid; j < width; j += kThreads) {
-        tile_r[padded(j)] = rewards[base + tile_begin + j];
-        tile_v[padded(j)] = values != nullptr ? values[base + tile_begin + j] : 0.0f;
-        tile_m[padded(j)] = mask[base + tile_begin + j];
+      // 16-byte loads where rows allow them: four times the bytes in flight per load, which is
+      // what keeps a tile's load phase near the copy bandwidth.
+      if (vector_rows) {
+        for (int j = 4 * tid; j < width; j += 4 * kThreads) {
+          const float4 r = *reinterpret_cast<const float4*>(rewards + base + tile_begin + j);
+          const float4 v = values != nullptr ? *reinterpret_cast<const float4*>(values + base + tile_begin + j)
+                                             : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+          const float4 m = *reinterpret_cast<const float4*>(mask + base + tile_begin + j);
+          store4(tile_r, j, r);
+          store4(tile_v, j, v);
+          store4(tile_m, j, m);
+        }
+      } else {
+        for (int j = tid; j < width; j += kThreads) {
+          tile_r[padded(j)] = rewards[base + tile_begin + j];
+          tile_v[padded(j)] = values != nullptr ? values[base + tile_begin + j] : 0.0f;
+          tile_m[padded(j)] = mask[base + tile_begin + j];
+        }
       }
       __syncthreads();
       // Thread k owns [hi - kScanItems, hi) counted from the tile's end: thread 0 the last tokens.
@@ -652,9 +722,16 @@ __global__ void __launch_bounds__(kThreads) reverse_scan_kernel(R rec, std::int6
       }
       carry = R::apply(whole, carry);
       __syncthreads();
-      for (int j = tid; j < width; j += kThreads) {
-        out0[base + tile_begin + j] = tile_r[padded(j)];
-        out1[base + tile_begin + j] = tile_v[padded(j)];
+      if (vector_rows) {
+        for (int j = 4 * tid; j < width; j += 4 * kThreads) {
+          *reinterpret_cast<float4*>(out0 + base + tile_begin + j) = load4(tile_r, j);
+          *reinterpret_cast<float4*>(out1 + base + tile_begin + j) = load4(tile_v, j);
+        }
+      } else {
+        for (int j = tid; j < width; j += kThreads) {
+          out0[base + tile_begin + j] = tile_r[padded(j)];
+          out1[base + tile_begin + j] = tile_v[padded(j)];
+        }
       }
       __syncthreads();
     }
@@ -674,8 +751,8 @@ inline unsigned row_grid(std::int64_t rows) {
 inline void whiten_rows(const Moments* row_moments, std::int64_t rows, std::int64_t cols, const float* values,
                         const float* mask, bool zero_masked, WhitenStats* stats, float* out, cudaStream_t stream,
                         bool add_mean = false) {
-  finish_whiten_kernel<<<1, kThreads, 0, stream>>>(row_moments, rows, stats);
-  whiten_apply_kernel<<<grid_for(rows * cols, kThreads), kThreads, 0, stream>>>(values, mask, rows * cols, stats,
+  finish_whiten_kernel<<<1, kFinishThreads, 0, stream>>>(row_moments, rows, stats);
+  whiten_apply_kernel<<<grid_for((rows * cols + 3) / 4, kThreads, 4096u), kThreads, 0, stream>>>(values, mask, rows * cols, stats,
                                                                                  zero_masked, add_mean, out);
 }
 
@@ -710,7 +787,7 @@ inline void outcome_scalars(void* temp, std::size_t& temp_bytes, const OutcomePa
   detail::small_groups_kernel<<<detail::grid_for(rows, detail::kThreads), detail::kThreads, 0, stream>>>(
       runs, params, nonzero, scalars, large_starts, large_count);
   // Enough blocks for every queued run when there are few, a grid-stride loop when there are many.
-  const auto large_blocks = static_cast<unsigned>(std::min<std::int64_t>(rows / (detail::kSmallGroup + 1) + 1, 1024));
+  const auto large_blocks = static_cast<unsigned>(std::min<std::int64_t>(rows / (detail::kSmallGroup + 1) + 1, 256));
   detail::large_groups_kernel<<<large_blocks, detail::kThreads, 0, stream>>>(runs, params, nonzero, scalars,
                                                                                large_starts, large_count);
   VERL_CUDA_CHECK(cudaGetLastError());
@@ -744,7 +821,7 @@ inline void outcome_advantages(void* temp, std::size_t& temp_bytes, const Outcom
   if (params.estimator == OutcomeEstimator::reinforce_plus_plus_baseline) {
     detail::broadcast_moments_kernel<<<detail::grid_for(rows, detail::kThreads), detail::kThreads, 0, stream>>>(
         scalars, lengths, rows, moments);
-    detail::finish_whiten_kernel<<<1, detail::kThreads, 0, stream>>>(moments, rows, stats);
+    detail::finish_whiten_kernel<<<1, detail::kFinishThreads, 0, stream>>>(moments, rows, stats);
     detail::whiten_broadcast_kernel<<<grid, detail::kThreads, 0, stream>>>(scalars, response_mask, rows, cols, stats,
                                                                             advantages, returns);
   } else {
@@ -771,7 +848,8 @@ void scan_then_whiten(void* temp, std::size_t& temp_bytes, Recurrence recurrence
   if (rows == 0) return;
   if (stats == nullptr) stats = own_stats;
   reverse_scan_kernel<Recurrence><<<row_grid(rows), kThreads, 0, stream>>>(
-      recurrence, rows, cols, token_level_rewards, values, response_mask, advantages, returns, moments);
+      recurrence, rows, cols, token_level_rewards, values, response_mask, advantages, returns, moments,
+      rows_are_float4_aligned(cols, {token_level_rewards, values, response_mask, advantages, returns}));
   whiten_rows(moments, rows, cols, whiten_returns ? returns : advantages, response_mask,
               /*zero_masked=*/whiten_returns, stats, advantages, stream);
   VERL_CUDA_CHECK(cudaGetLastError());
@@ -808,7 +886,8 @@ inline void remax_advantages(const float* token_level_rewards, const float* resp
   if (rows == 0) return;
   detail::reverse_scan_kernel<detail::RemaxRecurrence><<<detail::row_grid(rows), detail::kThreads, 0, stream>>>(
       detail::RemaxRecurrence{reward_baselines}, rows, cols, token_level_rewards, nullptr, response_mask, advantages,
-      returns, nullptr);
+      returns, nullptr,
+      detail::rows_are_float4_aligned(cols, {token_level_rewards, response_mask, advantages, returns}));
   VERL_CUDA_CHECK(cudaGetLastError());
 }
 
