@@ -179,7 +179,8 @@ TEST(Config, NamesAndRangesAreValidated) {
             std::string::npos);
   EXPECT_NE(error_of({"data.train_batch_size=0"}).find("data.train_batch_size: expected a positive integer, got 0"),
             std::string::npos);
-  EXPECT_NE(error_of({"algorithm.kl_penalty=k3+"}).find("not implemented by verl"), std::string::npos);
+  EXPECT_NE(error_of({"algorithm.kl_penalty=full"}).find("not implemented by verl"), std::string::npos);
+  EXPECT_EQ(with({"actor_rollout_ref.actor.kl_loss_type=low_var_kl+"}).actor_rollout_ref.actor.kl_loss_type, "low_var_kl+");
   // verl's deprecated warmup_style still selects the schedule.
   EXPECT_EQ(with({"actor_rollout_ref.actor.optim.warmup_style=cosine"}).actor_rollout_ref.actor.optim.lr_scheduler_type,
             "cosine");

@@ -125,7 +125,8 @@ TEST(KLPenalty, BatchFunctionsApplyTheEstimatorElementWise) {
     const auto estimator = make_kl_estimator(name);
     EXPECT_EQ(name_of(estimator), name);
     const MatrixF kl = kl_penalty(lp, ref, name);
-    const MatrixF forward = kl_penalty_forward(lp, ref, estimator);
+    // verl's kl_penalty_forward takes the stems only; the typed call takes every estimator.
+    const MatrixF forward = std::visit([&](const auto& e) { return kl_penalty_forward(lp, ref, e); }, estimator);
     const auto grad = kl_penalty_backward(lp, ref, cot, estimator);
     ASSERT_EQ(kl.rows(), 2);
     ASSERT_EQ(kl.cols(), 3);
@@ -200,16 +201,35 @@ TEST(KLRegistry, UnknownNamesListTheValidOnes) {
   for (auto name : kl_penalty_names) EXPECT_NE(msg.find(std::string(name)), std::string::npos) << msg;
 }
 
-TEST(KLRegistry, StraightThroughAndFullAreNotImplementedAsInVerl) {
-  for (const char* name : {"k1+", "k3+", "low_var_kl+", "abs+", "mse+", "k2+", "kl+", "full"}) {
-    const std::string msg = message_of<NotImplemented>([&] { (void)make_kl_estimator(name); });
-    EXPECT_NE(msg.find(name), std::string::npos) << msg;
+TEST(KLRegistry, StraightThroughNamesHaveTheStemsValueAndTheGradientOfK2) {
+  // verl 0.9.1: k2 - k2.detach() + stem.detach() for a name ending in '+'.
+  MatrixF lp(2, 4), ref(2, 4), cot(2, 4);
+  lp << -1.0f, -0.5f, -2.0f, -30.0f, -0.1f, -3.0f, -1.0f, 0.0f;
+  ref << -1.5f, -0.5f, -1.0f, -0.2f, -2.0f, -0.2f, -1.25f, -40.0f;  // both of k3's clamps included
+  cot << 0.5f, -1.0f, 0.25f, 1.0f, 2.0f, -0.75f, 3.0f, -2.0f;
+  for (const char* stem : {"kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3"}) {
+    const std::string name = std::string(stem) + "+";
+    const AnyKLEstimator plus = make_kl_estimator(name);
+    EXPECT_EQ(name_of(plus), name);
+    EXPECT_EQ(kl_penalty(lp, ref, name), kl_penalty(lp, ref, stem)) << name;
+    // verl's kl_penalty_forward raises NotImplementedError for a '+' name; kl_penalty takes it.
+    const std::string forward_error = message_of<NotImplemented>([&] { (void)kl_penalty_forward(lp, ref, name); });
+    EXPECT_NE(forward_error.find("kl_penalty_forward: '" + name + "'"), std::string::npos) << forward_error;
+    const auto grad = kl_penalty_backward(lp, ref, cot, plus);
+    const auto k2 = kl_penalty_backward(lp, ref, cot, make_kl_estimator("k2"));
+    EXPECT_EQ(grad.logprob, k2.logprob) << name;
+    EXPECT_EQ(grad.ref_logprob, k2.ref_logprob) << name;
+    // (lp - ref) * cot, checked against the formula itself too.
+    for (Index i = 0; i < 2; ++i)
+      for (Index j = 0; j < 4; ++j) EXPECT_FLOAT_EQ(grad.logprob(i, j), (lp(i, j) - ref(i, j)) * cot(i, j)) << name;
   }
-  MatrixF lp = MatrixF::Zero(2, 3);
-  EXPECT_THROW((void)kl_penalty(lp, lp, "k3+"), NotImplemented);
-  EXPECT_THROW((void)kl_penalty_forward(lp, lp, "full"), NotImplemented);
-  // '+' after an unknown stem is just an unknown name.
+  // "full" stays verl's NotImplementedError; '+' after an unknown stem is an unknown name.
+  const std::string msg = message_of<NotImplemented>([] { (void)make_kl_estimator("full"); });
+  EXPECT_NE(msg.find("full"), std::string::npos) << msg;
+  MatrixF zeros = MatrixF::Zero(2, 3);
+  EXPECT_THROW((void)kl_penalty_forward(zeros, zeros, "full"), NotImplemented);
   EXPECT_THROW((void)make_kl_estimator("foo+"), InvalidArgument);
+  EXPECT_THROW((void)make_kl_estimator("k3++"), InvalidArgument);
 }
 
 TEST(KLRegistry, KeepsTheEstimatorsKnobs) {

@@ -74,7 +74,11 @@ TEST(ApplyKLPenalty, RuntimeNamesMatchThePolicies) {
   const auto by_type = apply_kl_penalty(b.scores, b.old_lp, b.ref_lp, b.mask, fixed, LowVarKL{});
   EXPECT_EQ(by_name.token_level_rewards, by_type.token_level_rewards);
   EXPECT_EQ(by_name.current_kl, by_type.current_kl);
-  EXPECT_THROW((void)apply_kl_penalty(b.scores, b.old_lp, b.ref_lp, b.mask, any, "k3+"), NotImplemented);
+  // A straight-through name differs from its stem in the gradient only: the same rewards.
+  const auto plus = apply_kl_penalty(b.scores, b.old_lp, b.ref_lp, b.mask, any, "k3+");
+  const auto stem = apply_kl_penalty(b.scores, b.old_lp, b.ref_lp, b.mask, any, "k3");
+  EXPECT_EQ(plus.token_level_rewards, stem.token_level_rewards);
+  EXPECT_EQ(plus.current_kl, stem.current_kl);
   EXPECT_THROW((void)apply_kl_penalty(b.scores, b.old_lp, b.ref_lp, b.mask, any, "nope"), InvalidArgument);
 }
 

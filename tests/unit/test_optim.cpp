@@ -240,6 +240,17 @@ TEST(Schedules, MatchTorchLambdaLR) {
   }
 }
 
+TEST(Schedules, CosineCountsStepsFromOneWhenNotZeroIndexed) {
+  // verl 0.9.1's zero_indexed_step=False: the multiplier of step s is the zero-indexed one of s + 1.
+  for (const std::int64_t warmup : {0, 3}) {
+    CosineWithWarmup zero_indexed(warmup, 20, 0.1, 0.5, 0.2), one_indexed = zero_indexed;
+    one_indexed.zero_indexed_step = false;
+    for (std::int64_t step = 0; step < 25; ++step)
+      EXPECT_EQ(one_indexed.multiplier(step), zero_indexed.multiplier(step + 1)) << "warmup " << warmup << " step " << step;
+    EXPECT_EQ(zero_indexed.multiplier(0), warmup > 0 ? 0.2 : 1.0);  // init_lr_ratio, or the cosine's top
+  }
+}
+
 TEST(Schedules, WarmupStepsFollowVerl) {
   EXPECT_EQ(resolve_warmup_steps(10, 0.5, 100), 10);
   EXPECT_EQ(resolve_warmup_steps(-1, 0.0, 100), 0);

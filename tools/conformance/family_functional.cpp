@@ -12,6 +12,7 @@
 #include "handlers.hpp"
 #include "verl/algo/entropy_loss.hpp"
 #include "verl/algo/functional.hpp"
+#include "verl/optim/schedules.hpp"
 
 namespace verl::conformance {
 namespace {
@@ -43,6 +44,11 @@ class Outputs {
   void scalar(const std::string& key, double got) {
     compared_.insert(key);
     check_.scalar(key, as_fixture_decimal(static_cast<float>(got)), case_.tolerance());
+  }
+  /// A plain JSON list of doubles (a Python list of floats in verl).
+  void number_list(const std::string& key, const std::vector<double>& got) {
+    compared_.insert(key);
+    check_.number_list(key, got, case_.tolerance());
   }
   ~Outputs() {
     try {
@@ -167,6 +173,21 @@ void entropy_loss(const GoldenCase& c, CaseCheck& check) {
   out.tensor("grad:logits", loss.grad_logits);
 }
 
+/// verl's get_cosine_schedule_with_warmup: the LambdaLR multiplier at each of `current_step`.
+void cosine_schedule(const GoldenCase& c, CaseCheck& check) {
+  const json& args = c.args();
+  optim::CosineWithWarmup schedule(args.at("num_warmup_steps").get<std::int64_t>(),
+                                   args.at("num_training_steps").get<std::int64_t>(),
+                                   optional_number(args, "min_lr_ratio").value_or(0.0),
+                                   optional_number(args, "num_cycles").value_or(0.5),
+                                   optional_number(args, "init_lr_ratio").value_or(0.0));
+  if (args.contains("zero_indexed_step")) schedule.zero_indexed_step = args.at("zero_indexed_step").get<bool>();
+  std::vector<double> multipliers;
+  for (const json& step : c.inputs().at("current_step")) multipliers.push_back(schedule.multiplier(step.get<std::int64_t>()));
+  Outputs out(c, check);
+  out.number_list("lr_lambda", multipliers);
+}
+
 void register_functional(HandlerTable& table) {
   for (const char* fn : {"logprobs_from_logits", "logprobs_from_logits_v2", "logprobs_from_logits_naive"}) table[fn] = logprobs;
   table["entropy_from_logits"] = entropy;
@@ -180,6 +201,7 @@ void register_functional(HandlerTable& table) {
   table["clip_by_value"] = clip_by_value;
   table["get_response_mask"] = response_mask;
   table["compute_entropy_loss"] = entropy_loss;
+  table["get_cosine_schedule_with_warmup"] = cosine_schedule;
 }
 
 const Registrar registrar{register_functional};

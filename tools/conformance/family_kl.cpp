@@ -25,26 +25,6 @@ void require_known_outputs(const GoldenCase& c, CaseCheck& check, std::initializ
   }
 }
 
-/// outputs[key] is a plain JSON list of doubles (CaseCheck::tensor reads tensor objects and single
-/// numbers only), compared element-wise under `tol`.
-void compare_number_list(const GoldenCase& c, CaseCheck& check, const std::string& key, const std::vector<double>& got,
-                         testing::Tolerance tol) {
-  if (!c.output_is_checkable(key)) return;
-  const auto& want = c.outputs().at(key);
-  if (!want.is_array() || want.size() != got.size()) {
-    check.fail(key, fmt::format("{}: expected {} values, got {}", key, want.is_array() ? want.size() : 1, got.size()));
-    return;
-  }
-  for (std::size_t i = 0; i < got.size(); ++i) {
-    const double w = testing::detail::json_number(want[i]);
-    const double allowed = tol.atol + tol.rtol * std::abs(w);
-    const bool same_non_finite = (std::isnan(w) && std::isnan(got[i])) || (std::isinf(w) && got[i] == w);
-    if (!same_non_finite && !(std::abs(got[i] - w) <= allowed))
-      check.fail(key, fmt::format("{}[{}]: got {:.17g}, want {:.17g} (allowed {:.3g})", key, i, got[i], w, allowed),
-                 std::abs(got[i] - w) - allowed);
-  }
-}
-
 void compute_rewards_case(const GoldenCase& c, CaseCheck& check) {
   require_known_outputs(c, check, {"rewards"});
   const auto rewards = algo::compute_rewards(c.input_tensor("token_level_scores").matrix<float>(),
@@ -90,7 +70,7 @@ void run_controller(const GoldenCase& c, CaseCheck& check, Controller& controlle
     algo::update_kl_controller(controller, kls[i].get<double>(), steps[i].get<std::int64_t>());
     values.push_back(algo::kl_coefficient(controller));
   }
-  compare_number_list(c, check, "values", values, tol);
+  check.number_list("values", values, tol);
 }
 
 void adaptive_controller_case(const GoldenCase& c, CaseCheck& check) {

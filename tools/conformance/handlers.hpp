@@ -4,10 +4,14 @@
 // static Registrar, so a runner can be linked with any subset of families.
 #pragma once
 
+#include <fmt/format.h>
+
+#include <cmath>
 #include <functional>
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "verl/testing/golden.hpp"
 

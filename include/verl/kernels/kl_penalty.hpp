@@ -14,12 +14,32 @@ namespace verl::kernels {
 /// The kernels' KL parameter: the formula of one of algo's KL types.
 using KlType = algo::KLFormula;
 
+namespace detail {
+template <class E>
+constexpr bool is_straight_through() {
+  if constexpr (requires { E::straight_through; }) return E::straight_through;
+  return false;
+}
+}  // namespace detail
+
 /// The formula of verl's KL type `name` (algo::KLEstimators' names: kl/k1, abs, mse/k2,
-/// low_var_kl/k3). The '+' straight-through names are rejected, as verl's kl_penalty_forward does.
+/// low_var_kl/k3). The kernels have no straight-through gradient yet: a '+' name is refused here
+/// (verl::NotImplemented) rather than given its stem's gradient.
 inline KlType parse_kl_type(std::string_view name) {
   KlType type{};
-  if (visit_by_name(algo::KLEstimators{}, name, [&](auto estimator) { type = decltype(estimator)::type::formula; }))
+  bool straight_through = false;
+  if (visit_by_name(algo::KLEstimators{}, name, [&](auto estimator) {
+        using E = typename decltype(estimator)::type;
+        type = E::formula;
+        straight_through = detail::is_straight_through<E>();
+      })) {
+    if (straight_through)
+      verl::detail::throw_not_implemented(
+          "kl_penalty: '{}' (the value of '{}' with the gradient of k2) has no CUDA kernel yet; use the CPU "
+          "functions of verl::algo",
+          name, name.substr(0, name.size() - 1));
     return type;
+  }
   verl::detail::throw_invalid_argument("kl_penalty: expected one of {}, got '{}'", joined_names_of<algo::KLEstimators>(),
                                        name);
 }

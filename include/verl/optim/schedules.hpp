@@ -42,6 +42,9 @@ struct CosineWithWarmup {
   double min_lr_ratio = 0.0;
   double num_cycles = 0.5;
   double init_lr_ratio = 0.0;
+  /// verl 0.9.1's optim.zero_indexed_step: false counts steps from 1 (the multiplier of step s is
+  /// the zero-indexed one of s + 1).
+  bool zero_indexed_step = true;
 
   CosineWithWarmup() = default;
   CosineWithWarmup(std::int64_t warmup_steps, std::int64_t training_steps, double min_ratio = 0.0,
@@ -59,6 +62,7 @@ struct CosineWithWarmup {
   }
 
   [[nodiscard]] double multiplier(std::int64_t step) const {
+    if (!zero_indexed_step) ++step;
     if (step < num_warmup_steps) {
       return init_lr_ratio + (1.0 - init_lr_ratio) * (static_cast<double>(step) /
                                                       static_cast<double>(std::max<std::int64_t>(1, num_warmup_steps)));

@@ -219,6 +219,20 @@ class CaseCheck {
     compare_number(key, -1, got, detail::json_number(case_->outputs().at(key)), tol);
   }
 
+  /// outputs[key] as a plain JSON list of numbers (a Python list of floats: the KL controller's
+  /// values, the learning-rate multipliers), compared element-wise under `tol`.
+  void number_list(const std::string& key, const std::vector<double>& got, Tolerance tol) {
+    if (!case_->output_is_checkable(key)) return;
+    ++comparisons_;
+    const json& want = case_->outputs().at(key);
+    if (!want.is_array() || want.size() != got.size()) {
+      fail(key, fmt::format("{}: expected {} values, got {}", key, want.is_array() ? want.size() : 1, got.size()));
+      return;
+    }
+    for (std::size_t i = 0; i < got.size(); ++i)
+      compare_number(key, static_cast<Index>(i), got[i], detail::json_number(want[i]), tol);
+  }
+
   /// Exact comparison of any JSON value (strings, integers, booleans, null, lists).
   void exact(const std::string& key, const json& got) {
     if (!case_->output_is_checkable(key)) return;

@@ -5,11 +5,13 @@
 //   abs              |lp - ref|
 //   mse / k2         0.5 (lp - ref)^2
 //   low_var_kl / k3  clamp(exp(x) - x - 1, -10, 10) with x = clamp(ref - lp, -20, 20)
+//   <name>+          the value of <name>, the gradient of k2 (verl's straight-through names)
 //
 // The string names ("kl", "k3", ...) are resolved by verl/algo/kl_registry.hpp.
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -124,8 +126,38 @@ struct K3 : LowVarKL {
   static constexpr std::string_view name = "k3";
 };
 
+namespace detail {
+/// E::name followed by '+', as constant storage for a string_view.
+template <class E>
+inline constexpr auto straight_through_name = [] {
+  std::array<char, E::name.size() + 1> text{};
+  for (std::size_t i = 0; i < E::name.size(); ++i) text[i] = E::name[i];
+  text[E::name.size()] = '+';
+  return text;
+}();
+}  // namespace detail
+
+/// verl's straight-through variant of a KL type, named with a trailing '+' ("k3+", "low_var_kl+"):
+/// the value of E and the gradient of k2, as verl computes it,
+///   k2 - k2.detach() + E.detach(),  k2 = 0.5 (lp - ref)^2,
+/// whose forward is E's estimate exactly and whose gradient is (lp - ref) times the cotangent:
+/// E's estimate without its bias in the gradient (Schulman's k3 has a gradient whose expectation
+/// is not the KL's; k2's is).
+template <class E>
+struct StraightThrough : E {
+  static constexpr std::string_view name{detail::straight_through_name<E>.data(),
+                                         detail::straight_through_name<E>.size()};
+  /// Forward formula of E; the kernels take the gradient from here.
+  static constexpr bool straight_through = true;
+  template <std::floating_point T>
+  T grad_logprob(T logprob, T ref_logprob, T cotangent) const {
+    return MSE{}.grad_logprob(logprob, ref_logprob, cotangent);
+  }
+};
+
 static_assert(KLEstimator<KL> && KLEstimator<K1> && KLEstimator<Abs> && KLEstimator<MSE> && KLEstimator<K2> &&
-              KLEstimator<LowVarKL> && KLEstimator<K3>);
+              KLEstimator<LowVarKL> && KLEstimator<K3> && KLEstimator<StraightThrough<K3>>);
+static_assert(StraightThrough<LowVarKL>::name == "low_var_kl+");
 
 /// d(sum(cotangent * kl)) / d logprob and / d ref_logprob.
 template <class Scalar>
@@ -288,9 +320,8 @@ RowMatrix<typename LD::Scalar> kl_penalty_forward(const Eigen::MatrixBase<LD>& l
   return kl;
 }
 
-/// verl's kl_penalty. verl adds a straight-through k2 gradient for names ending in '+', but at
-/// the pinned commit kl_penalty_forward rejects those names first, so kl_penalty and
-/// kl_penalty_forward agree for every type that verl accepts.
+/// verl's kl_penalty: the estimate of kl_penalty_forward (for a '+' name, the estimate of its
+/// stem: StraightThrough differs from its stem in the gradient only).
 template <class LD, class RD, KLEstimator E>
 RowMatrix<typename LD::Scalar> kl_penalty(const Eigen::MatrixBase<LD>& logprob,
                                           const Eigen::MatrixBase<RD>& ref_logprob, const E& estimator) {

@@ -13,9 +13,12 @@
 
 namespace verl::algo {
 
-/// verl's KL types (kl_penalty's names), in its order: the one list of the family. The variant,
-/// the names and make_kl_estimator derive from it.
-using KLEstimators = TypeList<KL, K1, Abs, MSE, K2, LowVarKL, K3>;
+/// verl's KL types (kl_penalty's names), in its order, then their straight-through variants
+/// ("kl+", ... "k3+": the value of the stem, the gradient of k2): the one list of the family. The
+/// variant, the names and make_kl_estimator derive from it.
+using KLEstimators =
+    TypeList<KL, K1, Abs, MSE, K2, LowVarKL, K3, StraightThrough<KL>, StraightThrough<K1>, StraightThrough<Abs>,
+             StraightThrough<MSE>, StraightThrough<K2>, StraightThrough<LowVarKL>, StraightThrough<K3>>;
 
 /// One of verl's KL types, chosen at run time. Visit it once per batch, never per element.
 using AnyKLEstimator = variant_of_t<KLEstimators>;
@@ -32,20 +35,12 @@ inline bool make_kl_estimator_named(std::string_view name, AnyKLEstimator& out) 
 }  // namespace detail
 
 /// The estimator verl's kl_penalty uses for `kl_penalty` ("kl", "k1", "abs", "mse", "k2",
-/// "low_var_kl", "k3"). Names verl knows but does not implement at the pinned commit (the
-/// straight-through variants "k1+", "k3+", ... and "full") throw verl::NotImplemented, as verl
-/// does; any other name throws verl::InvalidArgument listing the valid names.
+/// "low_var_kl", "k3", each also with a trailing '+'). "full", which verl names but does not
+/// implement, throws verl::NotImplemented, as verl does; any other name throws
+/// verl::InvalidArgument listing the valid names.
 inline AnyKLEstimator make_kl_estimator(std::string_view kl_penalty) {
   AnyKLEstimator estimator;
   if (detail::make_kl_estimator_named(kl_penalty, estimator)) return estimator;
-  if (kl_penalty.ends_with('+')) {
-    AnyKLEstimator stem;
-    if (detail::make_kl_estimator_named(kl_penalty.substr(0, kl_penalty.size() - 1), stem))
-      verl::detail::throw_not_implemented(
-          "kl_penalty: '{}' (the straight-through k2 gradient) is not implemented by verl at this version: "
-          "kl_penalty_forward does not strip the '+'",
-          kl_penalty);
-  }
   if (kl_penalty == "full")
     verl::detail::throw_not_implemented(
         "kl_penalty: 'full' (KL over the whole vocabulary) is not implemented by verl");
@@ -58,10 +53,17 @@ inline std::string_view name_of(const AnyKLEstimator& estimator) {
   return std::visit([](const auto& e) { return std::string_view(std::decay_t<decltype(e)>::name); }, estimator);
 }
 
+/// verl's kl_penalty_forward, which knows the stems only: a straight-through name ("k3+") throws
+/// verl::NotImplemented, as verl raises NotImplementedError (kl_penalty takes those names).
 template <class LD, class RD>
 RowMatrix<typename LD::Scalar> kl_penalty_forward(const Eigen::MatrixBase<LD>& logprob,
                                                   const Eigen::MatrixBase<RD>& ref_logprob,
                                                   const AnyKLEstimator& estimator) {
+  if (const std::string_view name = name_of(estimator); name.ends_with('+'))
+    verl::detail::throw_not_implemented(
+        "kl_penalty_forward: '{}' is a straight-through name, which verl's kl_penalty takes and its "
+        "kl_penalty_forward does not",
+        name);
   return std::visit([&](const auto& e) { return kl_penalty_forward(logprob, ref_logprob, e); }, estimator);
 }
 
