@@ -178,6 +178,30 @@ TEST(RewardDapo, RemoveBoxedAndLastBoxed) {
   expect_invalid_argument([] { (void)math_dapo::remove_boxed("\\boxed 5"); }, {"s:", "box error"});
 }
 
+TEST(RewardDapo, WithoutAnAnswerLineTheBoxedAnswerDecides) {
+  // verl 0.9.1: no "Answer:" line (the prediction normalises to "[INVALID]") falls back to the
+  // strict check, whose prediction is the box's raw content, compared as is.
+  const auto boxed = math_dapo::compute_score("so \\boxed{4}", "4");
+  EXPECT_TRUE(boxed.acc);
+  EXPECT_EQ(boxed.score, 1.0);
+  EXPECT_EQ(boxed.pred, "4");
+  const auto raw = math_dapo::compute_score("So $x = \\boxed{\\frac12}$", "\\frac{1}{2}");
+  EXPECT_FALSE(raw.acc);  // no normalisation in the strict check
+  EXPECT_EQ(raw.pred, "\\frac12");
+  const auto nothing = math_dapo::compute_score("no answer here", "4");
+  EXPECT_FALSE(nothing.acc);
+  EXPECT_EQ(nothing.pred, "[INVALID]");
+  // A literal "Answer: [INVALID]" normalises the same way: the box decides.
+  EXPECT_TRUE(math_dapo::compute_score("\\boxed{4}\nAnswer: [INVALID]", "4").acc);
+  // An Answer line, even a wrong one, is never overridden by a box.
+  const auto line = math_dapo::compute_score("\\boxed{4}\nAnswer: 5", "4");
+  EXPECT_FALSE(line.acc);
+  EXPECT_EQ(line.pred, "5");
+  // The box must be within the last 100 characters, as in strict mode.
+  EXPECT_FALSE(math_dapo::compute_score("\\boxed{4}" + repeat("\u00e9", 92), "4").acc);
+  EXPECT_TRUE(math_dapo::compute_score("\\boxed{4}" + repeat("\u00e9", 91), "4").acc);
+}
+
 TEST(RewardDapo, ComputeScoreMinervaAndStrict) {
   const auto ok = math_dapo::compute_score("Thus.\nAnswer: $\\frac12$", "\\frac{1}{2}");
   EXPECT_EQ(ok.score, 1.0);

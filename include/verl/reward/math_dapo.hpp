@@ -1,7 +1,8 @@
 // DAPO math reward (verl/utils/reward_score/math_dapo.py): the answer after the last
 // "Answer:" (Minerva-style), normalised and compared with the normalised ground truth; or, in
-// strict mode, the last \boxed{...} of the final 100 characters compared exactly. Scores are
-// +1.0 / -1.0 with `acc` and the prediction, as verl's dict.
+// strict mode, the last \boxed{...} of the final 100 characters compared exactly (also, as in
+// verl 0.9.1, when no "Answer:" line is found and a box is). Scores are +1.0 / -1.0 with `acc`
+// and the prediction, as verl's dict.
 //
 // verl's regular expressions are fixed patterns; each has a hand-written scanner below that
 // reproduces Python `re` on code points (`\s` is Unicode whitespace, `(?i)` folds 's' with
@@ -341,7 +342,10 @@ struct VerifyResult {
   std::optional<std::string> pred;
 };
 
-/// verl's verify: strict boxed comparison or the Minerva check.
+/// verl 0.9.1's verify: the strict boxed comparison, or the Minerva check; when the Minerva check
+/// finds no answer (its prediction normalises to "[INVALID]"), the strict check decides if the
+/// solution has a \boxed{...} in its window (pred is then the box's raw content, compared with
+/// the ground truth as is), else the Minerva result stands.
 inline VerifyResult verify(std::string_view solution_str, std::string_view answer, bool strict_box_verify = false,
                            std::optional<std::span<const std::int64_t>> pause_tokens_index = {}) {
   if (strict_box_verify) {
@@ -349,6 +353,10 @@ inline VerifyResult verify(std::string_view solution_str, std::string_view answe
     return {strict.score == 1, std::move(strict.pred)};
   }
   auto minerva = is_correct_minerva(solution_str, answer);
+  if (minerva.pred == invalid_answer) {
+    auto strict = is_correct_strict_box(solution_str, answer, pause_tokens_index);
+    if (strict.pred) return {strict.score == 1, std::move(strict.pred)};
+  }
   return {minerva.correct, std::move(minerva.pred)};
 }
 
