@@ -331,8 +331,14 @@ TEST(SeqlenBalancing, MicroBatchesRespectTheTokenBudgetCount) {
   const auto plan = rearrange_micro_batches(mask_of(lens, 64), options);
   std::int64_t total = 0;
   for (const auto l : lens) total += l;
-  EXPECT_EQ(plan.num_micro_batches(), ceildiv(total, 128));
+  // verl 0.9.1: from ceil(tokens / budget) up, until every micro-batch fits the budget.
+  EXPECT_GE(plan.num_micro_batches(), ceildiv(total, 128));
   expect_valid_partition(plan.micro_bsz_idx, lens.size(), plan.num_micro_batches());
+  for (const auto& micro : plan.micro_bsz_idx) {
+    std::int64_t tokens = 0;
+    for (const int i : micro) tokens += lens[static_cast<std::size_t>(i)];
+    EXPECT_LE(tokens, 128);
+  }
   const auto workloads = calculate_workload(lens);
   EXPECT_EQ(plan.micro_batch_workloads, partition_sums(workloads, plan.micro_bsz_idx));
   // Balanced ordering: the heaviest micro-batch sits in the middle, the lightest at an end.
@@ -360,6 +366,45 @@ TEST(SeqlenBalancing, MicroBatchCountFollowsVerlsRoundingRules) {
   plain.use_dynamic_bsz_balance = false;
   EXPECT_EQ(plan_micro_batches(lens, 16, plain).micro_bsz_idx,
             get_seqlen_balanced_partitions(calculate_workload(lens), 3, false));
+}
+
+TEST(SeqlenBalancing, MicroBatchCountGrowsUntilEveryMicroBatchFitsTheBudget) {
+  // 4 x 60 tokens under a budget of 100: ceil(240 / 100) = 3, but no 3-way split of four
+  // 60-token samples fits, so the count grows to 4 (and with num_batches_divided_by = 3, to 6 > 4
+  // samples: an error naming the counts).
+  const I64s lens(4, 60);
+  MicroBatchOptions options;
+  options.max_token_len = 100;
+  EXPECT_EQ(plan_micro_batches(lens, 64, options).num_micro_batches(), 4);
+  options.num_batches_divided_by = 3;
+  expect_invalid([&] { (void)plan_micro_batches(lens, 64, options); }, {"at most 4 micro-batches", "got 6"});
+}
+
+TEST(SeqlenBalancing, ForcedGroupsStayInOneMicroBatch) {
+  std::mt19937_64 rng(17);
+  for (const std::int64_t group : {1, 2, 3, 4}) {
+    const I64s lens = random_lengths(rng, 12 * group, 1, 32);
+    MicroBatchOptions options;
+    options.max_token_len = 32 * group;
+    options.force_group_size = group;
+    const auto plan = plan_micro_batches(lens, 32, options);
+    expect_valid_partition(plan.micro_bsz_idx, lens.size(), plan.num_micro_batches());
+    for (const auto& micro : plan.micro_bsz_idx) {
+      std::int64_t tokens = 0;
+      for (const int i : micro) tokens += lens[static_cast<std::size_t>(i)];
+      EXPECT_LE(tokens, options.max_token_len);
+      // Whole groups, each in order: sample i sits with every sample of its group.
+      std::set<std::int64_t> members(micro.begin(), micro.end());
+      for (const int i : micro)
+        for (std::int64_t k = 0; k < group; ++k) EXPECT_TRUE(members.count(i / group * group + k)) << "group " << group;
+    }
+  }
+  MicroBatchOptions options;
+  options.max_token_len = 16;
+  options.force_group_size = 2;
+  expect_invalid([&] { (void)plan_micro_batches(I64s{4, 4, 4}, 8, options); }, {"force_group_size", "3", "2"});
+  expect_invalid([&] { (void)plan_micro_batches(I64s{8, 9, 1, 1}, 16, options); },
+                 {"max_token_len", "17 tokens", "cannot be split"});
 }
 
 TEST(SeqlenBalancing, MicroBatchesRejectBadArguments) {

@@ -124,6 +124,8 @@ void register_seqlen_balancing(HandlerTable& table) {
     if (args.contains("min_num_micro_batch") && !args.at("min_num_micro_batch").is_null())
       options.min_num_micro_batch = args.at("min_num_micro_batch").get<std::int64_t>();
     options.use_dynamic_bsz_balance = args.value("use_dynamic_bsz_balance", true);
+    if (args.contains("force_group_size") && !args.at("force_group_size").is_null())
+      options.force_group_size = args.at("force_group_size").get<std::int64_t>();
     const auto mask = c.input_tensor("attention_mask").matrix<std::int64_t>();
     const auto plan = parallel::rearrange_micro_batches(mask, options);
     check.exact("micro_bsz_idx", json(plan.micro_bsz_idx));

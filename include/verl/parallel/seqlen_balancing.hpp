@@ -592,6 +592,9 @@ struct MicroBatchOptions {
   /// verl's same_micro_num_in_dp: an all-reduce MAX of the count over the data-parallel group,
   /// applied before num_batches_divided_by. Empty for a single process (verl without torch.distributed).
   std::function<std::int64_t(std::int64_t)> reduce_num_micro_batches;
+  /// verl 0.9.1's force_group_size: consecutive samples [g k, (g + 1) k) stay in one micro-batch
+  /// (the batch size must be a multiple of k).
+  std::int64_t force_group_size = 1;
 };
 
 /// How a batch is split into micro-batches.
@@ -602,9 +605,17 @@ struct MicroBatchPlan {
   int num_micro_batches() const { return static_cast<int>(micro_bsz_idx.size()); }
 };
 
-/// rearrange_micro_batches from the effective (unpadded) lengths. `max_seq_len` is what verl
+/// rearrange_micro_batches from the effective (unpadded) lengths, as verl 0.9.1: samples in
+/// groups of force_group_size (1: each alone) balanced on their summed workloads, starting from
+/// min(#groups, ceil(tokens / max_token_len)) micro-batches (then min_num_micro_batch, the
+/// cross-rank maximum, num_batches_divided_by), and growing the count by num_batches_divided_by
+/// (or 1) until no micro-batch holds more than max_token_len tokens. `max_seq_len` is what verl
 /// checks against max_token_len: the padded width for a padded batch, the longest sequence for
 /// a nested (packed) one.
+///
+/// With reduce_num_micro_batches (several ranks), each rank grows its own count and the count
+/// used is the maximum over the ranks; a rank whose partition at that count breaks the token
+/// budget raises (the ranks never exchange more than the one count).
 inline MicroBatchPlan plan_micro_batches(std::span<const std::int64_t> seq_len_effective, std::int64_t max_seq_len,
                                          const MicroBatchOptions& options) {
   VERL_CHECK_ARG(options.max_token_len >= 1, "max_token_len: expected a positive token budget, got {}",
@@ -615,20 +626,76 @@ inline MicroBatchPlan plan_micro_batches(std::span<const std::int64_t> seq_len_e
   VERL_CHECK_ARG(options.max_token_len >= max_seq_len,
                  "max_token_len: expected at least the sequence length {}, got {}", max_seq_len, options.max_token_len);
   const auto batch_size = static_cast<std::int64_t>(seq_len_effective.size());
+  const std::int64_t group_size = options.force_group_size;
+  VERL_CHECK_ARG(group_size >= 1 && batch_size % group_size == 0,
+                 "force_group_size: expected a positive divisor of the batch size {} (verl asserts), got {}", batch_size,
+                 group_size);
+  const std::int64_t groups = batch_size / group_size;
   std::int64_t total = 0;
   for (const auto len : seq_len_effective) total = detail::checked_add(total, len, "seq_len_effective");
-  std::int64_t count = std::min(batch_size, ceildiv(total, options.max_token_len));
+  const std::vector<std::int64_t> workloads = calculate_workload(seq_len_effective);
+  std::vector<std::int64_t> group_tokens(static_cast<std::size_t>(groups), 0), group_workloads(group_tokens);
+  for (std::int64_t i = 0; i < batch_size; ++i) {
+    const auto g = static_cast<std::size_t>(i / group_size);
+    group_tokens[g] += seq_len_effective[static_cast<std::size_t>(i)];
+    group_workloads[g] = detail::checked_add(group_workloads[g], workloads[static_cast<std::size_t>(i)], "workload");
+  }
+  const std::int64_t largest_group = groups > 0 ? *std::max_element(group_tokens.begin(), group_tokens.end()) : 0;
+  VERL_CHECK_ARG(largest_group <= options.max_token_len,
+                 "max_token_len: a forced group of {} samples holds {} tokens, more than max_token_len {}, and cannot "
+                 "be split",
+                 group_size, largest_group, options.max_token_len);
+
+  std::int64_t count = std::min(groups, ceildiv(total, options.max_token_len));
   if (options.min_num_micro_batch) count = std::max(*options.min_num_micro_batch, count);
-  if (options.reduce_num_micro_batches) count = options.reduce_num_micro_batches(count);
-  if (options.num_batches_divided_by) count = roundup_divisible(count, *options.num_batches_divided_by);
-  VERL_CHECK_ARG(count <= batch_size,
-                 "min_num_micro_batch / num_batches_divided_by: expected at most batch size {} micro-batches, got {}",
-                 batch_size, count);
   VERL_CHECK_ARG(count >= 1, "seq_len_effective: expected a batch with tokens, got {} sequences totalling {} tokens",
                  batch_size, total);
+  const std::int64_t step = options.num_batches_divided_by.value_or(1);
+  if (options.num_batches_divided_by) count = roundup_divisible(count, step);
+  const auto require_enough_groups = [&](std::int64_t wanted) {
+    VERL_CHECK_ARG(wanted <= groups,
+                   "min_num_micro_batch / num_batches_divided_by / max_token_len: expected at most {} micro-batches "
+                   "(one per forced group of {}; batch size {}), got {}",
+                   groups, group_size, batch_size, wanted);
+  };
+  const auto fits = [&](const Partitions& parts) {
+    for (const auto& part : parts) {
+      std::int64_t tokens = 0;
+      for (const auto g : part) tokens += group_tokens[static_cast<std::size_t>(g)];
+      if (tokens > options.max_token_len) return false;
+    }
+    return true;
+  };
+  Partitions group_parts;
+  for (;; count += step) {
+    require_enough_groups(count);
+    group_parts = get_seqlen_balanced_partitions(group_workloads, static_cast<int>(count), false);
+    if (fits(group_parts)) break;
+  }
+  if (options.reduce_num_micro_batches) {
+    std::int64_t common = options.reduce_num_micro_batches(count);
+    if (options.num_batches_divided_by) common = roundup_divisible(common, step);
+    if (common != count) {
+      require_enough_groups(common);
+      count = common;
+      group_parts = get_seqlen_balanced_partitions(group_workloads, static_cast<int>(count), false);
+      VERL_CHECK_ARG(fits(group_parts),
+                     "max_token_len: the micro-batch count {} shared with the other ranks leaves a micro-batch over "
+                     "{} tokens on this rank",
+                     count, options.max_token_len);
+    }
+  }
 
-  const std::vector<std::int64_t> workloads = calculate_workload(seq_len_effective);
-  Partitions parts = get_seqlen_balanced_partitions(workloads, static_cast<int>(count), false);
+  // Back from groups to samples, each group's samples in order.
+  Partitions parts;
+  parts.reserve(group_parts.size());
+  for (const auto& group_part : group_parts) {
+    std::vector<int> samples;
+    samples.reserve(group_part.size() * static_cast<std::size_t>(group_size));
+    for (const int g : group_part)
+      for (std::int64_t k = 0; k < group_size; ++k) samples.push_back(static_cast<int>(g * group_size + k));
+    parts.push_back(std::move(samples));
+  }
   std::vector<std::int64_t> sums = partition_sums(workloads, parts);
 
   MicroBatchPlan plan;
