@@ -197,7 +197,7 @@ TEST(AdvantageRegistry, UnsetKnobsTakeVerlsPerFunctionDefaults) {
   EXPECT_TRUE(grpo.get_if<GRPO>()->norm_adv_by_std_in_grpo);
   const auto otb = make_advantage_estimator("optimal_token_baseline");
   EXPECT_EQ(otb.get_if<OptimalTokenBaseline>()->epsilon, 1e-8);
-  EXPECT_FALSE(otb.get_if<OptimalTokenBaseline>()->handle_zero_tail);
+  EXPECT_TRUE(otb.get_if<OptimalTokenBaseline>()->handle_zero_tail);  // verl 0.9.1: true for both forms
   const auto tir = make_advantage_estimator("tir_optimal_token_baseline");
   EXPECT_EQ(tir.get_if<MultiTurnOptimalTokenBaseline>()->epsilon, 1e-8);
   EXPECT_TRUE(tir.get_if<MultiTurnOptimalTokenBaseline>()->handle_zero_tail);
@@ -386,18 +386,75 @@ TEST(Grpo, DrGrpoOnlySubtractsTheMean) {
   EXPECT_FLOAT_EQ(out.advantages(2, 2), 0.0f);
 }
 
-TEST(Grpo, VectorizedFloorsTheVarianceAtEpsilon) {
-  // Scores 1e-4 apart: the unbiased var is ~1e-8, below epsilon = 1e-6, so grpo_vectorized divides
-  // by sqrt(1e-6) + 1e-6 where grpo divides by the true std.
-  const MatrixF mask = length_mask({2, 2}, 2);
-  const MatrixF rewards = outcome_rewards({0.5f, 0.5001f}, mask);
-  const std::vector<std::int64_t> index{1, 1};
+TEST(Grpo, VectorizedMatchesGrpoWithATwoPassVarianceAndNoFloor) {
+  // verl 0.9.1: scores 1e-4 apart (unbiased var ~1e-8) divide by the true std in both forms (the
+  // January form floored the variance at epsilon); scores near 1000 with a small spread need the
+  // two-pass variance (S2 - S1^2/n in float32 loses every digit there).
+  const MatrixF mask = length_mask({2, 2, 2, 2, 2}, 2);
+  const MatrixF rewards = outcome_rewards({0.5f, 0.5001f, 1000.0f, 1000.25f, 999.5f}, mask);
+  const std::vector<std::int64_t> index{1, 1, 2, 2, 2};
   const AdvantageBatch batch{.token_level_rewards = rewards, .response_mask = mask, .index = index};
   const auto vectorized = GRPOVectorized{}.compute(batch);
   const auto loop = GRPO{}.compute(batch);
   const double gap = static_cast<double>(0.5001f) - static_cast<double>(0.5f);
-  EXPECT_NEAR(vectorized.advantages(1, 1), (gap / 2) / (1e-3 + 1e-6), 1e-4);
-  EXPECT_NEAR(loop.advantages(1, 1), (gap / 2) / (gap / std::sqrt(2.0) + 1e-6), 1e-4);
+  EXPECT_NEAR(vectorized.advantages(1, 1), (gap / 2) / (gap / std::sqrt(2.0) + 1e-6), 1e-3);
+  for (Index i = 0; i < 5; ++i) EXPECT_NEAR(vectorized.advantages(i, 0), loop.advantages(i, 0), 2e-4) << i;
+}
+
+TEST(Gdpo, NormalisesEachComponentThenWhitensTheWeightedSum) {
+  const MatrixF mask = length_mask({3, 2, 4, 1, 3, 2}, 4);
+  const std::vector<std::int64_t> index{0, 0, 0, 1, 1, 1};
+  const VectorF format = (VectorF(6) << 1.0f, 0.0f, 1.0f, 1.0f, 1.0f, 0.0f).finished();
+  const VectorF accuracy = (VectorF(6) << 0.0f, 1.0f, 1.0f, 0.5f, 0.0f, 0.25f).finished();
+  const MatrixF unused_rewards = MatrixF::Zero(6, 4);
+  const AdvantageBatch batch{.token_level_rewards = unused_rewards, .response_mask = mask, .index = index};
+  const GDPO gdpo{.epsilon = 1e-6, .norm_adv_by_std_in_grpo = true, .reward_weights = std::vector<double>{0.3, 1.7, 9.0}};
+  const RewardComponents components{{"format", format}, {"accuracy", accuracy}, {"unused", VectorF::Zero(6)}};
+  const std::vector<std::string> keys{"format", "accuracy"};
+  const auto out = gdpo.compute(batch, keys, components);
+  // By hand: GRPO of each component (as token rewards summing to the score), weighted, whitened.
+  const auto grpo_of = [&](const VectorF& scores) {
+    return GRPO{.epsilon = 1e-6}.compute({.token_level_rewards = outcome_rewards(std::vector<float>(scores.begin(), scores.end()), mask),
+                                          .response_mask = mask, .index = index}).advantages;
+  };
+  MatrixF sum = (0.3f * grpo_of(format).array() + 1.7f * grpo_of(accuracy).array()).matrix();
+  const double n = mask.sum();
+  const double mean = sum.cwiseProduct(mask).sum() / n;
+  double var = 0;
+  for (Index i = 0; i < 6; ++i)
+    for (Index t = 0; t < 4; ++t)
+      if (mask(i, t) != 0) var += (sum(i, t) - mean) * (sum(i, t) - mean);
+  var /= n - 1;
+  for (Index i = 0; i < 6; ++i)
+    for (Index t = 0; t < 4; ++t)
+      EXPECT_NEAR(out.advantages(i, t), mask(i, t) * (sum(i, t) - mean) / std::sqrt(var + 1e-8), 1e-5) << i << "," << t;
+  EXPECT_EQ(out.returns(), out.advantages);
+  // The fallback normalises token_level_rewards' row sums as the one component (weight 1).
+  const MatrixF rewards = outcome_rewards({1.0f, 0.0f, 1.0f, 1.0f, 1.0f, 0.0f}, mask);
+  const auto fallback = GDPO{}.compute({.token_level_rewards = rewards, .response_mask = mask, .index = index});
+  const auto one_key = GDPO{}.compute(batch, std::vector<std::string>{"format"}, components);
+  EXPECT_TRUE(fallback.advantages.isApprox(one_key.advantages, 1e-6f));
+}
+
+TEST(Gdpo, RejectsMissingKeysAndWeights) {
+  const MatrixF mask = length_mask({2, 2, 2}, 2);
+  const std::vector<std::int64_t> index{0, 0, 1};
+  const MatrixF rewards = MatrixF::Zero(3, 2);
+  const AdvantageBatch batch{.token_level_rewards = rewards, .response_mask = mask, .index = index};
+  const RewardComponents components{{"format", VectorF::Ones(3)}};
+  EXPECT_NE(message_of([&] { (void)GDPO{}.compute(batch, std::vector<std::string>{}, components); }).find("gdpo_reward_keys"),
+            std::string::npos);
+  const std::string missing = message_of([&] { (void)GDPO{}.compute(batch, std::vector<std::string>{"acc"}, components); });
+  EXPECT_NE(missing.find("'acc'"), std::string::npos) << missing;
+  EXPECT_NE(missing.find("format"), std::string::npos) << missing;
+  const GDPO short_weights{.reward_weights = std::vector<double>{1.0}};
+  const RewardComponents two{{"a", VectorF::Ones(3)}, {"b", VectorF::Zero(3)}};
+  EXPECT_NE(message_of([&] { (void)short_weights.compute(batch, std::vector<std::string>{"a", "b"}, two); })
+                .find("gdpo_reward_weights"),
+            std::string::npos);
+  const RewardComponents wrong_size{{"format", VectorF::Ones(2)}};
+  EXPECT_NE(message_of([&] { (void)GDPO{}.compute(batch, std::vector<std::string>{"format"}, wrong_size); }).find("format"),
+            std::string::npos);
 }
 
 TEST(GrpoPassK, CreditsOnlyTheBestResponseWithItsMargin) {
@@ -523,17 +580,23 @@ TEST(Gae, GammaLambdaOneIsRewardToGoMinusValue) {
     }
 }
 
-TEST(ReinforcePlusPlus, DiscountedReturnsResetAfterTheMaskAndWhitenedAdvantages) {
-  const MatrixF mask = length_mask({4, 2, 3}, 4);
+TEST(ReinforcePlusPlus, DiscountedReturnsCarryOverMaskedTokensAndAreWhitened) {
+  // verl 0.9.1: a masked position (here observation holes inside the response, and padding) gets
+  // return 0, drops its reward and leaves the running return unchanged.
+  MatrixF mask = length_mask({4, 2, 3}, 4);
+  mask(0, 1) = 0.0f;  // a hole inside row 0
   const MatrixF rewards = random_matrix(3, 4, 41);
   const double gamma = 0.9;
   const auto out = ReinforcePlusPlus{.gamma = gamma}.compute({.token_level_rewards = rewards, .response_mask = mask});
   for (Index i = 0; i < 3; ++i) {
     double running = 0;
     for (Index t = 3; t >= 0; --t) {
+      if (mask(i, t) == 0) {
+        EXPECT_EQ(out.returns()(i, t), 0.0f) << i << "," << t;
+        continue;
+      }
       running = rewards(i, t) + gamma * running;
       EXPECT_NEAR(out.returns()(i, t), running, 1e-5) << i << "," << t;
-      running *= mask(i, t);
     }
   }
   // Whitened over the valid tokens: mean 0, unbiased variance 1; zero elsewhere.
@@ -593,7 +656,7 @@ OtbBatch otb_batch(std::vector<Index> lengths, std::vector<std::int64_t> index, 
 
 TEST(OptimalTokenBaseline, PerPositionWeightedBaseline) {
   const OtbBatch b = otb_batch({4, 3, 2}, {0, 0, 1}, 4, 51);
-  const auto out = OptimalTokenBaseline{}.compute(b.batch());
+  const auto out = OptimalTokenBaseline{.handle_zero_tail = false}.compute(b.batch());
   // returns: reward-to-go of r * m.
   for (Index i = 0; i < 3; ++i)
     for (Index t = 0; t < 4; ++t) {
@@ -626,8 +689,9 @@ TEST(OptimalTokenBaseline, PerPositionWeightedBaseline) {
 
 TEST(OptimalTokenBaseline, ZeroTailFreesTheUniqueLongestResponse) {
   const OtbBatch b = otb_batch({6, 3, 4}, {0, 0, 0}, 6, 61);
-  const auto plain = OptimalTokenBaseline{}.compute(b.batch());
-  const auto tail = OptimalTokenBaseline{.handle_zero_tail = true}.compute(b.batch());
+  const auto plain = OptimalTokenBaseline{.handle_zero_tail = false}.compute(b.batch());
+  const auto tail = OptimalTokenBaseline{}.compute(b.batch());  // verl 0.9.1's default: true
+  EXPECT_TRUE(OptimalTokenBaseline{}.handle_zero_tail);
   // Row 0 is the unique longest (6 > 4): from position 4 on it gets no baseline.
   for (Index t = 4; t < 6; ++t) EXPECT_FLOAT_EQ(tail.advantages(0, t), tail.returns()(0, t));
   for (Index t = 0; t < 4; ++t) EXPECT_EQ(tail.advantages(0, t), plain.advantages(0, t));
@@ -635,7 +699,7 @@ TEST(OptimalTokenBaseline, ZeroTailFreesTheUniqueLongestResponse) {
   // A tie for the longest: nothing changes.
   const OtbBatch tied = otb_batch({5, 5, 2}, {3, 3, 3}, 5, 62);
   EXPECT_EQ(OptimalTokenBaseline{.handle_zero_tail = true}.compute(tied.batch()).advantages,
-            OptimalTokenBaseline{}.compute(tied.batch()).advantages);
+            OptimalTokenBaseline{.handle_zero_tail = false}.compute(tied.batch()).advantages);
 }
 
 TEST(MultiTurnOptimalTokenBaseline, AlignsRowsByValidTokenIndex) {
@@ -663,7 +727,7 @@ TEST(MultiTurnOptimalTokenBaseline, FullyMaskedRowsLeaveTheirGroup) {
   for (Index t = 0; t < 4; ++t) EXPECT_FLOAT_EQ(out.advantages(1, t), out.returns()(1, t));
   EXPECT_TRUE(out.advantages.row(2).isZero());
   // In optimal_token_baseline the masked row still counts: group 7 has two rows and a baseline.
-  const auto by_position = OptimalTokenBaseline{}.compute(b.batch());
+  const auto by_position = OptimalTokenBaseline{.handle_zero_tail = false}.compute(b.batch());
   EXPECT_NE(by_position.advantages(1, 0), by_position.returns()(1, 0));
 }
 

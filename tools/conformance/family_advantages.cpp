@@ -99,8 +99,44 @@ void run_advantage_case(const GoldenCase& c, CaseCheck& check) {
   }
 }
 
+/// compute_gdpo_outcome_advantage: the multi-key path when config, non_tensor_batch and batch are
+/// all given (the prompt / attention-mask tensors only place each score in its row, which the row
+/// sum then ignores), else the fallback on token_level_rewards.
+void gdpo_case(const GoldenCase& c, CaseCheck& check) {
+  const json& args = c.args();
+  algo::GDPO gdpo;
+  if (auto v = optional_number(args, "epsilon")) gdpo.epsilon = *v;
+  if (auto v = optional_bool(args, "norm_adv_by_std_in_grpo")) gdpo.norm_adv_by_std_in_grpo = *v;
+  const bool has_config = args.contains("config") && !args.at("config").is_null();
+  if (has_config) {
+    const json& config = args.at("config");
+    if (config.contains("gdpo_reward_weights") && !config.at("gdpo_reward_weights").is_null())
+      gdpo.reward_weights = config.at("gdpo_reward_weights").get<std::vector<double>>();
+  }
+  const MatrixF rewards = c.input_tensor("token_level_rewards").matrix<float>();
+  const MatrixF mask = c.input_tensor("response_mask").matrix<float>();
+  const std::vector<std::int64_t> index = c.input_tensor("index").int64s();
+  const algo::AdvantageBatch batch{.token_level_rewards = rewards, .response_mask = mask, .index = index};
+  algo::AdvantageResult result;
+  if (has_config && c.has_input("non_tensor_batch") && c.has_input("batch")) {
+    const json& config = args.at("config");
+    std::vector<std::string> keys;
+    if (config.contains("gdpo_reward_keys") && !config.at("gdpo_reward_keys").is_null())
+      keys = config.at("gdpo_reward_keys").get<std::vector<std::string>>();
+    algo::RewardComponents components;
+    for (auto it = c.inputs().at("non_tensor_batch").begin(); it != c.inputs().at("non_tensor_batch").end(); ++it)
+      components.emplace(it.key(), testing::parse_tensor(it.value()).vector<float>());
+    result = gdpo.compute(batch, keys, components);
+  } else {
+    result = gdpo.compute(batch);
+  }
+  check.tensor("advantages", result.advantages, c.tolerance());
+  check.tensor("returns", result.returns(), c.tolerance());
+}
+
 void register_advantages(HandlerTable& table) {
   for (const auto& [function, estimator] : estimator_of_function()) table.emplace(function, run_advantage_case);
+  table.emplace("compute_gdpo_outcome_advantage", gdpo_case);
 }
 
 const Registrar registrar{register_advantages};

@@ -4,6 +4,7 @@
 #include "verl/algo/advantages/estimator.hpp"
 #include "verl/algo/advantages/registry.hpp"
 #include "verl/algo/advantages/gae.hpp"
+#include "verl/algo/advantages/gdpo.hpp"
 #include "verl/algo/advantages/gpg.hpp"
 #include "verl/algo/advantages/grpo.hpp"
 #include "verl/algo/advantages/grpo_passk.hpp"

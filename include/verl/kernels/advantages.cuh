@@ -210,18 +210,14 @@ __device__ __forceinline__ bool is_vectorized(const OutcomeParams& p) {
   return p.estimator == OutcomeEstimator::grpo_vectorized || p.estimator == OutcomeEstimator::rloo_vectorized;
 }
 
-/// verl.utils.groupwise.group_mean_std and rloo_vectorized's bincount: float32 sums in batch order
-/// (the run order: the radix sort is stable), every step rounded as torch does (no FMA):
-/// var = (S2 - S1^2 / n) / (n - 1), std = sqrt(max(var, eps)) (NaN kept); a group of one has mean
-/// 0 and std 1.
+/// verl.utils.groupwise.group_mean_std (0.9.1) and rloo_vectorized's bincount: float32 sums in
+/// batch order (the run order: the radix sort is stable), every step rounded as torch does (no
+/// FMA): mean = S1 / n, var = sum((s - mean)^2) / (n - 1) in a second pass, std = sqrt(max(var, 0))
+/// (NaN kept); a group of one has mean 0 and std 1.
 __device__ __forceinline__ void finish_batch_order(GroupStats& g, const GroupRuns& in, std::int64_t start,
-                                                   std::int64_t end, float eps) {
-  float s1 = 0.0f, s2 = 0.0f;
-  for (std::int64_t j = start; j < end; ++j) {
-    const float s = in.score_at(j);
-    s1 = add_rn(s1, s);
-    s2 = add_rn(s2, mul_rn(s, s));
-  }
+                                                   std::int64_t end) {
+  float s1 = 0.0f;
+  for (std::int64_t j = start; j < end; ++j) s1 = add_rn(s1, in.score_at(j));
   g.sum = s1;
   if (g.size <= 1) {
     g.mean = 0.0f;
@@ -230,8 +226,13 @@ __device__ __forceinline__ void finish_batch_order(GroupStats& g, const GroupRun
   }
   const float n = static_cast<float>(g.size);
   g.mean = s1 / n;
-  const float var = add_rn(s2, -(mul_rn(s1, s1) / n)) / (n - 1.0f);
-  g.std = sqrtf(isnan(var) ? var : fmaxf(var, eps));
+  float squares = 0.0f;
+  for (std::int64_t j = start; j < end; ++j) {
+    const float d = add_rn(in.score_at(j), -g.mean);
+    squares = add_rn(squares, mul_rn(d, d));
+  }
+  const float var = squares / (n - 1.0f);
+  g.std = sqrtf(isnan(var) ? var : fmaxf(var, 0.0f));
 }
 
 /// Statistics of the short run [start, end), walked in run order by one thread (the order of the
@@ -243,7 +244,7 @@ __device__ __forceinline__ GroupStats short_run_stats(const GroupRuns& in, const
   GroupSums sums;
   for (std::int64_t j = start; j < end; ++j) sums.add(in, p, j);
   finish_mean(g, sums.sum, sums.weighted, sums.total_length);
-  if (is_vectorized(p)) finish_batch_order(g, in, start, end, p.epsilon);
+  if (is_vectorized(p)) finish_batch_order(g, in, start, end);
   if (needs_std(p)) {
     double squares = 0;
     for (std::int64_t j = start; j < end; ++j) {
@@ -347,7 +348,7 @@ VERL_HEADER_KERNEL void large_groups_kernel(GroupRuns in, OutcomeParams p, const
       // A long run is reduced by the block, not in batch order: thread 0 replays the float32 sums
       // serially so that the vectorized estimators keep verl's rounding (long runs are rare).
       if (threadIdx.x == 0) {
-        finish_batch_order(g, in, start, end, p.epsilon);
+        finish_batch_order(g, in, start, end);
         shared_mean = g.mean;
         shared_std = g.std;
         shared_baseline = g.sum;
@@ -567,7 +568,8 @@ struct GaeRecurrence {
   }
 };
 
-/// REINFORCE++ discounted returns: g_t = r_t + gamma * s, then s = g_t * m_t (reset after EOS).
+/// REINFORCE++ discounted returns (verl 0.9.1): g_t = r_t + gamma * s, returns_t = g_t * m_t,
+/// s = g_t * m_t + s * (1 - m_t) (carried unchanged over masked positions).
 struct ReinforceRecurrence {
   float discount;
   struct State {
@@ -579,16 +581,19 @@ struct ReinforceRecurrence {
   static constexpr bool kHasMoments = true;
   __host__ __device__ static Map identity() { return {1.0f, 0.0f}; }
   __host__ __device__ static State initial() { return {0.0f}; }
-  __host__ __device__ Map token_map(float r, float, float m) const { return {m * discount, m * r}; }
+  /// A valid token maps G to r + gamma G; a masked one leaves G as it is (verl 0.9.1).
+  __host__ __device__ Map token_map(float r, float, float m) const {
+    return m != 0.0f ? Map{discount, r} : identity();
+  }
   __host__ __device__ static Map then(const Map& first, const Map& second) {
     return {second.a * first.a, second.a * first.b + second.b};
   }
   __host__ __device__ static State apply(const Map& f, const State& s) { return {f.a * s.running + f.b}; }
   __host__ __device__ State step(State s, float r, float, float m, std::int64_t, float& out0, float& out1) const {
     const float g = r + discount * s.running;
-    out0 = g;
-    out1 = g;
-    return {g * m};
+    out0 = g * m;
+    out1 = g * m;
+    return {g * m + s.running * (1.0f - m)};
   }
 };
 

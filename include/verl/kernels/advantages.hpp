@@ -19,7 +19,7 @@ namespace verl::kernels {
 /// the response's valid tokens.
 enum class OutcomeEstimator {
   grpo,                          ///< (s - mean) / (std + eps), or s - mean (Dr.GRPO)
-  grpo_vectorized,               ///< grpo with float32 batch-order sums, std = sqrt(max(var, eps))
+  grpo_vectorized,               ///< grpo with float32 batch-order sums, two-pass variance
   rloo,                          ///< leave-one-out baseline (verl's per-group loop)
   rloo_vectorized,               ///< (c s - sum) / max(c - 1, 1), 0 for a group of one
   gpg,                           ///< alpha (s - mean) / f_norm, alpha = B / #nonzero scores

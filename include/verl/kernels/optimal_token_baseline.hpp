@@ -38,14 +38,14 @@
 namespace verl::kernels {
 
 /// Both of verl's optimal-token-baseline estimators. The defaults of each form are verl's (and
-/// verl::algo's): handle_zero_tail false single-turn, true multi-turn; start from single_turn() or
+/// verl::algo's): handle_zero_tail true for both forms (verl 0.9.1); start from single_turn() or
 /// multi_turn_form(), or from() the verl::algo estimator.
 struct OptimalTokenBaselineParams {
   bool multi_turn = false;        ///< tir_optimal_token_baseline: rows aligned by valid-token index
-  bool handle_zero_tail = false;  ///< no baseline on the tail of a group's unique longest response
+  bool handle_zero_tail = true;   ///< no baseline on the tail of a group's unique longest response
   float epsilon = 1e-8f;          ///< added to the denominator (verl's Python float, as float32)
 
-  static constexpr OptimalTokenBaselineParams single_turn() { return {false, false, 1e-8f}; }
+  static constexpr OptimalTokenBaselineParams single_turn() { return {false, true, 1e-8f}; }
   static constexpr OptimalTokenBaselineParams multi_turn_form() { return {true, true, 1e-8f}; }
   static OptimalTokenBaselineParams from(const algo::OptimalTokenBaseline& e) {
     return {false, e.handle_zero_tail, static_cast<float>(e.epsilon)};

@@ -101,7 +101,7 @@ struct AdvantageConfig {
   std::optional<double> epsilon{};        ///< 1e-6 for the group estimators, 1e-8 for the OTB ones
   double f_norm = 1.0;                    ///< gpg
   double alpha = 1.0;                     ///< gpg (ignored by verl: recomputed from the batch)
-  std::optional<bool> handle_zero_tail{}; ///< OTB: false for optimal_token_baseline, true for tir_*
+  std::optional<bool> handle_zero_tail{}; ///< OTB: unset is verl 0.9.1's default, true for both forms
 
   [[nodiscard]] double group_epsilon() const { return epsilon.value_or(1e-6); }
   [[nodiscard]] double otb_epsilon() const { return epsilon.value_or(1e-8); }

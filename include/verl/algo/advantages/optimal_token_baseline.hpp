@@ -78,9 +78,9 @@ inline std::pair<Index, Index> unique_longest_tail(std::span<const Index> rows, 
 struct OptimalTokenBaseline {
   static constexpr std::string_view name = "optimal_token_baseline";
   static constexpr AdvantageInputs needs{.group_index = true, .old_log_probs = true};
-  static OptimalTokenBaseline from_config(const AdvantageConfig& config) { return {.handle_zero_tail = config.handle_zero_tail.value_or(false), .epsilon = config.otb_epsilon()}; }
+  static OptimalTokenBaseline from_config(const AdvantageConfig& config) { return {.handle_zero_tail = config.handle_zero_tail.value_or(true), .epsilon = config.otb_epsilon()}; }
 
-  bool handle_zero_tail = false;  ///< no baseline on the tail of a group's unique longest response
+  bool handle_zero_tail = true;  ///< no baseline on the tail of a group's unique longest response (0.9.1's default)
   double epsilon = 1e-8;          ///< added to the denominator
 
   AdvantageResult compute(const AdvantageBatch& batch) const { return detail::compute_fresh(*this, batch); }

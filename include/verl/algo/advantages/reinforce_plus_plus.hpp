@@ -9,8 +9,11 @@
 
 namespace verl::algo {
 
-/// returns_t = r_t + gamma * G, where the running G restarts (is multiplied by the mask) after each
-/// token; advantages = masked_whiten(returns, m) * m over the whole batch.
+/// verl 0.9.1's REINFORCE++ returns, backwards over t:
+///   g = r_t + gamma * G,  returns_t = g * m_t,  G = g * m_t + G * (1 - m_t),
+/// so a masked position (observation tokens, padding) gets return 0, its reward is dropped and the
+/// running return passes over it unchanged; advantages = masked_whiten(returns, m) * m over the
+/// whole batch.
 struct ReinforcePlusPlus {
   static constexpr std::string_view name = "reinforce_plus_plus";
   static constexpr AdvantageInputs needs{};
@@ -55,9 +58,10 @@ struct ReinforcePlusPlus {
     }
     for (Index t = cols - 1; t >= 0; --t) {
       for (Index k = 0; k < Rows; ++k) {
+        const float m = mask[k][t];
         const float g = reward[k][t] + discount * running[k];
-        out[k][t] = g;
-        running[k] = g * mask[k][t];  // reset after EOS
+        out[k][t] = g * m;
+        running[k] = g * m + running[k] * (1.0f - m);  // carried over masked positions
       }
     }
     for (Index k = 0; k < Rows; ++k) batch_sum.add_row(out[k], mask[k]);

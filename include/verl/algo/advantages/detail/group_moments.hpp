@@ -46,31 +46,33 @@ inline GroupMoments torch_group_moments(const VectorF& scores, const PromptGroup
   return out;
 }
 
-/// verl.utils.groupwise.group_mean_std: float32 count, sum and sum of squares accumulated in batch
-/// order (index_add_), var = (S2 - S1^2/n) / max(n-1, 1), std = sqrt(max(var, eps)); a group of
-/// one gets mean 0 and std 1. Every step is float32, as in torch.
-inline GroupMoments groupwise_mean_std(const VectorF& scores, const PromptGroups& groups, float eps) {
+/// verl.utils.groupwise.group_mean_std as verl 0.9.1 calls it (eps = 0): float32 count and sum
+/// accumulated in batch order (index_add_), mean = S1 / n, then a second pass for
+/// var = sum((s - mean)^2) / max(n - 1, 1), std = sqrt(max(var, 0)); a group of one gets mean 0
+/// and std 1. Every step is float32, as in torch.
+inline GroupMoments groupwise_mean_std(const VectorF& scores, const PromptGroups& groups) {
   const auto num_groups = static_cast<std::size_t>(groups.num_groups());
-  std::vector<float> count(num_groups, 0.0f), s1(num_groups, 0.0f), s2(num_groups, 0.0f);
+  std::vector<float> count(num_groups, 0.0f), s1(num_groups, 0.0f), squares(num_groups, 0.0f);
   for (Index i = 0; i < scores.size(); ++i) {
     const auto g = static_cast<std::size_t>(groups.group_of(i));
-    const float s = scores[i];
     count[g] += 1.0f;
-    s1[g] += s;
-    s2[g] += s * s;
+    s1[g] += scores[i];
   }
   GroupMoments out{std::vector<float>(num_groups), std::vector<float>(num_groups)};
+  for (std::size_t g = 0; g < num_groups; ++g) out.mean[g] = count[g] > 1.0f ? s1[g] / count[g] : 0.0f;
+  for (Index i = 0; i < scores.size(); ++i) {
+    const auto g = static_cast<std::size_t>(groups.group_of(i));
+    const float d = scores[i] - out.mean[g];
+    squares[g] += d * d;
+  }
   for (std::size_t g = 0; g < num_groups; ++g) {
     if (count[g] <= 1.0f) {
-      out.mean[g] = 0.0f;
       out.std[g] = 1.0f;
       continue;
     }
-    const float n = count[g];  // > 1, so torch's clamp_min(1) is a no-op
-    out.mean[g] = s1[g] / n;
-    const float var = (s2[g] - (s1[g] * s1[g]) / n) / (n - 1.0f);
-    // torch.clamp(var, min=eps) keeps a NaN; std::max would not.
-    out.std[g] = std::sqrt(std::isnan(var) ? var : std::max(var, eps));
+    const float var = squares[g] / (count[g] - 1.0f);  // n > 1: torch's clamp_min(1) is a no-op
+    // torch.clamp(var, min=0) keeps a NaN; std::max would not.
+    out.std[g] = std::sqrt(std::isnan(var) ? var : std::max(var, 0.0f));
   }
   return out;
 }
