@@ -180,6 +180,15 @@ TEST(Config, NamesAndRangesAreValidated) {
   EXPECT_NE(error_of({"data.train_batch_size=0"}).find("data.train_batch_size: expected a positive integer, got 0"),
             std::string::npos);
   EXPECT_NE(error_of({"algorithm.kl_penalty=full"}).find("not implemented by verl"), std::string::npos);
+  EXPECT_NE(error_of({"actor_rollout_ref.actor.policy_loss.loss_mode=dro"})
+                .find("actor_rollout_ref.actor.policy_loss.dro_beta: expected a positive value with loss_mode dro, got null"),
+            std::string::npos);
+  EXPECT_NE(error_of({"actor_rollout_ref.actor.policy_loss.loss_mode=dro", "actor_rollout_ref.actor.policy_loss.dro_beta=-1"})
+                .find("actor_rollout_ref.actor.policy_loss.dro_beta: expected a value > 0, got -1"),
+            std::string::npos);
+  EXPECT_EQ(with({"actor_rollout_ref.actor.policy_loss.loss_mode=dro", "actor_rollout_ref.actor.policy_loss.dro_beta=0.2"})
+                .actor_rollout_ref.actor.policy_loss.dro_beta,
+            0.2);
   EXPECT_EQ(with({"actor_rollout_ref.actor.kl_loss_type=low_var_kl+"}).actor_rollout_ref.actor.kl_loss_type, "low_var_kl+");
   // verl's deprecated warmup_style still selects the schedule.
   EXPECT_EQ(with({"actor_rollout_ref.actor.optim.warmup_style=cosine"}).actor_rollout_ref.actor.optim.lr_scheduler_type,

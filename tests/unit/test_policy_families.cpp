@@ -93,14 +93,15 @@ TEST(PolicyFamilies, EstimatorsTakeTheirKnobsFromOneConfig) {
 TEST(PolicyFamilies, PolicyLossesAreVerlsRegistryInItsOrder) {
   using algo::PolicyLosses;
   const auto names = algo::policy_loss_names();
-  const std::vector<std::string_view> verl_order = {"vanilla", "gspo", "sapo", "gpg", "clip_cov",
-                                                    "kl_cov", "geo_mean", "cispo", "bypass_mode"};
+  const std::vector<std::string_view> verl_order = {"vanilla", "gspo",  "sapo",        "gpg",     "clip_cov", "kl_cov",
+                                                    "geo_mean", "cispo", "bypass_mode", "dppo_tv", "dppo_kl",  "dro"};
   EXPECT_EQ(std::vector<std::string_view>(names.begin(), names.end()), verl_order);
   expect_variant_holds_every_type(PolicyLosses{}, std::type_identity<algo::AnyPolicyLoss::Variant>{});
   algo::PolicyLossConfig config;
   config.clip_ratio_low = 0.1;
   config.clip_ratio_high = 0.4;
   config.policy_loss.rollout_correction = algo::RolloutCorrectionConfig{};
+  config.policy_loss.dro_beta = 0.1;
   for_each_type(PolicyLosses{}, [&](auto type) {
     using L = typename decltype(type)::type;
     const algo::AnyPolicyLoss made = algo::make_policy_loss(L::name, config);

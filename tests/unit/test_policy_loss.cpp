@@ -139,12 +139,13 @@ static_assert(VanillaPPO::aggregation.honours(LossAggMode::seq_mean_token_sum_no
 static_assert(!GSPO::aggregation.honours(LossAggMode::token_mean) && GSPO::aggregation.honours(LossAggMode::seq_mean_token_mean));
 
 TEST(PolicyLossRegistry, NamesAreVerlsInRegistrationOrder) {
-  const std::vector<std::string_view> expected = {"vanilla", "gspo",     "sapo",  "gpg",        "clip_cov",
-                                                  "kl_cov",  "geo_mean", "cispo", "bypass_mode"};
+  const std::vector<std::string_view> expected = {"vanilla", "gspo",  "sapo",        "gpg",     "clip_cov", "kl_cov",
+                                                  "geo_mean", "cispo", "bypass_mode", "dppo_tv", "dppo_kl",  "dro"};
   const auto names = policy_loss_names();
   EXPECT_EQ(std::vector<std::string_view>(names.begin(), names.end()), expected);
   PolicyLossConfig config;
   config.policy_loss.rollout_correction = RolloutCorrectionConfig{};
+  config.policy_loss.dro_beta = 0.1;
   for (const auto name : names) EXPECT_EQ(make_policy_loss(name, config).name(), name);
 }
 
@@ -492,6 +493,14 @@ TEST(PolicyLossGradient, GspoMatchesCentralDifferencesWithRowConstantAdvantages)
   expect_gradient_matches_differences(GSPO{0.2, 0.2}, in, {});
 }
 
+TEST(PolicyLossGradient, DroMatchesCentralDifferences) {
+  const auto in = random_inputs(3, 6, 15, 0.7, true);
+  for (const auto mode : kModes) {
+    expect_gradient_matches_differences(DRO{.beta = 0.1}, in, {mode, {}});
+    expect_gradient_matches_differences(DRO{.beta = 2.0}, in, {mode, {}});
+  }
+}
+
 TEST(PolicyLossGradient, GpgAndReinforceMatchCentralDifferences) {
   const auto in = random_inputs(3, 5, 14, 0.5, true);
   for (const auto mode : kModes) {
@@ -569,6 +578,48 @@ TEST(PolicyLossStopGradient, CispoFlowsOnlyThroughTheExplicitLogProb) {
   EXPECT_NEAR(out.grad_log_prob(0, 1), -0.8f * -2.0f / 3.0f, 1e-6);
   EXPECT_NEAR(out.grad_log_prob(0, 2), -1.2f * 0.5f / 3.0f, 1e-6);
   EXPECT_NEAR(out.metrics.at("actor/pg_clipfrac"), 2.0 / 3.0, 1e-6);
+}
+
+TEST(Dppo, TrustRegionsTruncatedRatioMetricsAndGradientByHand) {
+  // Four tokens: A > 0 inside / outside the TV region, A < 0 inside / outside; the last has a
+  // ratio above clip_ratio_c = 1.5.
+  MatrixF old(1, 4), lp(1, 4), adv(1, 4), mask = MatrixF::Ones(1, 4);
+  old << std::log(0.5f), std::log(0.5f), std::log(0.5f), std::log(0.2f);
+  lp << std::log(0.55f), std::log(0.9f), std::log(0.45f), std::log(0.4f);
+  adv << 1.0f, 2.0f, -1.0f, -0.5f;
+  const DPPOTV tv{.clip_ratio_low = 0.1, .clip_ratio_high = 0.1, .clip_ratio_c = 1.5};
+  const auto out = compute_policy_loss(tv, PolicyLossBatch{old, lp, adv, mask});
+  // Kept: token 0 (+0.05 <= 0.1), token 2 (-0.05 >= -0.1), token 3 (+0.2 >= -0.1 with A < 0);
+  // dropped: token 1 (+0.4 > 0.1 with A > 0). Token 3's ratio 2 is truncated to 1.5.
+  const float r0 = std::exp(lp(0, 0) - old(0, 0)), r2 = std::exp(lp(0, 2) - old(0, 2));
+  const float want = (-1.0f * r0 * lp(0, 0) + 1.0f * r2 * lp(0, 2) + 0.5f * 1.5f * lp(0, 3)) / 4.0f;
+  EXPECT_NEAR(out.pg_loss, want, 1e-6);
+  EXPECT_NEAR(out.grad_log_prob(0, 0), -1.0f * r0 / 4.0f, 1e-6);
+  EXPECT_EQ(out.grad_log_prob(0, 1), 0.0f);  // outside the region: no gradient at all
+  EXPECT_NEAR(out.grad_log_prob(0, 3), 0.5f * 1.5f / 4.0f, 1e-6);
+  EXPECT_NEAR(out.metrics.at("actor/pg_clipfrac"), 0.25, 1e-6);
+  EXPECT_NEAR(out.metrics.at("actor/pg_clipfrac_lower"), 0.25, 1e-6);  // truncated and kept
+  // The binary-KL region keeps token 1 only when its KL is small enough: not at 0.1.
+  const auto kl = compute_policy_loss(DPPOKL{.clip_ratio_low = 0.1, .clip_ratio_high = 0.1, .clip_ratio_c = 1.5},
+                                      PolicyLossBatch{old, lp, adv, mask});
+  EXPECT_EQ(kl.grad_log_prob(0, 1), 0.0f);
+  const auto wide = compute_policy_loss(DPPOKL{.clip_ratio_low = 5.0, .clip_ratio_high = 5.0, .clip_ratio_c = 1.5},
+                                        PolicyLossBatch{old, lp, adv, mask});
+  EXPECT_NE(wide.grad_log_prob(0, 1), 0.0f);
+  EXPECT_EQ(wide.metrics.at("actor/pg_clipfrac"), 0.0);
+}
+
+TEST(Dro, NeedsAPositiveBetaFromTheConfig) {
+  PolicyLossConfig config;
+  const std::string unset = message_of<InvalidArgument>([&] { (void)make_policy_loss("dro", config); });
+  EXPECT_NE(unset.find("policy_loss.dro_beta"), std::string::npos) << unset;
+  EXPECT_NE(unset.find("null"), std::string::npos) << unset;
+  config.policy_loss.dro_beta = -1.0;
+  EXPECT_NE(message_of<InvalidArgument>([&] { (void)make_policy_loss("dro", config); }).find("-1"), std::string::npos);
+  config.policy_loss.dro_beta = 0.5;
+  EXPECT_EQ(make_policy_loss("dro", config).get_if<DRO>()->beta, 0.5);
+  // The DPPO losses take clip_ratio_c from the actor config (3.0 by default there).
+  EXPECT_EQ(make_policy_loss("dppo_tv", config).get_if<DPPOTV>()->clip_ratio_c, 3.0);
 }
 
 TEST(PolicyLossStopGradient, GspoHasNoCrossTokenTerms) {

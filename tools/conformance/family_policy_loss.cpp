@@ -98,7 +98,8 @@ void register_policy_loss(HandlerTable& table) {
   for (const char* fn : {"compute_policy_loss_vanilla", "compute_policy_loss_gspo", "compute_policy_loss_sapo",
                          "compute_policy_loss_gpg", "compute_policy_loss_clip_cov", "compute_policy_loss_kl_cov",
                          "compute_policy_loss_geo_mean", "compute_policy_loss_cispo",
-                         "compute_policy_loss_bypass_mode"})
+                         "compute_policy_loss_bypass_mode", "compute_policy_loss_dppo_tv", "compute_policy_loss_dppo_kl",
+                         "compute_policy_loss_dro"})
     table[fn] = run_registered;
   table["compute_policy_loss_reinforce"] = run_reinforce;
   table["compute_policy_loss"] = run_deprecated;

@@ -55,7 +55,11 @@ inline algo::PolicyLossConfig policy_loss_config_from(const GoldenCase& c) {
   if (const auto v = optional_number(actor, "clip_ratio")) config.clip_ratio = *v;
   if (actor.contains("clip_ratio_low")) config.clip_ratio_low = optional_number(actor, "clip_ratio_low");
   if (actor.contains("clip_ratio_high")) config.clip_ratio_high = optional_number(actor, "clip_ratio_high");
-  if (const auto v = optional_number(actor, "clip_ratio_c")) config.clip_ratio_c = *v;
+  if (const auto v = optional_number(actor, "clip_ratio_c")) {
+    config.clip_ratio_c = *v;
+  } else if (c.fn().starts_with("compute_policy_loss_dppo")) {
+    config.clip_ratio_c = algo::DPPOTV{}.clip_ratio_c;  // verl's dppo reads the attribute with default 20
+  }
   if (const auto v = optional_number(actor, "tau_pos")) config.tau_pos = *v;
   if (const auto v = optional_number(actor, "tau_neg")) config.tau_neg = *v;
   if (actor.contains("policy_loss") && !actor.at("policy_loss").is_null()) {
@@ -66,6 +70,7 @@ inline algo::PolicyLossConfig policy_loss_config_from(const GoldenCase& c) {
     if (pl.contains("clip_cov_ub")) options.clip_cov_ub = optional_number(pl, "clip_cov_ub");
     if (pl.contains("kl_cov_ratio")) options.kl_cov_ratio = optional_number(pl, "kl_cov_ratio");
     if (pl.contains("ppo_kl_coef")) options.ppo_kl_coef = optional_number(pl, "ppo_kl_coef");
+    if (pl.contains("dro_beta")) options.dro_beta = optional_number(pl, "dro_beta");
     if (pl.contains("rollout_correction") && !pl.at("rollout_correction").is_null())
       options.rollout_correction = rollout_correction_from(pl.at("rollout_correction"));
   }

@@ -13,6 +13,7 @@
 #include "verl/algo/policy_losses/kl_cov.hpp"
 #include "verl/algo/policy_losses/geo_mean.hpp"
 #include "verl/algo/policy_losses/cispo.hpp"
+#include "verl/algo/policy_losses/dppo.hpp"
 #include "verl/algo/policy_losses/reinforce.hpp"
 #include "verl/algo/policy_losses/bypass_mode.hpp"
 #include "verl/algo/policy_losses/registry.hpp"

@@ -441,6 +441,8 @@ inline void validate(const PPOConfig& c, std::vector<std::string>& problems) {
   if (std::find(losses.begin(), losses.end(), actor.policy_loss.loss_mode) == losses.end()) {
     problems.push_back("actor_rollout_ref.actor.policy_loss.loss_mode: " + suggestion(actor.policy_loss.loss_mode, losses));
   }
+  if (actor.policy_loss.loss_mode == algo::DRO::name && !actor.policy_loss.dro_beta)
+    problems.push_back("actor_rollout_ref.actor.policy_loss.dro_beta: expected a positive value with loss_mode dro, got null");
   for (const auto& [key, name] : {std::pair<std::string_view, const std::string*>{"algorithm.kl_penalty", &algorithm.kl_penalty},
                                   {"actor_rollout_ref.actor.kl_loss_type", &actor.kl_loss_type}}) {
     try {

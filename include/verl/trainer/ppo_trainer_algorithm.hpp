@@ -87,6 +87,7 @@ inline algo::PolicyLossConfig policy_loss_config(const PPOConfig& config) {
   loss.policy_loss.clip_cov_ub = actor.policy_loss.clip_cov_ub;
   loss.policy_loss.kl_cov_ratio = actor.policy_loss.kl_cov_ratio;
   loss.policy_loss.ppo_kl_coef = actor.policy_loss.ppo_kl_coef;
+  loss.policy_loss.dro_beta = actor.policy_loss.dro_beta;
   loss.policy_loss.rollout_correction = rollout_correction_config(config);
   // verl's bypass mode: the rollout's log-probs are the old ones, and the loss corrects on the fly.
   if (config.algorithm.rollout_correction.bypass_mode) loss.policy_loss.loss_mode = "bypass_mode";

@@ -21,6 +21,7 @@ struct PolicyLossOptions {
   std::optional<double> clip_cov_ub = 5.0;
   std::optional<double> kl_cov_ratio = 0.0002;
   std::optional<double> ppo_kl_coef = 0.1;
+  std::optional<double> dro_beta{};  ///< dro's penalty weight; must be set (> 0) for loss_mode dro
   std::optional<RolloutCorrectionConfig> rollout_correction;  ///< required by bypass_mode
 };
 

@@ -20,6 +20,7 @@
 #include "verl/algo/policy_losses/bypass_mode.hpp"
 #include "verl/algo/policy_losses/cispo.hpp"
 #include "verl/algo/policy_losses/clip_cov.hpp"
+#include "verl/algo/policy_losses/dppo.hpp"
 #include "verl/algo/policy_losses/geo_mean.hpp"
 #include "verl/algo/policy_losses/gpg.hpp"
 #include "verl/algo/policy_losses/gspo.hpp"
@@ -31,9 +32,10 @@
 
 namespace verl::algo {
 
-/// verl's POLICY_LOSS_REGISTRY, in its registration order: the one list of the family. The
-/// variant, the names and make_policy_loss derive from it.
-using PolicyLosses = TypeList<VanillaPPO, GSPO, SAPO, GPGLoss, ClipCov, KLCov, GeoMean, CISPO, BypassMode>;
+/// verl's POLICY_LOSS_REGISTRY, in its registration order (0.9.1's dppo_tv, dppo_kl and dro
+/// last): the one list of the family. The variant, the names and make_policy_loss derive from it.
+using PolicyLosses =
+    TypeList<VanillaPPO, GSPO, SAPO, GPGLoss, ClipCov, KLCov, GeoMean, CISPO, BypassMode, DPPOTV, DPPOKL, DRO>;
 
 /// Any policy loss, chosen at runtime.
 class AnyPolicyLoss {

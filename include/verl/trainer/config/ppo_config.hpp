@@ -55,6 +55,7 @@ struct PolicyLossSection {
   double clip_cov_ub = 5.0;
   double kl_cov_ratio = 0.0002;
   double ppo_kl_coef = 0.1;
+  std::optional<double> dro_beta;  ///< dro's penalty weight (verl 0.9.1; required by loss_mode dro)
   friend bool operator==(const PolicyLossSection&, const PolicyLossSection&) = default;
 };
 
@@ -334,7 +335,8 @@ struct PPOConfig {
 
 VERL_CONFIG_FIELDS(OptimConfig, optimizer, lr, lr_warmup_steps_ratio, total_training_steps, weight_decay,
                    lr_warmup_steps, betas, clip_grad, min_lr_ratio, num_cycles, lr_scheduler_type, warmup_style)
-VERL_CONFIG_FIELDS(PolicyLossSection, loss_mode, clip_cov_ratio, clip_cov_lb, clip_cov_ub, kl_cov_ratio, ppo_kl_coef)
+VERL_CONFIG_FIELDS(PolicyLossSection, loss_mode, clip_cov_ratio, clip_cov_lb, clip_cov_ub, kl_cov_ratio, ppo_kl_coef,
+                   dro_beta)
 VERL_CONFIG_FIELDS(CheckpointContentsConfig, save_contents, load_contents)
 VERL_CONFIG_FIELDS(ModelSection, path, tokenizer_path, custom_chat_template)
 VERL_CONFIG_FIELDS(ActorConfig, optim, ppo_mini_batch_size, ppo_micro_batch_size, ppo_micro_batch_size_per_gpu,

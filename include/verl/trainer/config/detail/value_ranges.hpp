@@ -72,6 +72,7 @@ inline constexpr std::array value_rules{
     ValueRule{"actor_rollout_ref.actor.policy_loss.clip_cov_ratio", positive},
     ValueRule{"actor_rollout_ref.actor.policy_loss.kl_cov_ratio", positive},
     ValueRule{"actor_rollout_ref.actor.policy_loss.ppo_kl_coef", non_negative},
+    ValueRule{"actor_rollout_ref.actor.policy_loss.dro_beta", positive},
     ValueRule{"*.grad_clip", positive},
     ValueRule{"critic.cliprange_value", positive},
     // batch sizes, epochs, token budgets, parallel sizes
