@@ -137,8 +137,8 @@ TEST(AlgoVectorKernels, AggLossMatchesDoubleSumsInEveryMode) {
   mask.row(18).head(500).setOnes();
   // Garbage on padding never reaches token-mean (where(mask, L, 0)).
   loss(18, 700) = std::numeric_limits<float>::infinity();
-  for (auto mode : {LossAggMode::token_mean, LossAggMode::seq_mean_token_sum, LossAggMode::seq_mean_token_mean,
-                    LossAggMode::seq_mean_token_sum_norm}) {
+  for (auto mode : {LossAggMode::token_mean, LossAggMode::token_sum, LossAggMode::seq_mean_token_sum,
+                    LossAggMode::seq_mean_token_mean, LossAggMode::seq_mean_token_sum_norm}) {
     double total = 0, tokens = 0, rows_kept = 0;
     for (Index i = 0; i < kRows; ++i) {
       double row = 0, length = 0;
@@ -152,11 +152,12 @@ TEST(AlgoVectorKernels, AggLossMatchesDoubleSumsInEveryMode) {
       if (mode == LossAggMode::seq_mean_token_mean) row = length > 0 ? row / length : 0;
       total += row;
     }
-    const double want = mode == LossAggMode::token_mean               ? total / tokens
-                        : mode == LossAggMode::seq_mean_token_sum_norm ? total / static_cast<double>(kCols)
-                                                                       : total / rows_kept;
+    const double want = mode == LossAggMode::token_mean                ? total / tokens
+                        : mode == LossAggMode::token_sum               ? total
+                        : mode == LossAggMode::seq_mean_token_sum_norm ? total / rows_kept / static_cast<double>(kCols)
+                                                                        : total / rows_kept;
     const float got = agg_loss(loss, mask, mode);
-    if (mode == LossAggMode::token_mean) {
+    if (mode == LossAggMode::token_mean || mode == LossAggMode::token_sum) {
       EXPECT_TRUE(close(got, want, 1e-5, 1e-7)) << to_string(mode) << ": " << got << " vs " << want;
     } else {
       // seq-mean modes multiply by the mask, so the inf on padding gives NaN, as in verl.

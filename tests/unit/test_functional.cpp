@@ -170,8 +170,8 @@ TEST(EntropyLoss, ValueIsAggLossOfTokenEntropy) {
   mask(2, 2) = mask(2, 3) = 0;
   const VectorF h = entropy_from_logits(logits);
   const Eigen::Map<const MatrixF> token_entropy(h.data(), b, t);
-  for (const LossAggMode mode : {LossAggMode::token_mean, LossAggMode::seq_mean_token_sum, LossAggMode::seq_mean_token_mean,
-                                 LossAggMode::seq_mean_token_sum_norm}) {
+  for (const LossAggMode mode : {LossAggMode::token_mean, LossAggMode::token_sum, LossAggMode::seq_mean_token_sum,
+                                 LossAggMode::seq_mean_token_mean, LossAggMode::seq_mean_token_sum_norm}) {
     const EntropyLoss loss = compute_entropy_loss(logits, mask, mode);
     EXPECT_EQ(loss.entropy_loss, agg_loss(token_entropy, mask, mode));
     EXPECT_EQ(loss.entropy_loss, compute_entropy_loss_value(logits, mask, mode));
@@ -187,7 +187,9 @@ TEST(EntropyLoss, GradientByFiniteDifferencesAndZeroOnMaskedTokens) {
   mask(1, 2) = 0;
   for (const LossAggMode mode : {LossAggMode::token_mean, LossAggMode::seq_mean_token_mean}) {
     GlobalBatchInfo info;
-    info.dp_size = 2;
+    info.dp_size = 2;  // with the global numbers verl 0.9.1 requires then
+    info.batch_num_tokens = 9;
+    info.global_batch_size = 3;
     const EntropyLoss loss = compute_entropy_loss(logits, mask, mode, info);
     const float h = 1e-2f;
     for (Index k = 0; k < logits.size(); ++k) {

@@ -15,11 +15,12 @@ using verl::test_support::message_of;
 
 TEST(LossAggregation, UnknownModeNamesTheArgument) {
   try {
-    (void)parse_loss_agg_mode("token-sum");
+    (void)parse_loss_agg_mode("token-max");
     FAIL() << "expected an exception";
   } catch (const InvalidArgument& e) {
     EXPECT_NE(std::string(e.what()).find("loss_agg_mode"), std::string::npos);
-    EXPECT_NE(std::string(e.what()).find("token-sum"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("token-max"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("token-sum"), std::string::npos);  // listed among the valid ones
   }
 }
 
@@ -33,7 +34,7 @@ TEST(LossAggregation, MismatchedMaskShapeIsAnError) {
 
 namespace {
 
-constexpr LossAggMode kModes[] = {LossAggMode::token_mean, LossAggMode::seq_mean_token_sum,
+constexpr LossAggMode kModes[] = {LossAggMode::token_mean, LossAggMode::token_sum, LossAggMode::seq_mean_token_sum,
                                   LossAggMode::seq_mean_token_mean, LossAggMode::seq_mean_token_sum_norm};
 
 /// rows x cols loss in double with a ragged mask (row i has cols - i valid tokens, so the last
@@ -62,7 +63,9 @@ TEST(LossAggregation, ModesByHand) {
   EXPECT_FLOAT_EQ(agg_loss(loss, mask, LossAggMode::token_mean), 7.0f / 3.0f);
   EXPECT_FLOAT_EQ(agg_loss(loss, mask, LossAggMode::seq_mean_token_sum), (3.0f + 4.0f) / 2.0f);
   EXPECT_FLOAT_EQ(agg_loss(loss, mask, LossAggMode::seq_mean_token_mean), (1.5f + 4.0f) / 2.0f);
-  EXPECT_FLOAT_EQ(agg_loss(loss, mask, LossAggMode::seq_mean_token_sum_norm), 7.0f / 3.0f);
+  EXPECT_FLOAT_EQ(agg_loss(loss, mask, LossAggMode::token_sum), 7.0f);
+  // verl 0.9.1: the seq-mean-token-sum value over loss_scale_factor (default T = 3).
+  EXPECT_FLOAT_EQ(agg_loss(loss, mask, LossAggMode::seq_mean_token_sum_norm), (3.0f + 4.0f) / 2.0f / 3.0f);
   EXPECT_FLOAT_EQ(agg_loss<TokenMean>(loss, mask), agg_loss(loss, mask, LossAggMode::token_mean));
   EXPECT_FLOAT_EQ(agg_loss<SeqMeanTokenMean>(loss, mask), agg_loss(loss, mask, LossAggMode::seq_mean_token_mean));
 }
@@ -79,8 +82,19 @@ TEST(LossAggregation, GlobalBatchInfoAsVerl) {
   EXPECT_FLOAT_EQ(agg_loss(loss, mask, LossAggMode::token_mean, info), 7.0f / 12.0f * 4.0f);
   EXPECT_FLOAT_EQ(agg_loss(loss, mask, LossAggMode::seq_mean_token_sum, info), 7.0f / 8.0f * 4.0f);
   EXPECT_FLOAT_EQ(agg_loss(loss, mask, LossAggMode::seq_mean_token_mean, info), 5.5f / 8.0f * 4.0f);
-  // seq-mean-token-sum-norm ignores dp_size and global_batch_size.
-  EXPECT_FLOAT_EQ(agg_loss(loss, mask, LossAggMode::seq_mean_token_sum_norm, info), 7.0f / 7.0f);
+  EXPECT_FLOAT_EQ(agg_loss(loss, mask, LossAggMode::token_sum, info), 7.0f * 4.0f);
+  EXPECT_FLOAT_EQ(agg_loss(loss, mask, LossAggMode::seq_mean_token_sum_norm, info), 7.0f / 8.0f * 4.0f / 7.0f);
+  // With several data-parallel ranks the global numbers are required (verl 0.9.1 raises).
+  GlobalBatchInfo local;
+  local.dp_size = 2;
+  for (const auto mode : {LossAggMode::token_mean, LossAggMode::seq_mean_token_sum, LossAggMode::seq_mean_token_mean,
+                          LossAggMode::seq_mean_token_sum_norm}) {
+    const std::string message = message_of<InvalidArgument>([&] { (void)agg_loss(loss, mask, mode, local); });
+    EXPECT_NE(message.find(mode == LossAggMode::token_mean ? "batch_num_tokens" : "global_batch_size"), std::string::npos)
+        << message;
+    EXPECT_THROW((void)agg_loss_weights(mask, mode, local), InvalidArgument);
+  }
+  EXPECT_FLOAT_EQ(agg_loss(loss, mask, LossAggMode::token_sum, local), 14.0f);  // token-sum never needs them
 }
 
 TEST(LossAggregation, WeightsAreTheExactDerivative) {
@@ -128,12 +142,14 @@ TEST(LossAggregation, AllMaskedBatchesGiveVerlsNaN) {
   EXPECT_TRUE(std::isnan(agg_loss(loss, mask, LossAggMode::token_mean)));
   EXPECT_TRUE(std::isnan(agg_loss(loss, mask, LossAggMode::seq_mean_token_sum)));
   EXPECT_TRUE(std::isnan(agg_loss(loss, mask, LossAggMode::seq_mean_token_mean)));
-  EXPECT_EQ(agg_loss(loss, mask, LossAggMode::seq_mean_token_sum_norm), 0.0f);
+  EXPECT_TRUE(std::isnan(agg_loss(loss, mask, LossAggMode::seq_mean_token_sum_norm)));  // 0.9.1: as seq-mean-token-sum
+  EXPECT_EQ(agg_loss(loss, mask, LossAggMode::token_sum), 0.0f);
   for (auto mode : kModes) EXPECT_EQ(agg_loss_weights(mask, mode), MatrixF::Zero(3, 4));
   // An empty batch behaves the same way.
   const MatrixF none(0, 4);
   EXPECT_TRUE(std::isnan(agg_loss(none, none, LossAggMode::token_mean)));
-  EXPECT_EQ(agg_loss(none, none, LossAggMode::seq_mean_token_sum_norm), 0.0f);
+  EXPECT_TRUE(std::isnan(agg_loss(none, none, LossAggMode::seq_mean_token_sum_norm)));
+  EXPECT_EQ(agg_loss(none, none, LossAggMode::token_sum), 0.0f);
 }
 
 TEST(LossAggregation, NonFinitePaddingFollowsVerl) {

@@ -93,11 +93,50 @@ TEST(ImportanceWeights, TokenWeightsAreTruncatedAndMasked) {
   EXPECT_EQ(out.weights(0, 1), 2.0f);
   EXPECT_EQ(out.weights(0, 2), 2.0f);  // exp(20) before truncation
   EXPECT_EQ(out.weights(0, 3), 0.0f);
-  // Metrics describe the weights before truncation.
-  EXPECT_FLOAT_EQ(static_cast<float>(out.metrics.at("rollout_is_max")), std::exp(20.0f));
+  // verl 0.9.1: max/min/mean describe the applied (truncated) weights, the fractions the raw ones.
+  EXPECT_EQ(out.metrics.at("rollout_is_max"), 2.0);
+  EXPECT_EQ(out.metrics.at("rollout_is_min"), 1.0);
+  EXPECT_NEAR(out.metrics.at("rollout_is_mean"), 5.0 / 3.0, 1e-6);
   EXPECT_NEAR(out.metrics.at("rollout_is_ratio_fraction_high"), 2.0 / 3.0, 1e-6);
   EXPECT_EQ(out.metrics.at("rollout_is_ratio_fraction_low"), 0.0);
   EXPECT_FALSE(out.metrics.contains("rollout_is_batch_norm_factor"));
+  EXPECT_FALSE(out.metrics.contains("rollout_is_oob_ratio"));
+}
+
+TEST(ImportanceWeights, IcePopZeroesTheWeightsOutsideItsBounds) {
+  MatrixF log_ratio(1, 5), mask(1, 5);
+  log_ratio << 0.0f, std::log(3.0f), std::log(0.25f), std::log(0.5f), 1.0f;
+  mask << 1, 1, 1, 1, 0;
+  const ImportanceThreshold bounds = parse_importance_threshold(ImportanceThresholdSpec(std::string(" 0.5_2 ")));
+  ASSERT_TRUE(bounds.lower.has_value());
+  EXPECT_EQ(*bounds.lower, 0.5);
+  EXPECT_EQ(bounds.upper, 2.0);
+  const auto out = compute_rollout_correction_weights(log_ratio, mask, ImportanceSamplingLevel::token, bounds.upper,
+                                                      false, bounds.lower);
+  EXPECT_EQ(out.weights(0, 0), 1.0f);
+  EXPECT_EQ(out.weights(0, 1), 0.0f);  // 3 > 2: zeroed, not truncated
+  EXPECT_EQ(out.weights(0, 2), 0.0f);  // 0.25 < 0.5
+  EXPECT_EQ(out.weights(0, 3), 0.5f);  // on the lower bound: kept
+  EXPECT_EQ(out.weights(0, 4), 0.0f);  // padding
+  EXPECT_NEAR(out.metrics.at("rollout_is_oob_ratio"), 0.5, 1e-6);
+  EXPECT_NEAR(out.metrics.at("rollout_is_ratio_fraction_high"), 0.25, 1e-6);
+  EXPECT_NEAR(out.metrics.at("rollout_is_ratio_fraction_low"), 0.25, 1e-6);  // below the lower bound, not 1/2
+  // Every weight outside the bounds: verl divides by zero computing the effective sample size.
+  MatrixF far(1, 2), ones = MatrixF::Ones(1, 2);
+  far << 5.0f, -5.0f;
+  EXPECT_TRUE(contains(message_of([&] {
+                         (void)compute_rollout_correction_weights(far, ones, ImportanceSamplingLevel::token, 2.0, false, 0.5);
+                       }),
+                       "effective sample size"));
+}
+
+TEST(ImportanceWeights, ThresholdSpecsAreParsedAsVerlDoes) {
+  const auto upper_of = [](std::string text) { return parse_importance_threshold(ImportanceThresholdSpec(text)); };
+  EXPECT_EQ(upper_of(" 3 ").upper, 3.0);
+  EXPECT_FALSE(upper_of("3").lower.has_value());
+  for (const char* bad : {"", "  ", "abc", "0.5_x", "_2", "0_2", "3_2", "-1", "0"})
+    EXPECT_TRUE(contains(message_of([&] { (void)upper_of(bad); }), "rollout_is_threshold")) << bad;
+  EXPECT_TRUE(contains(message_of([] { (void)parse_importance_threshold(ImportanceThresholdSpec(-2.0)); }), "positive"));
 }
 
 TEST(ImportanceWeights, SequenceWeightsBroadcastAndNormalise) {

@@ -152,7 +152,14 @@ TEST(ValueLoss, RuntimeModeNamesAndGlobalBatchInfo) {
   const auto scaled = compute_value_loss(b.vpreds, b.returns, b.values, b.mask, 0.2, "seq-mean-token-mean", info);
   // 3 non-empty local rows: dp 4 / 12 = 1/3 of the local seq-mean, i.e. the same here.
   EXPECT_NEAR(scaled.vf_loss, by_enum.vf_loss, 1e-12);
-  EXPECT_THROW((void)compute_value_loss(b.vpreds, b.returns, b.values, b.mask, 0.2, "token-sum"), InvalidArgument);
+  EXPECT_THROW((void)compute_value_loss(b.vpreds, b.returns, b.values, b.mask, 0.2, "token-max"), InvalidArgument);
+  // verl 0.9.1: token-sum is a mode; dp_size > 1 without the global numbers is an error.
+  const auto summed = compute_value_loss(b.vpreds, b.returns, b.values, b.mask, 0.2, "token-sum");
+  const auto mean = compute_value_loss(b.vpreds, b.returns, b.values, b.mask, 0.2, "token-mean");
+  EXPECT_NEAR(summed.vf_loss, mean.vf_loss * b.mask.sum(), 1e-4 * std::abs(summed.vf_loss));
+  GlobalBatchInfo local;
+  local.dp_size = 2;
+  EXPECT_THROW((void)compute_value_loss(b.vpreds, b.returns, b.values, b.mask, 0.2, "token-mean", local), InvalidArgument);
 }
 
 TEST(ValueLoss, EmptyMaskGivesNaNLossAndZeroClipFraction) {
@@ -161,7 +168,8 @@ TEST(ValueLoss, EmptyMaskGivesNaNLossAndZeroClipFraction) {
   EXPECT_TRUE(std::isnan(out.vf_loss));  // verl's 0/0
   EXPECT_EQ(out.vf_clipfrac, 0.0f);      // masked_mean's + 1e-8
   EXPECT_EQ(out.grad_vpreds, MatrixF::Zero(2, 3));
-  EXPECT_EQ(compute_value_loss(v, v, v, mask, 0.2, LossAggMode::seq_mean_token_sum_norm).vf_loss, 0.0f);
+  EXPECT_TRUE(std::isnan(compute_value_loss(v, v, v, mask, 0.2, LossAggMode::seq_mean_token_sum_norm).vf_loss));
+  EXPECT_EQ(compute_value_loss(v, v, v, mask, 0.2, LossAggMode::token_sum).vf_loss, 0.0f);
 }
 
 TEST(ValueLoss, ArgumentErrorsNameTheArgument) {

@@ -493,6 +493,12 @@ void register_cuda(CudaSupport& cuda) {
   t["masked_whiten"] = masked_whiten_case;
   t["compute_policy_loss"] = deprecated_policy_loss_case;
   t["compute_value_loss"] = value_loss_case;
+  // verl 0.9.1's global-batch arguments of compute_value_loss are not passed to the kernel path yet.
+  cuda.supports["compute_value_loss"] = [](const GoldenCase& c) {
+    for (const char* key : {"dp_size", "batch_num_tokens", "global_batch_size", "loss_scale_factor"})
+      if (c.args().contains(key)) return false;
+    return true;
+  };
   t["compute_entropy_loss"] = entropy_loss_case;
   for (const char* fn : {"compute_policy_loss_vanilla", "compute_policy_loss_gspo", "compute_policy_loss_sapo",
                          "compute_policy_loss_gpg", "compute_policy_loss_clip_cov", "compute_policy_loss_kl_cov",

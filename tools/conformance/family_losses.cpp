@@ -45,7 +45,8 @@ void value_loss_case(const GoldenCase& c, CaseCheck& check) {
   const auto result = algo::compute_value_loss(
       c.input_tensor("vpreds").matrix<float>(), c.input_tensor("returns").matrix<float>(),
       c.input_tensor("values").matrix<float>(), c.input_tensor("response_mask").matrix<float>(),
-      c.args().at("cliprange_value").get<double>(), c.args().value("loss_agg_mode", std::string("token-mean")));
+      c.args().at("cliprange_value").get<double>(), c.args().value("loss_agg_mode", std::string("token-mean")),
+      global_batch_info(c.args()));
   check.scalar("vf_loss", result.vf_loss, c.tolerance());
   check.scalar("vf_clipfrac", result.vf_clipfrac, c.tolerance());
   check.tensor("grad:vpreds", result.grad_vpreds, c.grad_tolerance(), c.grad_tie_indices());

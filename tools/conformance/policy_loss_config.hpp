@@ -31,7 +31,18 @@ inline algo::RolloutCorrectionConfig rollout_correction_from(const json& rc) {
   algo::RolloutCorrectionConfig config;
   if (rc.contains("loss_type") && !rc.at("loss_type").is_null()) config.loss_type = rc.at("loss_type").get<std::string>();
   config.rollout_is = optional_string(rc, "rollout_is");
-  config.rollout_is_threshold = rc.contains("rollout_is_threshold") ? optional_number(rc, "rollout_is_threshold") : 2.0;
+  if (rc.contains("rollout_is_threshold")) {
+    const json& t = rc.at("rollout_is_threshold");
+    if (t.is_null()) {
+      config.rollout_is_threshold.reset();
+    } else if (t.is_string()) {
+      config.rollout_is_threshold = algo::ImportanceThresholdSpec(t.get<std::string>());
+    } else {
+      // verl raises TypeError for a bool or a list: so does the conformance case, through json's.
+      VERL_CHECK_ARG(t.is_number(), "rollout_is_threshold: expected a number or a string, got {}", t.dump());
+      config.rollout_is_threshold = algo::ImportanceThresholdSpec(t.get<double>());
+    }
+  }
   config.rollout_is_batch_normalize = rc.value("rollout_is_batch_normalize", false);
   config.rollout_rs = optional_string(rc, "rollout_rs");
   if (rc.contains("rollout_rs_threshold") && !rc.at("rollout_rs_threshold").is_null()) {

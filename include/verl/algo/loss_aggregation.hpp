@@ -1,4 +1,4 @@
-// Loss aggregation (verl's agg_loss): the four modes as policy types, the reduction and its
+// Loss aggregation (verl 0.9.1's agg_loss): the five modes as policy types, the reduction and its
 // gradient W = d loss / d loss_mat.
 //
 // Every mode is linear in the masked loss: loss = scale * sum_i row_weight_i * sum_t m_it L_it.
@@ -25,12 +25,17 @@
 
 namespace verl::algo {
 
-enum class LossAggMode { token_mean, seq_mean_token_sum, seq_mean_token_mean, seq_mean_token_sum_norm };
+enum class LossAggMode { token_mean, token_sum, seq_mean_token_sum, seq_mean_token_mean, seq_mean_token_sum_norm };
 
 // ---- policy types -------------------------------------------------------------------------
 struct TokenMean {
   static constexpr LossAggMode mode = LossAggMode::token_mean;
   static constexpr std::string_view name = "token-mean";
+};
+/// verl 0.9.1: the masked sum times dp_size, no denominator.
+struct TokenSum {
+  static constexpr LossAggMode mode = LossAggMode::token_sum;
+  static constexpr std::string_view name = "token-sum";
 };
 struct SeqMeanTokenSum {
   static constexpr LossAggMode mode = LossAggMode::seq_mean_token_sum;
@@ -47,7 +52,7 @@ struct SeqMeanTokenSumNorm {
 
 /// verl's loss_agg_mode values, in its order: the one list of the family. to_string and
 /// parse_loss_agg_mode derive from it.
-using LossAggregations = TypeList<TokenMean, SeqMeanTokenSum, SeqMeanTokenMean, SeqMeanTokenSumNorm>;
+using LossAggregations = TypeList<TokenMean, TokenSum, SeqMeanTokenSum, SeqMeanTokenMean, SeqMeanTokenSumNorm>;
 
 /// verl's string for the mode ("token-mean", ...).
 constexpr std::string_view to_string(LossAggMode mode) {
@@ -67,13 +72,31 @@ inline LossAggMode parse_loss_agg_mode(std::string_view name) {
 }
 
 /// The global-batch arguments verl passes to agg_loss (config.global_batch_info). Unset values
-/// fall back to what the local batch gives, as in verl.
+/// fall back to what the local batch gives, as in verl, with one data-parallel rank; with
+/// dp_size > 1, token-mean needs batch_num_tokens and the seq-mean modes global_batch_size
+/// (verl 0.9.1 raises otherwise: a local count would scale each rank's loss differently).
 struct GlobalBatchInfo {
   double dp_size = 1;
   std::optional<double> batch_num_tokens;   ///< token-mean denominator
   std::optional<double> global_batch_size;  ///< seq-mean-* denominator
-  std::optional<double> loss_scale_factor;  ///< seq-mean-token-sum-norm denominator (default T)
+  std::optional<double> loss_scale_factor;  ///< seq-mean-token-sum-norm's extra denominator (default T)
 };
+
+/// verl 0.9.1's check of the global numbers a mode needs when dp_size > 1.
+inline void require_global_batch_numbers(LossAggMode mode, const GlobalBatchInfo& info) {
+  if (!(info.dp_size > 1)) return;
+  if (mode == LossAggMode::token_mean)
+    VERL_CHECK_ARG(info.batch_num_tokens.has_value(),
+                   "global_batch_info.batch_num_tokens: expected the (global) token count with dp_size {} > 1 under "
+                   "loss_agg_mode token-mean, got None",
+                   info.dp_size);
+  if (mode == LossAggMode::seq_mean_token_sum || mode == LossAggMode::seq_mean_token_mean ||
+      mode == LossAggMode::seq_mean_token_sum_norm)
+    VERL_CHECK_ARG(info.global_batch_size.has_value(),
+                   "global_batch_info.global_batch_size: expected the global batch size with dp_size {} > 1 under "
+                   "loss_agg_mode {}, got None",
+                   info.dp_size, to_string(mode));
+}
 
 /// A loss-aggregation policy names one of verl's modes at compile time.
 template <class A>
@@ -209,7 +232,8 @@ struct Aggregation {
   /// seq-mean-* modes drop fully masked rows (verl selects them out with where()), so their
   /// row sums never reach the loss, not even as NaN.
   bool drops(Index row_length) const {
-    return row_length == 0 && (mode == LossAggMode::seq_mean_token_sum || mode == LossAggMode::seq_mean_token_mean);
+    return row_length == 0 && (mode == LossAggMode::seq_mean_token_sum || mode == LossAggMode::seq_mean_token_mean ||
+                               mode == LossAggMode::seq_mean_token_sum_norm);
   }
   /// Per-row factor inside the scale (1, or 1/(len + 1e-8) for seq-mean-token-mean).
   Scalar row_weight(Index row_length) const {
@@ -226,27 +250,34 @@ struct Aggregation {
   }
 };
 
-/// token-mean sums where(mask, L, 0) (verl's masked_sum), so masked garbage, even inf or NaN,
-/// never matters; the seq-mean modes sum L * m, where inf * 0 = NaN, exactly as verl.
-constexpr bool selects_valid_tokens(LossAggMode mode) { return mode == LossAggMode::token_mean; }
+/// token-mean and token-sum sum where(mask, L, 0) (verl's masked_sum), so masked garbage, even inf
+/// or NaN, never matters; the seq-mean modes sum L * m, where inf * 0 = NaN, exactly as verl.
+constexpr bool selects_valid_tokens(LossAggMode mode) {
+  return mode == LossAggMode::token_mean || mode == LossAggMode::token_sum;
+}
 
 template <class Scalar>
 Aggregation<Scalar> make_aggregation(LossAggMode mode, const MaskCounts& counts, const GlobalBatchInfo& info) {
   const auto ratio = [](double numerator, double denominator) {
     return static_cast<Scalar>(numerator) / static_cast<Scalar>(denominator);
   };
+  require_global_batch_numbers(mode, info);
   Aggregation<Scalar> a{mode, Scalar(1), static_cast<Scalar>(1e-8)};
   switch (mode) {
     case LossAggMode::token_mean:
       a.scale = ratio(info.dp_size, info.batch_num_tokens.value_or(static_cast<double>(counts.tokens)));
+      break;
+    case LossAggMode::token_sum:
+      a.scale = static_cast<Scalar>(info.dp_size);
       break;
     case LossAggMode::seq_mean_token_sum:
     case LossAggMode::seq_mean_token_mean:
       a.scale = ratio(info.dp_size, info.global_batch_size.value_or(static_cast<double>(counts.nonempty_rows)));
       break;
     case LossAggMode::seq_mean_token_sum_norm:
-      // verl ignores dp_size and global_batch_size here and does not divide by the row count.
-      a.scale = ratio(1.0, info.loss_scale_factor.value_or(static_cast<double>(counts.cols)));
+      // verl 0.9.1: the seq-mean-token-sum value, divided by loss_scale_factor (default T).
+      a.scale = ratio(info.dp_size, info.global_batch_size.value_or(static_cast<double>(counts.nonempty_rows))) /
+                static_cast<Scalar>(info.loss_scale_factor.value_or(static_cast<double>(counts.cols)));
       break;
   }
   return a;
@@ -379,7 +410,7 @@ constexpr void require_floating_loss() {
 /// verl's agg_loss, in the loss matrix's precision (float for MatrixF). `loss_mat` values at
 /// masked positions are ignored under token-mean (verl's where(mask, L, 0)); under the seq-mean
 /// modes only a non-finite value there matters (inf * 0 = NaN, as in verl). An all-masked batch
-/// gives NaN under token-mean and seq-mean-*, as verl's 0/0 does.
+/// gives NaN under token-mean and seq-mean-*, as verl's 0/0 does, and 0 under token-sum.
 template <class LossDerived, class MaskDerived>
 typename LossDerived::Scalar agg_loss(const Eigen::MatrixBase<LossDerived>& loss_mat,
                                       const Eigen::MatrixBase<MaskDerived>& loss_mask, LossAggMode mode,

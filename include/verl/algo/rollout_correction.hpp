@@ -178,6 +178,8 @@ inline std::vector<RejectionCriterion> parse_rejection_criteria(std::string_view
       }
       VERL_CHECK_ARG(c.lower > 0 && c.upper > 0,
                      "rollout_rs_threshold: expected positive bounds for option '{}', got '{}'", option, entry);
+      VERL_CHECK_ARG(c.lower <= c.upper, "rollout_rs_threshold: expected lower <= upper for option '{}', got '{}'",
+                     option, entry);
     } else {
       VERL_CHECK_ARG(entry.find('_') == std::string_view::npos,
                      "rollout_rs_threshold: expected a single upper bound (no '_') for option '{}', got '{}'", option,
@@ -190,10 +192,56 @@ inline std::vector<RejectionCriterion> parse_rejection_criteria(std::string_view
   return criteria;
 }
 
+/// verl's rollout_is_threshold: a number (TIS: truncate at it), or a string holding one number
+/// (the same) or "lower_upper" (IcePop: zero the weights outside [lower, upper]).
+using ImportanceThresholdSpec = std::variant<double, std::string>;
+
+/// The bounds of a rollout_is_threshold: the upper one, and IcePop's lower one.
+struct ImportanceThreshold {
+  double upper = 2.0;
+  std::optional<double> lower{};  ///< set: IcePop
+};
+
+/// verl 0.9.1's _parse_rollout_is_threshold: surrounding spaces stripped, "lower_upper" split at
+/// the first '_'; bounds must be positive and lower <= upper.
+inline ImportanceThreshold parse_importance_threshold(const ImportanceThresholdSpec& spec) {
+  ImportanceThreshold threshold;
+  if (const double* number = std::get_if<double>(&spec)) {
+    threshold.upper = *number;
+  } else {
+    const std::string& text = std::get<std::string>(spec);
+    const std::string_view trimmed = detail::trim(text);
+    VERL_CHECK_ARG(!trimmed.empty(), "rollout_is_threshold: expected a number or \"lower_upper\", got an empty string");
+    const auto number_of = [&](std::string_view part) {
+      const std::string s(part);
+      char* end = nullptr;
+      const double value = s.empty() ? 0.0 : std::strtod(s.c_str(), &end);
+      VERL_CHECK_ARG(!s.empty() && end == s.c_str() + s.size(),
+                     "rollout_is_threshold: expected a number or \"lower_upper\", got '{}'", text);
+      return value;
+    };
+    if (const auto cut = trimmed.find('_'); cut != std::string_view::npos) {
+      threshold.lower = number_of(detail::trim(trimmed.substr(0, cut)));
+      threshold.upper = number_of(detail::trim(trimmed.substr(cut + 1)));
+    } else {
+      threshold.upper = number_of(trimmed);
+    }
+  }
+  VERL_CHECK_ARG(threshold.upper > 0, "rollout_is_threshold: expected a positive upper bound, got {}", threshold.upper);
+  if (threshold.lower) {
+    VERL_CHECK_ARG(*threshold.lower > 0, "rollout_is_threshold: expected a positive lower bound, got {}", *threshold.lower);
+    VERL_CHECK_ARG(*threshold.lower <= threshold.upper,
+                   "rollout_is_threshold: expected lower <= upper, got lower {} and upper {}", *threshold.lower,
+                   threshold.upper);
+  }
+  return threshold;
+}
+
 /// Typed rollout-correction settings.
 struct RolloutCorrection {
   std::optional<ImportanceSamplingLevel> rollout_is;  ///< nullopt: no IS weights
-  double rollout_is_threshold = 2.0;                  ///< truncation of the IS weights (> 0)
+  double rollout_is_threshold = 2.0;                  ///< TIS truncation / IcePop upper bound (> 0)
+  std::optional<double> rollout_is_threshold_lower{}; ///< IcePop's lower bound (set: IcePop)
   bool rollout_is_batch_normalize = false;            ///< rescale the weights to mean 1
   std::vector<RejectionCriterion> rollout_rs;         ///< empty: no rejection sampling
 };
@@ -201,7 +249,7 @@ struct RolloutCorrection {
 /// verl's RolloutCorrectionConfig under its own keys and defaults (strings as in YAML).
 struct RolloutCorrectionConfig {
   std::optional<std::string> rollout_is = std::string("sequence");
-  std::optional<double> rollout_is_threshold = 2.0;  ///< null disables IS weights too
+  std::optional<ImportanceThresholdSpec> rollout_is_threshold = ImportanceThresholdSpec(2.0);  ///< null disables IS weights too
   bool rollout_is_batch_normalize = false;
   std::optional<std::string> rollout_rs;
   std::optional<RejectionThresholdSpec> rollout_rs_threshold;
@@ -212,9 +260,9 @@ inline RolloutCorrection make_rollout_correction(const RolloutCorrectionConfig& 
   RolloutCorrection settings;
   if (config.rollout_is && config.rollout_is_threshold) {
     settings.rollout_is = parse_importance_sampling_level(*config.rollout_is);
-    settings.rollout_is_threshold = *config.rollout_is_threshold;
-    VERL_CHECK_ARG(settings.rollout_is_threshold > 0, "rollout_is_threshold: expected a positive value, got {}",
-                   settings.rollout_is_threshold);
+    const ImportanceThreshold threshold = parse_importance_threshold(*config.rollout_is_threshold);
+    settings.rollout_is_threshold = threshold.upper;
+    settings.rollout_is_threshold_lower = threshold.lower;
   }
   settings.rollout_is_batch_normalize = config.rollout_is_batch_normalize;
   if (config.rollout_rs) {
@@ -319,35 +367,38 @@ inline float divergence(DivergenceEstimator estimator, float log_ratio) {
 }
 
 struct WeightRowCounts {
-  std::int32_t high = 0, low = 0;
+  std::int32_t high = 0, low = 0, outside = 0;
 };
 
-/// One row of IS-weight metric terms: w * m, clamp(w, 1/threshold, threshold) * m and its square
-/// (valid tokens only), and the counts above / below the thresholds.
-inline WeightRowCounts importance_weight_terms(const float* __restrict weights, const float* __restrict mask,
-                                               float* __restrict weight_terms, float* __restrict clamped_terms,
+/// One row of IS-weight metric terms (valid tokens only): the applied weight a * m, the raw weight
+/// w * m, clamp(a, 0, upper) * m and its square; and the raw weights above `upper`, below `lower`,
+/// and outside [lower, upper].
+inline WeightRowCounts importance_weight_terms(const float* __restrict applied, const float* __restrict raw,
+                                               const float* __restrict mask, float* __restrict applied_terms,
+                                               float* __restrict raw_terms, float* __restrict clamped_terms,
                                                float* __restrict squared_terms, Index cols, float lower,
                                                float upper) {
-  std::int32_t high = 0, low = 0;
+  std::int32_t high = 0, low = 0, outside = 0;
   for (Index j = 0; j < cols; ++j) {
-    const float w = weights[j], m = mask[j];
+    const float a = applied[j], w = raw[j], m = mask[j];
     const bool valid = m != 0.0f;
-    const float clamped = clamp_value(w, lower, upper);
-    weight_terms[j] = select(valid, w * m, 0.0f);
+    const float clamped = clamp_value(a, 0.0f, upper);
+    applied_terms[j] = select(valid, a * m, 0.0f);
+    raw_terms[j] = select(valid, w * m, 0.0f);
     clamped_terms[j] = select(valid, clamped * m, 0.0f);
     squared_terms[j] = select(valid, (clamped * clamped) * m, 0.0f);
     high += valid & (w > upper);
     low += valid & (w < lower);
+    outside += valid & ((w < lower) | (w > upper));
   }
-  return {high, low};
+  return {high, low, outside};
 }
 
-/// (clamp(w, 1/threshold, threshold) / (mean + 1e-8))^2 * m on valid tokens: the ESS terms.
-inline void normalized_square_terms(const float* __restrict weights, const float* __restrict mask,
-                                    float* __restrict terms, Index cols, float lower, float upper,
-                                    float shifted_mean) {
+/// (clamp(a, 0, upper) / (mean + 1e-8))^2 * m on valid tokens: the ESS terms of the applied weights.
+inline void normalized_square_terms(const float* __restrict applied, const float* __restrict mask,
+                                    float* __restrict terms, Index cols, float upper, float shifted_mean) {
   for (Index j = 0; j < cols; ++j) {
-    const float normalized = clamp_value(weights[j], lower, upper) / shifted_mean;
+    const float normalized = clamp_value(applied[j], 0.0f, upper) / shifted_mean;
     terms[j] = select(mask[j] != 0.0f, (normalized * normalized) * mask[j], 0.0f);
   }
 }
@@ -485,8 +536,10 @@ inline void sequence_weight_metrics(Metrics& metrics, std::span<const float> seq
       fraction(std::count_if(sequence_log_ratio.begin(), sequence_log_ratio.end(), [&](float v) { return v < log_lower; }), rows);
 }
 
-/// The rollout_is_seq_* metrics of the per-row mean weights (0 for fully masked rows).
-inline void row_mean_weight_metrics(Metrics& metrics, std::span<const float> row_means, float upper, float lower) {
+/// The rollout_is_seq_* metrics of the per-row mean weights (0 for fully masked rows): the
+/// statistics of the applied weights' means, the fractions of the raw weights' means (verl 0.9.1).
+inline void row_mean_weight_metrics(Metrics& metrics, std::span<const float> row_means,
+                                    std::span<const float> raw_row_means, float upper, float lower) {
   const auto rows = static_cast<std::int64_t>(row_means.size());
   const VectorStats s = vector_stats(row_means);
   float max_deviation = 0;
@@ -497,9 +550,9 @@ inline void row_mean_weight_metrics(Metrics& metrics, std::span<const float> row
   metrics["rollout_is_seq_min"] = s.min;
   metrics["rollout_is_seq_max_deviation"] = max_deviation;
   metrics["rollout_is_seq_fraction_high"] =
-      fraction(std::count_if(row_means.begin(), row_means.end(), [&](float v) { return v > upper; }), rows);
+      fraction(std::count_if(raw_row_means.begin(), raw_row_means.end(), [&](float v) { return v > upper; }), rows);
   metrics["rollout_is_seq_fraction_low"] =
-      fraction(std::count_if(row_means.begin(), row_means.end(), [&](float v) { return v < lower; }), rows);
+      fraction(std::count_if(raw_row_means.begin(), raw_row_means.end(), [&](float v) { return v < lower; }), rows);
 }
 
 /// compute_offpolicy_metrics' sums: the token sums (kl, k3, rho_squared: whoever walks the tokens
@@ -554,25 +607,36 @@ struct OffpolicySums {
 // ---- importance sampling ----------------------------------------------------------------------------
 
 struct ImportanceWeights {
-  MatrixF weights;  ///< truncated (and optionally normalised) IS weights, 0 on padding
-  Metrics metrics;  ///< rollout_is_* (computed before truncation, as verl does)
+  MatrixF weights;  ///< applied IS weights (truncated, or IcePop-filtered; optionally normalised), 0 on padding
+  Metrics metrics;  ///< rollout_is_*
 };
 
-/// verl's compute_rollout_correction_weights. `log_ratio` = log pi_train - log pi_rollout.
-/// Token level: w = exp(clamp(x, ±20)); sequence level: w = exp(clamp(sum_t x * m, ±20)) on every
-/// token of the row. Weights are zeroed on padding, truncated at `threshold`, and with
-/// `batch_normalize` divided by their (token or sequence) mean when it exceeds 1e-8.
+/// verl 0.9.1's compute_rollout_correction_weights. `log_ratio` = log pi_train - log pi_rollout.
+/// Raw weights: token level w = exp(clamp(x, ±20)), sequence level w = exp(clamp(sum_t x * m, ±20))
+/// on every token of the row, zeroed on padding. Applied weights: TIS truncates at `threshold`;
+/// IcePop (`threshold_lower` set) keeps w where lower <= w <= threshold and zeroes it elsewhere.
+/// With `batch_normalize` the applied weights are divided by their (token or sequence) mean when
+/// it exceeds 1e-8. The metrics describe the applied weights (mean, max/min, std and effective
+/// sample size of the weights clamped to [0, threshold], the per-sequence means), while the
+/// fractions above and below the bounds count the raw ones (the lower bound: threshold_lower, or
+/// 1/threshold for TIS); IcePop adds rollout_is_oob_ratio.
 inline ImportanceWeights compute_rollout_correction_weights(const ConstMatrixRefF& log_ratio,
                                                             const ConstMatrixRefF& response_mask,
                                                             ImportanceSamplingLevel level, double threshold = 2.0,
-                                                            bool batch_normalize = false) {
+                                                            bool batch_normalize = false,
+                                                            std::optional<double> threshold_lower = std::nullopt) {
   using namespace detail;
   VERL_CHECK_ARG(threshold > 0, "rollout_is_threshold: expected a positive value, got {}", threshold);
+  if (threshold_lower)
+    VERL_CHECK_ARG(*threshold_lower > 0 && *threshold_lower <= threshold,
+                   "rollout_is_threshold: expected 0 < lower <= upper, got lower {} and upper {}", *threshold_lower,
+                   threshold);
   verl::detail::require_same_shape("response_mask", shape_of(response_mask), "log_ratio", shape_of(log_ratio));
   const MaskCounts counts = count_mask("response_mask", response_mask);
   require_valid_token(counts);
   const Index rows = log_ratio.rows(), cols = log_ratio.cols();
   const bool per_token = level == ImportanceSamplingLevel::token;
+  const bool icepop = threshold_lower.has_value();
   const auto clamp_log = [](float x) { return std::min(std::max(x, -kRolloutSafetyBound), kRolloutSafetyBound); };
 
   // Sequence log-ratios (float32 row sums): the sequence weights and their metrics use them.
@@ -581,47 +645,53 @@ inline ImportanceWeights compute_rollout_correction_weights(const ConstMatrixRef
     const auto sums = masked_row_sums(response_mask, [&](Index i, Index j) { return log_ratio(i, j); });
     for (std::size_t i = 0; i < sums.size(); ++i) sequence_log_ratio[i] = static_cast<float>(sums[i]);
   }
+  const auto upper = static_cast<float>(threshold);
+  const auto lower = static_cast<float>(icepop ? *threshold_lower : 1.0 / threshold);
+  MatrixF raw(rows, cols);
   ImportanceWeights out;
   out.weights.resize(rows, cols);
   for (Index i = 0; i < rows; ++i) {
     const float* x = view_row(log_ratio, i);
     const float* m = view_row(response_mask, i);
-    float* w = out.weights.data() + i * cols;
     const float sequence_weight = std::exp(clamp_log(sequence_log_ratio[static_cast<std::size_t>(i)]));
-    for (Index j = 0; j < cols; ++j) w[j] = (per_token ? std::exp(clamp_log(x[j])) : sequence_weight) * m[j];
+    for (Index j = 0; j < cols; ++j) {
+      const float w = (per_token ? std::exp(clamp_log(x[j])) : sequence_weight) * m[j];
+      raw(i, j) = w;
+      // TIS: torch.clamp(max=threshold) keeps a NaN (std::min(NaN, upper) is NaN).
+      out.weights(i, j) = icepop ? ((w >= lower && w <= upper) ? w : 0.0f) : std::min(w, upper);
+    }
   }
 
-  // Metrics of the untruncated weights.
-  const auto upper = static_cast<float>(threshold);
-  const double lower_d = 1.0 / threshold;
-  const auto lower = static_cast<float>(lower_d);
   const double valid = static_cast<double>(counts.tokens);
-  double sum = 0, clamped_sum = 0, clamped_squares = 0;
-  std::int64_t high = 0, low = 0;
+  double applied_sum = 0, clamped_sum = 0, clamped_squares = 0;
+  std::int64_t high = 0, low = 0, outside = 0;
   float max = -std::numeric_limits<float>::infinity(), min = std::numeric_limits<float>::infinity();
-  std::vector<float> row_means(static_cast<std::size_t>(rows));
-  std::vector<float> weight_terms(static_cast<std::size_t>(cols)), clamped_terms(weight_terms.size()),
-      squared_terms(weight_terms.size());
+  std::vector<float> row_means(static_cast<std::size_t>(rows)), raw_row_means(row_means.size());
+  std::vector<float> applied_terms(static_cast<std::size_t>(cols)), raw_terms(applied_terms.size()),
+      clamped_terms(applied_terms.size()), squared_terms(applied_terms.size());
   for (Index i = 0; i < rows; ++i) {
     const float* m = view_row(response_mask, i);
-    const float* w = out.weights.data() + i * cols;
-    const WeightRowCounts counts_row = importance_weight_terms(w, m, weight_terms.data(), clamped_terms.data(),
-                                                               squared_terms.data(), cols, lower, upper);
-    high += counts_row.high;
-    low += counts_row.low;
+    const WeightRowCounts row_counts =
+        importance_weight_terms(out.weights.data() + i * cols, raw.data() + i * cols, m, applied_terms.data(),
+                                raw_terms.data(), clamped_terms.data(), squared_terms.data(), cols, lower, upper);
+    high += row_counts.high;
+    low += row_counts.low;
+    outside += row_counts.outside;
     for (Index j = 0; j < cols; ++j)
       if (m[j] != 0.0f) {
-        max = std::max(max, w[j]);
-        min = std::min(min, w[j]);
+        max = std::max(max, out.weights(i, j));
+        min = std::min(min, out.weights(i, j));
       }
-    const double row_sum = sum_row_terms(weight_terms.data(), cols);
-    sum += row_sum;
+    const double row_applied = sum_row_terms(applied_terms.data(), cols);
+    applied_sum += row_applied;
     clamped_sum += sum_row_terms(clamped_terms.data(), cols);
     clamped_squares += sum_row_terms(squared_terms.data(), cols);
-    row_means[static_cast<std::size_t>(i)] = masked_mean_f(row_sum, static_cast<double>(counts.row_lengths[i]));
+    const double length = static_cast<double>(counts.row_lengths[i]);
+    row_means[static_cast<std::size_t>(i)] = masked_mean_f(row_applied, length);
+    raw_row_means[static_cast<std::size_t>(i)] = masked_mean_f(sum_row_terms(raw_terms.data(), cols), length);
   }
   auto& metrics = out.metrics;
-  metrics["rollout_is_mean"] = masked_mean_f(sum, valid);
+  metrics["rollout_is_mean"] = masked_mean_f(applied_sum, valid);
   if (per_token) {
     token_weight_metrics(metrics, high, low, max, min, valid);
   } else {
@@ -629,20 +699,25 @@ inline ImportanceWeights compute_rollout_correction_weights(const ConstMatrixRef
   }
   metrics["rollout_is_std"] = counts.tokens > 1 ? masked_std(clamped_sum, clamped_squares, valid) : 0.0f;
   {
-    // Effective sample size of the weights clamped to [1/threshold, threshold].
+    // Effective sample size of the applied weights clamped to [0, threshold].
     const float mean_clamped = masked_mean_f(clamped_sum, valid) + 1e-8f;
     double normalized_squares = 0;
     for (Index i = 0; i < rows; ++i) {
       normalized_square_terms(out.weights.data() + i * cols, view_row(response_mask, i), squared_terms.data(), cols,
-                              lower, upper, mean_clamped);
+                              upper, mean_clamped);
       normalized_squares += sum_row_terms(squared_terms.data(), cols);
     }
-    metrics["rollout_is_eff_sample_size"] = 1.0 / static_cast<double>(masked_mean_f(normalized_squares, valid));
+    const float mean_square = masked_mean_f(normalized_squares, valid);
+    VERL_CHECK_ARG(mean_square != 0.0f,
+                   "rollout_is_threshold: every IS weight was zeroed (IcePop bounds [{}, {}]), so the effective "
+                   "sample size is 1/0 (verl raises ZeroDivisionError)",
+                   lower, upper);
+    metrics["rollout_is_eff_sample_size"] = 1.0 / static_cast<double>(mean_square);
   }
-  row_mean_weight_metrics(metrics, row_means, upper, lower);
+  row_mean_weight_metrics(metrics, row_means, raw_row_means, upper, lower);
+  if (icepop) metrics["rollout_is_oob_ratio"] = masked_mean_f(static_cast<double>(outside), valid);
 
-  // Truncate (torch.clamp(max=threshold) keeps NaN), then optionally normalise to mean 1.
-  for (Index k = 0; k < out.weights.size(); ++k) out.weights.data()[k] = std::min(out.weights.data()[k], upper);
+  // Optionally normalise the applied weights to mean 1.
   if (batch_normalize) {
     float weights_mean = 0;
     if (per_token) {
@@ -852,7 +927,8 @@ inline RolloutCorrectionResult compute_rollout_correction_and_rejection_mask(con
   Metrics metrics;
   if (settings.rollout_is) {
     auto is = compute_rollout_correction_weights(log_ratio, response_mask, *settings.rollout_is,
-                                                 settings.rollout_is_threshold, settings.rollout_is_batch_normalize);
+                                                 settings.rollout_is_threshold, settings.rollout_is_batch_normalize,
+                                                 settings.rollout_is_threshold_lower);
     out.rollout_is_weights = std::move(is.weights);
     metrics.merge(is.metrics);
   }

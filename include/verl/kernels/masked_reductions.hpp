@@ -23,6 +23,7 @@ struct AggregationParams {
   bool has_batch_num_tokens = false, has_global_batch_size = false, has_loss_scale_factor = false;
 
   static AggregationParams from(LossAggMode mode, const GlobalBatchInfo& info) {
+    algo::require_global_batch_numbers(mode, info);
     AggregationParams p;
     p.mode = mode;
     p.dp_size = info.dp_size;
@@ -43,7 +44,8 @@ struct Aggregation {
   float scale;
 
   VERL_KERNELS_HD bool drops(std::int64_t length) const {
-    return length == 0 && (mode == LossAggMode::seq_mean_token_sum || mode == LossAggMode::seq_mean_token_mean);
+    return length == 0 && (mode == LossAggMode::seq_mean_token_sum || mode == LossAggMode::seq_mean_token_mean ||
+                           mode == LossAggMode::seq_mean_token_sum_norm);
   }
   VERL_KERNELS_HD float row_weight(std::int64_t length) const {
     if (drops(length)) return 0.0f;
@@ -55,8 +57,10 @@ struct Aggregation {
     if (mode == LossAggMode::seq_mean_token_mean) return scale / (static_cast<float>(length) + 1e-8f);
     return scale;
   }
-  /// token-mean sums where(mask, L, 0); the seq-mean modes L * m (inf * 0 = NaN, as verl).
-  VERL_KERNELS_HD bool selects_valid() const { return mode == LossAggMode::token_mean; }
+  /// token-mean and token-sum sum where(mask, L, 0); the seq-mean modes L * m (inf * 0 = NaN, as verl).
+  VERL_KERNELS_HD bool selects_valid() const {
+    return mode == LossAggMode::token_mean || mode == LossAggMode::token_sum;
+  }
 };
 
 /// make_aggregation from the batch's counts: valid tokens, rows with any valid token, columns.
@@ -68,13 +72,18 @@ VERL_KERNELS_HD Aggregation make_aggregation(const AggregationParams& p, std::in
       a.scale = static_cast<float>(p.dp_size) /
                 static_cast<float>(p.has_batch_num_tokens ? p.batch_num_tokens : static_cast<double>(tokens));
       break;
+    case LossAggMode::token_sum:
+      a.scale = static_cast<float>(p.dp_size);
+      break;
     case LossAggMode::seq_mean_token_sum:
     case LossAggMode::seq_mean_token_mean:
       a.scale = static_cast<float>(p.dp_size) /
                 static_cast<float>(p.has_global_batch_size ? p.global_batch_size : static_cast<double>(nonempty_rows));
       break;
     case LossAggMode::seq_mean_token_sum_norm:
-      a.scale = 1.0f / static_cast<float>(p.has_loss_scale_factor ? p.loss_scale_factor : static_cast<double>(cols));
+      a.scale = static_cast<float>(p.dp_size) /
+                static_cast<float>(p.has_global_batch_size ? p.global_batch_size : static_cast<double>(nonempty_rows)) /
+                static_cast<float>(p.has_loss_scale_factor ? p.loss_scale_factor : static_cast<double>(cols));
       break;
   }
   return a;

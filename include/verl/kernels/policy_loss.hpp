@@ -312,14 +312,14 @@ struct SAPOParams {
 };
 
 /// verl's "gspo": PPO's clip on the sequence ratio exp(min(mean_t(log_prob - old), 10)) over the
-/// row's valid tokens; always seq-mean-token-mean; pg_clipfrac_lower 0.
+/// row's valid tokens; aggregated with loss_agg_mode (verl 0.9.1); pg_clipfrac_lower 0.
 struct GSPOParams {
   struct Row {
     float ratio;       ///< the sequence ratio s_i
     float cap_passes;  ///< 1 where the cap at 10 passes the gradient
   };
   static constexpr bool kRowPass = true, kOwnReduction = false, kReadsOldLogProb = true,
-                        kForcesSeqMeanTokenMean = true;
+                        kForcesSeqMeanTokenMean = false;
   static constexpr float kMaxLogRatio = 10.0f;
   float ratio_low = 0.8f, ratio_high = 1.2f;
   static GSPOParams from(const algo::GSPO& loss) {

@@ -82,8 +82,9 @@ struct RolloutCorrectionParams {
   bool sequence_level = false;       ///< rollout_is == "sequence"
   bool batch_normalize = false;
   double threshold = 2.0;            ///< rollout_is_threshold
-  float weight_lower = 0.5f;         ///< float(1 / threshold)
+  float weight_lower = 0.5f;         ///< IcePop's lower bound, else float(1 / threshold) (the fractions')
   float weight_upper = 2.0f;         ///< float(threshold)
+  bool icepop = false;               ///< weights outside [weight_lower, weight_upper] are zeroed, not truncated
   int criteria_count = 0;
   RejectionCriterionParams criteria[kMaxRejectionCriteria] = {};
   /// The token option of each estimator (index into criteria), or -1.
@@ -100,7 +101,8 @@ struct RolloutCorrectionParams {
       p.sequence_level = *settings.rollout_is == algo::ImportanceSamplingLevel::sequence;
       p.threshold = settings.rollout_is_threshold;
       p.weight_upper = static_cast<float>(settings.rollout_is_threshold);
-      p.weight_lower = static_cast<float>(1.0 / settings.rollout_is_threshold);
+      p.icepop = settings.rollout_is_threshold_lower.has_value();
+      p.weight_lower = static_cast<float>(p.icepop ? *settings.rollout_is_threshold_lower : 1.0 / settings.rollout_is_threshold);
     }
     p.batch_normalize = settings.rollout_is_batch_normalize;
     VERL_CHECK_ARG(settings.rollout_rs.size() <= static_cast<std::size_t>(kMaxRejectionCriteria),
@@ -331,14 +333,16 @@ struct CorrectionSlot {
   static constexpr int stat = 6;        ///< + e: the statistic * m
   static constexpr int rs_clamped = 9;  ///< + e: the token option's clamped statistic * m
   static constexpr int rs_squared = 12;
-  static constexpr int lanes = 15;
+  static constexpr int weight_raw = 15;  ///< IS: the raw weight w m (the sequences' fractions)
+  static constexpr int lanes = 16;
   // column-order sums
   static constexpr int training = 0, rollout = 1, log_ratio = 2, ordered = 3;
   // tallies
   static constexpr int length = 0, non_binary = 1, weight_high = 2, weight_low = 3;
   static constexpr int rs_high = 4, rs_low = 7, rs_rejected = 10;  ///< + e: the token option's counts
   static constexpr int token_rejected = 13;                        ///< valid tokens a token option drops
-  static constexpr int tallies = 14;
+  static constexpr int weight_outside = 14;                        ///< raw weights outside the bounds (IcePop)
+  static constexpr int tallies = 15;
   // extremes
   static constexpr int weight_extreme = 0, stat_extreme = 1;  ///< + e
   static constexpr int extremes = 4;
@@ -348,16 +352,28 @@ using CorrectionTerms =
     TokenTerms<CorrectionSlot::lanes, CorrectionSlot::ordered, CorrectionSlot::tallies, CorrectionSlot::extremes>;
 using CorrectionSums = RowSums<CorrectionTerms>;
 
-/// The IS metric terms of one token's weight w (= base weight * m), in pass 1's slots.
+/// The weight verl applies for a raw weight w: TIS truncates at the upper bound (NaN stays, as
+/// torch.clamp(max=)), IcePop keeps w inside [lower, upper] and zeroes it elsewhere.
+VERL_KERNELS_HD float applied_weight(const RolloutCorrectionParams& p, float w) {
+  if (p.icepop) return (w >= p.weight_lower && w <= p.weight_upper) ? w : 0.0f;
+  return smaller_of(w, p.weight_upper);
+}
+
+/// The IS metric terms of one token's raw weight w (= base weight * m), in pass 1's slots: the
+/// applied weight a (its sum, clamp(a, 0, upper) and its square, its extremes) and the raw weight
+/// (its sum and its counts beyond the bounds), as verl 0.9.1's compute_is_metrics.
 template <class Terms>
 VERL_KERNELS_HD void add_weight_terms(Terms& t, const RolloutCorrectionParams& p, float w, float m, bool valid) {
-  const float clamped = ppo_clamp(w, p.weight_lower, p.weight_upper);
-  t.lane[CorrectionSlot::weight] = valid_term(valid, w, m);
+  const float a = applied_weight(p, w);
+  const float clamped = ppo_clamp(a, 0.0f, p.weight_upper);
+  t.lane[CorrectionSlot::weight] = valid_term(valid, a, m);
   t.lane[CorrectionSlot::weight_clamped] = valid_term(valid, clamped, m);
   t.lane[CorrectionSlot::weight_squared] = valid_term(valid, mul_rn(clamped, clamped), m);
+  t.lane[CorrectionSlot::weight_raw] = valid_term(valid, w, m);
   t.tally[CorrectionSlot::weight_high] = valid && w > p.weight_upper;
   t.tally[CorrectionSlot::weight_low] = valid && w < p.weight_lower;
-  t.extreme[CorrectionSlot::weight_extreme] = w;
+  t.tally[CorrectionSlot::weight_outside] = valid && (w < p.weight_lower || w > p.weight_upper);
+  t.extreme[CorrectionSlot::weight_extreme] = a;
 }
 
 /// Pass 1's token: off-policy terms, token-level IS terms, every estimator's statistic and the
@@ -419,7 +435,7 @@ struct CorrectionToken {
 
 /// Sequence-level IS: the weight terms of a row whose valid tokens all weigh `weight`.
 struct SequenceWeightToken {
-  using Terms = TokenTerms<3, 0, 2, 1>;
+  using Terms = TokenTerms<4, 0, 3, 1>;
   const RolloutCorrectionParams* params;
   const float* mask;  ///< the row's
   float weight;
@@ -427,15 +443,17 @@ struct SequenceWeightToken {
   VERL_KERNELS_HD Terms operator()(std::int64_t j) const {
     const float m = mask[j];
     const bool valid = m != 0.0f;
-    // Pass 1's weight math on a scratch token; correction_row copies the three sums, two tallies
+    // Pass 1's weight math on a scratch token; correction_row copies the four sums, three tallies
     // and the extreme back into pass 1's slots.
     CorrectionTerms full = CorrectionTerms::none();
     add_weight_terms(full, *params, mul_rn(weight, m), m, valid);
     Terms t = Terms::none();
     t.valid = valid;
     for (int q = 0; q < 3; ++q) t.lane[q] = full.lane[CorrectionSlot::weight + q];
+    t.lane[3] = full.lane[CorrectionSlot::weight_raw];
     t.tally[0] = full.tally[CorrectionSlot::weight_high];
     t.tally[1] = full.tally[CorrectionSlot::weight_low];
+    t.tally[2] = full.tally[CorrectionSlot::weight_outside];
     t.extreme[0] = full.extreme[CorrectionSlot::weight_extreme];
     return t;
   }
@@ -476,8 +494,10 @@ VERL_KERNELS_HD RolloutCorrectionRow correction_row(const Team& team, const Roll
     const auto w = walk_row<SequenceWeightToken::Terms>(team, in.cols,
                                                         SequenceWeightToken{&p, in.response_mask + offset, weight});
     for (int q = 0; q < 3; ++q) r.sums.lane[CorrectionSlot::weight + q] = w.lane[q];
+    r.sums.lane[CorrectionSlot::weight_raw] = w.lane[3];
     r.sums.tally[CorrectionSlot::weight_high] = w.tally[0];
     r.sums.tally[CorrectionSlot::weight_low] = w.tally[1];
+    r.sums.tally[CorrectionSlot::weight_outside] = w.tally[2];
     r.sums.max[CorrectionSlot::weight_extreme] = w.max[0];
     r.sums.min[CorrectionSlot::weight_extreme] = w.min[0];
   }
@@ -493,8 +513,8 @@ VERL_KERNELS_HD RolloutCorrectionRow correction_row(const Team& team, const Roll
 
 // ---- pass 2: the IS weights around the batch means ---------------------------------------------------
 
-/// Pass 2's token: the ESS term (clamp(w) / shifted_mean)^2 m and the truncated weight min(w,
-/// threshold) (written when asked) with its term.
+/// Pass 2's token: the ESS term (clamp(a, 0, threshold) / shifted_mean)^2 m and the applied
+/// weight a (truncated, or IcePop-filtered; written when asked) with its term.
 struct ImportanceToken {
   using Terms = TokenTerms<2, 0, 0, 0>;
   static constexpr int ess_slot = 0, truncated_slot = 1;
@@ -513,8 +533,8 @@ struct ImportanceToken {
     const float base =
         p.sequence_level ? sequence_weight : correction_exp(clamp_log_ratio(log_prob[j] - rollout_log_prob[j]));
     const float w = mul_rn(base, m);
-    const float normalized = div_rn(ppo_clamp(w, p.weight_lower, p.weight_upper), shifted_mean);
-    const float truncated = smaller_of(w, p.weight_upper);  // torch.clamp(max=): NaN stays
+    const float truncated = applied_weight(p, w);
+    const float normalized = div_rn(ppo_clamp(truncated, 0.0f, p.weight_upper), shifted_mean);
     Terms t = Terms::none();
     t.lane[ess_slot] = valid_term(valid, mul_rn(normalized, normalized), m);
     t.lane[truncated_slot] = valid_term(valid, truncated, m);
@@ -585,10 +605,11 @@ enum class EmptyMaskError { rollout_correction, bypass_mode };
 struct CorrectionSummary {
   Metrics metrics;
   algo::detail::MaskCounts counts;
-  float shifted_mean = 0;  ///< ESS: masked_mean(clamp(w, 1/threshold, threshold)) + 1e-8
+  float shifted_mean = 0;  ///< ESS: masked_mean(clamp(a, 0, threshold)) + 1e-8
 };
 
-/// The IS metrics of the untruncated weights (all but ESS and the batch-norm factor).
+/// The IS metrics (all but ESS and the batch-norm factor): of the applied weights, with the
+/// fractions of the raw ones.
 inline void finish_importance_metrics(const RolloutCorrectionParams& p, std::span<const RolloutCorrectionRow> rows,
                                       CorrectionSummary& out) {
   using S = CorrectionSlot;
@@ -596,9 +617,9 @@ inline void finish_importance_metrics(const RolloutCorrectionParams& p, std::spa
   const double valid = static_cast<double>(out.counts.tokens);
   const float upper = p.weight_upper, lower = p.weight_lower;
   double sum = 0, clamped_sum = 0, clamped_squares = 0;
-  std::int64_t high = 0, low = 0;
+  std::int64_t high = 0, low = 0, outside = 0;
   float max = -std::numeric_limits<float>::infinity(), min = std::numeric_limits<float>::infinity();
-  std::vector<float> row_means(rows.size()), sequence_log_ratio(rows.size());
+  std::vector<float> row_means(rows.size()), raw_row_means(rows.size()), sequence_log_ratio(rows.size());
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const CorrectionSums& s = rows[i].sums;
     sum += s.lane[S::weight];
@@ -606,9 +627,11 @@ inline void finish_importance_metrics(const RolloutCorrectionParams& p, std::spa
     clamped_squares += s.lane[S::weight_squared];
     high += s.tally[S::weight_high];
     low += s.tally[S::weight_low];
+    outside += s.tally[S::weight_outside];
     max = larger_of(max, s.max[S::weight_extreme]);
     min = smaller_of(min, s.min[S::weight_extreme]);
     row_means[i] = masked_mean_f(s.lane[S::weight], static_cast<double>(s.tally[S::length]));
+    raw_row_means[i] = masked_mean_f(s.lane[S::weight_raw], static_cast<double>(s.tally[S::length]));
     sequence_log_ratio[i] = static_cast<float>(s.ordered[S::log_ratio]);
   }
   Metrics& metrics = out.metrics;
@@ -620,7 +643,8 @@ inline void finish_importance_metrics(const RolloutCorrectionParams& p, std::spa
   }
   metrics["rollout_is_std"] = out.counts.tokens > 1 ? masked_std(clamped_sum, clamped_squares, valid) : 0.0f;
   out.shifted_mean = masked_mean_f(clamped_sum, valid) + 1e-8f;
-  row_mean_weight_metrics(metrics, row_means, upper, lower);
+  row_mean_weight_metrics(metrics, row_means, raw_row_means, upper, lower);
+  if (p.icepop) metrics["rollout_is_oob_ratio"] = masked_mean_f(static_cast<double>(outside), valid);
 }
 
 /// Every rejection option's metrics and the combined mask's, as compute_rollout_rejection_mask.
@@ -726,8 +750,12 @@ inline float finish_importance_rows(const RolloutCorrectionParams& p, std::span<
   const double valid = static_cast<double>(counts.tokens);
   double normalized_squares = 0;
   for (const ImportanceRow& r : rows) normalized_squares += r.ess_sum;
-  summary.metrics["rollout_is_eff_sample_size"] =
-      1.0 / static_cast<double>(masked_mean_f(normalized_squares, valid));
+  const float mean_square = masked_mean_f(normalized_squares, valid);
+  VERL_CHECK_ARG(mean_square != 0.0f,
+                 "rollout_is_threshold: every IS weight was zeroed (IcePop bounds [{}, {}]), so the effective sample "
+                 "size is 1/0 (verl raises ZeroDivisionError)",
+                 p.weight_lower, p.weight_upper);
+  summary.metrics["rollout_is_eff_sample_size"] = 1.0 / static_cast<double>(mean_square);
   if (!p.batch_normalize) return 0.0f;
   float weights_mean = 0;
   if (!p.sequence_level) {

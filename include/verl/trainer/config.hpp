@@ -453,8 +453,7 @@ inline void validate(const PPOConfig& c, std::vector<std::string>& problems) {
       problems.push_back(fmt::format("{}: {}", key, suggestion(*name, algo::kl_penalty_names)));
     }
   }
-  static constexpr std::array<std::string_view, 4> agg_modes = {"token-mean", "seq-mean-token-sum", "seq-mean-token-mean",
-                                                                "seq-mean-token-sum-norm"};
+  static constexpr auto agg_modes = names_of(algo::LossAggregations{});
   for (const auto& [key, mode] : {std::pair<std::string_view, const std::string*>{"actor_rollout_ref.actor.loss_agg_mode", &actor.loss_agg_mode},
                                   {"critic.loss_agg_mode", &c.critic.loss_agg_mode}}) {
     try {

@@ -1,5 +1,6 @@
 // verl's "gspo" policy loss (Group Sequence Policy Optimization, arXiv:2507.18071): the PPO clip
-// applied to a per-sequence importance ratio, always aggregated with seq-mean-token-mean.
+// applied to a per-sequence importance ratio, aggregated with loss_agg_mode (verl 0.9.1; the
+// January version always used seq-mean-token-mean).
 #pragma once
 
 #include <algorithm>
@@ -51,7 +52,7 @@ inline void masked_log_ratio_terms(const float* __restrict log_prob, const float
 /// pg_clipfrac_lower is always 0.
 struct GSPO {
   static constexpr std::string_view name = "gspo";
-  static constexpr AggregationRule aggregation = AggregationRule::forces(LossAggMode::seq_mean_token_mean);
+  static constexpr AggregationRule aggregation = AggregationRule::follows_config();
   static GSPO from_config(const PolicyLossConfig& config) { return {.clip_ratio_low = config.resolved_clip_ratio_low(), .clip_ratio_high = config.resolved_clip_ratio_high()}; }
   static constexpr float kMaxLogRatio = 10.0f;
 
@@ -60,7 +61,7 @@ struct GSPO {
 
   PolicyLossResult compute(const PolicyLossBatch& batch, const AggregationContext& context) const {
     using namespace detail;
-    LossPass pass(batch, *GSPO::aggregation.effective_mode(context.loss_agg_mode), context.global_batch_info);
+    LossPass pass(batch, context.loss_agg_mode, context.global_batch_info);
     const auto range = RatioClipRange::from_clip_ratios(clip_ratio_low, clip_ratio_high);
     RowScratch& scratch = pass.scratch;
     const Index cols = pass.cols;
