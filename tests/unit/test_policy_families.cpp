@@ -149,7 +149,7 @@ TEST(PolicyFamilies, AggregationModesRoundTripTheirNames) {
   });
   const std::string error = message_of<InvalidArgument>([] { (void)algo::parse_loss_agg_mode("token-sum-mean"); });
   EXPECT_EQ(error,
-            "loss_agg_mode: expected one of token-mean, seq-mean-token-sum, seq-mean-token-mean, "
+            "loss_agg_mode: expected one of token-mean, token-sum, seq-mean-token-sum, seq-mean-token-mean, "
             "seq-mean-token-sum-norm, got 'token-sum-mean'");
 }
 
