@@ -227,7 +227,7 @@ TEST(KernelsOtbHost, ParamsFollowVerlDefaults) {
   constexpr auto single = k::OptimalTokenBaselineParams::single_turn();
   constexpr auto multi = k::OptimalTokenBaselineParams::multi_turn_form();
   EXPECT_FALSE(single.multi_turn);
-  EXPECT_FALSE(single.handle_zero_tail);
+  EXPECT_TRUE(single.handle_zero_tail);  // verl 0.9.1's default for both forms
   EXPECT_TRUE(multi.multi_turn);
   EXPECT_TRUE(multi.handle_zero_tail);
   const auto from_single = k::OptimalTokenBaselineParams::from(verl::algo::OptimalTokenBaseline{});

@@ -82,9 +82,9 @@ TEST(PolicyFamilies, EstimatorsTakeTheirKnobsFromOneConfig) {
   EXPECT_EQ(algo::make_advantage_estimator("rloo").get_if<algo::RLOO>()->epsilon, 1e-6);
   EXPECT_EQ(algo::make_advantage_estimator("optimal_token_baseline").get_if<algo::OptimalTokenBaseline>()->epsilon,
             1e-8);
-  EXPECT_FALSE(algo::make_advantage_estimator("optimal_token_baseline")
-                   .get_if<algo::OptimalTokenBaseline>()
-                   ->handle_zero_tail);
+  EXPECT_TRUE(algo::make_advantage_estimator("optimal_token_baseline")  // verl 0.9.1's default
+                  .get_if<algo::OptimalTokenBaseline>()
+                  ->handle_zero_tail);
   EXPECT_TRUE(algo::make_advantage_estimator("tir_optimal_token_baseline")
                   .get_if<algo::MultiTurnOptimalTokenBaseline>()
                   ->handle_zero_tail);
