@@ -403,6 +403,20 @@ TEST(Config, KeysVerlActsOnAreActedOnOrRefused) {
   // The values verl-cpp implements are accepted, however spelt: the ref's sequence parallel size
   // is verl's ${oc.select:actor_rollout_ref.actor.ulysses_sequence_parallel_size,1}, 1 here.
   EXPECT_NO_THROW(with({"actor_rollout_ref.ref.ulysses_sequence_parallel_size=1"}));
+  // verl 0.9.1's IcePop bounds, as a string, and a plain number; bad bounds are refused by name
+  // when importance weights are on (verl parses the threshold only then).
+  const std::string token_weights = "algorithm.rollout_correction.rollout_is=token";
+  EXPECT_EQ(with({token_weights, "algorithm.rollout_correction.rollout_is_threshold='0.5_2.0'"})
+                .algorithm.rollout_correction.rollout_is_threshold,
+            "0.5_2.0");
+  EXPECT_NO_THROW(with({token_weights, "algorithm.rollout_correction.rollout_is_threshold=1.5"}));
+  EXPECT_NE(error_of({"algorithm.rollout_correction.rollout_is_threshold=inf"})
+                .find("algorithm.rollout_correction.rollout_is_threshold:"),
+            std::string::npos);  // also while importance weights are off
+  for (const char* bad : {"3_2", "abc", "inf", "-1", "0.5_nan"}) {
+    const std::string error = error_of({token_weights, std::string("algorithm.rollout_correction.rollout_is_threshold=") + bad});
+    EXPECT_NE(error.find("algorithm.rollout_correction.rollout_is_threshold:"), std::string::npos) << bad << " -> " << error;
+  }
   EXPECT_NO_THROW(with({"algorithm.use_pf_ppo=${algorithm.use_kl_in_reward}"}));  // false, verl's default
   EXPECT_NE(error_of({"algorithm.use_kl_in_reward=true", "algorithm.use_pf_ppo=${algorithm.use_kl_in_reward}"})
                 .find("algorithm.use_pf_ppo: not supported by verl-cpp yet"),

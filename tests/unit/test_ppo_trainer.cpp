@@ -569,6 +569,14 @@ TEST(PPOTrainer, RolloutCorrectionWeightsAndRejectsWhatTheRolloutGotWrong) {
   EXPECT_FALSE(p.contains("rollout_corr/rollout_is_mean"));
   EXPECT_LT(w.at("rollout_corr/rollout_is_min"), 1.0);
   EXPECT_NE(parameters(plain.actor()), parameters(weighted.actor()));
+  // IcePop (verl 0.9.1's "lower_upper" threshold): weights above 1.0001 are zeroed, not truncated.
+  auto icepop = with({"algorithm.rollout_correction.rollout_is=token", "algorithm.rollout_correction.rollout_is_threshold='0.5_1.0001'"});
+  const Metrics i = icepop.step();
+  ASSERT_TRUE(i.contains("rollout_corr/rollout_is_oob_ratio"));
+  EXPECT_GT(i.at("rollout_corr/rollout_is_oob_ratio"), 0.0);
+  EXPECT_LT(i.at("rollout_corr/rollout_is_oob_ratio"), 1.0);
+  EXPECT_FALSE(w.contains("rollout_corr/rollout_is_oob_ratio"));
+  EXPECT_NE(parameters(icepop.actor()), parameters(weighted.actor()));
   // Rejection sampling with a tight token bound masks tokens out of training.
   auto rejecting = with({"algorithm.rollout_correction.rollout_rs=token_k1", "algorithm.rollout_correction.rollout_rs_threshold=1.0001"});
   const Metrics r = rejecting.step();

@@ -227,9 +227,11 @@ inline ImportanceThreshold parse_importance_threshold(const ImportanceThresholdS
       threshold.upper = number_of(trimmed);
     }
   }
-  VERL_CHECK_ARG(threshold.upper > 0, "rollout_is_threshold: expected a positive upper bound, got {}", threshold.upper);
+  VERL_CHECK_ARG(threshold.upper > 0 && std::isfinite(threshold.upper),
+                 "rollout_is_threshold: expected a finite positive upper bound, got {}", threshold.upper);
   if (threshold.lower) {
-    VERL_CHECK_ARG(*threshold.lower > 0, "rollout_is_threshold: expected a positive lower bound, got {}", *threshold.lower);
+    VERL_CHECK_ARG(*threshold.lower > 0 && std::isfinite(*threshold.lower),
+                   "rollout_is_threshold: expected a finite positive lower bound, got {}", *threshold.lower);
     VERL_CHECK_ARG(*threshold.lower <= threshold.upper,
                    "rollout_is_threshold: expected lower <= upper, got lower {} and upper {}", *threshold.lower,
                    threshold.upper);

@@ -47,13 +47,25 @@ inline algo::AdvantageConfig advantage_config(const PPOConfig& config) {
   return {.gamma = al.gamma, .lam = al.lam, .norm_adv_by_std_in_grpo = al.norm_adv_by_std_in_grpo};
 }
 
-/// algorithm.rollout_correction in the algo layer's form (a numeric rollout_rs_threshold is a
-/// number, anything else verl's per-option string).
+/// algorithm.rollout_correction in the algo layer's form (a numeric rollout_is_threshold or
+/// rollout_rs_threshold is a number, anything else verl's string: IcePop's "lower_upper", or one
+/// entry per rejection option).
 inline algo::RolloutCorrectionConfig rollout_correction_config(const PPOConfig& config) {
   const auto& section = config.algorithm.rollout_correction;
   algo::RolloutCorrectionConfig out;
   out.rollout_is = section.rollout_is;
-  out.rollout_is_threshold = section.rollout_is_threshold;
+  if (section.rollout_is_threshold) {
+    const std::string& text = *section.rollout_is_threshold;
+    char* end = nullptr;
+    const double number = std::strtod(text.c_str(), &end);
+    if (!text.empty() && end == text.c_str() + text.size()) {
+      out.rollout_is_threshold = algo::ImportanceThresholdSpec(number);
+    } else {
+      out.rollout_is_threshold = algo::ImportanceThresholdSpec(text);
+    }
+  } else {
+    out.rollout_is_threshold.reset();
+  }
   out.rollout_is_batch_normalize = section.rollout_is_batch_normalize;
   out.rollout_rs = section.rollout_rs;
   if (section.rollout_rs_threshold) {
@@ -113,7 +125,11 @@ inline RolloutLogProbUse rollout_log_prob_use(const PPOConfig& config) {
   use.compare = config.actor_rollout_ref.rollout.calculate_log_probs;
   use.bypass = section.bypass_mode || config.actor_rollout_ref.actor.policy_loss.loss_mode == "bypass_mode";
   try {
-    use.correction = algo::make_rollout_correction(rollout_correction_config(config));
+    const algo::RolloutCorrectionConfig correction = rollout_correction_config(config);
+    // Checked even while rollout_is is off (verl reads it only then): a malformed or non-finite
+    // value is refused rather than kept for later.
+    if (correction.rollout_is_threshold) (void)algo::parse_importance_threshold(*correction.rollout_is_threshold);
+    use.correction = algo::make_rollout_correction(correction);
     (void)algo::parse_bypass_loss_type(section.loss_type);
   } catch (const InvalidArgument& error) {
     ::verl::detail::throw_invalid_argument("algorithm.rollout_correction.{}", error.what());

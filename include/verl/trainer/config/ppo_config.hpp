@@ -233,7 +233,8 @@ struct KLControlSection {
 /// algorithm.rollout_correction.
 struct RolloutCorrectionSection {
   std::optional<std::string> rollout_is;
-  std::optional<double> rollout_is_threshold = 2.0;
+  /// A number (TIS), or verl's IcePop bounds "lower_upper" (a string, as in verl 0.9.1).
+  std::optional<std::string> rollout_is_threshold = std::string("2.0");
   std::optional<std::string> rollout_rs;
   std::optional<std::string> rollout_rs_threshold;  ///< a number, or one entry per rollout_rs option
   bool bypass_mode = false;

@@ -105,7 +105,6 @@ inline constexpr std::array value_rules{
     ValueRule{"algorithm.kl_ctrl.kl_coef", non_negative},
     ValueRule{"algorithm.kl_ctrl.horizon", positive},
     ValueRule{"algorithm.kl_ctrl.target_kl", non_negative},
-    ValueRule{"algorithm.rollout_correction.rollout_is_threshold", positive},
     ValueRule{"algorithm.filter_groups.max_num_gen_batches", {.low = 0, .wording = "an integer >= 0 (0: unlimited)"}},
     ValueRule{"reward_model.overlong_buffer.len", {.low = 0, .wording = "a length >= 0"}},
     ValueRule{"reward_model.overlong_buffer.penalty_factor", non_negative},
