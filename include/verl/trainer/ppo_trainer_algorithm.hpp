@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <optional>
+#include <variant>
 #include <string>
 
 #include "verl/algo/advantages/registry.hpp"
@@ -47,6 +48,18 @@ inline algo::AdvantageConfig advantage_config(const PPOConfig& config) {
   return {.gamma = al.gamma, .lam = al.lam, .norm_adv_by_std_in_grpo = al.norm_adv_by_std_in_grpo};
 }
 
+namespace detail {
+/// A threshold key's text as verl's value: a number when all of it reads as one, else the string
+/// (IcePop's "lower_upper", or one entry per rejection option). nullopt stays nullopt.
+inline std::optional<std::variant<double, std::string>> threshold_value(const std::optional<std::string>& text) {
+  if (!text) return std::nullopt;
+  char* end = nullptr;
+  const double number = std::strtod(text->c_str(), &end);
+  if (!text->empty() && end == text->c_str() + text->size()) return number;
+  return *text;
+}
+}  // namespace detail
+
 /// algorithm.rollout_correction in the algo layer's form (a numeric rollout_is_threshold or
 /// rollout_rs_threshold is a number, anything else verl's string: IcePop's "lower_upper", or one
 /// entry per rejection option).
@@ -54,30 +67,10 @@ inline algo::RolloutCorrectionConfig rollout_correction_config(const PPOConfig& 
   const auto& section = config.algorithm.rollout_correction;
   algo::RolloutCorrectionConfig out;
   out.rollout_is = section.rollout_is;
-  if (section.rollout_is_threshold) {
-    const std::string& text = *section.rollout_is_threshold;
-    char* end = nullptr;
-    const double number = std::strtod(text.c_str(), &end);
-    if (!text.empty() && end == text.c_str() + text.size()) {
-      out.rollout_is_threshold = algo::ImportanceThresholdSpec(number);
-    } else {
-      out.rollout_is_threshold = algo::ImportanceThresholdSpec(text);
-    }
-  } else {
-    out.rollout_is_threshold.reset();
-  }
+  out.rollout_is_threshold = detail::threshold_value(section.rollout_is_threshold);
   out.rollout_is_batch_normalize = section.rollout_is_batch_normalize;
   out.rollout_rs = section.rollout_rs;
-  if (section.rollout_rs_threshold) {
-    const std::string& text = *section.rollout_rs_threshold;
-    char* end = nullptr;
-    const double number = std::strtod(text.c_str(), &end);
-    if (!text.empty() && end == text.c_str() + text.size()) {
-      out.rollout_rs_threshold = number;
-    } else {
-      out.rollout_rs_threshold = text;
-    }
-  }
+  out.rollout_rs_threshold = detail::threshold_value(section.rollout_rs_threshold);
   out.loss_type = section.loss_type;
   return out;
 }
