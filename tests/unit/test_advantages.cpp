@@ -151,7 +151,8 @@ TEST(AdvantageRegistry, ListsVerlNamesInEnumOrder) {
                                                "rloo_vectorized",
                                                "grpo_vectorized",
                                                "optimal_token_baseline",
-                                               "tir_optimal_token_baseline"};
+                                               "tir_optimal_token_baseline",
+                                               "gdpo"};
   const auto names = advantage_estimator_names();
   EXPECT_EQ(std::vector<std::string_view>(names.begin(), names.end()), expected);
 }
@@ -844,7 +845,7 @@ TEST(AdvantageInvariance, OutcomeEstimatorsReturnOneMatrixAsVerlReturnsOneTensor
   // of their own. The shared form holds one matrix; switching a result between estimators (as a
   // trainer reusing the previous step's result might) keeps each one's returns right.
   const std::set<std::string_view> shared{"grpo", "grpo_vectorized", "rloo", "rloo_vectorized", "opo", "gpg",
-                                          "grpo_passk", "reinforce_plus_plus_baseline"};
+                                          "grpo_passk", "reinforce_plus_plus_baseline", "gdpo"};
   const EveryEstimatorsInputs inputs(131);
   const AdvantageBatch batch = inputs.batch();
   std::size_t shared_seen = 0;

@@ -47,7 +47,7 @@ TEST(PolicyFamilies, AdvantageEstimatorsAreVerlsRegistryInItsOrder) {
   const std::vector<std::string_view> verl_order = {"gae", "grpo", "reinforce_plus_plus", "reinforce_plus_plus_baseline",
                                                     "remax", "rloo", "opo", "grpo_passk", "gpg", "rloo_vectorized",
                                                     "grpo_vectorized", "optimal_token_baseline",
-                                                    "tir_optimal_token_baseline"};
+                                                    "tir_optimal_token_baseline", "gdpo"};
   EXPECT_EQ(std::vector<std::string_view>(names.begin(), names.end()), verl_order);
   EXPECT_EQ(distinct_names<AdvantageEstimators>().size(), AdvantageEstimators::size);
   expect_variant_holds_every_type(AdvantageEstimators{}, std::type_identity<algo::AdvantageEstimatorVariant>{});

@@ -527,6 +527,151 @@ TEST(PPOTrainer, EveryRuntimeEstimatorAndLossRunsAStep) {
   EXPECT_LT(m.at("reward/overlong_penalty/mean"), 0.0);
 }
 
+// ---- optimal token baselines (calculate_sum_pi_squared) and GDPO (gdpo_reward_keys) -----------------
+
+TEST(PPOTrainer, OptimalTokenBaselinesReadTheActorsSumOfSquaredProbabilities) {
+  const std::string on = "actor_rollout_ref.actor.calculate_sum_pi_squared=True";
+  for (const std::string estimator : {"optimal_token_baseline", "tir_optimal_token_baseline"}) {
+    const std::string key = "algorithm.adv_estimator=" + estimator;
+    // verl asserts on it before its advantage computation; refused before any work here.
+    const std::string off = message_of([&] { (void)make_trainer({key}); });
+    EXPECT_NE(off.find("expected actor_rollout_ref.actor.calculate_sum_pi_squared=True, got False"), std::string::npos) << off;
+    const std::string bypass =
+        message_of([&] { (void)make_trainer({key, on, "algorithm.rollout_correction.bypass_mode=True"}); });
+    EXPECT_NE(bypass.find("expected algorithm.rollout_correction.bypass_mode=False"), std::string::npos) << bypass;
+
+    // lr = 0: the actor after the step is the one that computed the old log-probs.
+    auto trainer = make_trainer({key, on, "actor_rollout_ref.actor.optim.lr=0"}, NoCritic{}, FirstDigitParity{});
+    const Metrics m = trainer.step();
+    EXPECT_TRUE(m.contains("timing_s/old_log_prob")) << estimator;
+    EXPECT_TRUE(std::isfinite(m.at("actor/pg_loss"))) << estimator;
+    const Trajectories& t = trainer.last_batch();
+    const Index width = t.responses.cols(), prompt = t.input_ids.cols() - width;
+    ASSERT_EQ(t.sum_pi_squared.rows(), t.rows());
+    ASSERT_EQ(t.sum_pi_squared.cols(), width);
+    // Each response token's sum_j pi_j^2 is that of the actor's distribution over it.
+    const auto batch = model::TokenBatch::padded(t.input_ids, t.attention_mask, t.position_ids);
+    const auto out = trainer.actor().forward(batch, {.return_logits = true});
+    for (Index r = 0; r < t.rows(); ++r) {
+      for (Index c = 0; c < width; ++c) {
+        if (t.response_mask(r, c) == 0) {
+          EXPECT_EQ(t.sum_pi_squared(r, c), 0.0f);
+          continue;
+        }
+        const Eigen::ArrayXd x = out.logits.row(r * t.input_ids.cols() + prompt - 1 + c).cast<double>().transpose().array();
+        const Eigen::ArrayXd p = (x - x.maxCoeff()).exp() / (x - x.maxCoeff()).exp().sum();
+        EXPECT_NEAR(t.sum_pi_squared(r, c), p.square().sum(), 1e-5) << estimator << " " << r << " " << c;
+      }
+    }
+    // The estimator was given the batch's own old log-probs and sums: recomputing gives its advantages.
+    algo::AdvantageBatch in{.token_level_rewards = t.token_level_rewards, .response_mask = t.response_mask, .index = t.uid};
+    in.old_log_probs.emplace(t.old_log_probs);
+    in.sum_pi_squared.emplace(t.sum_pi_squared);
+    const auto expected = trainer.algorithm().estimator.compute(in);
+    EXPECT_EQ(t.advantages, expected.advantages) << estimator;
+    EXPECT_GT(t.advantages.cwiseAbs().maxCoeff(), 0.0f) << estimator;
+  }
+  // With rollout correction's token weights (a bfloat16 rollout), the estimator weighs by them too.
+  auto weighted = make_trainer({"algorithm.adv_estimator=optimal_token_baseline", on, "actor_rollout_ref.rollout.dtype=bfloat16",
+                                "algorithm.rollout_correction.rollout_is=token"},
+                               NoCritic{}, FirstDigitParity{});
+  (void)weighted.step();
+  const Trajectories& t = weighted.last_batch();
+  ASSERT_EQ(t.rollout_is_weights.rows(), t.rows());
+  algo::AdvantageBatch in{.token_level_rewards = t.token_level_rewards, .response_mask = t.response_mask, .index = t.uid};
+  in.old_log_probs.emplace(t.old_log_probs);
+  in.sum_pi_squared.emplace(t.sum_pi_squared);
+  const auto unweighted = weighted.algorithm().estimator.compute(in);
+  in.rollout_is_weights.emplace(t.rollout_is_weights);
+  EXPECT_EQ(t.advantages, weighted.algorithm().estimator.compute(in).advantages);
+  EXPECT_NE(t.advantages, unweighted.advantages);
+}
+
+/// A reward function returning verl's dict: a score and two named components.
+struct DigitComponents {
+  reward::RewardOutput operator()(std::string_view, std::string_view text, std::string_view) const {
+    const bool digit = !text.empty() && text.front() >= '0' && text.front() <= '9';
+    const double odd = digit && (text.front() - '0') % 2 == 1 ? 1.0 : 0.0;
+    const double length = static_cast<double>(text.size()) / 3.0;
+    return {.score = odd + length, .components = {{"odd", odd}, {"length", length}}};
+  }
+};
+
+TEST(PPOTrainer, GdpoNormalisesTheRewardFunctionsNamedScores) {
+  const std::vector<std::string> gdpo = {"algorithm.adv_estimator=gdpo", "+algorithm.gdpo_reward_keys=[odd,length]",
+                                         "+algorithm.gdpo_reward_weights=[1.0,0.25]"};
+  auto trainer = make_trainer(gdpo, NoCritic{}, DigitComponents{});
+  const Metrics m = trainer.step();
+  const Trajectories& t = trainer.last_batch();
+  // The components as verl's non_tensor_batch holds them, and its gdpo/<key>/* metrics.
+  algo::RewardComponents components;
+  for (const std::string key : {"odd", "length"}) {
+    VectorF values(t.rows());
+    for (Index r = 0; r < t.rows(); ++r) values[r] = static_cast<float>(*t.reward_outputs[static_cast<std::size_t>(r)].named_score(key));
+    EXPECT_NEAR(m.at("gdpo/" + key + "/mean"), values.cast<double>().mean(), 1e-12) << key;
+    EXPECT_EQ(m.at("gdpo/" + key + "/max"), values.maxCoeff()) << key;
+    EXPECT_EQ(m.at("gdpo/" + key + "/min"), values.minCoeff()) << key;
+    EXPECT_TRUE(m.contains("gdpo/" + key + "/std")) << key;
+    components.emplace(key, values);
+  }
+  const algo::GDPO reference{.reward_weights = std::vector<double>{1.0, 0.25}};
+  const auto expected = reference.compute({.token_level_rewards = t.token_level_rewards, .response_mask = t.response_mask, .index = t.uid},
+                                          std::vector<std::string>{"odd", "length"}, components);
+  EXPECT_EQ(t.advantages, expected.advantages);
+  // Not the fallback on the summed score: the components were normalised one by one.
+  EXPECT_NE(t.advantages, reference.compute({.token_level_rewards = t.token_level_rewards, .response_mask = t.response_mask,
+                                             .index = t.uid}).advantages);
+
+  // A key the reward function does not return names the key and what it did return.
+  auto missing = make_trainer({"algorithm.adv_estimator=gdpo", "+algorithm.gdpo_reward_keys=[odd,format]"}, NoCritic{},
+                              DigitComponents{});
+  const std::string error = message_of([&] { (void)missing.step(); });
+  EXPECT_NE(error.find("algorithm.gdpo_reward_keys: the reward function returned no number named 'format'"), std::string::npos)
+      << error;
+  EXPECT_NE(error.find("score, length, odd"), std::string::npos) << error;
+  // verl asserts on missing keys; the weights must pair with the keys; other estimators do not read them.
+  EXPECT_NE(message_of([] { (void)load_ppo_config({"algorithm.adv_estimator=gdpo"}); }).find("algorithm.gdpo_reward_keys: expected"),
+            std::string::npos);
+  EXPECT_NE(message_of([] {
+              (void)load_ppo_config({"algorithm.adv_estimator=gdpo", "+algorithm.gdpo_reward_keys=[a,b]",
+                                     "+algorithm.gdpo_reward_weights=[1.0]"});
+            }).find("algorithm.gdpo_reward_weights: expected one weight per key of algorithm.gdpo_reward_keys (2), got 1"),
+            std::string::npos);
+  EXPECT_NE(message_of([] { (void)load_ppo_config({"algorithm.adv_estimator=grpo", "+algorithm.gdpo_reward_keys=[a]"}); })
+                .find("algorithm.gdpo_reward_keys: only adv_estimator=gdpo reads it"),
+            std::string::npos);
+  EXPECT_NE(message_of([] {
+              (void)load_ppo_config({"algorithm.adv_estimator=gdpo", "+algorithm.gdpo_reward_keys=[a]",
+                                     "+algorithm.gdpo_reward_weights=[nan]"});
+            }).find("algorithm.gdpo_reward_weights"),
+            std::string::npos);
+}
+
+TEST(PPOTrainer, EveryRegisteredEstimatorAndPolicyLossRunsFromVerlsKeys) {
+  // Each name of verl 0.9.1's registries, with the keys verl needs for it (gae: see the critic tests).
+  const auto run = [](std::vector<std::string> overrides, const std::string& label) {
+    auto trainer = make_trainer(std::move(overrides), NoCritic{}, DigitComponents{});
+    const Metrics m = trainer.step();
+    for (const std::string key : {"actor/pg_loss", "actor/grad_norm", "critic/advantages/mean"}) {
+      ASSERT_TRUE(m.contains(key)) << key << " missing for " << label;
+      EXPECT_TRUE(std::isfinite(m.at(key))) << key << " for " << label;
+    }
+  };
+  for (const auto name : algo::advantage_estimator_names()) {
+    if (name == "gae") continue;
+    std::vector<std::string> overrides = {"algorithm.adv_estimator=" + std::string(name)};
+    if (name == "optimal_token_baseline" || name == "tir_optimal_token_baseline")
+      overrides.push_back("actor_rollout_ref.actor.calculate_sum_pi_squared=True");
+    if (name == "gdpo") overrides.push_back("+algorithm.gdpo_reward_keys=[odd,length]");
+    run(overrides, std::string(name));
+  }
+  for (const auto name : algo::policy_loss_names()) {
+    std::vector<std::string> overrides = {"actor_rollout_ref.actor.policy_loss.loss_mode=" + std::string(name)};
+    if (name == "dro") overrides.push_back("actor_rollout_ref.actor.policy_loss.dro_beta=0.1");
+    run(overrides, std::string(name));
+  }
+}
+
 // ---- the rollout's own log-probs (calculate_log_probs, rollout.dtype, rollout_correction) ----------
 
 TEST(PPOTrainer, TheRolloutsLogProbsAreComparedWithTheActors) {

@@ -396,26 +396,43 @@ TEST(TransformerForward, LaterStepsGiveTheResultsOfAFreshModel) {
   }
 }
 
-TEST(TransformerForward, LogProbsAndEntropyMatchTheLogits) {
-  Transformer model = Transformer::random(qwen2_config(), {.initializer_range = 0.3, .seed = 1});
+template <class Model>
+void expect_statistics_match_the_logits(Model& model, double tolerance) {
   const Batch b = padded_batch(model.vocab_size());
   const auto batch = TokenBatch::padded(b.ids, b.mask);
   const MatrixI64 targets = next_token_targets(batch);
   const auto out = model.forward(batch, {.targets = {targets.data(), static_cast<std::size_t>(targets.size())},
                                          .return_logits = true,
                                          .return_entropy = true,
+                                         .return_sum_pi_squared = true,
                                          .temperature = 0.6f});
+  ASSERT_EQ(out.sum_pi_squared.rows(), batch.rows());
+  ASSERT_EQ(out.sum_pi_squared.cols(), batch.cols());
   for (Index s = 0; s < batch.layout_size(); ++s) {
     if (b.mask.data()[s] == 0) {
-      EXPECT_EQ(out.log_probs.data()[s], 0.0f);
+      EXPECT_EQ(out.log_probs.data()[s], 0.0);
+      EXPECT_EQ(out.sum_pi_squared.data()[s], 0.0);
       continue;
     }
-    const Eigen::ArrayXd x = out.logits.row(s).cast<double>().transpose().array() / 0.6;
+    const Eigen::ArrayXd x = out.logits.row(s).template cast<double>().transpose().array() / double{0.6f};
     const double lse = x.maxCoeff() + std::log((x - x.maxCoeff()).exp().sum());
     const Eigen::ArrayXd logp = x - lse;
-    EXPECT_NEAR(out.log_probs.data()[s], logp[targets.data()[s]], 1e-5);
-    EXPECT_NEAR(out.entropy.data()[s], -(logp.exp() * logp).sum(), 1e-5);
+    EXPECT_NEAR(out.log_probs.data()[s], logp[targets.data()[s]], tolerance);
+    EXPECT_NEAR(out.entropy.data()[s], -(logp.exp() * logp).sum(), tolerance);
+    EXPECT_NEAR(out.sum_pi_squared.data()[s], (2.0 * logp).exp().sum(), tolerance);
   }
+  // Asked for nothing else, the sum of squares alone comes back.
+  const auto alone = model.forward(batch, {.return_sum_pi_squared = true, .temperature = 0.6f});
+  EXPECT_EQ(alone.log_probs.size(), 0);
+  EXPECT_EQ(alone.entropy.size(), 0);
+  EXPECT_EQ(alone.sum_pi_squared, out.sum_pi_squared);
+}
+
+TEST(TransformerForward, LogProbsEntropyAndSumOfSquaredProbabilitiesMatchTheLogits) {
+  Transformer model = Transformer::random(qwen2_config(), {.initializer_range = 0.3, .seed = 1});
+  expect_statistics_match_the_logits(model, 1e-5);
+  BasicTransformer<double> exact = BasicTransformer<double>::random(llama_config(), {.initializer_range = 0.3, .seed = 2});
+  expect_statistics_match_the_logits(exact, 1e-12);
 }
 
 TEST(TransformerKvCache, ChunkedExtendMatchesTheFullForward) {

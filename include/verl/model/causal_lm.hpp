@@ -198,6 +198,9 @@ struct ForwardOptions {
   std::span<const std::int64_t> targets = {};
   bool return_logits = false;   ///< the raw logits, (rows * cols, V)
   bool return_entropy = false;  ///< entropy of softmax(logits / temperature) per slot
+  /// sum_j softmax(logits / temperature)_j^2 per slot (verl's calculate_sum_pi_squared, which the
+  /// optimal-token-baseline estimators read); forward only, it takes no cotangent.
+  bool return_sum_pi_squared = false;
   /// Log-probs and entropy are those of softmax(logits / temperature), as verl's actor computes
   /// them; logits are returned (and their cotangent is taken) unscaled.
   float temperature = 1.0f;
@@ -211,6 +214,7 @@ struct CausalLMOutput {
   RowMatrix<Scalar> logits;     ///< (rows * cols, V): row r * cols + c is slot (r, c)
   RowMatrix<Scalar> log_probs;  ///< (rows, cols): log softmax(logits / T)[target]
   RowMatrix<Scalar> entropy;    ///< (rows, cols)
+  RowMatrix<Scalar> sum_pi_squared;  ///< (rows, cols)
 };
 
 /// Cotangents of the outputs of the last forward pass (each empty = zero), in the batch layout.

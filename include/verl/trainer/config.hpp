@@ -437,6 +437,24 @@ inline void validate(const PPOConfig& c, std::vector<std::string>& problems) {
   if (std::find(estimators.begin(), estimators.end(), algorithm.adv_estimator) == estimators.end()) {
     problems.push_back("algorithm.adv_estimator: " + suggestion(algorithm.adv_estimator, estimators));
   }
+  if (algorithm.adv_estimator == algo::GDPO::name) {
+    // verl asserts on both at the first advantage computation; refused before any work here.
+    const auto& keys = algorithm.gdpo_reward_keys;
+    require(keys && !keys->empty(),
+            "algorithm.gdpo_reward_keys: expected the names of the reward function's scores to normalise with "
+            "adv_estimator=gdpo (e.g. +algorithm.gdpo_reward_keys=[score,acc]), got " +
+                (keys ? std::string("[]") : std::string("null")));
+    if (keys && algorithm.gdpo_reward_weights)
+      require(algorithm.gdpo_reward_weights->size() == keys->size(),
+              fmt::format("algorithm.gdpo_reward_weights: expected one weight per key of algorithm.gdpo_reward_keys "
+                          "({}), got {}",
+                          keys->size(), algorithm.gdpo_reward_weights->size()));
+  } else {
+    for (const auto& [key, set] : {std::pair<std::string_view, bool>{"algorithm.gdpo_reward_keys", algorithm.gdpo_reward_keys.has_value()},
+                                   {"algorithm.gdpo_reward_weights", algorithm.gdpo_reward_weights.has_value()}})
+      require(!set, fmt::format("{}: only adv_estimator=gdpo reads it; expected null with adv_estimator={}", key,
+                                algorithm.adv_estimator));
+  }
   const auto losses = algo::policy_loss_names();
   if (std::find(losses.begin(), losses.end(), actor.policy_loss.loss_mode) == losses.end()) {
     problems.push_back("actor_rollout_ref.actor.policy_loss.loss_mode: " + suggestion(actor.policy_loss.loss_mode, losses));

@@ -32,6 +32,7 @@
 #pragma once
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
@@ -176,7 +177,6 @@ class PPOTrainer {
         // rank's share of the rows gets about the same number of tokens for the forward passes
         // and updates. Mini-batches then hold other rows than without balancing.
         for (const auto& [k, v] : balance_batch(batch, static_cast<int>(comm_.size()))) metrics[k] = v;
-        last_batch_ = batch;
       }
       // On-policy (one mini-batch, one epoch), verl's actor takes the update's own log-probs,
       // detached, as the old ones, and the parameters do not change before the optimizer step:
@@ -186,17 +186,20 @@ class PPOTrainer {
       // bypass mode the rollout's own stand in for them.
       const bool actor_updates = config_.trainer.critic_warmup <= global_step_;
       const bool bypass = algorithm_.rollout.bypass;
+      const bool sum_pi_squared = config_.actor_rollout_ref.actor.calculate_sum_pi_squared;
       const bool fold_old_log_prob = bypass || (actor_updates && actor_on_policy(batch.rows()) &&
-                                                !config_.algorithm.use_kl_in_reward && !algorithm_.rollout.compare);
+                                                !config_.algorithm.use_kl_in_reward && !algorithm_.rollout.compare &&
+                                                !sum_pi_squared);
       if (bypass) {
         batch.old_log_probs = batch.rollout_log_probs;
       } else if (!fold_old_log_prob) {
         ScopedTimer t("old_log_prob", timing);
         const auto& rollout = config_.actor_rollout_ref.rollout;  // verl: the rollout's micro-batches
-        auto [log_probs, entropy] = log_probs_of(actor_, batch, /*with_entropy=*/true,
-                                                 {rollout.log_prob_micro_batch_size_per_gpu, rollout.log_prob_micro_batch_size});
-        batch.old_log_probs = std::move(log_probs);
-        metrics["actor/entropy"] = algo::agg_loss(entropy, batch.response_mask, algorithm_.loss_agg_mode);
+        ResponseStatistics old = log_probs_of(actor_, batch, {.entropy = true, .sum_pi_squared = sum_pi_squared},
+                                              {rollout.log_prob_micro_batch_size_per_gpu, rollout.log_prob_micro_batch_size});
+        batch.old_log_probs = std::move(old.log_probs);
+        batch.sum_pi_squared = std::move(old.sum_pi_squared);
+        metrics["actor/entropy"] = algo::agg_loss(old.entropy, batch.response_mask, algorithm_.loss_agg_mode);
         if (algorithm_.rollout.compare) {
           for (const auto& [k, v] : compute_rollout_probs_diff_metrics(batch.old_log_probs, batch.rollout_log_probs, batch.response_mask))
             metrics[k] = v;
@@ -205,9 +208,9 @@ class PPOTrainer {
       if (algorithm_.needs_reference()) {
         ScopedTimer t("ref", timing);
         const auto& ref = config_.actor_rollout_ref.ref;
-        batch.ref_log_probs = log_probs_of(*reference_, batch, /*with_entropy=*/false,
+        batch.ref_log_probs = log_probs_of(*reference_, batch, {},
                                            {ref.log_prob_micro_batch_size_per_gpu, ref.log_prob_micro_batch_size})
-                                  .first;
+                                  .log_probs;
       }
       if constexpr (has_critic) {
         ScopedTimer t("values", timing);
@@ -218,6 +221,7 @@ class PPOTrainer {
         if (algorithm_.rollout.compare && !bypass) correct_for_the_rollout(batch, metrics);
         compute_advantages(batch, metrics);
       }
+      last_batch_ = batch;
       if constexpr (has_critic) {
         ScopedTimer t("update_critic", timing);
         update_critic(batch, metrics);
@@ -368,7 +372,8 @@ class PPOTrainer {
   [[nodiscard]] const optim::AdamW& critic_optimizer() const { return critic_optimizer_; }
   [[nodiscard]] double kl_coefficient() const { return algo::kl_coefficient(kl_ctrl_); }
   [[nodiscard]] Comm& communicator() { return comm_; }
-  /// Samples of the last step's batch (after dynamic sampling), for inspection.
+  /// The last step's batch (after dynamic sampling and balancing) with its log-probs, values and
+  /// advantages, for inspection.
   [[nodiscard]] const Trajectories& last_batch() const { return last_batch_; }
 
  private:
@@ -703,7 +708,6 @@ class PPOTrainer {
                      rounds, kept_prompts, wanted);
     }
     metrics["train/num_gen_batches"] = static_cast<double>(rounds);
-    last_batch_ = kept;
     return kept;
   }
 
@@ -749,25 +753,47 @@ class PPOTrainer {
     std::optional<std::int64_t> per_gpu, global;
   };
 
-  /// Log-probs (and entropy) of the responses under `model` at the rollout temperature.
+  /// What a log-prob pass computes besides the log-probs.
+  struct StatisticsWanted {
+    bool entropy = false;
+    bool sum_pi_squared = false;
+  };
+  /// Per response token: log-probs, and the entropy and sum_j pi_j^2 when asked (else empty).
+  struct ResponseStatistics {
+    MatrixF log_probs, entropy, sum_pi_squared;
+  };
+
+  /// Log-probs (and what `wanted` adds) of the responses under `model` at the rollout temperature.
   template <class M>
-  std::pair<MatrixF, MatrixF> log_probs_of(M& model, const Trajectories& t, bool with_entropy, MicroBatchSizes sizes) {
+  ResponseStatistics log_probs_of(M& model, const Trajectories& t, StatisticsWanted wanted, MicroBatchSizes sizes) {
     const Index width = t.responses.cols();
     const auto [lo, hi] = local_rows(t.rows());
     const auto& rollout = config_.actor_rollout_ref.rollout;
     const Index micro = forward_micro_batch(sizes.per_gpu, sizes.global, hi - lo);
     MatrixF log_probs(hi - lo, width), entropy = MatrixF::Zero(hi - lo, width);
+    MatrixF sum_pi_squared = MatrixF::Zero(wanted.sum_pi_squared ? hi - lo : 0, width);
     for (Index b = lo; b < hi; b += micro) {
       const Index e = std::min(hi, b + micro);
       const auto batch = token_batch(t, b, e);
       const MatrixI64 targets = model::next_token_targets(batch);
       const auto out = model.forward(batch, {.targets = std::span<const std::int64_t>(targets.data(), static_cast<std::size_t>(targets.size())),
-                                             .return_entropy = with_entropy,
+                                             .return_entropy = wanted.entropy,
+                                             .return_sum_pi_squared = wanted.sum_pi_squared,
                                              .temperature = static_cast<float>(rollout.temperature)});
-      log_probs.middleRows(b - lo, e - b) = response_block(out.log_probs, width).cwiseProduct(t.response_mask.middleRows(b, e - b));
-      if (with_entropy) entropy.middleRows(b - lo, e - b) = response_block(out.entropy, width);
+      const auto mask = t.response_mask.middleRows(b, e - b);
+      log_probs.middleRows(b - lo, e - b) = response_block(out.log_probs, width).cwiseProduct(mask);
+      if (wanted.entropy) entropy.middleRows(b - lo, e - b) = response_block(out.entropy, width);
+      if (wanted.sum_pi_squared) {
+        VERL_CHECK_ARG(out.sum_pi_squared.rows() == out.log_probs.rows() && out.sum_pi_squared.cols() == out.log_probs.cols(),
+                       "actor_rollout_ref.actor.calculate_sum_pi_squared: the actor model returned no sum_pi_squared "
+                       "(its forward must honour ForwardOptions::return_sum_pi_squared)");
+        sum_pi_squared.middleRows(b - lo, e - b) = response_block(out.sum_pi_squared, width).cwiseProduct(mask);
+      }
     }
-    return {gather_rows(log_probs), with_entropy ? gather_rows(entropy) : MatrixF()};
+    ResponseStatistics result{.log_probs = gather_rows(log_probs)};
+    if (wanted.entropy) result.entropy = gather_rows(entropy);
+    if (wanted.sum_pi_squared) result.sum_pi_squared = gather_rows(sum_pi_squared);
+    return result;
   }
 
   MatrixF values_of(const Trajectories& t) {
@@ -786,6 +812,38 @@ class PPOTrainer {
 
   // ---- advantages -----------------------------------------------------------------------------
 
+  /// The reward function's scores named by `keys`, one per response (verl's non_tensor_batch[key]
+  /// as float32), with verl's gdpo/<key>/{mean,std,max,min} metrics.
+  static algo::RewardComponents reward_components(const Trajectories& t, const std::vector<std::string>& keys,
+                                                  Metrics& metrics) {
+    algo::RewardComponents components;
+    for (const std::string& key : keys) {
+      VectorF values(t.rows());
+      for (Index r = 0; r < t.rows(); ++r) {
+        const auto& out = t.reward_outputs[static_cast<std::size_t>(r)];
+        const std::optional<double> value = out.named_score(key);
+        if (!value)
+          verl::detail::throw_invalid_argument(
+              "algorithm.gdpo_reward_keys: the reward function returned no number named '{}' for response {} "
+              "(it returned: {})",
+              key, r, fmt::join(out.score_names(), ", "));
+        VERL_CHECK_ARG(std::isfinite(*value),
+                       "algorithm.gdpo_reward_keys: reward component '{}' of response {}: expected a finite number, got {}",
+                       key, r, *value);
+        values[r] = static_cast<float>(*value);
+      }
+      if (values.size() > 0) {
+        const double mean = values.cast<double>().mean();
+        metrics["gdpo/" + key + "/mean"] = mean;
+        metrics["gdpo/" + key + "/std"] = std::sqrt((values.cast<double>().array() - mean).square().mean());
+        metrics["gdpo/" + key + "/max"] = values.maxCoeff();
+        metrics["gdpo/" + key + "/min"] = values.minCoeff();
+      }
+      components.emplace(key, std::move(values));
+    }
+    return components;
+  }
+
   void compute_advantages(Trajectories& t, Metrics& metrics) {
     if (algorithm_.use_kl_in_reward) {
       auto kl = algo::apply_kl_penalty(t.token_level_scores, t.old_log_probs, t.ref_log_probs, t.response_mask, kl_ctrl_,
@@ -798,6 +856,16 @@ class PPOTrainer {
     algo::AdvantageBatch in{.token_level_rewards = t.token_level_rewards, .response_mask = t.response_mask, .index = t.uid};
     if constexpr (has_critic) in.values.emplace(t.values);
     if (algorithm_.estimator.needs_reward_baseline()) in.reward_baselines.emplace(t.reward_baselines);
+    if (algorithm_.estimator.needs_old_log_probs()) {
+      in.old_log_probs.emplace(t.old_log_probs);
+      in.sum_pi_squared.emplace(t.sum_pi_squared);
+      if (t.rollout_is_weights.rows() > 0) in.rollout_is_weights.emplace(t.rollout_is_weights);
+    }
+    algo::RewardComponents components;
+    if (algorithm_.estimator.reads_reward_components()) {
+      components = reward_components(t, config_.algorithm.gdpo_reward_keys.value_or(std::vector<std::string>{}), metrics);
+      in.reward_components = &components;
+    }
     auto result = algorithm_.estimator.compute(in);
     // Trajectories keep the two as separate fields (they are reordered and split row-wise); a
     // shared result (outcome estimators) is copied once here.

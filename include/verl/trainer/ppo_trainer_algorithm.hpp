@@ -12,6 +12,7 @@
 #include <optional>
 #include <variant>
 #include <string>
+#include <vector>
 
 #include "verl/algo/advantages/registry.hpp"
 #include "verl/algo/kl/controller.hpp"
@@ -45,7 +46,11 @@ struct GroupFilter {
 /// by name (PPOAlgorithm::from_config) or by type (recipes), is built from this one value.
 inline algo::AdvantageConfig advantage_config(const PPOConfig& config) {
   const auto& al = config.algorithm;
-  return {.gamma = al.gamma, .lam = al.lam, .norm_adv_by_std_in_grpo = al.norm_adv_by_std_in_grpo};
+  return {.gamma = al.gamma,
+          .lam = al.lam,
+          .norm_adv_by_std_in_grpo = al.norm_adv_by_std_in_grpo,
+          .gdpo_reward_keys = al.gdpo_reward_keys.value_or(std::vector<std::string>{}),
+          .gdpo_reward_weights = al.gdpo_reward_weights};
 }
 
 namespace detail {
@@ -164,10 +169,19 @@ struct PPOAlgorithm {
     const auto& al = config.algorithm;
     PPOAlgorithm out;
     out.estimator = algo::make_advantage_estimator(al.adv_estimator, advantage_config(config));
-    VERL_CHECK_ARG(!out.estimator.needs_old_log_probs(),
-                   "algorithm.adv_estimator: '{}' needs sum_pi_squared, which the trainer does not compute yet",
-                   al.adv_estimator);
     out.rollout = rollout_log_prob_use(config);
+    if (out.estimator.needs_old_log_probs()) {
+      // verl asserts the same before its advantage computation.
+      VERL_CHECK_ARG(actor.calculate_sum_pi_squared,
+                     "algorithm.adv_estimator: '{}' needs the actor's per-token sum of squared probabilities; expected "
+                     "actor_rollout_ref.actor.calculate_sum_pi_squared=True, got False",
+                     al.adv_estimator);
+      VERL_CHECK_ARG(!out.rollout.bypass,
+                     "algorithm.adv_estimator: '{}' needs the actor's old log-probs and sum_pi_squared, which bypass "
+                     "mode does not compute (it takes the rollout's log-probs as the old ones); expected "
+                     "algorithm.rollout_correction.bypass_mode=False and a policy loss other than bypass_mode",
+                     al.adv_estimator);
+    }
     out.policy_loss = algo::make_policy_loss(policy_loss_config(config));
     out.loss_agg_mode = algo::parse_loss_agg_mode(actor.loss_agg_mode);
     out.entropy_coeff = actor.entropy_coeff;

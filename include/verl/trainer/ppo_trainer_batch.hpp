@@ -79,6 +79,7 @@ struct Trajectories {
   MatrixF rollout_log_probs;  ///< (N, R): the rollout's log-prob of each sampled token
   MatrixF token_level_scores, token_level_rewards, old_log_probs, ref_log_probs, values, advantages, returns;
   MatrixF rollout_is_weights;  ///< (N, R) rollout correction's IS weights; empty when not used
+  MatrixF sum_pi_squared;      ///< (N, R) sum_j pi_j^2 under the old policy (calculate_sum_pi_squared); or empty
 
   [[nodiscard]] Index rows() const { return responses.rows(); }
 
@@ -93,7 +94,7 @@ struct Trajectories {
   static constexpr auto computed_fields() {
     return std::make_tuple(&Trajectories::token_level_rewards, &Trajectories::old_log_probs,
                            &Trajectories::ref_log_probs, &Trajectories::values, &Trajectories::advantages,
-                           &Trajectories::returns, &Trajectories::rollout_is_weights);
+                           &Trajectories::returns, &Trajectories::rollout_is_weights, &Trajectories::sum_pi_squared);
   }
 
   /// The generation and reward fields of `rows`, in that order (later fields are recomputed).

@@ -5,9 +5,13 @@
 
 #include <concepts>
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <optional>
 #include <span>
+#include <string>
 #include <string_view>
+#include <vector>
 #include <type_traits>
 #include <utility>
 
@@ -16,6 +20,10 @@
 #include "verl/core/tensor.hpp"
 
 namespace verl::algo {
+
+/// A batch's reward components by name (verl's non_tensor_batch[key], filled from the entries of the
+/// reward function's dict): one score per response each. GDPO normalises them one by one.
+using RewardComponents = std::map<std::string, VectorF, std::less<>>;
 
 /// The batch an advantage estimator reads: views only, nothing is copied. Shapes are verl's:
 /// B responses of T tokens. Which optional inputs must be present is declared by each estimator's
@@ -29,6 +37,7 @@ struct AdvantageBatch {
   std::optional<ConstMatrixRefF> old_log_probs{};       ///< (B, T) (optimal token baseline)
   std::optional<ConstMatrixRefF> sum_pi_squared{};      ///< (B, T) sum over the vocabulary of pi^2 (OTB)
   std::optional<ConstMatrixRefF> rollout_is_weights{};  ///< (B, T) truncated IS weights; optional for OTB
+  const RewardComponents* reward_components = nullptr;   ///< named scores (GDPO); null: none
 
   Index batch_size() const { return token_level_rewards.rows(); }
   Index response_length() const { return token_level_rewards.cols(); }
@@ -86,6 +95,7 @@ struct AdvantageInputs {
   bool group_index = false;       ///< group baselines: the prompt uid of each row
   bool reward_baselines = false;  ///< ReMax: the greedy rollout's reward
   bool old_log_probs = false;     ///< OTB: old_log_probs and sum_pi_squared
+  bool reward_components = false; ///< GDPO: the reward function's named scores (reward_components)
 };
 /// The name the trainer-side checks used first.
 using AvailableInputs = AdvantageInputs;
@@ -102,6 +112,8 @@ struct AdvantageConfig {
   double f_norm = 1.0;                    ///< gpg
   double alpha = 1.0;                     ///< gpg (ignored by verl: recomputed from the batch)
   std::optional<bool> handle_zero_tail{}; ///< OTB: unset is verl 0.9.1's default, true for both forms
+  std::vector<std::string> gdpo_reward_keys{};              ///< algorithm.gdpo_reward_keys (gdpo)
+  std::optional<std::vector<double>> gdpo_reward_weights{};  ///< algorithm.gdpo_reward_weights (unset: all 1)
 
   [[nodiscard]] double group_epsilon() const { return epsilon.value_or(1e-6); }
   [[nodiscard]] double otb_epsilon() const { return epsilon.value_or(1e-8); }

@@ -1,12 +1,13 @@
 // verl 0.9.1's "gdpo" (compute_gdpo_outcome_advantage): GRPO applied to each reward component on
 // its own, the normalised components summed with weights, then whitened over the batch.
 //
-// Not in AdvantageEstimators: verl's trainer feeds it per-component scores (reward keys in the
-// batch's non-tensor fields, algorithm.gdpo_reward_keys), which verl-cpp's trainer does not
-// produce; with a single score it is the fallback path below.
+// verl's trainer always takes the multi-key path: the components named by
+// algorithm.gdpo_reward_keys, which its reward manager fills from the entries of the reward
+// function's dict (non_tensor_batch[key]). verl-cpp's trainer passes them as
+// AdvantageBatch::reward_components; a batch without them takes verl's fallback, where
+// token_level_rewards is the single component.
 #pragma once
 
-#include <map>
 #include <optional>
 #include <span>
 #include <string>
@@ -15,13 +16,11 @@
 
 #include "verl/algo/advantages/detail/masked_whiten.hpp"
 #include "verl/algo/advantages/detail/outcome.hpp"
+#include "verl/algo/advantages/estimator.hpp"
 #include "verl/algo/advantages/grpo.hpp"
 #include "verl/core/error.hpp"
 
 namespace verl::algo {
-
-/// The reward components of a batch by name (verl's non_tensor_batch[key]): one score per response.
-using RewardComponents = std::map<std::string, VectorF, std::less<>>;
 
 /// For reward components s^1..s^K (one score per response each):
 ///   A^k_i = grpo(s^k)_i (group mean and unbiased std, epsilon, norm_adv_by_std_in_grpo),
@@ -32,21 +31,47 @@ using RewardComponents = std::map<std::string, VectorF, std::less<>>;
 /// fewer than 2 valid tokens in the batch (verl's masked_var).
 struct GDPO {
   static constexpr std::string_view name = "gdpo";
-  static constexpr AdvantageInputs needs{.group_index = true};
+  static constexpr AdvantageInputs needs{.group_index = true, .reward_components = true};
+
+  static GDPO from_config(const AdvantageConfig& config) {
+    return {.epsilon = config.group_epsilon(),
+            .norm_adv_by_std_in_grpo = config.norm_adv_by_std_in_grpo,
+            .reward_weights = config.gdpo_reward_weights,
+            .reward_keys = config.gdpo_reward_keys};
+  }
 
   double epsilon = 1e-6;
   bool norm_adv_by_std_in_grpo = true;
   std::optional<std::vector<double>> reward_weights{};  ///< algorithm.gdpo_reward_weights (unset: all 1)
+  std::vector<std::string> reward_keys{};               ///< algorithm.gdpo_reward_keys: used with components
 
-  /// verl's fallback: token_level_rewards is the single component.
+  /// With batch.reward_components: the components named by reward_keys (verl's trainer path);
+  /// without: verl's fallback, token_level_rewards as the single component.
   AdvantageResult compute(const AdvantageBatch& batch) const {
+    AdvantageResult out;
+    compute_into(batch, out);
+    return out;
+  }
+  void compute_into(const AdvantageBatch& batch, AdvantageResult& out) const {
+    if (batch.reward_components != nullptr) {
+      combine_into(batch, component_scores(batch, reward_keys, *batch.reward_components), out);
+      return;
+    }
     detail::validate_advantage_batch<GDPO>(batch);
-    return combine(batch, {detail::response_scores(batch.token_level_rewards)});
+    combine_into(batch, {detail::response_scores(batch.token_level_rewards)}, out);
   }
 
   /// verl's multi-key path: the components named by `reward_keys`, in that order.
   AdvantageResult compute(const AdvantageBatch& batch, std::span<const std::string> reward_keys,
                           const RewardComponents& components) const {
+    AdvantageResult out;
+    combine_into(batch, component_scores(batch, reward_keys, components), out);
+    return out;
+  }
+
+ private:
+  static std::vector<VectorF> component_scores(const AdvantageBatch& batch, std::span<const std::string> reward_keys,
+                                               const RewardComponents& components) {
     detail::validate_advantage_batch<GDPO>(batch);
     VERL_CHECK_ARG(!reward_keys.empty(),
                    "gdpo_reward_keys: expected the names of the reward components to normalise (verl asserts), got "
@@ -65,11 +90,10 @@ struct GDPO {
                      found->second.size());
       scores.push_back(found->second);
     }
-    return combine(batch, scores);
+    return scores;
   }
 
- private:
-  AdvantageResult combine(const AdvantageBatch& batch, const std::vector<VectorF>& scores) const {
+  void combine_into(const AdvantageBatch& batch, const std::vector<VectorF>& scores, AdvantageResult& out) const {
     const std::size_t components = scores.size();
     if (reward_weights)
       VERL_CHECK_ARG(reward_weights->size() >= components,
@@ -79,7 +103,10 @@ struct GDPO {
     const GRPO grpo{.epsilon = epsilon, .norm_adv_by_std_in_grpo = norm_adv_by_std_in_grpo};
     const auto& mask = batch.response_mask;
     const Index rows = batch.batch_size(), cols = batch.response_length();
-    AdvantageResult out = AdvantageResult::shared(MatrixF::Zero(rows, cols));
+    for (Index i = 0; i < rows; ++i) detail::require_binary_mask_row("response_mask", detail::row_of(mask, i), cols, i);
+    out.share_returns();
+    if (out.advantages.rows() != rows || out.advantages.cols() != cols) out.advantages.resize(rows, cols);
+    out.advantages.setZero();
     for (std::size_t k = 0; k < components; ++k) {
       const VectorF normalised = grpo.response_scalars(batch, scores[k], groups);
       const float weight = reward_weights ? static_cast<float>((*reward_weights)[k]) : 1.0f;
@@ -92,7 +119,6 @@ struct GDPO {
     detail::MaskedBatchSum whitening(rows, cols);
     for (Index i = 0; i < rows; ++i) whitening.add_row(detail::row_of(out.advantages, i), detail::row_of(mask, i));
     detail::masked_whiten(out.advantages, mask, whitening, detail::MaskedPositions::zeroed, out.advantages);
-    return out;
   }
 };
 

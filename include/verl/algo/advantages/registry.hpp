@@ -12,6 +12,7 @@
 
 #include "verl/algo/advantages/estimator.hpp"
 #include "verl/algo/advantages/gae.hpp"
+#include "verl/algo/advantages/gdpo.hpp"
 #include "verl/algo/advantages/gpg.hpp"
 #include "verl/algo/advantages/grpo.hpp"
 #include "verl/algo/advantages/grpo_passk.hpp"
@@ -31,7 +32,7 @@ namespace verl::algo {
 /// from it; a new estimator is its header, one entry here, and its test.
 using AdvantageEstimators =
     TypeList<GAE, GRPO, ReinforcePlusPlus, ReinforcePlusPlusBaseline, ReMax, RLOO, OPO, GRPOPassK, GPG,
-             RLOOVectorized, GRPOVectorized, OptimalTokenBaseline, MultiTurnOptimalTokenBaseline>;
+             RLOOVectorized, GRPOVectorized, OptimalTokenBaseline, MultiTurnOptimalTokenBaseline, GDPO>;
 
 /// Every estimator type: the registered ones, then Dr.GRPO (verl's "grpo" with
 /// norm_adv_by_std_in_grpo=False, so it has no name of its own).
@@ -60,6 +61,7 @@ class AnyAdvantageEstimator {
   bool needs_group_index() const { return needs().group_index; }
   bool needs_reward_baseline() const { return needs().reward_baselines; }
   bool needs_old_log_probs() const { return needs().old_log_probs; }
+  bool reads_reward_components() const { return needs().reward_components; }
 
   AdvantageResult compute(const AdvantageBatch& batch) const {
     return std::visit([&](const auto& e) { return e.compute(batch); }, estimator_);

@@ -56,7 +56,7 @@ struct HeadStatistics {
 
 template <class S>
 HeadStatistics<S> head_forward(const RowMatrix<S>& logits, std::span<const TokenId> labels, float temperature,
-                               unsigned threads, S* log_probs, S* entropy) {
+                               unsigned threads, S* log_probs, S* entropy, S* sum_pi_squared) {
   HeadStatistics<S> stats;
   const Index rows = logits.rows();
   if constexpr (std::same_as<S, float>) {
@@ -64,6 +64,7 @@ HeadStatistics<S> head_forward(const RowMatrix<S>& logits, std::span<const Token
     for (Index r = 0; r < rows; ++r) {
       if (!labels.empty()) log_probs[r] = stats.fused.log_probs[r];
       entropy[r] = stats.fused.entropy[r];
+      sum_pi_squared[r] = stats.fused.sum_pi_squared[r];
     }
   } else {
     stats.log_normalizer.resize(rows);
@@ -77,6 +78,7 @@ HeadStatistics<S> head_forward(const RowMatrix<S>& logits, std::span<const Token
       stats.log_normalizer[r] = lse;
       stats.entropy[r] = lse - (p * x).sum();
       entropy[r] = stats.entropy[r];
+      sum_pi_squared[r] = p.square().sum();
       if (!labels.empty()) log_probs[r] = x[labels[static_cast<std::size_t>(r)]] - lse;
     }
   }
@@ -163,12 +165,12 @@ class BasicTransformer : public detail::ParameterModule<BasicTransformer<Scalar>
     saved_ = false;
     const RowMatrix<Scalar>& hidden = body_.forward(batch, options.keep_activations);
     const Index n = hidden.rows();
-    const bool stats_wanted = !targets.empty() || options.return_entropy;
+    const bool stats_wanted = !targets.empty() || options.return_entropy || options.return_sum_pi_squared;
 
     CausalLMOutput<Scalar> out;
     if (options.return_logits) out.logits = RowMatrix<Scalar>::Zero(batch.layout_size(), vocab);
     std::vector<Scalar> log_probs(stats_wanted ? static_cast<std::size_t>(n) : 0);
-    std::vector<Scalar> entropy(log_probs.size());
+    std::vector<Scalar> entropy(log_probs.size()), sum_pi_squared(log_probs.size());
     statistics_.clear();
     saved_logits_.clear();
     const auto slots = batch.slots();
@@ -188,7 +190,8 @@ class BasicTransformer : public detail::ParameterModule<BasicTransformer<Scalar>
           const std::span<const TokenId> labels =
               targets.empty() ? std::span<const TokenId>{} : std::span<const TokenId>(targets).subspan(t0, rows);
           auto stats = detail::head_forward<Scalar>(logits, labels, options.temperature, num_threads(),
-                                                    log_probs.data() + t0, entropy.data() + t0);
+                                                    log_probs.data() + t0, entropy.data() + t0,
+                                                    sum_pi_squared.data() + t0);
           if (options.keep_activations) statistics_.push_back(std::move(stats));
         }
         if (save_logits) saved_logits_.push_back(std::move(logits));
@@ -196,6 +199,7 @@ class BasicTransformer : public detail::ParameterModule<BasicTransformer<Scalar>
     }
     if (!targets.empty()) out.log_probs = batch.scatter<Scalar>(log_probs);
     if (options.return_entropy) out.entropy = batch.scatter<Scalar>(entropy);
+    if (options.return_sum_pi_squared) out.sum_pi_squared = batch.scatter<Scalar>(sum_pi_squared);
     if (options.keep_activations) {
       saved_ = true;
       saved_targets_ = std::move(targets);

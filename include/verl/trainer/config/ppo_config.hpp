@@ -93,6 +93,9 @@ struct ActorConfig {
   std::string loss_agg_mode = "token-mean";
   std::optional<double> loss_scale_factor;
   double entropy_coeff = 0.0;
+  /// Also compute sum_j pi_j^2 per token with the old log-probs (the optimal-token-baseline
+  /// estimators read it; verl asserts it is on for them).
+  bool calculate_sum_pi_squared = false;
   bool use_kl_loss = false;
   double kl_loss_coef = 0.001;
   std::string kl_loss_type = "low_var_kl";
@@ -262,6 +265,10 @@ struct AlgorithmConfig {
   KLControlSection kl_ctrl;
   RolloutCorrectionSection rollout_correction;
   FilterGroupsConfig filter_groups;
+  /// gdpo: the reward function's named scores to normalise one by one, and their weights (null:
+  /// all 1). Fields of verl's AlgoConfig that its yaml does not list (`+algorithm.gdpo_reward_keys`).
+  std::optional<std::vector<std::string>> gdpo_reward_keys;
+  std::optional<std::vector<double>> gdpo_reward_weights;
   friend bool operator==(const AlgorithmConfig&, const AlgorithmConfig&) = default;
 };
 
@@ -342,8 +349,8 @@ VERL_CONFIG_FIELDS(CheckpointContentsConfig, save_contents, load_contents)
 VERL_CONFIG_FIELDS(ModelSection, path, tokenizer_path, custom_chat_template)
 VERL_CONFIG_FIELDS(ActorConfig, optim, ppo_mini_batch_size, ppo_micro_batch_size, ppo_micro_batch_size_per_gpu,
                    use_dynamic_bsz, clip_ratio, clip_ratio_low, clip_ratio_high, tau_pos, tau_neg, policy_loss,
-                   clip_ratio_c, loss_agg_mode, loss_scale_factor, entropy_coeff, use_kl_loss, kl_loss_coef,
-                   kl_loss_type, ppo_epochs, checkpoint, grad_clip)
+                   clip_ratio_c, loss_agg_mode, loss_scale_factor, entropy_coeff, calculate_sum_pi_squared,
+                   use_kl_loss, kl_loss_coef, kl_loss_type, ppo_epochs, checkpoint, grad_clip)
 VERL_CONFIG_FIELDS(RefConfig, log_prob_micro_batch_size, log_prob_micro_batch_size_per_gpu, log_prob_use_dynamic_bsz)
 VERL_CONFIG_FIELDS(ValidationSamplingConfig, top_k, top_p, temperature, n, do_sample)
 VERL_CONFIG_FIELDS(RolloutConfig, name, temperature, top_k, top_p, prompt_length, response_length, do_sample, n,
@@ -364,7 +371,7 @@ VERL_CONFIG_FIELDS(RolloutCorrectionSection, rollout_is, rollout_is_threshold, r
                    bypass_mode, loss_type, rollout_is_batch_normalize)
 VERL_CONFIG_FIELDS(FilterGroupsConfig, enable, metric, max_num_gen_batches)
 VERL_CONFIG_FIELDS(AlgorithmConfig, gamma, lam, adv_estimator, norm_adv_by_std_in_grpo, use_kl_in_reward, kl_penalty,
-                   kl_ctrl, rollout_correction, filter_groups)
+                   kl_ctrl, rollout_correction, filter_groups, gdpo_reward_keys, gdpo_reward_weights)
 VERL_CONFIG_FIELDS(DataConfig, train_files, val_files, train_max_samples, val_max_samples, prompt_key,
                    reward_fn_key, max_prompt_length, max_response_length, train_batch_size, val_batch_size,
                    gen_batch_size, shuffle, seed, validation_shuffle, filter_overlong_prompts, truncation,

@@ -161,7 +161,8 @@ void check_value(std::string_view key, const Field& field, std::vector<std::stri
     }
     if (const ValueRule* rule = rule_for(key); rule != nullptr && !rule->range.accepts(static_cast<double>(field)))
       problems.push_back(fmt::format("{}: expected {}, got {}", key, rule->range.wording, field));
-  } else if constexpr (std::is_same_v<Field, std::optional<double>> || std::is_same_v<Field, std::optional<std::int64_t>>) {
+  } else if constexpr (std::is_same_v<Field, std::optional<double>> || std::is_same_v<Field, std::optional<std::int64_t>> ||
+                       std::is_same_v<Field, std::optional<std::vector<double>>>) {
     if (field) check_value(key, *field, problems);
   } else if constexpr (std::is_same_v<Field, std::vector<double>>) {
     for (const double value : field) {
