@@ -321,12 +321,19 @@ inline Efficiency calibrate_efficiency(const ClusterSpec& cluster, std::span<con
                  "(vary the stages' mix of compute, memory and communication)",
                  a.cols(), qr.rank());
   const Eigen::VectorXd x = qr.solve(b).cwiseQuotient(norms);
-  std::array<double, 5> value{1 / initial.compute, 1 / initial.memory, 1 / initial.intra_node, 1 / initial.inter_node,
-                              initial.collective_latency};
-  for (std::size_t j = 0; j < free.size(); ++j) value[free[j]] = x(static_cast<Eigen::Index>(j));
-  Efficiency fitted{1 / value[0], 1 / value[1], 1 / value[2], 1 / value[3], value[4]};
+  // Factors not fitted keep their initial value exactly (no round trip through 1/x).
+  Efficiency fitted = initial;
+  std::array<double*, 4> factors{&fitted.compute, &fitted.memory, &fitted.intra_node, &fitted.inter_node};
+  for (std::size_t j = 0; j < free.size(); ++j) {
+    const double v = x(static_cast<Eigen::Index>(j));
+    if (free[j] < 4) {
+      *factors[free[j]] = 1 / v;
+    } else {
+      fitted.collective_latency = v;
+    }
+  }
   for (std::size_t k = 0; k < 4; ++k) {
-    const double factor = 1 / value[k];
+    const double factor = *factors[k];
     VERL_CHECK_ARG(std::isfinite(factor) && factor > 0 && factor <= 1 + 1e-9,
                    "measurements: the fitted efficiency.{} is {}, expected a fraction in (0, 1] (are the work "
                    "vectors and the cluster's peak figures consistent?)",
