@@ -1,4 +1,5 @@
-// Module header: meshes, process groups, the 3D-HybridEngine reshard plan, the single-process
+// Module header: meshes, process groups, the 3D-HybridEngine reshard plan, the placement search
+// (HybridFlow's auto-mapping) and its cost model, the single-process
 // communicator and the DP/TP/SP/PP primitives, sequence-length balancing. The MPI communicator
 // (verl/parallel/mpi_communicator.hpp, needs mpi.h) and the NCCL one (*.cuh, needs nvcc) are
 // included separately.
@@ -15,6 +16,9 @@
 #include "verl/parallel/reshard_strategy.hpp"
 #include "verl/parallel/reshard_plan.hpp"
 #include "verl/parallel/reshard_report.hpp"
+#include "verl/parallel/placement_cost_model.hpp"
+#include "verl/parallel/placement_search.hpp"
+#include "verl/parallel/placement_report.hpp"
 #include "verl/parallel/communicator.hpp"
 #include "verl/parallel/self_communicator.hpp"
 #include "verl/parallel/resharder.hpp"
