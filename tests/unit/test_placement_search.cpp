@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "../support/error_message.hpp"
+#include "verl/parallel/placement_report.hpp"
 #include "verl/parallel/placement_search.hpp"
 #include "verl/parallel/reshard_report.hpp"
 
@@ -444,4 +445,37 @@ TEST(PlacementSearch, OneHundredTwentyEightDevicesAndFour70BRoles) {
   ASSERT_EQ(top.size(), 5u);
   for (std::size_t i = 1; i < top.size(); ++i) EXPECT_LE(top[i - 1].estimate.step_seconds, top[i].estimate.step_seconds);
   EXPECT_GT(stats.placements, 1000);
+}
+
+TEST(PlacementSearch, VerlKeysOfAPlanAndRefusalOfWhatVerlCannotExpress) {
+  PlacementProblem p;
+  for (Role r : {Role::actor, Role::critic, Role::reference, Role::reward}) p.roles.push_back({r, model_preset("llama-13b")});
+  p.cluster = cluster_preset("a100-80gb", 32);
+  const PlacementSearch search(p);
+  const auto top = search.rank(1, VerlExpressible{});
+  const PlacementPlan plan = search.describe(top.front());
+  const auto keys = verl_placement_keys(plan, p);
+  std::map<std::string, std::string> map(keys.begin(), keys.end());
+  EXPECT_EQ(map.size(), keys.size());  // each key once
+  const RolePlan& actor = plan.roles[0];
+  EXPECT_EQ(map.at("actor_rollout_ref.actor.megatron.tensor_model_parallel_size"), std::to_string(actor.mesh.tp));
+  EXPECT_EQ(map.at("actor_rollout_ref.actor.megatron.pipeline_model_parallel_size"), std::to_string(actor.mesh.pp));
+  EXPECT_EQ(map.at("actor_rollout_ref.rollout.tensor_model_parallel_size"), std::to_string(actor.gen->tp));
+  EXPECT_EQ(map.at("critic.megatron.tensor_model_parallel_size"), std::to_string(plan.roles[1].mesh.tp));
+  const std::int64_t main_devices = plan.groups[actor.group].devices;
+  EXPECT_EQ(std::stoll(map.at("trainer.nnodes")) * std::stoll(map.at("trainer.n_gpus_per_node")), main_devices);
+  EXPECT_EQ(map.at("reward.reward_model.enable"), "true");
+  EXPECT_EQ(map.at("reward.reward_model.enable_resource_pool"), plan.groups.size() == 2 ? "true" : "false");
+  EXPECT_EQ(map.at("actor_rollout_ref.actor.ppo_mini_batch_size"), "256");
+  // actor+reference | critic+reward: verl has no key for a critic outside the trainer's pool.
+  const auto split = search.rank(3);
+  bool refused = false;
+  for (const RankedPlacement& r : split) {
+    if (VerlExpressible{}(r.placement, p)) continue;
+    refused = true;
+    EXPECT_NE(message_of<InvalidArgument>([&] { (void)verl_placement_keys(search.describe(r), p); })
+                  .find("expected a placement verl's keys can express"),
+              std::string::npos);
+  }
+  EXPECT_TRUE(refused);
 }
