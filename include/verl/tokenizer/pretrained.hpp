@@ -173,6 +173,23 @@ inline nlohmann::json read_tokenizer_config(const std::filesystem::path& config_
 
 }  // namespace detail
 
+/// A tokenizer from tokenizer.json and tokenizer_config.json already parsed (the config may be
+/// null), as load_pretrained_tokenizer builds it from a folder; `source` names them in errors.
+/// Loaders of other formats (GGUF's tokenizer.ggml.* keys) describe their tokenizer this way.
+inline PretrainedTokenizer make_pretrained_tokenizer(const nlohmann::json& tokenizer_json,
+                                                     const nlohmann::json& tokenizer_config, const std::string& source) {
+  PretrainedTokenizer loaded{HfTokenizer::from_json(tokenizer_json), std::nullopt, std::nullopt};
+  if (tokenizer_config.is_null()) return loaded;
+  VERL_CHECK_ARG(tokenizer_config.is_object(), "{}: tokenizer config: expected a JSON object, got {}", source,
+                 tokenizer_config.type_name());
+  try {
+    detail::apply_tokenizer_config(tokenizer_config, source, loaded);
+  } catch (const nlohmann::json::exception& error) {
+    ::verl::detail::throw_invalid_argument("{}: malformed tokenizer config ({})", source, error.what());
+  }
+  return loaded;
+}
+
 /// Loads `folder`/tokenizer.json and, when present, `folder`/tokenizer_config.json and
 /// `folder`/chat_template.jinja (where transformers >= 4.51 saves the template; like
 /// transformers, it takes precedence over tokenizer_config.json's "chat_template").
