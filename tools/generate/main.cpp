@@ -1,8 +1,9 @@
 // verl_generate: sample continuations from a Hugging Face model folder (config.json,
-// model.safetensors, tokenizer.json [+ tokenizer_config.json]) with the reference transformer and
-// the KV-cache rollout engine. All logic lives in the library; this file parses flags and prints.
+// model.safetensors, tokenizer.json [+ tokenizer_config.json]) or a GGUF file (llama.cpp; its
+// tokenizer and chat template come from its metadata) with the reference transformer and the
+// KV-cache rollout engine. All logic lives in the library; this file parses flags and prints.
 //
-//   verl_generate --model DIR (--prompt TEXT | --prompt-ids 1,2,3) [--max-new-tokens N]
+//   verl_generate --model DIR|FILE.gguf (--prompt TEXT | --prompt-ids 1,2,3) [--max-new-tokens N]
 //                 [--temperature T] [--top-k K] [--top-p P] [--seed S] [-n N] [--threads N]
 //                 [--dtype float32|bfloat16] [--no-chat-template] [--chat-template-kwargs JSON]
 //                 [--print-ids]
@@ -19,16 +20,18 @@
 #include <nlohmann/json.hpp>
 
 #include "verl/model/checkpoint.hpp"
+#include "verl/model/gguf_model.hpp"
 #include "verl/tokenizer/pretrained.hpp"
 #include "verl/rollout/rollout.hpp"
 
 namespace {
 
-constexpr std::string_view usage = R"(usage: verl_generate --model DIR (--prompt TEXT | --prompt-ids 1,2,3) [options]
+constexpr std::string_view usage = R"(usage: verl_generate --model DIR|FILE.gguf (--prompt TEXT | --prompt-ids 1,2,3) [options]
 
-Generates from a Hugging Face model folder (config.json, model.safetensors or shards, tokenizer.json).
+Generates from a Hugging Face model folder (config.json, model.safetensors or shards, tokenizer.json)
+or a GGUF file (llama, qwen2, qwen3; quantized weights are dequantized to float32).
 
-  --model DIR          the model folder
+  --model DIR|FILE     the model folder, or a .gguf file
   --prompt TEXT        a user message, rendered with the folder's chat template (if any) and tokenized
   --prompt-ids IDS     comma-separated prompt token ids (no tokenizer needed)
   --no-chat-template   tokenize --prompt as plain text
@@ -144,7 +147,7 @@ Arguments parse(int argc, char** argv) {
       fail_usage(fmt::format("unknown flag '{}' (see --help)", flag));
     }
   }
-  if (args.model.empty()) fail_usage("--model: a model folder is required (see --help)");
+  if (args.model.empty()) fail_usage("--model: a model folder or GGUF file is required (see --help)");
   if (args.prompt.has_value() == args.prompt_ids.has_value()) {
     fail_usage("expected exactly one of --prompt TEXT and --prompt-ids IDS");
   }
@@ -153,10 +156,15 @@ Arguments parse(int argc, char** argv) {
 
 int run(const Arguments& args) {
   using namespace verl;
-  model::Transformer transformer =
-      model::load_transformer(args.model, {.num_threads = args.threads, .decode_precision = args.precision});
+  const model::TransformerOptions options{.num_threads = args.threads, .decode_precision = args.precision};
+  std::optional<model::GgufFile> gguf;
+  if (model::is_gguf_file(args.model)) gguf.emplace(args.model);
+  model::Transformer transformer = gguf ? model::load_gguf_transformer(*gguf, options)
+                                        : model::load_transformer(args.model, options);
   std::optional<tokenizer::PretrainedTokenizer> tokenizer;
-  if (std::filesystem::exists(args.model / "tokenizer.json")) {
+  if (gguf) {
+    tokenizer = model::load_gguf_tokenizer(*gguf);
+  } else if (std::filesystem::exists(args.model / "tokenizer.json")) {
     tokenizer = tokenizer::load_pretrained_tokenizer(args.model);
   } else if (args.prompt) {
     throw InvalidArgument(fmt::format("--prompt: '{}' has no tokenizer.json; pass --prompt-ids instead",
