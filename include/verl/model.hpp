@@ -1,6 +1,7 @@
 // Module header: the model layer — the CausalLM and value-model concepts, Hugging Face configs,
-// safetensors files and folders, checkpoints, and the reference Llama/Mistral/Qwen2/Qwen3
-// transformer (dense, with its critic variant and KV cache). Needs nlohmann-json.
+// safetensors files and folders, checkpoints, GGUF files (and, with PCRE2 for their tokenizer, GGUF
+// models), and the reference Llama/Mistral/Qwen2/Qwen3 transformer (dense, with its critic variant
+// and KV cache). Needs nlohmann-json.
 #pragma once
 
 #include "verl/model/causal_lm.hpp"
@@ -9,6 +10,10 @@
 #include "verl/model/hf_config.hpp"
 #include "verl/model/safetensors.hpp"
 #include "verl/model/checkpoint.hpp"
+#include "verl/model/gguf.hpp"
+#if __has_include(<pcre2.h>)
+#include "verl/model/gguf_model.hpp"
+#endif
 #include "verl/model/transformer/attention.hpp"
 #include "verl/model/transformer/critic.hpp"
 #include "verl/model/transformer/decoder.hpp"
