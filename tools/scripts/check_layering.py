@@ -25,6 +25,7 @@ LAYERS = [
     ["model"],
     ["rollout"],
     ["data"],
+    ["hybridflow"],
     ["trainer"],
     ["verl.hpp"],
 ]

@@ -316,6 +316,15 @@ class MpiCommunicator {
     return MpiCommunicator(sub);
   }
 
+  /// split() where a rank may stay out (member = false, MPI_UNDEFINED): the members get their
+  /// communicator, the others nullopt. Collective over this communicator.
+  std::optional<MpiCommunicator> split_members(bool member, int key) {
+    MPI_Comm sub = MPI_COMM_NULL;
+    check(MPI_Comm_split(comm_, member ? 0 : MPI_UNDEFINED, key, &sub), "MPI_Comm_split");
+    if (sub == MPI_COMM_NULL) return std::nullopt;
+    return MpiCommunicator(sub);
+  }
+
  private:
   explicit MpiCommunicator(MPI_Comm comm) : comm_(comm) {
     MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
