@@ -1,7 +1,7 @@
 // verl-cpp umbrella header: every host-only module, lowest layer first (CONTRIBUTING.md gives the
 // order). Eigen and fmt are required; the modules that need an optional library are included when
 // it is present: nlohmann-json (testing, model, rollout, data, trainer), PCRE2 (tokenizer, the SFT
-// trainer, the built-in tasks), yaml-cpp (YAML configuration files), MPI (the MPI communicator).
+// trainer, the built-in tasks), yaml-cpp (YAML configuration files), MPI (the MPI communicator and the HybridFlow runtime).
 // CUDA headers (*.cuh) are never included here: include them from translation units built by nvcc.
 #pragma once
 
@@ -24,5 +24,6 @@
 #endif
 #include "verl/model.hpp"
 #include "verl/data.hpp"
+#include "verl/hybridflow.hpp"
 #include "verl/trainer.hpp"
 #endif

@@ -248,6 +248,7 @@ class Runtime {
   template <Worker W>
   WorkerGroup<Runtime, W> spawn(const ResourcePool& pool, std::optional<GroupMesh> mesh = std::nullopt) {
     VERL_STATIC_ASSERT((contains_v<W, worker_types>), SPAWNED_WORKER_TYPE_IS_NOT_IN_THE_RUNTIMES_WORKER_LIST);
+    static_assert(check_worker<W>());
     require_controller("spawn");
     pool.require_within(world_size());
     if (mesh) {
@@ -568,9 +569,7 @@ class WorkerGroup {
   /// Calls W's member function F on the group's ranks, by its registered dispatch mode.
   template <auto F, class... Args>
   auto call(Args&&... args) {
-    VERL_STATIC_ASSERT((method_index_v<W, F> < W::methods::size),
-                       WORKER_METHOD_HAS_NO_DISPATCH_MODE_REGISTER_IT_IN_THE_WORKERS_METHODS_LIST);
-    if constexpr (method_index_v<W, F> < W::methods::size) {
+    if constexpr (require_registered<W, F>()) {
       using M = method_of<W, F>;
       return dispatch<M>(std::forward<Args>(args)...);
     }

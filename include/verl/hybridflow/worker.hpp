@@ -29,7 +29,10 @@
 #include "verl/data/data_proto.hpp"
 #include "verl/hybridflow/dispatch.hpp"
 #include "verl/hybridflow/wire.hpp"
-#include "verl/parallel/mpi_communicator.hpp"
+
+namespace verl::parallel {
+class MpiCommunicator;  // parallel/mpi_communicator.hpp (the runtime includes it; workers need only the name)
+}  // namespace verl::parallel
 
 namespace verl::hybridflow {
 
@@ -116,6 +119,8 @@ struct Method {
   VERL_STATIC_ASSERT(arguments_are_wire, WORKER_METHOD_ARGUMENTS_MUST_BE_WIRE_TYPES);
   VERL_STATIC_ASSERT(proto_arguments_fit, DATA_PROTO_DISPATCH_NEEDS_DATAPROTO_ARGUMENTS);
   VERL_STATIC_ASSERT(proto_result_fits, DATA_PROTO_DISPATCH_NEEDS_A_DATAPROTO_RESULT);
+  /// Reading it instantiates the checks above (check_worker does, for every registered method).
+  static constexpr bool well_formed = result_is_wire && arguments_are_wire && proto_arguments_fit && proto_result_fits;
 };
 
 template <class T>
@@ -144,13 +149,25 @@ concept built_from_context = std::constructible_from<W, WorkerContext&>;
 template <class W>
 concept Worker = detail::names_itself<W> && detail::lists_methods<W> && detail::built_from_context<W>;
 
-/// Named diagnostics for a type meant to be a Worker: one static assertion per missing part.
+namespace detail {
+template <class... Ms>
+consteval bool methods_well_formed(TypeList<Ms...>) {
+  return (Ms::well_formed && ...);
+}
+}  // namespace detail
+
+/// Named diagnostics for a type meant to be a Worker: one static assertion per missing part, and
+/// each registered method's own checks (wire types, the DataProto modes' signatures).
 template <class W>
 consteval bool check_worker() {
   VERL_STATIC_ASSERT(detail::names_itself<W>, WORKER_NEEDS_A_STATIC_NAME);
   VERL_STATIC_ASSERT(detail::lists_methods<W>, WORKER_NEEDS_A_METHODS_TYPE_LIST_OF_HYBRIDFLOW_METHOD);
   VERL_STATIC_ASSERT(detail::built_from_context<W>, WORKER_MUST_BE_CONSTRUCTIBLE_FROM_A_WORKER_CONTEXT);
-  return true;
+  if constexpr (detail::lists_methods<W>) {
+    return detail::methods_well_formed(typename W::methods{});
+  } else {
+    return false;
+  }
 }
 
 namespace detail {
@@ -183,6 +200,15 @@ struct method_at<I, TypeList<Ms...>> {
 /// The position of member function F among W's registered methods (W::methods::size if absent).
 template <class W, auto F>
 inline constexpr std::size_t method_index_v = detail::method_index<F, typename W::methods>::value;
+
+/// Compile-time check that F is one of W's registered methods (a call of an unregistered method
+/// has no dispatch mode).
+template <class W, auto F>
+consteval bool require_registered() {
+  VERL_STATIC_ASSERT((method_index_v<W, F> < W::methods::size),
+                     WORKER_METHOD_HAS_NO_DISPATCH_MODE_REGISTER_IT_IN_THE_WORKERS_METHODS_LIST);
+  return method_index_v<W, F> < W::methods::size;
+}
 
 /// The Method<...> registered for F.
 template <class W, auto F>
