@@ -1,6 +1,6 @@
 // Hugging Face checkpoints of the reference transformer: a folder with config.json and
-// model.safetensors (or shards with model.safetensors.index.json), loaded into a Transformer or
-// TransformerCritic and saved back in the same layout.
+// model.safetensors (or shards with model.safetensors.index.json), loaded into a Transformer,
+// TransformerCritic or TransformerRewardModel and saved back in the same layout.
 //
 // Loading is strict: every parameter the config implies must be present with its shape and a
 // floating dtype (F32, BF16, F16, F64; converted to the model's scalar), and a tensor the model
@@ -13,6 +13,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <array>
 #include <cstdint>
 #include <filesystem>
 #include <set>
@@ -25,6 +27,7 @@
 #include "verl/model/hf_config.hpp"
 #include "verl/model/safetensors.hpp"
 #include "verl/model/transformer/critic.hpp"
+#include "verl/model/transformer/reward_model.hpp"
 #include "verl/model/transformer/transformer.hpp"
 
 namespace verl::model {
@@ -90,8 +93,59 @@ inline HfModelConfig read_model_config(const std::filesystem::path& folder) {
   return HfModelConfig::from_file(folder / "config.json");
 }
 
-template <class Model>
-void save_model(const Model& model, const std::filesystem::path& folder, DType dtype, std::uint64_t max_shard_bytes) {
+struct KeepConfigJson {
+  void operator()(nlohmann::json&) const {}
+};
+
+/// The architectures a reward-model folder may name (transformers' classes of the families the
+/// reference transformer implements).
+inline constexpr std::array<std::string_view, 4> reward_model_architectures = {
+    "LlamaForSequenceClassification", "Qwen2ForSequenceClassification", "Qwen3ForSequenceClassification",
+    "MistralForSequenceClassification"};
+
+/// Reads a reward model's config.json: a *ForSequenceClassification of a supported family with
+/// one label. transformers stores the label count as id2label (num_labels is derived from it; an
+/// explicit num_labels key is honoured too); with neither, verl's forced num_labels = 1 applies and
+/// the shape of score.weight decides.
+inline HfModelConfig read_reward_model_config(const std::filesystem::path& folder) {
+  VERL_CHECK_ARG(std::filesystem::is_directory(folder),
+                 "reward model: expected a Hugging Face model folder, got '{}' ({})", folder.string(),
+                 std::filesystem::exists(folder) ? "not a folder" : "does not exist");
+  const auto file = folder / "config.json";
+  const std::string source = file.string();
+  nlohmann::json json;
+  try {
+    json = nlohmann::json::parse(io::read_text_file(file));
+  } catch (const nlohmann::json::exception& error) {
+    ::verl::detail::throw_invalid_argument("{}: not valid JSON ({})", source, error.what());
+  }
+  VERL_CHECK_ARG(json.is_object(), "{}: expected a JSON object, got {}", source, json.type_name());
+  const ConfigReader reader(json, source);
+  const std::vector<std::string> architectures = reader.string_list("architectures");
+  const auto supported = std::ranges::find_first_of(architectures, reward_model_architectures);
+  VERL_CHECK_ARG(architectures.size() == 1 && supported != architectures.end(),
+                 "{}: key 'architectures': expected one of [{}] (a reward model is a sequence classifier), got "
+                 "[{}]",
+                 source, fmt::join(reward_model_architectures, ", "), fmt::join(architectures, ", "));
+  if (reader.has("num_labels")) {
+    const std::int64_t labels = reader.int_or("num_labels", 0);
+    VERL_CHECK_ARG(labels == 1, "{}: key 'num_labels': expected 1 (a reward model has one score), got {}", source,
+                   labels);
+  }
+  if (const nlohmann::json* id2label = reader.object_or_null("id2label")) {
+    VERL_CHECK_ARG(id2label->size() == 1, "{}: key 'id2label': expected one label (a reward model has one score), "
+                   "got {} ({})", source, id2label->size(), id2label->dump());
+  }
+  HfModelConfig config = HfModelConfig::from_json(json, source);
+  const std::string expected = sequence_classification_architecture(config.family);
+  VERL_CHECK_ARG(*supported == expected, "{}: key 'architectures': expected [{}] for model_type '{}', got [{}]",
+                 source, expected, config.model_type, *supported);
+  return config;
+}
+
+template <class Model, class EditConfig = KeepConfigJson>
+void save_model(const Model& model, const std::filesystem::path& folder, DType dtype, std::uint64_t max_shard_bytes,
+                const EditConfig& edit_config = {}) {
   VERL_CHECK_ARG(is_floating(dtype), "dtype: expected F32, BF16, F16 or F64, got {}", dtype_name(dtype));
   SafetensorsWriter writer;
   writer.set_metadata("format", "pt");
@@ -112,7 +166,9 @@ void save_model(const Model& model, const std::filesystem::path& folder, DType d
   config.torch_dtype = dtype == DType::BF16 ? "bfloat16" : dtype == DType::F16 ? "float16"
                                            : dtype == DType::F64 ? "float64"
                                                                  : "float32";
-  io::write_file_atomically(folder / "config.json", config.to_json().dump(2) + "\n");
+  nlohmann::json json = config.to_json();
+  edit_config(json);
+  io::write_file_atomically(folder / "config.json", json.dump(2) + "\n");
 }
 
 }  // namespace detail
@@ -159,6 +215,29 @@ template <class Scalar>
 void save_transformer(const BasicTransformer<Scalar>& model, const std::filesystem::path& folder,
                       const SaveOptions& options = {}) {
   detail::save_model(model, folder, options.dtype, options.max_shard_bytes);
+}
+
+/// A reward model from a Hugging Face *ForSequenceClassification folder with one label (see
+/// detail::read_reward_model_config). Strict as load_transformer: the body's tensors and
+/// score.weight (1, hidden_size), nothing else.
+template <class Scalar = float>
+BasicTransformerRewardModel<Scalar> load_reward_model(const std::filesystem::path& folder,
+                                                      const TransformerOptions& options = {}) {
+  BasicTransformerRewardModel<Scalar> model(detail::read_reward_model_config(folder), options);
+  const SafetensorsCheckpoint checkpoint(folder);
+  detail::load_parameters(model, checkpoint, {}, folder);
+  return model;
+}
+
+/// Writes config.json (with transformers' one-label id2label / label2id, so that transformers
+/// reloads it with num_labels = 1) and the weights.
+template <class Scalar>
+void save_reward_model(const BasicTransformerRewardModel<Scalar>& model, const std::filesystem::path& folder,
+                       const SaveOptions& options = {}) {
+  detail::save_model(model, folder, options.dtype, options.max_shard_bytes, [](nlohmann::json& json) {
+    json["id2label"] = {{"0", "LABEL_0"}};
+    json["label2id"] = {{"LABEL_0", 0}};
+  });
 }
 
 template <class Scalar>
