@@ -223,6 +223,31 @@ TEST(RewardModelPosition, ScoreIsTheHeadAppliedToTheLastHiddenState) {
   EXPECT_GT(full.token_scores.cwiseAbs().minCoeff(), 0.0);
 }
 
+TEST(RewardModelPosition, ResponseTokenScoresCarryEachScoreOnItsLastResponseToken) {
+  TransformerRewardModel model = load_reward_model(models_dir / "tiny-qwen2-rm");
+  const auto golden = read_json(models_dir / "tiny-qwen2-rm" / "golden.json");
+  const TokenBatch batch = batch_of(golden["batches"]["verl_layout"]);
+  const auto out = model.forward(batch);
+  const Index response_length = 5;  // the script's RESPONSE_WIDTH
+  const verl::MatrixF placed = response_token_scores(batch, out, response_length);
+  const MatrixF mask = matrix_of<std::int64_t>(golden["batches"]["verl_layout"]["attention_mask"]).cast<float>();
+  ASSERT_EQ(placed.rows(), batch.rows());
+  ASSERT_EQ(placed.cols(), response_length);
+  for (Index r = 0; r < batch.rows(); ++r) {
+    // verl's placement: the last valid response token, valid_response_length - 1.
+    const Index valid = static_cast<Index>(mask.row(r).tail(response_length).sum());
+    for (Index c = 0; c < response_length; ++c) EXPECT_EQ(placed(r, c), c == valid - 1 ? out.scores[r] : 0.0f);
+  }
+  // An empty response has no token to carry a score.
+  MatrixI64 ids = MatrixI64::Constant(2, 4, 5);
+  MatrixF empty_response(2, 4);
+  empty_response << 1, 1, 1, 0,  //
+      0, 1, 1, 1;
+  const TokenBatch short_batch = TokenBatch::padded(ids, empty_response);
+  const auto error = error_of([&] { (void)response_token_scores(short_batch, model.forward(short_batch), 1); });
+  EXPECT_NE(error.find("row 0 was scored at column 2, before its response (columns 3 to 3)"), std::string::npos) << error;
+}
+
 // ---- loading and saving ------------------------------------------------------------------------
 
 class RewardModelFolder : public ::testing::Test {

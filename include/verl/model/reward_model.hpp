@@ -64,6 +64,35 @@ inline std::vector<std::int64_t> last_token_slots(const TokenBatch& batch) {
   return out;
 }
 
+/// verl's token-level rm_scores of a padded batch whose last `response_length` columns are the
+/// responses: (rows, response_length), zero but for each row's score on the token it was read at,
+/// its last response token. A row whose scored token lies in the prompt (an empty response) is an
+/// error: verl's legacy worker would drop its score and 0.9.1's reward loop would write it on the
+/// last column, and neither is a reward for a response.
+template <class Scalar>
+RowMatrix<Scalar> response_token_scores(const TokenBatch& batch, const RewardOutput<Scalar>& output,
+                                        Index response_length) {
+  VERL_CHECK_ARG(!batch.is_packed(), "batch: expected a padded (B, T) batch (responses are its last columns), got a "
+                 "packed one");
+  VERL_CHECK_ARG(response_length > 0 && response_length <= batch.cols(),
+                 "response_length: expected a value in [1, {}] (the batch's columns), got {}", batch.cols(),
+                 response_length);
+  VERL_CHECK_ARG(output.scores.size() == batch.rows() && static_cast<Index>(output.slots.size()) == batch.rows(),
+                 "output: expected {} scores and slots (one per row), got {} and {}", batch.rows(),
+                 output.scores.size(), output.slots.size());
+  RowMatrix<Scalar> out = RowMatrix<Scalar>::Zero(batch.rows(), response_length);
+  const Index first_response_column = batch.cols() - response_length;
+  for (Index r = 0; r < batch.rows(); ++r) {
+    const Index column = output.slots[static_cast<std::size_t>(r)] - r * batch.cols();
+    VERL_CHECK_ARG(column >= first_response_column && column < batch.cols(),
+                   "output: row {} was scored at column {}, before its response (columns {} to {}): its response is "
+                   "empty",
+                   r, column, first_response_column, batch.cols() - 1);
+    out(r, column - first_response_column) = output.scores[r];
+  }
+  return out;
+}
+
 namespace detail {
 
 template <class M>
