@@ -124,6 +124,10 @@ struct LagrangeStep {
 /// recorded all the same. Arithmetic is in double: the reference takes the window's mean in
 /// float32 (a difference below 1e-7 relative) and steps log lambda in float64.
 ///
+/// The reference steps once per rl_step, that is once per actor micro-batch and update iteration,
+/// after the whole rollout's costs were recorded; a controller that steps once per rollout batch
+/// takes fewer steps and should say so.
+///
 /// The reference keeps one window per rank and averages the ranks' means; a single controller sees
 /// every cost, so its window is global: `episode_cost_window_size` = the reference's value times
 /// the number of ranks gives the same J_C whenever each rank's share of a batch fills its window
