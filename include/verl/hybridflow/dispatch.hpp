@@ -110,6 +110,10 @@ inline ChunkedProtos chunk_protos(std::span<const data::DataProto> arguments, In
                      proto.size());
       proto.pad_to_divisor(chunks);
     }
+    if (chunks == 1) {  // one receiver: the whole batch, no slicing copy
+      out.chunks.push_back({std::move(proto)});
+      continue;
+    }
     VERL_CHECK_ARG(proto.size() % chunks == 0,
                    "{}: argument {}: a batch of {} rows does not split over {} ranks (set meta_info "
                    "\"_verl_auto_padding\": true to pad it as verl does)",
@@ -120,8 +124,8 @@ inline ChunkedProtos chunk_protos(std::span<const data::DataProto> arguments, In
 }
 
 /// verl's collect for the concatenating modes: the parts in rank order, padding cut.
-inline data::DataProto concat_and_unpad(std::span<const data::DataProto> parts, Index padding) {
-  data::DataProto joined = data::DataProto::concat(parts);
+inline data::DataProto concat_and_unpad(std::vector<data::DataProto> parts, Index padding) {
+  data::DataProto joined = parts.size() == 1 ? std::move(parts.front()) : data::DataProto::concat(parts);
   joined.unpad(padding);
   return joined;
 }

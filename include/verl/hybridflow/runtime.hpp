@@ -28,7 +28,11 @@
 
 #include <mpi.h>
 #include <fmt/format.h>
+#if defined(__linux__)
+#include <sys/prctl.h>
+#endif
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -82,21 +86,27 @@ inline constexpr int command_tag = 7101;
 inline constexpr int reply_tag = 7102;
 
 /// Receives the next message with `tag` (any source when source < 0) without spinning a core:
-/// MPI_Probe busy-waits in Open MPI, which on a machine with fewer cores than ranks takes the
-/// time of the ranks doing work. Polls, then sleeps a little longer each time (up to 1 ms).
-/// `keep_waiting` (when given) is asked between polls and may throw to end the wait.
+/// MPI_Probe busy-waits in Open MPI, and so would sched_yield loops, which on a machine with fewer
+/// cores than busy threads hand the core to another poller for a whole time slice (milliseconds).
+/// Polls a few times, then sleeps, 5 us at first and doubling up to 100 us (with the thread's timer
+/// slack lowered so that a short sleep stays short): an idle server costs a few percent of a core,
+/// and a message waits at most about 100 us to be noticed. `keep_waiting` (when given) is asked
+/// between polls and may throw to end the wait.
 inline Bytes receive_bytes(MPI_Comm comm, int source, int tag, int& from, const std::function<void()>& keep_waiting = {}) {
+#if defined(__linux__)
+  thread_local const bool slack_lowered = [] { return ::prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL) == 0; }();
+  (void)slack_lowered;
+#endif
   MPI_Status status{};
+  auto nap = std::chrono::microseconds(5);
   for (std::int64_t polls = 0;; ++polls) {
     int arrived = 0;
     MPI_Iprobe(source < 0 ? MPI_ANY_SOURCE : source, tag, comm, &arrived, &status);
     if (arrived) break;
     if (keep_waiting) keep_waiting();
-    if (polls < 200) {
-      std::this_thread::yield();
-    } else {
-      std::this_thread::sleep_for(std::chrono::microseconds(polls < 2000 ? 50 : 1000));
-    }
+    if (polls < 16) continue;
+    std::this_thread::sleep_for(nap);
+    nap = std::min(nap * 2, std::chrono::microseconds(100));
   }
   int count = 0;
   MPI_Get_count(&status, MPI_BYTE, &count);
@@ -145,7 +155,13 @@ struct PendingCall {
   std::uint64_t id = 0;
   std::string label;                     ///< Worker.method, for messages
   std::vector<int> ranks;                ///< global ranks that answer, in group order
-  std::map<int, Bytes> replies;          ///< by global rank
+  /// A rank's answer: the whole message and where its payload starts (kept as received).
+  struct Reply {
+    Bytes message;
+    std::size_t offset = 0;
+    [[nodiscard]] std::span<const std::byte> payload() const { return std::span(message).subspan(offset); }
+  };
+  std::map<int, Reply> replies;          ///< by global rank
   std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
   [[nodiscard]] bool complete() const { return replies.size() == ranks.size(); }
 };
@@ -153,7 +169,8 @@ struct PendingCall {
 /// A live worker on a server rank, with its type erased.
 struct LiveWorker {
   std::shared_ptr<void> object;
-  Bytes (*invoke)(void* worker, std::size_t method, WireReader& arguments) = nullptr;
+  /// Reads the arguments, calls the method, writes its result (if any) after what `out` holds.
+  void (*invoke)(void* worker, std::size_t method, WireReader& arguments, WireWriter& out) = nullptr;
   std::string_view (*method_name)(std::size_t method) = nullptr;
   std::string_view type_name;
   std::unique_ptr<parallel::MpiCommunicator> group;
@@ -161,24 +178,23 @@ struct LiveWorker {
 };
 
 template <Worker W, class M>
-Bytes invoke_method(W& worker, WireReader& reader) {
+void invoke_method(W& worker, WireReader& reader, WireWriter& out) {
   using Arguments = typename M::arguments;
   Arguments arguments = hybridflow::read<Arguments>(reader);
   if constexpr (std::is_void_v<typename M::result>) {
     std::apply([&](auto&... a) { std::invoke(M::pointer, worker, a...); }, arguments);
-    return {};
   } else {
-    return to_bytes(std::apply([&](auto&... a) { return std::invoke(M::pointer, worker, a...); }, arguments));
+    hybridflow::write(out, std::apply([&](auto&... a) { return std::invoke(M::pointer, worker, a...); }, arguments));
   }
 }
 
 template <Worker W, class... Ms>
-Bytes invoke_by_index(void* worker, std::size_t method, WireReader& reader, TypeList<Ms...>) {
-  using Invoker = Bytes (*)(W&, WireReader&);
+void invoke_by_index(void* worker, std::size_t method, WireReader& reader, WireWriter& out, TypeList<Ms...>) {
+  using Invoker = void (*)(W&, WireReader&, WireWriter&);
   static constexpr Invoker table[] = {&invoke_method<W, Ms>...};
   VERL_CHECK_ARG(method < sizeof...(Ms), "{}: method index {} out of range ({} methods)", W::name, method,
                  sizeof...(Ms));
-  return table[method](*static_cast<W*>(worker), reader);
+  table[method](*static_cast<W*>(worker), reader, out);
 }
 
 template <Worker W, class... Ms>
@@ -192,8 +208,8 @@ LiveWorker make_live_worker(std::unique_ptr<parallel::MpiCommunicator> group, st
   context->group = group.get();
   LiveWorker live;
   live.object = std::make_shared<W>(*context);
-  live.invoke = [](void* worker, std::size_t method, WireReader& reader) {
-    return invoke_by_index<W>(worker, method, reader, typename W::methods{});
+  live.invoke = [](void* worker, std::size_t method, WireReader& reader, WireWriter& out) {
+    invoke_by_index<W>(worker, method, reader, out, typename W::methods{});
   };
   live.method_name = [](std::size_t method) { return method_name_by_index<W>(method, typename W::methods{}); };
   live.type_name = W::name;
@@ -411,16 +427,23 @@ class Runtime {
     if (found == in_flight_.end()) {
       throw WorkerError(fmt::format("hybridflow: rank {} answered call {}, which is not in flight", from, id));
     }
-    found->second->replies.insert_or_assign(from, Bytes(reply.begin() + static_cast<std::ptrdiff_t>(reply.size() - r.remaining()),
-                                                          reply.end()));
+    const std::size_t offset = reply.size() - r.remaining();
+    found->second->replies.insert_or_assign(from, detail::PendingCall::Reply{std::move(reply), offset});
   }
 
-  void reply(detail::Outbox& replies, std::uint64_t call_id, detail::ReplyStatus status, const Bytes& payload) {
+  static WireWriter reply_header(std::uint64_t call_id, detail::ReplyStatus status) {
     WireWriter w;
     w.pod(call_id);
     w.pod(status);
+    return w;
+  }
+  void reply(detail::Outbox& replies, WireWriter&& message) {
+    replies.post(control_.native(), 0, detail::reply_tag, std::make_shared<const Bytes>(message.take()));
+  }
+  void reply(detail::Outbox& replies, std::uint64_t call_id, detail::ReplyStatus status, const Bytes& payload) {
+    WireWriter w = reply_header(call_id, status);
     w.raw(payload.data(), payload.size());
-    replies.post(control_.native(), 0, detail::reply_tag, std::make_shared<const Bytes>(w.take()));
+    reply(replies, std::move(w));
   }
   void reply_error(detail::Outbox& replies, std::uint64_t call_id, const std::string& what) {
     reply(replies, call_id, detail::ReplyStatus::error, to_bytes(what));
@@ -469,8 +492,11 @@ class Runtime {
     }
     auto& live = found->second;
     try {
-      Bytes result = live.invoke(live.object.get(), method, r);
-      reply(replies, call_id, detail::ReplyStatus::ok, wanted ? result : Bytes{});
+      WireWriter answer = reply_header(call_id, detail::ReplyStatus::ok);
+      const std::size_t header = answer.buffer().size();
+      live.invoke(live.object.get(), method, r, answer);
+      if (!wanted) answer.buffer().resize(header);  // a rank whose result is not collected
+      reply(replies, std::move(answer));
     } catch (const std::exception& error) {
       reply_error(replies, call_id,
                   fmt::format("{}.{} (group rank {} of {}): {}", live.type_name, live.method_name(method),
@@ -581,15 +607,17 @@ class WorkerGroup {
     runtime_ = nullptr;
   }
 
+  /// A call's message: the header, then what `write_arguments(writer)` appends (no extra copy).
+  template <class WriteArguments>
   std::shared_ptr<const Bytes> message(std::uint64_t call_id, std::uint32_t method, bool reply_wanted,
-                                       const Bytes& arguments) const {
+                                       WriteArguments&& write_arguments) const {
     WireWriter w;
     w.pod(detail::Command::call);
     w.pod(call_id);
     w.pod(id_);
     w.pod(method);
     w.pod(static_cast<std::uint8_t>(reply_wanted));
-    w.raw(arguments.data(), arguments.size());
+    write_arguments(w);
     return std::make_shared<const Bytes>(w.take());
   }
 
@@ -599,8 +627,8 @@ class WorkerGroup {
   }
 
   template <class R>
-  static R decode(const Bytes& bytes) {
-    return from_bytes<R>(bytes);
+  static R decode(const detail::PendingCall::Reply& reply) {
+    return from_bytes<R>(reply.payload());
   }
 
   /// One result per rank of `ranks`, in that order.
@@ -630,7 +658,9 @@ class WorkerGroup {
 
     if constexpr (mode == Dispatch::one_to_all || mode == Dispatch::rank_zero) {
       VERL_STATIC_ASSERT((std::is_constructible_v<Arguments, Args&&...>), CALL_ARGUMENTS_DO_NOT_MATCH_THE_METHODS_PARAMETERS);
-      const auto shared = message(call_id, method, true, to_bytes(Arguments(std::forward<Args>(args)...)));
+      const auto shared = message(call_id, method, true, [&](WireWriter& w) {
+        hybridflow::write(w, Arguments(std::forward<Args>(args)...));
+      });
       if constexpr (mode == Dispatch::rank_zero) {
         const int first = ranks.front();
         auto call = runtime_->post_call(label<M>(), std::span<const int>(&first, 1), std::span(&shared, 1), call_id);
@@ -648,8 +678,9 @@ class WorkerGroup {
       const auto lists = std::forward_as_tuple(args...);
       check_lengths<M>(lists, std::make_index_sequence<sizeof...(Args)>{}, n);
       for (std::size_t i = 0; i < n; ++i) {
-        messages.push_back(message(call_id, method, true,
-                                   to_bytes(element_tuple<Arguments>(lists, i, std::make_index_sequence<sizeof...(Args)>{}))));
+        messages.push_back(message(call_id, method, true, [&](WireWriter& w) {
+          hybridflow::write(w, element_tuple<Arguments>(lists, i, std::make_index_sequence<sizeof...(Args)>{}));
+        }));
       }
       auto call = runtime_->post_call(label<M>(), ranks, messages, call_id);
       return make_future<std::conditional_t<std::is_void_v<R>, void, std::vector<R>>>(
@@ -668,10 +699,10 @@ class WorkerGroup {
       for (std::size_t i = 0; i < n; ++i) {
         roles[i] = mode == Dispatch::megatron_compute_proto ? megatron_role(*mesh_, static_cast<std::int64_t>(i))
                                                               : RankRole{.dp_rank = static_cast<Index>(i), .collect = true};
-        WireWriter w;
-        if constexpr (with_func) hybridflow::write(w, static_cast<const std::tuple_element_t<0, Arguments>&>(std::get<0>(all)));
-        for (auto& argument : chunked.chunks) hybridflow::write(w, argument[static_cast<std::size_t>(roles[i].dp_rank)]);
-        messages.push_back(message(call_id, method, roles[i].collect, w.take()));
+        messages.push_back(message(call_id, method, roles[i].collect, [&](WireWriter& w) {
+          if constexpr (with_func) hybridflow::write(w, static_cast<const std::tuple_element_t<0, Arguments>&>(std::get<0>(all)));
+          for (auto& argument : chunked.chunks) hybridflow::write(w, argument[static_cast<std::size_t>(roles[i].dp_rank)]);
+        }));
       }
       auto call = runtime_->post_call(label<M>(), ranks, messages, call_id);
       if constexpr (mode == Dispatch::dp_compute_metric) {
@@ -683,7 +714,7 @@ class WorkerGroup {
           std::vector<data::DataProto> parts(static_cast<std::size_t>(shares));
           for (std::size_t i = 0; i < roles.size(); ++i)
             if (roles[i].collect) parts[static_cast<std::size_t>(roles[i].dp_rank)] = decode<data::DataProto>(c.replies.at(c.ranks[i]));
-          return concat_and_unpad(parts, padding);
+          return concat_and_unpad(std::move(parts), padding);
         });
       }
     }

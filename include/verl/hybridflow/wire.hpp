@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <optional>
 #include <span>
 #include <stdexcept>
@@ -41,14 +42,37 @@ class WireError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-using Bytes = std::vector<std::byte>;
+/// An allocator whose resize() leaves new bytes uninitialised: a message buffer is always written
+/// (or received into) right after it grows, and zeroing a large one first costs a pass over it.
+template <class T>
+struct UninitialisedAllocator : std::allocator<T> {
+  template <class U>
+  struct rebind {
+    using other = UninitialisedAllocator<U>;
+  };
+  UninitialisedAllocator() = default;
+  template <class U>
+  UninitialisedAllocator(const UninitialisedAllocator<U>&) noexcept {}  // NOLINT: allocator conversion
+  template <class U>
+  void construct(U* p) noexcept(std::is_nothrow_default_constructible_v<U>) {
+    ::new (static_cast<void*>(p)) U;  // default-initialisation: no zeroing
+  }
+  template <class U, class... Args>
+  void construct(U* p, Args&&... args) {
+    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+  }
+};
+
+using Bytes = std::vector<std::byte, UninitialisedAllocator<std::byte>>;
 
 /// Appends values to a byte buffer.
 class WireWriter {
  public:
   void raw(const void* data, std::size_t size) {
-    const auto* bytes = static_cast<const std::byte*>(data);
-    buffer_.insert(buffer_.end(), bytes, bytes + size);
+    if (size == 0) return;
+    const std::size_t old = buffer_.size();
+    buffer_.resize(old + size);  // uninitialised growth, then one memcpy
+    std::memcpy(buffer_.data() + old, data, size);
   }
   template <class T>
     requires std::is_trivially_copyable_v<T>
