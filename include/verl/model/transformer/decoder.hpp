@@ -26,6 +26,7 @@
 #include "verl/model/transformer/attention.hpp"
 #include "verl/model/transformer/detail/linear.hpp"
 #include "verl/model/transformer/detail/packed_weights.hpp"
+#include "verl/model/transformer/linear_adapter.hpp"
 #include "verl/cpu/swiglu.hpp"
 #include "verl/cpu/thread_pool.hpp"
 #include "verl/model/transformer/rms_norm.hpp"
@@ -110,6 +111,9 @@ class DecoderBody {
   [[nodiscard]] cpu::ThreadPool& pool() const { return *pool_; }
   [[nodiscard]] const RotaryEmbedding<Scalar>& rope() const { return rope_; }
   [[nodiscard]] bool has_activations() const { return saved_; }
+  /// The adapter the next passes add to the linear layers (LoRA), or none; not owned.
+  void set_linear_adapter(LinearAdapter<Scalar>* adapter) { adapter_ = adapter; }
+  [[nodiscard]] LinearAdapter<Scalar>* linear_adapter() const { return adapter_; }
 
   /// Checks token ids against the vocabulary.
   void require_tokens(std::span<const TokenId> tokens, std::string_view argument) const {
@@ -168,7 +172,7 @@ class DecoderBody {
     // Embedding rows gather the gradient of their tokens; the padding token's row gets none
     // (nn.Embedding's padding_idx).
     auto& grad = weights_.embed_tokens.grad;
-    for (Index t = 0; t < n; ++t) {
+    for (Index t = 0; t < n && grad.size() > 0; ++t) {
       const TokenId id = tokens_[static_cast<std::size_t>(t)];
       if (config_.pad_token_id && id == *config_.pad_token_id) continue;
       grad.row(id) += dx.row(t);
@@ -207,6 +211,10 @@ class DecoderBody {
     auto& pool = *pool_;
     const Index n = act.x.rows(), width = config_.hidden_size;
     const Index heads = config_.num_attention_heads, kv_heads = config_.num_key_value_heads, d = config_.head_dim;
+    const Index layer = static_cast<Index>(&w - weights_.layers.data());
+    auto adapt = [&](LinearModule module, const RowMatrix<Scalar>& in, RowMatrix<Scalar>& out) {
+      if (adapter_ != nullptr) adapter_->forward(layer, module, in, out);
+    };
     auto& s = scratch_;
     s.h.resize(n, width);
     detail::rms_norm_forward<Scalar>(act.x, w.input_layernorm.value, config_.rms_norm_eps, s.h, act.inv_rms_in);
@@ -219,6 +227,9 @@ class DecoderBody {
                                    pack(&detail::PackedLayerWeights::k));
     detail::linear_forward<Scalar>(pool, s.h, w.v_proj.value, bias(w.v_bias), act.v,
                                    pack(&detail::PackedLayerWeights::v));
+    adapt(LinearModule::q_proj, s.h, act.q);
+    adapt(LinearModule::k_proj, s.h, act.k);
+    adapt(LinearModule::v_proj, s.h, act.v);
     if (config_.qk_norm) {
       act.q_raw.swap(act.q);
       act.k_raw.swap(act.k);
@@ -232,6 +243,7 @@ class DecoderBody {
     s.y.resize(n, width);
     detail::linear_forward<Scalar>(pool, act.attn, w.o_proj.value, bias(w.o_bias), s.y,
                                    pack(&detail::PackedLayerWeights::o));
+    adapt(LinearModule::o_proj, act.attn, s.y);
     act.x_mid = act.x + s.y;
     detail::rms_norm_forward<Scalar>(act.x_mid, w.post_attention_layernorm.value, config_.rms_norm_eps, s.h,
                                      act.inv_rms_post);
@@ -242,9 +254,12 @@ class DecoderBody {
                                    pack(&detail::PackedLayerWeights::gate));
     detail::linear_forward<Scalar>(pool, s.h, w.up_proj.value, bias(w.up_bias), act.up,
                                    pack(&detail::PackedLayerWeights::up));
+    adapt(LinearModule::gate_proj, s.h, act.gate);
+    adapt(LinearModule::up_proj, s.h, act.up);
     swiglu(act.gate, act.up, s.act);
     detail::linear_forward<Scalar>(pool, s.act, w.down_proj.value, bias(w.down_bias), s.y,
                                    pack(&detail::PackedLayerWeights::down));
+    adapt(LinearModule::down_proj, s.act, s.y);
     x_out = act.x_mid + s.y;
   }
 
@@ -317,12 +332,18 @@ class DecoderBody {
     auto& s = scratch_;
     const Index n = act.x.rows(), width = config_.hidden_size, inner = config_.intermediate_size;
     const Index heads = config_.num_attention_heads, kv_heads = config_.num_key_value_heads, d = config_.head_dim;
+    const Index layer = static_cast<Index>(&w - weights_.layers.data());
+    auto adapt = [&](LinearModule module, const RowMatrix<Scalar>& in, const RowMatrix<Scalar>& d_out,
+                     RowMatrix<Scalar>& d_in) {
+      if (adapter_ != nullptr) adapter_->backward(layer, module, in, d_out, d_in);
+    };
 
     // ---- MLP: dx is d(x_out) = d(down) ----
     swiglu(act.gate, act.up, s.act);
     detail::linear_backward_weight<Scalar>(pool, dx, s.act, w.down_proj.grad, bias_grad(w.down_bias));
     s.d_act.resize(n, inner);
     detail::linear_backward_input<Scalar>(pool, dx, w.down_proj.value, s.d_act, false);
+    adapt(LinearModule::down_proj, s.act, dx, s.d_act);
     s.d_gate.resize(n, inner);
     s.d_up.resize(n, inner);
     if constexpr (std::is_same_v<Scalar, float>) {
@@ -341,6 +362,8 @@ class DecoderBody {
     s.d_h.resize(n, width);
     detail::linear_backward_input<Scalar>(pool, s.d_gate, w.gate_proj.value, s.d_h, false);
     detail::linear_backward_input<Scalar>(pool, s.d_up, w.up_proj.value, s.d_h, true);
+    adapt(LinearModule::gate_proj, s.h, s.d_gate, s.d_h);
+    adapt(LinearModule::up_proj, s.h, s.d_up, s.d_h);
     // dx becomes d(x_mid): the residual plus the norm's input gradient.
     detail::rms_norm_backward<Scalar>(act.x_mid, w.post_attention_layernorm.value, act.inv_rms_post, s.d_h,
                                       &w.post_attention_layernorm.grad, dx, true);
@@ -349,6 +372,7 @@ class DecoderBody {
     detail::linear_backward_weight<Scalar>(pool, dx, act.attn, w.o_proj.grad, bias_grad(w.o_bias));
     s.d_attn.resize(n, heads * d);
     detail::linear_backward_input<Scalar>(pool, dx, w.o_proj.value, s.d_attn, false);
+    adapt(LinearModule::o_proj, act.attn, dx, s.d_attn);
     s.dq.resize(n, heads * d);
     s.dk.setZero(n, kv_heads * d);
     s.dv.setZero(n, kv_heads * d);
@@ -366,6 +390,9 @@ class DecoderBody {
     detail::linear_backward_input<Scalar>(pool, s.dq, w.q_proj.value, s.d_h, false);
     detail::linear_backward_input<Scalar>(pool, s.dk, w.k_proj.value, s.d_h, true);
     detail::linear_backward_input<Scalar>(pool, s.dv, w.v_proj.value, s.d_h, true);
+    adapt(LinearModule::q_proj, s.h, s.dq, s.d_h);
+    adapt(LinearModule::k_proj, s.h, s.dk, s.d_h);
+    adapt(LinearModule::v_proj, s.h, s.dv, s.d_h);
     detail::rms_norm_backward<Scalar>(act.x, w.input_layernorm.value, act.inv_rms_in, s.d_h, &w.input_layernorm.grad,
                                       dx, true);
   }
@@ -403,6 +430,7 @@ class DecoderBody {
   DecoderWeights<Scalar> weights_;
   RotaryEmbedding<Scalar> rope_;
   std::shared_ptr<cpu::ThreadPool> pool_;
+  LinearAdapter<Scalar>* adapter_ = nullptr;
 
   // The last forward pass.
   bool saved_ = false;

@@ -51,6 +51,7 @@ template <class S>
 void rms_norm_backward(const Eigen::Ref<const RowMatrix<S>>& x, const RowMatrix<S>& weight, const Vector<S>& inv_rms,
                        const Eigen::Ref<const RowMatrix<S>>& dy, RowMatrix<S>* weight_grad,
                        Eigen::Ref<RowMatrix<S>> dx, bool accumulate) {
+  if (weight_grad != nullptr && weight_grad->size() == 0) weight_grad = nullptr;  // frozen weight
   if constexpr (std::same_as<S, float>) {
     const auto& kernels = cpu::rms_norm_detail::kernels();
     float* dw = weight_grad != nullptr ? weight_grad->data() : nullptr;

@@ -25,6 +25,9 @@ struct ParameterTensor {
   std::vector<std::int64_t> shape;
   RowMatrix<Scalar> value;
   RowMatrix<Scalar> grad;  ///< empty until gradients are enabled
+  /// torch's requires_grad=False: enable_grad() allocates nothing, and backward passes skip this
+  /// tensor's gradient (an empty gradient means none is wanted). LoRA freezes the base this way.
+  bool frozen = false;
 
   [[nodiscard]] bool present() const { return !shape.empty(); }
 
@@ -44,11 +47,12 @@ struct ParameterTensor {
             {grad.data(), static_cast<std::size_t>(grad.size())}};
   }
   void enable_grad() {
+    if (frozen) return;
     if (present() && grad.size() != value.size()) grad = RowMatrix<Scalar>::Zero(value.rows(), value.cols());
   }
   void zero_grad() {
     enable_grad();
-    grad.setZero();
+    if (grad.size() > 0) grad.setZero();
   }
 };
 

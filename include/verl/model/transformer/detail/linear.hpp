@@ -49,10 +49,12 @@ void linear_backward_input(cpu::ThreadPool& pool, const ConstRef<S>& dy, const R
           cpu::rows_of(weight.data(), weight.cols()), dx.data(), dx.outerStride(), accumulate);
 }
 
-/// dW (N, K) += dy (M, N)^T x (M, K) and dbias (1, N) += column sums of dy.
+/// dW (N, K) += dy (M, N)^T x (M, K) and dbias (1, N) += column sums of dy; nothing when dW is
+/// empty (frozen).
 template <class S>
 void linear_backward_weight(cpu::ThreadPool& pool, const ConstRef<S>& dy, const ConstRef<S>& x, RowMatrix<S>& weight_grad,
                             RowMatrix<S>* bias_grad) {
+  if (weight_grad.size() == 0) return;  // a frozen weight (and its bias) takes no gradient
   cpu::gemm<S>(&pool, weight_grad.rows(), x.cols(), dy.rows(), cpu::transpose_of(dy.data(), dy.outerStride()),
           cpu::rows_of(x.data(), x.outerStride()), weight_grad.data(), weight_grad.cols(), true);
   if (bias_grad != nullptr && bias_grad->size() > 0) bias_grad->row(0) += dy.colwise().sum();
