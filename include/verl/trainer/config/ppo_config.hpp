@@ -73,6 +73,16 @@ struct ModelSection {
   /// A Jinja chat template that replaces the tokenizer's (as in verl), or one of verl-cpp's
   /// registry names: chatml, qwen2, llama3.
   std::optional<std::string> custom_chat_template;
+  /// LoRA (verl's FSDP/PEFT keys): rank > 0 trains adapters on a frozen base, and the reference
+  /// policy is the base without the adapter. verl's newer `lora.*` section configures
+  /// Megatron-Bridge's LoRA (Megatron module names: linear_qkv, linear_fc1, ...) and stays
+  /// accepted only at its defaults.
+  std::int64_t lora_rank = 0;
+  double lora_alpha = 16;
+  std::vector<std::string> target_modules = {"all-linear"};
+  std::optional<std::vector<std::string>> exclude_modules;
+  /// A PEFT adapter folder to start from (its adapter_config.json sets rank, alpha and targets).
+  std::optional<std::string> lora_adapter_path;
   friend bool operator==(const ModelSection&, const ModelSection&) = default;
 };
 
@@ -346,7 +356,8 @@ VERL_CONFIG_FIELDS(OptimConfig, optimizer, lr, lr_warmup_steps_ratio, total_trai
 VERL_CONFIG_FIELDS(PolicyLossSection, loss_mode, clip_cov_ratio, clip_cov_lb, clip_cov_ub, kl_cov_ratio, ppo_kl_coef,
                    dro_beta)
 VERL_CONFIG_FIELDS(CheckpointContentsConfig, save_contents, load_contents)
-VERL_CONFIG_FIELDS(ModelSection, path, tokenizer_path, custom_chat_template)
+VERL_CONFIG_FIELDS(ModelSection, path, tokenizer_path, custom_chat_template, lora_rank, lora_alpha, target_modules,
+                   exclude_modules, lora_adapter_path)
 VERL_CONFIG_FIELDS(ActorConfig, optim, ppo_mini_batch_size, ppo_micro_batch_size, ppo_micro_batch_size_per_gpu,
                    use_dynamic_bsz, clip_ratio, clip_ratio_low, clip_ratio_high, tau_pos, tau_neg, policy_loss,
                    clip_ratio_c, loss_agg_mode, loss_scale_factor, entropy_coeff, calculate_sum_pi_squared,

@@ -130,6 +130,9 @@ inline constexpr std::array value_rules{
     ValueRule{"trainer.max_critic_ckpt_to_keep", positive_count},
     ValueRule{"trainer.max_ckpt_to_keep", positive_count},
     ValueRule{"trainer.max_consecutive_nonfinite_steps", positive_count},
+    // LoRA (actor_rollout_ref.model.*, verl_sft's model.*)
+    ValueRule{"*.lora_rank", {.low = 0, .wording = "an integer >= 0 (0: no LoRA)"}},
+    ValueRule{"*.lora_alpha", positive},
     ValueRule{"actor_rollout_ref.nccl_timeout", {.low = 1, .wording = "a number of seconds >= 1"}},
 };
 
