@@ -3,9 +3,11 @@
 //
 //   verl_sft [--config FILE.yaml] data.train_files=... model.partial_pretrain=DIR key=value ...
 //
-// The fine-tuned model is written as a Hugging Face folder (with the tokenizer files of
-// model.partial_pretrain) to <trainer.default_local_dir>/global_step_<N>/huggingface at every
-// checkpoint; the last one's path is printed at the end.
+// model.partial_pretrain is a Hugging Face folder or a GGUF file; model.lora_rank > 0 trains LoRA
+// adapters on the frozen model. The fine-tuned model is written as a Hugging Face folder (with the
+// tokenizer files of model.partial_pretrain; merged, with LoRA, and the PEFT adapter beside it in
+// lora_adapter/) to <trainer.default_local_dir>/global_step_<N>/huggingface at every checkpoint;
+// the last one's path is printed at the end.
 #include <cstdio>
 #include <filesystem>
 #include <string>
@@ -16,6 +18,7 @@
 #include "verl/model/checkpoint.hpp"
 #include "verl/tokenizer/pretrained.hpp"
 #include "verl/trainer/config_yaml.hpp"
+#include "verl/trainer/policy_source.hpp"
 #include "verl/trainer/sft_trainer.hpp"
 
 namespace {
@@ -30,34 +33,19 @@ verl's SFT trainer keys, e.g.
   trainer.logger=['console','file'] trainer.seed=1 trainer.save_freq=-1 trainer.test_freq=-1
 )";
 
-int run(int argc, char** argv) {
+template <class Policy>
+int fine_tune(Policy& policy, const verl::trainer::SFTConfig& config, const std::filesystem::path& source,
+              std::vector<verl::trainer::SFTExample> train, std::vector<verl::trainer::SFTExample> val) {
   namespace fs = std::filesystem;
   using namespace verl;
-  const auto args = trainer::parse_config_arguments(argc, argv);
-  if (args.help) {
-    std::fputs(usage.data(), stdout);
-    return 0;
-  }
-  const auto file_tree =
-      args.config_file ? trainer::read_config_yaml(*args.config_file) : trainer::detail::ConfigNode::map("defaults");
-  const trainer::SFTConfig config = trainer::load_sft_config(args.overrides, file_tree);
-
-  const fs::path source = config.model.partial_pretrain;
-  auto policy = model::load_transformer(source);
-  const auto tokenizer = tokenizer::load_pretrained_tokenizer(source);
-  auto train = trainer::load_sft_examples(config.data.train_files, tokenizer, config.data);
-  auto val = trainer::load_sft_examples(config.data.val_files, tokenizer, config.data);
-  fmt::print("verl_sft: {} ({} parameters), {} train / {} val examples\n", source.string(),
+  fmt::print("verl_sft: {} ({} trainable parameters), {} train / {} val examples\n", source.string(),
              model::parameter_count(policy), train.size(), val.size());
-
   trainer::SFTTrainer sft(policy, config, std::move(train), std::move(val));
   fs::path last_hf;
   sft.set_save_hook([&](const fs::path& folder) {
     last_hf = folder / "huggingface";
-    model::save_transformer(policy, last_hf);
-    for (const char* name : {"tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "generation_config.json"}) {
-      if (fs::exists(source / name)) fs::copy_file(source / name, last_hf / name, fs::copy_options::overwrite_existing);
-    }
+    trainer::save_policy(policy, last_hf, folder / "lora_adapter", source.string());
+    trainer::save_tokenizer_files(source, last_hf);
   });
   const std::optional<std::int64_t> resumed_at = sft.maybe_resume();
   if (resumed_at) {
@@ -74,6 +62,35 @@ int run(int argc, char** argv) {
   tracking.finish();
   if (!last_hf.empty()) fmt::print("verl_sft: saved {}\n", last_hf.string());
   return 0;
+}
+
+int run(int argc, char** argv) {
+  namespace fs = std::filesystem;
+  using namespace verl;
+  const auto args = trainer::parse_config_arguments(argc, argv);
+  if (args.help) {
+    std::fputs(usage.data(), stdout);
+    return 0;
+  }
+  const auto file_tree =
+      args.config_file ? trainer::read_config_yaml(*args.config_file) : trainer::detail::ConfigNode::map("defaults");
+  const trainer::SFTConfig config = trainer::load_sft_config(args.overrides, file_tree);
+
+  const fs::path source = config.model.partial_pretrain;
+  model::Transformer base = trainer::load_policy(source, "model.partial_pretrain");
+  const auto tokenizer = trainer::load_policy_tokenizer(source);
+  auto train = trainer::load_sft_examples(config.data.train_files, tokenizer, config.data);
+  auto val = trainer::load_sft_examples(config.data.val_files, tokenizer, config.data);
+  const trainer::LoraKeys lora_keys{.lora_rank = config.model.lora_rank,
+                                    .lora_alpha = config.model.lora_alpha,
+                                    .target_modules = config.model.target_modules,
+                                    .exclude_modules = {},
+                                    .lora_adapter_path = std::nullopt};
+  if (const auto lora = trainer::lora_options(lora_keys, "model.")) {
+    model::LoraTransformer policy(std::move(base), *lora, "model.");
+    return fine_tune(policy, config, source, std::move(train), std::move(val));
+  }
+  return fine_tune(base, config, source, std::move(train), std::move(val));
 }
 
 }  // namespace

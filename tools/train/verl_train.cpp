@@ -6,10 +6,13 @@
 //        actor_rollout_ref.model.path=MODEL_DIR actor_rollout_ref.rollout.n=8 trainer.total_training_steps=20
 //
 // The policy (and the reference, when a KL term needs one) comes from actor_rollout_ref.model.path
-// (a Hugging Face folder: config.json, model.safetensors, tokenizer.json [+ tokenizer_config.json]);
+// (a Hugging Face folder: config.json, model.safetensors, tokenizer.json [+ tokenizer_config.json],
+// or a GGUF file with its own tokenizer); with actor_rollout_ref.model.lora_rank > 0 the actor
+// trains LoRA adapters on the frozen base and the reference is the base without them (one copy);
 // a critic, when the estimator needs one (gae), from critic.model.path (its value head is
 // initialised when the folder has none). The final actor is written as a Hugging Face folder to
-// <trainer.default_local_dir>/global_step_<N>/actor/huggingface. Under mpirun, ranks split each
+// <trainer.default_local_dir>/global_step_<N>/actor/huggingface (merged, with LoRA; the PEFT adapter
+// goes to actor/lora_adapter). Under mpirun, ranks split each
 // batch (data parallel). All logic lives in the library; this file wires the pieces.
 #include <chrono>
 #include <cstdio>
@@ -28,6 +31,7 @@
 #include "verl/trainer/config.hpp"
 #include "verl/trainer/config_yaml.hpp"
 #include "verl/trainer/ppo_trainer.hpp"
+#include "verl/trainer/policy_source.hpp"
 #include "verl/trainer/prompt_chat_template.hpp"
 
 #ifdef VERL_TRAIN_WITH_MPI
@@ -86,14 +90,12 @@ struct Formatter {
   }
 };
 
-template <class Critic>
+template <class Policy, class Critic>
 int train(const trainer::PPOConfig& config, const trainer::PPOAlgorithm& algorithm, const fs::path& model_path,
-          Critic critic, const tokenizer::PretrainedTokenizer& tokenizer, const Formatter& formatter, Communicator comm) {
+          Policy actor, std::optional<Policy> reference, Critic critic, const tokenizer::PretrainedTokenizer& tokenizer,
+          const Formatter& formatter, Communicator comm) {
   const int rank = comm.rank();
   const auto& special = tokenizer.tokenizer.special_ids();
-  model::Transformer actor = model::load_transformer(model_path);
-  std::optional<model::Transformer> reference;
-  if (algorithm.needs_reference()) reference = model::load_transformer(model_path);
 
   // A tokenizer with more ids than the model has embeddings (another model's tokenizer) would
   // index past the embedding table; a model padded past the tokenizer (Qwen's 151936) is fine.
@@ -131,21 +133,20 @@ int train(const trainer::PPOConfig& config, const trainer::PPOAlgorithm& algorit
                algorithm.estimator.name(), algorithm.policy_loss.name(), comm.size());
     std::fflush(stdout);
   }
-  trainer::PPOTrainer<model::Transformer, Critic, reward::DefaultRewardFunction, Communicator> ppo(
+  trainer::PPOTrainer<Policy, Critic, reward::DefaultRewardFunction, Communicator> ppo(
       config, algorithm, std::move(actor), std::move(reference), std::move(critic), reward::DefaultRewardFunction{},
       std::move(hooks), std::move(train), std::move(val), std::move(comm));
   ppo.fit();
   if (rank == 0) {
-    const fs::path out = fs::path(expand_home(config.trainer.default_local_dir)) /
-                         fmt::format("global_step_{}", ppo.global_step()) / "actor" / "huggingface";
-    model::save_transformer(ppo.actor(), out);
-    for (const char* name : {"tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "special_tokens_map.json",
-                             "generation_config.json"}) {
-      const fs::path from = (config.actor_rollout_ref.model.tokenizer_path ? expand_home(*config.actor_rollout_ref.model.tokenizer_path)
-                                                                          : model_path) / name;
-      if (fs::exists(from)) fs::copy_file(from, out / name, fs::copy_options::overwrite_existing);
-    }
-    fmt::print("verl_train: saved the final actor to {}\n", out.string());
+    const fs::path actor_dir = fs::path(expand_home(config.trainer.default_local_dir)) /
+                               fmt::format("global_step_{}", ppo.global_step()) / "actor";
+    const fs::path out = actor_dir / "huggingface";
+    const std::string saved = trainer::save_policy(ppo.actor(), out, actor_dir / "lora_adapter", model_path.string());
+    trainer::save_tokenizer_files(config.actor_rollout_ref.model.tokenizer_path
+                                      ? expand_home(*config.actor_rollout_ref.model.tokenizer_path)
+                                      : model_path,
+                                  out);
+    fmt::print("verl_train: saved the final actor to {}\n", saved);
   }
   return 0;
 }
@@ -191,28 +192,37 @@ int run(int argc, char** argv) {
                                    expand_home(config.trainer.default_local_dir));
   const trainer::PPOAlgorithm algorithm = trainer::PPOAlgorithm::from_config(config);
   const fs::path model_path = expand_home(config.actor_rollout_ref.model.path);
-  VERL_CHECK_ARG(fs::is_directory(model_path),
-                 "actor_rollout_ref.model.path: expected a Hugging Face model folder, got '{}' (not a folder)",
-                 model_path.string());
+  const trainer::LoraKeys lora_keys = trainer::lora_keys(config.actor_rollout_ref.model);
+  const auto lora = trainer::lora_options(lora_keys, "actor_rollout_ref.model.");
+  model::Transformer base = trainer::load_policy(model_path, "actor_rollout_ref.model.path");
   const fs::path tokenizer_path = config.actor_rollout_ref.model.tokenizer_path
                                       ? expand_home(*config.actor_rollout_ref.model.tokenizer_path)
                                       : model_path;
-  const tokenizer::PretrainedTokenizer tokenizer = tokenizer::load_pretrained_tokenizer(tokenizer_path);
+  const tokenizer::PretrainedTokenizer tokenizer = trainer::load_policy_tokenizer(tokenizer_path);
   const Formatter formatter{trainer::prompt_chat_template(config, tokenizer)};
 
   const bool use_critic = config.critic.enable.value_or(algorithm.needs_critic());
   VERL_CHECK_ARG(use_critic || !algorithm.needs_critic(),
                  "critic.enable: algorithm.adv_estimator '{}' needs a critic, but critic.enable=False",
                  algorithm.estimator.name());
-  if (use_critic) {
-    const fs::path critic_path = expand_home(config.critic.model.path);
-    VERL_CHECK_ARG(fs::is_directory(critic_path),
-                   "critic.model.path: expected a Hugging Face model folder for the critic, got '{}' (not a folder)",
-                   critic_path.string());
-    return train(config, algorithm, model_path, model::load_critic(critic_path), tokenizer, formatter,
-                 make_communicator(config));
-  }
-  return train(config, algorithm, model_path, trainer::NoCritic{}, tokenizer, formatter, make_communicator(config));
+  // With LoRA the reference is the actor with its adapter disabled, sharing the base weights
+  // (verl's ref_in_actor); without, a second copy of the model.
+  auto run_with = [&](auto critic) {
+    if (lora) {
+      model::LoraTransformer actor =
+          trainer::make_lora_policy(std::move(base), *lora, lora_keys, "actor_rollout_ref.model.");
+      std::optional<model::LoraTransformer> reference;
+      if (algorithm.needs_reference()) reference = actor.with_adapter_disabled();
+      return train(config, algorithm, model_path, std::move(actor), std::move(reference), std::move(critic), tokenizer,
+                   formatter, make_communicator(config));
+    }
+    std::optional<model::Transformer> reference;
+    if (algorithm.needs_reference()) reference = base;
+    return train(config, algorithm, model_path, std::move(base), std::move(reference), std::move(critic), tokenizer,
+                 formatter, make_communicator(config));
+  };
+  if (use_critic) return run_with(trainer::load_critic_model(expand_home(config.critic.model.path), "critic.model.path"));
+  return run_with(trainer::NoCritic{});
 }
 
 }  // namespace

@@ -68,6 +68,29 @@ model::BasicTransformer<Scalar> load_policy(const std::filesystem::path& path, s
   return model::load_transformer<Scalar>(path);
 }
 
+/// A critic from a Hugging Face folder (load_critic: its value head, or a fresh one on a policy's
+/// body) or from a GGUF file (the policy's body, a fresh value head).
+template <class Scalar = float>
+model::BasicTransformerCritic<Scalar> load_critic_model(const std::filesystem::path& path, std::string_view key,
+                                                        const model::WeightInit& head_init = {}) {
+  if (std::filesystem::is_regular_file(path) && model::is_gguf_file(path)) {
+    const auto policy = model::load_gguf_transformer<Scalar>(path);
+    model::BasicTransformerCritic<Scalar> critic(policy.config());
+    critic.init_value_head(head_init);
+    const model::StateDict body = policy.state_dict();
+    critic.for_each_parameter([&](const auto& p) {
+      if (p.name.starts_with("score.")) return;
+      const auto& values = body.at(std::string(p.name)).values;
+      std::ranges::transform(values, p.value.begin(), [](float v) { return static_cast<Scalar>(v); });
+    });
+    return critic;
+  }
+  VERL_CHECK_ARG(std::filesystem::is_directory(path),
+                 "{}: expected a Hugging Face model folder or a GGUF file for the critic, got '{}' ({})", key,
+                 path.string(), std::filesystem::exists(path) ? "neither" : "does not exist");
+  return model::load_critic<Scalar>(path, head_init);
+}
+
 /// The tokenizer of a Hugging Face folder, or the one a GGUF file carries.
 inline tokenizer::PretrainedTokenizer load_policy_tokenizer(const std::filesystem::path& path) {
   if (std::filesystem::is_regular_file(path) && model::is_gguf_file(path)) {

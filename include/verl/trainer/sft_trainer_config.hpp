@@ -48,7 +48,12 @@ struct SFTConfig {
     std::int64_t micro_batch_size_per_gpu = 4;
   } data;
   struct Model {
-    std::string partial_pretrain;
+    std::string partial_pretrain;  ///< a Hugging Face folder or a GGUF file
+    /// LoRA (verl's model.lora_rank, lora_alpha, target_modules): rank > 0 trains adapters on the
+    /// frozen model.
+    std::int64_t lora_rank = 0;
+    double lora_alpha = 16;
+    std::vector<std::string> target_modules = {"all-linear"};
   } model;
   struct Optim {
     double lr = 1e-5;
@@ -80,7 +85,7 @@ struct SFTConfig {
 
 // The keys: every section's key fields, in verl's order.
 VERL_CONFIG_FIELDS(SFTConfig::Data, train_files, val_files, prompt_key, response_key, prompt_dict_keys, response_dict_keys, max_length, truncation, train_batch_size, micro_batch_size_per_gpu)
-VERL_CONFIG_FIELDS(SFTConfig::Model, partial_pretrain)
+VERL_CONFIG_FIELDS(SFTConfig::Model, partial_pretrain, lora_rank, lora_alpha, target_modules)
 VERL_CONFIG_FIELDS(SFTConfig::Optim, lr, betas, weight_decay, warmup_steps_ratio, clip_grad, lr_scheduler, min_lr_ratio)
 VERL_CONFIG_FIELDS(SFTConfig::Trainer, default_local_dir, project_name, experiment_name, total_epochs, total_training_steps, logger, seed, save_freq, test_freq, resume_mode, resume_from_path, max_ckpt_to_keep, max_consecutive_nonfinite_steps)
 VERL_CONFIG_FIELDS(SFTConfig, data, model, optim, trainer)
@@ -95,20 +100,18 @@ namespace detail {
 
 /// verl SFT keys for Python, FSDP or cluster machinery: accepted, without effect. A trailing
 /// ".*" covers a whole subtree.
-inline constexpr std::array<std::string_view, 20> ignored_sft_keys = {
+inline constexpr std::array<std::string_view, 19> ignored_sft_keys = {
     "model.fsdp_config.*",      "model.external_lib",    "model.enable_gradient_checkpointing",
     "model.trust_remote_code",  "model.use_liger",       "model.strategy",
     "model.use_shm",            "data.use_shm",          "data.balance_dp_token",
     "trainer.default_hdfs_dir", "trainer.nnodes",        "trainer.n_gpus_per_node",
     "trainer.device",           "trainer.checkpoint.*",  "ulysses_sequence_parallel_size",
     "use_remove_padding",       "optim.betas.*",         "data.custom_cls.path",
-    "trainer.resume_path",      "model.target_modules",
+    "trainer.resume_path",
 };
 
 /// verl SFT keys for features verl-cpp does not have: accepted only at verl's default.
-inline constexpr std::array<std::pair<std::string_view, std::string_view>, 6> sft_keys_at_default = {{
-    {"model.lora_rank", "0"},
-    {"model.lora_alpha", "16"},
+inline constexpr std::array<std::pair<std::string_view, std::string_view>, 4> sft_keys_at_default = {{
     {"data.multiturn.enable", "false"},
     {"data.multiturn.messages_key", "messages"},
     {"data.chat_template", "null"},
@@ -154,7 +157,7 @@ inline void validate_sft(const SFTConfig& c, std::vector<std::string>& problems)
   visit_sft_fields(c, [&](std::string_view key, const auto& field) { check_value(key, field, problems); });
   require(!c.data.train_files.empty(), "data.train_files: expected at least one training file (JSON Lines)");
   require(!c.model.partial_pretrain.empty(),
-          "model.partial_pretrain: expected the Hugging Face model folder to fine-tune");
+          "model.partial_pretrain: expected the Hugging Face model folder (or GGUF file) to fine-tune");
   require(c.data.max_length > 1, fmt::format("data.max_length: expected a value > 1, got {}", c.data.max_length));
   require(c.data.truncation == "error" || c.data.truncation == "left" || c.data.truncation == "right",
           fmt::format("data.truncation: expected one of error, left, right, got '{}'", c.data.truncation));
