@@ -124,9 +124,10 @@ TEST(Config, UnknownKeysSuggestTheNearestOne) {
 }
 
 TEST(Config, UnsupportedVerlKeysAreRejectedUnlessAtVerlsDefault) {
-  EXPECT_EQ(error_of({"actor_rollout_ref.model.lora_rank=8"}),
-            "actor_rollout_ref.model.lora_rank: not supported by verl-cpp yet (only verl's default 0 is accepted, got 8; "
-            "override 'actor_rollout_ref.model.lora_rank=8')");
+  // verl's Megatron-Bridge LoRA section (lora.*) is refused; the FSDP keys (lora_rank, ...) act.
+  EXPECT_EQ(error_of({"actor_rollout_ref.model.lora.rank=8"}),
+            "actor_rollout_ref.model.lora.rank: not supported by verl-cpp yet (only verl's default 0 is accepted, got 8; "
+            "override 'actor_rollout_ref.model.lora.rank=8')");
   EXPECT_NE(error_of({"algorithm.use_pf_ppo=true"}).find("algorithm.use_pf_ppo: not supported by verl-cpp yet"),
             std::string::npos);
   EXPECT_EQ(error_of({"actor_rollout_ref.model.override_config.attention_dropout=0.1"}),
@@ -275,7 +276,7 @@ TEST(ConfigYaml, ErrorsNameFileLineAndColumn) {
   EXPECT_NE(two.find("expected one YAML document, got 2"), std::string::npos) << two;
   EXPECT_EQ(yaml_error_of("---\ndata:\n  seed: 1\n"), "<no error>");  // one document, with its marker
   EXPECT_EQ(yaml_error_of(""), "<no error>");
-  EXPECT_NE(yaml_error_of("actor_rollout_ref:\n  model:\n    lora_rank: 16\n").find("lora_rank: not supported by verl-cpp yet"),
+  EXPECT_NE(yaml_error_of("actor_rollout_ref:\n  model:\n    lora:\n      rank: 16\n").find("lora.rank: not supported by verl-cpp yet"),
             std::string::npos);
   EXPECT_THROW((void)load_ppo_config(fs::path("/no/such/config.yaml")), ConfigError);
 }

@@ -55,9 +55,13 @@ std::vector<data::RLHFRow> rows(int count) {
   return out;
 }
 
-struct StartsWithSeven {
+/// 1 when the response starts with an odd digit, '+' or '=': about half of a random model's
+/// responses, so that groups have advantages to learn from.
+struct OddStart {
   double operator()(std::string_view, std::string_view text, std::string_view) const {
-    return !text.empty() && text.front() == '7' ? 1.0 : 0.0;
+    if (text.empty()) return 0.0;
+    const char c = text.front();
+    return (c >= '0' && c <= '9' && (c - '0') % 2 == 1) || c == '+' || c == '=' ? 1.0 : 0.0;
   }
 };
 
@@ -79,7 +83,7 @@ std::vector<std::string> overrides(std::vector<std::string> extra) {
   return out;
 }
 
-using LoraTrainer = PPOTrainer<model::LoraTransformer, NoCritic, StartsWithSeven>;
+using LoraTrainer = PPOTrainer<model::LoraTransformer, NoCritic, OddStart>;
 
 /// The trainer verl_train builds for a LoRA configuration: the reference shares the actor's base.
 LoraTrainer make_lora_trainer(const PPOConfig& config) {
@@ -92,7 +96,7 @@ LoraTrainer make_lora_trainer(const PPOConfig& config) {
   data::RLHFDatasetOptions data_options;
   data_options.max_prompt_length = 8;
   return LoraTrainer(config, PPOAlgorithm::from_config(config), std::move(actor), std::move(reference), NoCritic{},
-                     StartsWithSeven{},
+                     OddStart{},
                      {.decode = [](std::span<const model::TokenId> ids) { return char_tokenizer().decode(ids, true); },
                       .eos_token_ids = {CharTokenizer::eos_id},
                       .pad_token_id = CharTokenizer::pad_id},
@@ -203,11 +207,12 @@ TEST(LoraTrainer, LoraKeysAreCheckedAndUnsupportedOnesRefusedByName) {
   EXPECT_FALSE(lora_options(lora_keys(plain.actor_rollout_ref.model), "actor_rollout_ref.model.").has_value());
 }
 
-/// One GRPO step from tests/data/gguf/tiny-llama.gguf and one from the folder it was written
-/// from: the same weights, tokenizer and metrics.
+/// One GRPO step from tests/data/gguf/tiny-qwen2.gguf and one from the folder it was written from
+/// (tiny-llama.gguf leaves out its folder's llama3 rope scaling, so it is not equivalent): the
+/// same weights, tokenizer and metrics.
 TEST(GgufTrainer, AStepFromAGgufFileEqualsAStepFromItsFolder) {
   const fs::path data = fs::path(VERL_GOLDEN_DIR) / "..";
-  const fs::path gguf = data / "gguf" / "tiny-llama.gguf", folder = data / "models" / "tiny-llama";
+  const fs::path gguf = data / "gguf" / "tiny-qwen2.gguf", folder = data / "models" / "tiny-qwen2";
   auto run = [&](const fs::path& source, const std::string& name) {
     const fs::path dir = temp_dir("gguf_" + name);
     const PPOConfig config = load_ppo_config(
@@ -220,14 +225,14 @@ TEST(GgufTrainer, AStepFromAGgufFileEqualsAStepFromItsFolder) {
     const auto tokenizer = load_policy_tokenizer(source);
     const auto& special = tokenizer.tokenizer.special_ids();
     TokenizerHooks hooks{.decode = [&](std::span<const model::TokenId> ids) { return tokenizer.tokenizer.decode(ids, true); },
-                         .eos_token_ids = policy.config().eos_token_ids,
+                         .eos_token_ids = {*special.eos},  // a GGUF file carries one end-of-sequence id
                          .pad_token_id = special.pad.value_or(special.eos.value_or(0))};
     data::RLHFDatasetOptions options;
     options.max_prompt_length = 32;
     auto train = data::RLHFDataset::from_rows(rows(4), tokenizer.tokenizer, data::ContentOnlyFormatter{}, options);
     std::optional<model::Transformer> reference = policy;
-    PPOTrainer<model::Transformer, NoCritic, StartsWithSeven> ppo(config, PPOAlgorithm::from_config(config), std::move(policy),
-                                                                  std::move(reference), NoCritic{}, StartsWithSeven{},
+    PPOTrainer<model::Transformer, NoCritic, OddStart> ppo(config, PPOAlgorithm::from_config(config), std::move(policy),
+                                                                  std::move(reference), NoCritic{}, OddStart{},
                                                                   std::move(hooks), std::move(train), data::RLHFDataset{});
     std::ostringstream console;
     auto metrics = ppo.fit(std::nullopt, console);

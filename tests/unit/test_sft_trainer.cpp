@@ -323,7 +323,10 @@ TEST(SFTConfig, VerlKeysDefaultsAndErrors) {
   EXPECT_NE(message({"optim.lrr=1"}).find("unknown key 'optim.lrr'"), std::string::npos);
   EXPECT_NE(message({"optim.lrr=1"}).find("did you mean 'optim.lr'"), std::string::npos);
   EXPECT_NE(message({"data.max_length=long"}).find("data.max_length: expected an integer"), std::string::npos);
-  EXPECT_NE(message({"model.lora_rank=8"}).find("model.lora_rank: not supported"), std::string::npos);
+  EXPECT_NE(message({"data.multiturn.enable=true"}).find("data.multiturn.enable: not supported"), std::string::npos);
+  // LoRA acts (model.lora_rank, lora_alpha, target_modules); its values are checked.
+  EXPECT_NE(message({"model.lora_rank=-2"}).find("model.lora_rank: expected an integer >= 0"), std::string::npos);
+  EXPECT_EQ(message({"model.lora_rank=8", "model.lora_alpha=32", "model.target_modules=[q_proj,v_proj]"}), "no error");
   EXPECT_EQ(message({"model.lora_rank=0", "model.fsdp_config.cpu_offload=true", "trainer.nnodes=1"}), "no error");
   EXPECT_NE(message({"trainer.logger=[wandb]"}).find("wandb"), std::string::npos);
   EXPECT_NE(message({"data.truncation=middle"}).find("data.truncation"), std::string::npos);

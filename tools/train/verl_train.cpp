@@ -127,7 +127,7 @@ int train(const trainer::PPOConfig& config, const trainer::PPOAlgorithm& algorit
     val = data::RLHFDataset::load(val_files, tokenizer.tokenizer, formatter, trainer::dataset_options(config.data, true));
   }
   if (rank == 0) {
-    fmt::print("verl_train: {} ({} parameters), {} train prompts ({} filtered as overlong), {} validation prompts, "
+    fmt::print("verl_train: {} ({} trainable parameters), {} train prompts ({} filtered as overlong), {} validation prompts, "
                "adv_estimator={}, loss_mode={}, {} rank(s)\n",
                model_path.string(), model::parameter_count(actor), train.size(), train.filtered_count(), val.size(),
                algorithm.estimator.name(), algorithm.policy_loss.name(), comm.size());
