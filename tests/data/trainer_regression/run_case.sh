@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# One recorded verl_train run of the trainer's regression test (tests/data/trainer_regression):
+#   run_case.sh CASE VERL_TRAIN OUT_DIR [NP]
+# CASE is grpo (GRPO with a KL loss to the reference, two mini-batches) or gae (PPO with a critic).
+# Writes OUT_DIR/metrics.jsonl (the file logger) and OUT_DIR/generations/ (trainer.rollout_data_dir).
+# With NP > 1 the run goes through mpirun (data parallel); the results must not change.
+set -euo pipefail
+case_name=$1 verl_train=$2 out=$3 np=${4:-1}
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+root=$(cd "$here/../../.." && pwd)
+rm -rf "$out" && mkdir -p "$out"
+common=(data.train_files="[$here/train.jsonl]" data.val_files="[$here/train.jsonl]"
+  actor_rollout_ref.model.path="$root/tests/data/models/tiny-qwen2" data.max_prompt_length=48 data.max_response_length=6
+  data.train_batch_size=4 actor_rollout_ref.rollout.n=4 actor_rollout_ref.actor.ppo_mini_batch_size=2
+  actor_rollout_ref.actor.optim.lr=0.001 data.seed=7 trainer.total_training_steps=3 trainer.test_freq=-1
+  trainer.val_before_train=False trainer.logger=[file] trainer.save_freq=-1 trainer.resume_mode=disable trainer.balance_batch=True
+  trainer.default_local_dir="$out/checkpoints" trainer.rollout_data_dir="$out/generations")
+case "$case_name" in
+  # KL in the reward makes the (otherwise all-zero: the tiny random model never answers right) scores
+  # differ between responses once the actor has moved from the reference.
+  grpo) extra=(algorithm.adv_estimator=grpo actor_rollout_ref.actor.use_kl_loss=True algorithm.use_kl_in_reward=True
+              algorithm.kl_ctrl.kl_coef=0.5) ;;
+  gae) extra=(algorithm.adv_estimator=gae critic.model.path="$root/tests/data/models/tiny-qwen2" critic.optim.lr=0.001) ;;
+  *) echo "run_case.sh: unknown case '$case_name' (grpo or gae)" >&2; exit 2 ;;
+esac
+launch=("$verl_train")
+if [ "$np" -gt 1 ]; then
+  launch=(mpirun -np "$np" --oversubscribe "$verl_train")
+fi
+VERL_FILE_LOGGER_PATH="$out/metrics.jsonl" "${launch[@]}" "${extra[@]}" "${common[@]}" > "$out/stdout.txt" 2>&1 || {
+  cat "$out/stdout.txt" >&2
+  exit 1
+}
