@@ -8,7 +8,7 @@ Each folder holds metrics.jsonl (the file logger's lines: {"step": N, "data": {.
 generations/ (trainer.rollout_data_dir: one N.jsonl per step with each response's prompt, output,
 ground truth and score). What must agree:
   - the generations, exactly (the same response tokens, hence the same text, and scores);
-  - metrics that count or score things (critic/score/*, critic/rewards/*, response_length/*,
+  - metrics that count or score things (critic/score/*, response_length/*,
     prompt_length/*, and every other metric not named below) within 1e-12 relative;
   - losses, gradient norms, entropies, KL and advantage statistics within --rtol relative or --atol
     absolute (the sum order of a reduction may differ; means of advantages are zero up to rounding);
@@ -22,7 +22,7 @@ import pathlib
 import sys
 
 NOT_COMPARED = ("timing_s/", "timing_per_token_ms/", "perf/", "memory/")
-LOOSE = ("actor/", "critic/vf", "critic/vpred", "critic/values", "critic/advantages", "critic/returns",
+LOOSE = ("actor/", "critic/vf", "critic/vpred", "critic/values", "critic/advantages", "critic/returns", "critic/rewards",
          "critic/grad_norm", "critic/lr", "training/rollout", "rollout_corr/", "global_seqlen/")
 
 
