@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "verl/model/transformer/lora.hpp"
-#include "support/error_message.hpp"
+#include "../support/error_message.hpp"
 
 namespace {
 

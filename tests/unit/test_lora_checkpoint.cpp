@@ -13,7 +13,7 @@
 #include "verl/core/file_io.hpp"
 #include "verl/model/checkpoint.hpp"
 #include "verl/model/lora_checkpoint.hpp"
-#include "support/error_message.hpp"
+#include "../support/error_message.hpp"
 
 #ifndef VERL_GOLDEN_DIR
 #error "VERL_GOLDEN_DIR must name tests/data/golden"
