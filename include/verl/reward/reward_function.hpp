@@ -43,7 +43,9 @@ RewardOutput to_reward_output(R&& value) {
   if constexpr (std::convertible_to<R, RewardOutput>) {
     return RewardOutput(std::forward<R>(value));
   } else {
-    return RewardOutput{.score = static_cast<double>(value)};
+    RewardOutput out;
+    out.score = static_cast<double>(value);
+    return out;
   }
 }
 

@@ -790,7 +790,8 @@ class PPOTrainer {
         sum_pi_squared.middleRows(b - lo, e - b) = response_block(out.sum_pi_squared, width).cwiseProduct(mask);
       }
     }
-    ResponseStatistics result{.log_probs = gather_rows(log_probs)};
+    ResponseStatistics result;
+    result.log_probs = gather_rows(log_probs);
     if (wanted.entropy) result.entropy = gather_rows(entropy);
     if (wanted.sum_pi_squared) result.sum_pi_squared = gather_rows(sum_pi_squared);
     return result;
