@@ -37,8 +37,10 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <functional>
+#include <future>
 #include <list>
 #include <map>
 #include <memory>
@@ -793,12 +795,15 @@ int run_controller(int& argc, char**& argv, Program&& program, RuntimeOptions op
     return 0;
   }
   std::exception_ptr server_failure;
+  std::promise<void> server_stopped;
+  std::future<void> stopped = server_stopped.get_future();
   std::thread server([&] {
     try {
       runtime->serve();
     } catch (...) {
       server_failure = std::current_exception();
     }
+    server_stopped.set_value();
   });
   int code = 0;
   try {
@@ -810,8 +815,14 @@ int run_controller(int& argc, char**& argv, Program&& program, RuntimeOptions op
     runtime->shutdown();
   } catch (const std::exception& error) {
     fail("controller", error);
-    // One rank: stop rank 0's server and report.
+    // One rank: stop rank 0's server and report. A server stuck in a worker method (the call that
+    // timed out) cannot be joined: the process ends without it.
     runtime->abandon();
+    if (stopped.wait_for(std::chrono::seconds(2)) != std::future_status::ready) {
+      std::fprintf(stderr, "verl: rank 0's worker thread is still busy; ending the process\n");
+      std::fflush(stderr);
+      std::_Exit(1);
+    }
     server.join();
     return 1;
   }
