@@ -29,14 +29,6 @@
 namespace verl::conformance {
 namespace {
 
-void require_known_outputs(const GoldenCase& c, CaseCheck& check, std::initializer_list<std::string_view> known) {
-  for (auto it = c.outputs().begin(); it != c.outputs().end(); ++it) {
-    bool listed = false;
-    for (auto k : known) listed = listed || k == it.key();
-    if (!listed) check.fail(it.key(), fmt::format("output '{}' is not compared by the cuda handler", it.key()));
-  }
-}
-
 std::optional<bool> optional_bool(const json& object, const char* key) {
   if (!object.contains(key) || object.at(key).is_null()) return std::nullopt;
   return object.at(key).get<bool>();
@@ -50,7 +42,7 @@ void require_binary_mask(const MatrixF& mask, std::string_view argument) {
 // ---- advantages ----------------------------------------------------------------------------------
 
 void compare_advantages(const GoldenCase& c, CaseCheck& check, const algo::AdvantageResult& result) {
-  require_known_outputs(c, check, {"advantages", "returns"});
+  require_known_outputs(c, check, {"advantages", "returns"}, "cuda");
   if (c.outputs().contains("advantages")) check.tensor("advantages", result.advantages, c.tolerance());
   if (c.outputs().contains("returns")) check.tensor("returns", result.returns(), c.tolerance());
 }
@@ -165,7 +157,7 @@ void remax_case(const GoldenCase& c, CaseCheck& check) {
 // ---- agg_loss, kl ----------------------------------------------------------------------------------
 
 void agg_loss_case(const GoldenCase& c, CaseCheck& check) {
-  require_known_outputs(c, check, {"loss", "grad:loss_mat"});
+  require_known_outputs(c, check, {"loss", "grad:loss_mat"}, "cuda");
   const auto mode = algo::parse_loss_agg_mode(c.args().at("loss_agg_mode").get<std::string>());
   algo::GlobalBatchInfo info;
   if (auto v = optional_number(c.args(), "dp_size")) info.dp_size = *v;
@@ -182,7 +174,7 @@ void agg_loss_case(const GoldenCase& c, CaseCheck& check) {
 }
 
 void kl_case(const GoldenCase& c, CaseCheck& check) {
-  require_known_outputs(c, check, {"kl", "grad:logprob", "grad:ref_logprob"});
+  require_known_outputs(c, check, {"kl", "grad:logprob", "grad:ref_logprob"}, "cuda");
   // verl's names, with its errors for the names it knows but rejects ('full', '+' in the forward).
   const auto estimator = algo::make_kl_estimator(c.args().at("kl_penalty").get<std::string>());
   if (c.fn() == "kl_penalty_forward" && algo::name_of(estimator).ends_with('+'))
@@ -208,7 +200,7 @@ void kl_case(const GoldenCase& c, CaseCheck& check) {
 }
 
 void compute_rewards_case(const GoldenCase& c, CaseCheck& check) {
-  require_known_outputs(c, check, {"rewards"});
+  require_known_outputs(c, check, {"rewards"}, "cuda");
   const MatrixF scores = c.input_tensor("token_level_scores").matrix<float>();
   const MatrixF old = c.input_tensor("old_log_prob").matrix<float>();
   const MatrixF ref = c.input_tensor("ref_log_prob").matrix<float>();
@@ -264,7 +256,7 @@ void policy_loss_case(const GoldenCase& c, CaseCheck& check) {
 /// verl's deprecated compute_policy_loss: the vanilla kernel with keyword clip ranges and verl's
 /// unprefixed metric names.
 void deprecated_policy_loss_case(const GoldenCase& c, CaseCheck& check) {
-  require_known_outputs(c, check, {"pg_loss", "pg_clipfrac", "ppo_kl", "pg_clipfrac_lower", "grad:log_prob"});
+  require_known_outputs(c, check, {"pg_loss", "pg_clipfrac", "ppo_kl", "pg_clipfrac_lower", "grad:log_prob"}, "cuda");
   const json& args = c.args();
   const auto cliprange = optional_number(args, "cliprange");
   const auto low = optional_number(args, "cliprange_low") ? optional_number(args, "cliprange_low") : cliprange;
@@ -301,7 +293,7 @@ bool policy_loss_supported(const GoldenCase& c) {
 // ---- functional: log-probs, entropy, sum p^2 (kernels/logprob_entropy.cuh) ---------------------------
 
 void logprobs_case(const GoldenCase& c, CaseCheck& check) {
-  require_known_outputs(c, check, {"logprobs", "grad:logits"});
+  require_known_outputs(c, check, {"logprobs", "grad:logits"}, "cuda");
   const MatrixF logits = c.input_tensor("logits").matrix<float>();
   const std::vector<std::int64_t> labels = c.input_tensor("labels").int64s();
   verl::detail::require_length("labels", static_cast<Index>(labels.size()), logits.rows());
@@ -316,7 +308,7 @@ void logprobs_case(const GoldenCase& c, CaseCheck& check) {
 }
 
 void entropy_case(const GoldenCase& c, CaseCheck& check) {
-  require_known_outputs(c, check, {"entropy", "grad:logits"});
+  require_known_outputs(c, check, {"entropy", "grad:logits"}, "cuda");
   const MatrixF logits = c.input_tensor("logits").matrix<float>();
   std::optional<VectorF> cotangent;
   if (c.has_input("cotangent")) cotangent = c.input_tensor("cotangent").vector<float>();
@@ -326,7 +318,7 @@ void entropy_case(const GoldenCase& c, CaseCheck& check) {
 }
 
 void sum_pi_squared_case(const GoldenCase& c, CaseCheck& check) {
-  require_known_outputs(c, check, {"sum_pi_squared"});
+  require_known_outputs(c, check, {"sum_pi_squared"}, "cuda");
   const auto out = cuda_path::logprob_entropy(c.input_tensor("logits").matrix<float>(), nullptr, nullptr, nullptr);
   check.tensor("sum_pi_squared", out.sum_pi_squared, c.tolerance());
 }
@@ -334,7 +326,7 @@ void sum_pi_squared_case(const GoldenCase& c, CaseCheck& check) {
 // ---- functional: masked_sum / masked_mean (kernels/masked_reductions.cuh) -----------------------------
 
 void masked_reduction_case(const GoldenCase& c, CaseCheck& check) {
-  require_known_outputs(c, check, {"result", "grad:values"});
+  require_known_outputs(c, check, {"result", "grad:values"}, "cuda");
   const MatrixF values = c.input_tensor("values").matrix<float>();
   const MatrixF mask = c.input_tensor("mask").matrix<float>();
   verl::detail::require_same_shape("mask", shape_of(mask), "values", shape_of(values));
@@ -361,7 +353,7 @@ void masked_reduction_case(const GoldenCase& c, CaseCheck& check) {
 }
 
 void masked_var_case(const GoldenCase& c, CaseCheck& check) {
-  require_known_outputs(c, check, {"result", "grad:values"});
+  require_known_outputs(c, check, {"result", "grad:values"}, "cuda");
   const MatrixF values = c.input_tensor("values").matrix<float>();
   const MatrixF mask = c.input_tensor("mask").matrix<float>();
   verl::detail::require_same_shape("mask", shape_of(mask), "values", shape_of(values));
@@ -376,7 +368,7 @@ void masked_var_case(const GoldenCase& c, CaseCheck& check) {
 // ---- value and entropy losses ---------------------------------------------------------------------
 
 void value_loss_case(const GoldenCase& c, CaseCheck& check) {
-  require_known_outputs(c, check, {"vf_loss", "vf_clipfrac", "grad:vpreds"});
+  require_known_outputs(c, check, {"vf_loss", "vf_clipfrac", "grad:vpreds"}, "cuda");
   const MatrixF vpreds = c.input_tensor("vpreds").matrix<float>();
   const MatrixF returns = c.input_tensor("returns").matrix<float>();
   const MatrixF values = c.input_tensor("values").matrix<float>();
@@ -393,7 +385,7 @@ void value_loss_case(const GoldenCase& c, CaseCheck& check) {
 }
 
 void entropy_loss_case(const GoldenCase& c, CaseCheck& check) {
-  require_known_outputs(c, check, {"entropy_loss", "grad:logits"});
+  require_known_outputs(c, check, {"entropy_loss", "grad:logits"}, "cuda");
   const MatrixF logits = c.input_tensor("logits").matrix<float>();
   const MatrixF mask = c.input_tensor("response_mask").matrix<float>();
   algo::detail::require_entropy_loss_shapes(logits, mask);
@@ -404,7 +396,7 @@ void entropy_loss_case(const GoldenCase& c, CaseCheck& check) {
 }
 
 void gather_case(const GoldenCase& c, CaseCheck& check) {
-  require_known_outputs(c, check, {"output"});
+  require_known_outputs(c, check, {"output"}, "cuda");
   const MatrixF data = c.input_tensor("data").matrix<float>();
   const std::vector<std::int64_t> labels = c.input_tensor("label").int64s();
   verl::detail::require_length("label", static_cast<Index>(labels.size()), data.rows());
@@ -414,7 +406,7 @@ void gather_case(const GoldenCase& c, CaseCheck& check) {
 }
 
 void clip_by_value_case(const GoldenCase& c, CaseCheck& check) {
-  require_known_outputs(c, check, {"result"});
+  require_known_outputs(c, check, {"result"}, "cuda");
   const MatrixF x = c.input_tensor("x").matrix<float>();
   const MatrixF lower = c.input_tensor("tensor_min").matrix<float>();
   const MatrixF upper = c.input_tensor("tensor_max").matrix<float>();
@@ -424,7 +416,7 @@ void clip_by_value_case(const GoldenCase& c, CaseCheck& check) {
 }
 
 void response_mask_case(const GoldenCase& c, CaseCheck& check) {
-  require_known_outputs(c, check, {"response_mask"});
+  require_known_outputs(c, check, {"response_mask"}, "cuda");
   const RowMatrix<std::int64_t> ids = c.input_tensor("response_id").matrix<std::int64_t>();
   std::vector<std::int64_t> eos;
   const json& arg = c.has_arg("eos_token") ? c.args().at("eos_token") : json(2);  // verl's default
@@ -438,7 +430,7 @@ void response_mask_case(const GoldenCase& c, CaseCheck& check) {
 }
 
 void masked_whiten_case(const GoldenCase& c, CaseCheck& check) {
-  require_known_outputs(c, check, {"result", "grad:values"});
+  require_known_outputs(c, check, {"result", "grad:values"}, "cuda");
   const MatrixF values = c.input_tensor("values").matrix<float>();
   const MatrixF mask = c.input_tensor("mask").matrix<float>();
   verl::detail::require_same_shape("mask", shape_of(mask), "values", shape_of(values));

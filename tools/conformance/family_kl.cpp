@@ -17,14 +17,6 @@ namespace verl::conformance {
 namespace {
 
 /// Every output of a case must be compared; an output this handler does not know is a failure.
-void require_known_outputs(const GoldenCase& c, CaseCheck& check, std::initializer_list<std::string_view> known) {
-  for (auto it = c.outputs().begin(); it != c.outputs().end(); ++it) {
-    bool listed = false;
-    for (auto k : known) listed = listed || k == it.key();
-    if (!listed) check.fail(it.key(), fmt::format("output '{}' is not compared by the handler", it.key()));
-  }
-}
-
 void compute_rewards_case(const GoldenCase& c, CaseCheck& check) {
   require_known_outputs(c, check, {"rewards"});
   const auto rewards = algo::compute_rewards(c.input_tensor("token_level_scores").matrix<float>(),

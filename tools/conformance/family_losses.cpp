@@ -12,14 +12,6 @@ namespace verl::conformance {
 namespace {
 
 /// Every output of a case must be compared; an output this handler does not know is a failure.
-void require_known_outputs(const GoldenCase& c, CaseCheck& check, std::initializer_list<std::string_view> known) {
-  for (auto it = c.outputs().begin(); it != c.outputs().end(); ++it) {
-    bool listed = false;
-    for (auto k : known) listed = listed || k == it.key();
-    if (!listed) check.fail(it.key(), fmt::format("output '{}' is not compared by the handler", it.key()));
-  }
-}
-
 algo::GlobalBatchInfo global_batch_info(const json& args) {
   algo::GlobalBatchInfo info;
   if (auto v = optional_number(args, "dp_size")) info.dp_size = *v;

@@ -8,9 +8,11 @@
 
 #include <cmath>
 #include <functional>
+#include <initializer_list>
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "verl/testing/golden.hpp"
@@ -51,6 +53,18 @@ inline CudaSupport& cuda_support() {
 struct CudaRegistrar {
   explicit CudaRegistrar(void (*register_cuda)(CudaSupport&)) { register_cuda(cuda_support()); }
 };
+
+/// Fails the case for every output the handler does not compare (`known` lists those it does), so
+/// that a golden file growing a new output cannot pass unnoticed. `path` names the handler's path
+/// in the message ("cpu", "cuda").
+inline void require_known_outputs(const GoldenCase& c, CaseCheck& check, std::initializer_list<std::string_view> known,
+                                  std::string_view path = "cpu") {
+  for (auto it = c.outputs().begin(); it != c.outputs().end(); ++it) {
+    bool listed = false;
+    for (auto k : known) listed = listed || k == it.key();
+    if (!listed) check.fail(it.key(), fmt::format("output '{}' is not compared by the {} handler", it.key(), path));
+  }
+}
 
 /// Optional JSON number (absent or null -> nullopt).
 inline std::optional<double> optional_number(const json& object, const char* key) {
