@@ -52,6 +52,19 @@ constexpr const char* usage =
 using namespace verl::parallel;
 
 /// "80GB", "80GiB", "8e10", "1.5TB".
+/// The whole of `text` as a positive finite number; nullopt for anything else.
+std::optional<double> positive_number(std::string_view text) {
+  std::size_t used = 0;
+  double value = 0;
+  try {
+    value = std::stod(std::string(text), &used);
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+  if (used != text.size() || used == 0 || !std::isfinite(value) || value <= 0) return std::nullopt;
+  return value;
+}
+
 double parse_bytes(std::string_view text, std::string_view argument) {
   static const std::vector<std::pair<std::string_view, double>> units{
       {"TiB", 1099511627776.0}, {"GiB", 1073741824.0}, {"MiB", 1048576.0}, {"TB", 1e12}, {"GB", 1e9}, {"MB", 1e6}, {"B", 1}};
@@ -63,29 +76,15 @@ double parse_bytes(std::string_view text, std::string_view argument) {
       break;
     }
   }
-  std::size_t used = 0;
-  double value = 0;
-  try {
-    value = std::stod(std::string(text), &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  VERL_CHECK_ARG(used == text.size() && used > 0 && std::isfinite(value) && value > 0,
-                 "{}: expected a positive size like 80GB, 80GiB or 8e10, got '{}'", argument, text);
-  return value * scale;
+  const std::optional<double> value = positive_number(text);
+  VERL_CHECK_ARG(value.has_value(), "{}: expected a positive size like 80GB, 80GiB or 8e10, got '{}'", argument, text);
+  return *value * scale;
 }
 
 double parse_positive(std::string_view text, std::string_view argument) {
-  std::size_t used = 0;
-  double value = 0;
-  try {
-    value = std::stod(std::string(text), &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  VERL_CHECK_ARG(used == text.size() && used > 0 && std::isfinite(value) && value > 0,
-                 "{}: expected a positive finite number, got '{}'", argument, text);
-  return value;
+  const std::optional<double> value = positive_number(text);
+  VERL_CHECK_ARG(value.has_value(), "{}: expected a positive finite number, got '{}'", argument, text);
+  return *value;
 }
 
 std::int64_t parse_count(std::string_view text, std::string_view argument) {

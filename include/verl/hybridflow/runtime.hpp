@@ -289,8 +289,7 @@ class Runtime {
     }
     hybridflow::write(w, sizes);
     // Every rank takes part in the communicator split; the members answer.
-    const auto message = std::make_shared<const Bytes>(w.take());
-    for (int r = 0; r < world_size(); ++r) outbox_.post(control_.native(), r, detail::command_tag, message);
+    post_to_every_rank(std::move(w));
     auto call = track(call_id, fmt::format("{}.__init__", W::name), pool.ranks());
     wait(*call);
     return WorkerGroup<Runtime, W>(*this, group_id, pool, mesh);
@@ -303,8 +302,7 @@ class Runtime {
     while (!in_flight_.empty()) wait(*in_flight_.begin()->second);
     WireWriter w;
     w.pod(detail::Command::shutdown);
-    const auto message = std::make_shared<const Bytes>(w.take());
-    for (int r = 0; r < world_size(); ++r) outbox_.post(control_.native(), r, detail::command_tag, message);
+    post_to_every_rank(std::move(w));
     outbox_.flush();
     shut_down_ = true;
   }
@@ -382,13 +380,18 @@ class Runtime {
     WireWriter w;
     w.pod(detail::Command::destroy);
     w.pod(group_id);
-    const auto message = std::make_shared<const Bytes>(w.take());
-    for (int r = 0; r < world_size(); ++r) outbox_.post(control_.native(), r, detail::command_tag, message);
+    post_to_every_rank(std::move(w));
   }
 
  private:
   void require_controller(std::string_view what) const {
     VERL_CHECK_ARG(is_controller(), "hybridflow: {} is the controller's (rank 0), called on rank {}", what, rank());
+  }
+
+  /// One command to every rank (spawning, destroying and shutting down involve them all).
+  void post_to_every_rank(WireWriter&& command) {
+    const auto message = std::make_shared<const Bytes>(command.take());
+    for (int r = 0; r < world_size(); ++r) outbox_.post(control_.native(), r, detail::command_tag, message);
   }
 
   std::shared_ptr<detail::PendingCall> track(std::uint64_t id, std::string label, std::vector<int> ranks) {

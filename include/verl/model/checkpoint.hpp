@@ -143,9 +143,9 @@ inline HfModelConfig read_reward_model_config(const std::filesystem::path& folde
   return config;
 }
 
-template <class Model, class EditConfig = KeepConfigJson>
-void save_model(const Model& model, const std::filesystem::path& folder, DType dtype, std::uint64_t max_shard_bytes,
-                const EditConfig& edit_config = {}) {
+/// A safetensors writer holding every parameter `model` visits, in `dtype` (torch's "pt" format).
+template <class Model>
+SafetensorsWriter parameters_writer(const Model& model, DType dtype) {
   VERL_CHECK_ARG(is_floating(dtype), "dtype: expected F32, BF16, F16 or F64, got {}", dtype_name(dtype));
   SafetensorsWriter writer;
   writer.set_metadata("format", "pt");
@@ -153,6 +153,13 @@ void save_model(const Model& model, const std::filesystem::path& folder, DType d
     std::vector<float> values(p.value.begin(), p.value.end());
     writer.add_f32(std::string(p.name), std::vector<std::int64_t>(p.shape.begin(), p.shape.end()), values, dtype);
   });
+  return writer;
+}
+
+template <class Model, class EditConfig = KeepConfigJson>
+void save_model(const Model& model, const std::filesystem::path& folder, DType dtype, std::uint64_t max_shard_bytes,
+                const EditConfig& edit_config = {}) {
+  SafetensorsWriter writer = parameters_writer(model, dtype);
   std::filesystem::create_directories(folder);
   // Remove stale weights of another layout (single file vs shards) so the folder is unambiguous.
   for (const auto& entry : std::filesystem::directory_iterator(folder)) {

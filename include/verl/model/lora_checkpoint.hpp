@@ -71,13 +71,7 @@ nlohmann::ordered_json lora_adapter_config(const LoraModel<Base>& model, const s
 template <class Base>
 void save_lora_adapter(const LoraModel<Base>& model, const std::filesystem::path& folder,
                        const std::string& base_model_name_or_path, DType dtype = DType::F32) {
-  VERL_CHECK_ARG(is_floating(dtype), "dtype: expected F32, BF16, F16 or F64, got {}", dtype_name(dtype));
-  SafetensorsWriter writer;
-  writer.set_metadata("format", "pt");
-  model.for_each_parameter([&](const auto& p) {
-    std::vector<float> values(p.value.begin(), p.value.end());
-    writer.add_f32(std::string(p.name), std::vector<std::int64_t>(p.shape.begin(), p.shape.end()), values, dtype);
-  });
+  SafetensorsWriter writer = detail::parameters_writer(model, dtype);
   std::filesystem::create_directories(folder);
   writer.write(folder / "adapter_model.safetensors");
   io::write_file_atomically(folder / "adapter_config.json",
