@@ -5,7 +5,7 @@
 # its plugins and PMIx for the NCCL test), and the 0.9.1 golden cases. Writes build-gpu/ (git-ignored:
 # carry it with the device call) with pack.tar.xz and run.sh; on the device, `bash build-gpu/run.sh`
 # unpacks into /tmp/g, relocates Open MPI there (nothing written under /usr) and runs
-# scripts/gpu_checks.sh, its logs packed into $OUT/logs.tar.gz.
+# scripts/gpu_checks.sh, its logs packed into $OUT/logs.tar.gz (VERL_SKIP_NCU=1 skips the Nsight Compute profiles).
 #
 #   scripts/gpu_pack.sh [BUILD_DIR] [GOLDEN_DIR]
 set -euo pipefail
@@ -59,7 +59,7 @@ nccl=$(python3 -c "import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl._
 golden=(); [[ -d /tmp/g/golden091 ]] && golden=(/tmp/g/golden091)
 scripts/gpu_checks.sh /tmp/g/build "$OUT/logs" "${golden[@]}"
 rc=$?
-if command -v ncu >/dev/null; then
+if [[ -z ${VERL_SKIP_NCU:-} ]] && command -v ncu >/dev/null; then
   for kernel in small_groups_kernel reverse_scan_kernel whiten_apply_kernel; do
     timeout 60 ncu --clock-control none --section SpeedOfLight --section Occupancy --section WarpStateStats \
       -k regex:$kernel -c 1 /tmp/g/build/bench/cuda_bench_advantages --iters 3 >"$OUT/logs/ncu_$kernel.log" 2>&1
