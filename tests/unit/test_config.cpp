@@ -310,10 +310,14 @@ TEST(ConfigYaml, VerlsOwnFullConfigLoads) {
   EXPECT_EQ(load_ppo_config(reference, overrides), PPOConfig{});
   // As it stands: each refusal names its key; nothing is unknown.
   const auto problems = problems_loading(reference, {"actor_rollout_ref.rollout.dtype=float32"});
-  ASSERT_EQ(problems.size(), 3u) << fmt::format("{}", fmt::join(problems, "\n"));
+  ASSERT_EQ(problems.size(), 2u) << fmt::format("{}", fmt::join(problems, "\n"));
   EXPECT_NE(problems[0].find("'wandb' is a verl backend"), std::string::npos) << problems[0];
   EXPECT_NE(problems[1].find("trainer.device: not supported by verl-cpp yet"), std::string::npos) << problems[1];
-  EXPECT_NE(problems[2].find("trainer.n_gpus_per_node: not supported by verl-cpp yet"), std::string::npos) << problems[2];
+  // trainer.n_gpus_per_node=8 acts: it sizes the actor's pool (8 MPI ranks).
+  EXPECT_EQ(load_ppo_config(reference, {"trainer.logger=[console]", "trainer.device=cpu",
+                                        "actor_rollout_ref.rollout.dtype=float32"})
+                .trainer.n_gpus_per_node,
+            8);
   // verl's bfloat16 rollout is acted on.
   const std::vector<std::string> stock_rollout = {"trainer.logger=[console]", "trainer.device=cpu", "trainer.n_gpus_per_node=1"};
   EXPECT_EQ(load_ppo_config(reference, stock_rollout).actor_rollout_ref.rollout.dtype, "bfloat16");
@@ -384,8 +388,9 @@ TEST(Config, KeysVerlActsOnAreActedOnOrRefused) {
        "actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size"},
       {"actor_rollout_ref.rollout.name=sglang", "actor_rollout_ref.rollout.name"},
       {"trainer.device=cuda", "trainer.device"},
-      {"trainer.nnodes=2", "trainer.nnodes"},
-      {"trainer.n_gpus_per_node=8", "trainer.n_gpus_per_node"},
+      {"trainer.nnodes=0", "trainer.nnodes"},
+      {"trainer.n_gpus_per_node=0", "trainer.n_gpus_per_node"},
+      {"+critic.nnodes=1", "critic.nnodes / critic.n_gpus_per_node"},
       {"actor_rollout_ref.actor.checkpoint.save_contents=[model]", "actor_rollout_ref.actor.checkpoint.save_contents"},
       {"critic.checkpoint.load_contents=[model,optimizer,extra,hf_model]", "critic.checkpoint.load_contents"},
       {"actor_rollout_ref.actor.strategy=megatron", "actor_rollout_ref.actor.strategy"},
@@ -404,6 +409,11 @@ TEST(Config, KeysVerlActsOnAreActedOnOrRefused) {
   // The values verl-cpp implements are accepted, however spelt: the ref's sequence parallel size
   // is verl's ${oc.select:actor_rollout_ref.actor.ulysses_sequence_parallel_size,1}, 1 here.
   EXPECT_NO_THROW(with({"actor_rollout_ref.ref.ulysses_sequence_parallel_size=1"}));
+  // The pools' sizes act (the placement checks them against the job's ranks when it starts); the
+  // critic's pool is verl-cpp's pair of keys, both set or neither.
+  const PPOConfig pools = with({"trainer.nnodes=2", "trainer.n_gpus_per_node=4", "+critic.nnodes=1", "+critic.n_gpus_per_node=2"});
+  EXPECT_EQ(pools.trainer.nnodes * pools.trainer.n_gpus_per_node, 8);
+  EXPECT_EQ(pools.critic.nnodes * pools.critic.n_gpus_per_node, 2);
   // verl 0.9.1's IcePop bounds, as a string, and a plain number; bad bounds are refused by name
   // when importance weights are on (verl parses the threshold only then).
   const std::string token_weights = "algorithm.rollout_correction.rollout_is=token";

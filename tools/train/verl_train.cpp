@@ -12,8 +12,15 @@
 // a critic, when the estimator needs one (gae), from critic.model.path (its value head is
 // initialised when the folder has none). The final actor is written as a Hugging Face folder to
 // <trainer.default_local_dir>/global_step_<N>/actor/huggingface (merged, with LoRA; the PEFT adapter
-// goes to actor/lora_adapter). Under mpirun, ranks split each
-// batch (data parallel). All logic lives in the library; this file wires the pieces.
+// goes to actor/lora_adapter).
+//
+// With MPI, verl_train is a HybridFlow job (hybridflow::run_controller): rank 0 runs the
+// controller program (trainer::PPOController, verl's RayPPOTrainer.fit); the actor/rollout/
+// reference worker group takes trainer.nnodes x trainer.n_gpus_per_node ranks, the critic the same
+// ranks or a pool of its own (+critic.nnodes, +critic.n_gpus_per_node), one MPI rank standing for one
+// device: `mpirun -np 2 verl_train trainer.n_gpus_per_node=2 ...`. Without MPI, one process runs
+// the in-process trainer (trainer::PPOTrainer). All logic lives in the library; this file wires the
+// pieces.
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -34,8 +41,11 @@
 #include "verl/trainer/policy_source.hpp"
 #include "verl/trainer/prompt_chat_template.hpp"
 
+#include "verl/core/paths.hpp"
+#include "verl/trainer/workers/model_sources.hpp"
 #ifdef VERL_TRAIN_WITH_MPI
-#include "verl/parallel/mpi_communicator.hpp"
+#include "verl/hybridflow/runtime.hpp"
+#include "verl/trainer/ppo_controller.hpp"
 #endif
 
 namespace {
@@ -53,26 +63,7 @@ Run under `mpirun -np N` for data parallelism. `--cfg job` prints the resolved c
 as it would run) as YAML and exits, as verl's Hydra entry point does.
 )";
 
-#ifdef VERL_TRAIN_WITH_MPI
-using Communicator = parallel::MpiCommunicator;
-/// MPI_COMM_WORLD's ranks, whose collectives give up after actor_rollout_ref.nccl_timeout seconds
-/// (an error then, which ends every rank).
-Communicator make_communicator(const trainer::PPOConfig& config) {
-  auto comm = parallel::MpiCommunicator::world();
-  comm.set_timeout(std::chrono::seconds(config.actor_rollout_ref.nccl_timeout));
-  return comm;
-}
-#else
-using Communicator = parallel::SelfCommunicator;
-Communicator make_communicator(const trainer::PPOConfig&) { return {}; }
-#endif
-
-fs::path expand_home(const std::string& path) {
-  if (path.starts_with("~/")) {
-    if (const char* home = std::getenv("HOME")) return fs::path(home) / path.substr(2);
-  }
-  return path;
-}
+fs::path expand_home(const std::string& path) { return io::expand_user(path); }
 
 std::vector<fs::path> paths_of(const std::vector<std::string>& files) {
   std::vector<fs::path> out;
@@ -90,159 +81,258 @@ struct Formatter {
   }
 };
 
-template <class Policy, class Critic>
-int train(const trainer::PPOConfig& config, const trainer::PPOAlgorithm& algorithm, const fs::path& model_path,
-          Policy actor, std::optional<Policy> reference, Critic critic, const tokenizer::PretrainedTokenizer& tokenizer,
-          const Formatter& formatter, Communicator comm) {
-  const int rank = comm.rank();
-  const auto& special = tokenizer.tokenizer.special_ids();
+/// What the controller reads besides the models: the tokenizer (decoding for the reward, the ids
+/// that end and pad a response) and the datasets.
+struct ControllerInputs {
+  trainer::TokenizerHooks hooks;
+  data::RLHFDataset train, val;
+};
 
+/// `model_vocab` / `model_eos` / `model_pad`: the actor model's (its config.json's) sizes and ids.
+ControllerInputs controller_inputs(const trainer::PPOConfig& config, const tokenizer::PretrainedTokenizer& tokenizer,
+                                   const Formatter& formatter, std::int64_t model_vocab,
+                                   const std::vector<std::int64_t>& model_eos, std::optional<std::int64_t> model_pad) {
+  const auto& special = tokenizer.tokenizer.special_ids();
+  const fs::path model_path = expand_home(config.actor_rollout_ref.model.path);
+  const fs::path tokenizer_path =
+      config.actor_rollout_ref.model.tokenizer_path ? expand_home(*config.actor_rollout_ref.model.tokenizer_path) : model_path;
   // A tokenizer with more ids than the model has embeddings (another model's tokenizer) would
   // index past the embedding table; a model padded past the tokenizer (Qwen's 151936) is fine.
-  const auto tokenizer_path = config.actor_rollout_ref.model.tokenizer_path ? expand_home(*config.actor_rollout_ref.model.tokenizer_path)
-                                                                            : model_path;
-  VERL_CHECK_ARG(static_cast<std::int64_t>(tokenizer.tokenizer.vocab_size()) <= static_cast<std::int64_t>(actor.vocab_size()),
+  VERL_CHECK_ARG(static_cast<std::int64_t>(tokenizer.tokenizer.vocab_size()) <= model_vocab,
                  "actor_rollout_ref.model.tokenizer_path: the tokenizer in '{}' has {} ids, more than the {} embeddings "
                  "(vocab_size) of the model in '{}'; they do not belong together",
-                 tokenizer_path.string(), tokenizer.tokenizer.vocab_size(), actor.vocab_size(), model_path.string());
-  trainer::TokenizerHooks hooks;
+                 tokenizer_path.string(), tokenizer.tokenizer.vocab_size(), model_vocab, model_path.string());
+  ControllerInputs in;
   const auto vocab = static_cast<model::TokenId>(tokenizer.tokenizer.vocab_size());
-  hooks.decode = [&tokenizer, vocab](std::span<const model::TokenId> ids) {
+  in.hooks.decode = [&tokenizer, vocab](std::span<const model::TokenId> ids) {
     // Model vocabularies are often padded past the tokenizer's; those ids have no text.
     std::vector<model::TokenId> known;
     for (const auto id : ids)
       if (id >= 0 && id < vocab) known.push_back(id);
     return tokenizer.tokenizer.decode(known, true);
   };
-  hooks.eos_token_ids = actor.config().eos_token_ids;
-  if (special.eos) hooks.eos_token_ids.push_back(*special.eos);
-  hooks.pad_token_id = special.pad.value_or(actor.config().pad_token_id.value_or(special.eos.value_or(0)));
-
-  const auto train_files = paths_of(config.data.train_files);
-  data::RLHFDataset train =
-      data::RLHFDataset::load(train_files, tokenizer.tokenizer, formatter, trainer::dataset_options(config.data));
-  data::RLHFDataset val;
+  for (const auto id : model_eos) in.hooks.eos_token_ids.push_back(static_cast<model::TokenId>(id));
+  if (special.eos) in.hooks.eos_token_ids.push_back(*special.eos);
+  in.hooks.pad_token_id = special.pad.value_or(
+      model_pad ? static_cast<model::TokenId>(*model_pad) : special.eos.value_or(0));
+  in.train = data::RLHFDataset::load(paths_of(config.data.train_files), tokenizer.tokenizer, formatter,
+                                     trainer::dataset_options(config.data));
   if (!config.data.val_files.empty()) {
-    const auto val_files = paths_of(config.data.val_files);
-    val = data::RLHFDataset::load(val_files, tokenizer.tokenizer, formatter, trainer::dataset_options(config.data, true));
+    in.val = data::RLHFDataset::load(paths_of(config.data.val_files), tokenizer.tokenizer, formatter,
+                                     trainer::dataset_options(config.data, true));
   }
-  if (rank == 0) {
-    fmt::print("verl_train: {} ({} trainable parameters), {} train prompts ({} filtered as overlong), {} validation prompts, "
-               "adv_estimator={}, loss_mode={}, {} rank(s)\n",
-               model_path.string(), model::parameter_count(actor), train.size(), train.filtered_count(), val.size(),
-               algorithm.estimator.name(), algorithm.policy_loss.name(), comm.size());
-    std::fflush(stdout);
+  return in;
+}
+
+void print_start(const trainer::PPOConfig& config, const trainer::PPOAlgorithm& algorithm, std::int64_t parameters,
+                 const ControllerInputs& in, std::string_view placement, int ranks) {
+  fmt::print("verl_train: {} ({} trainable parameters), {} train prompts ({} filtered as overlong), {} validation prompts, "
+             "adv_estimator={}, loss_mode={}, {} rank(s){}\n",
+             expand_home(config.actor_rollout_ref.model.path).string(), parameters, in.train.size(),
+             in.train.filtered_count(), in.val.size(), algorithm.estimator.name(), algorithm.policy_loss.name(), ranks,
+             placement.empty() ? std::string() : fmt::format(" ({})", placement));
+  std::fflush(stdout);
+}
+
+fs::path final_actor_folder(const trainer::PPOConfig& config, std::int64_t global_step) {
+  return fs::path(expand_home(config.trainer.default_local_dir)) / fmt::format("global_step_{}", global_step) / "actor";
+}
+
+#ifdef VERL_TRAIN_WITH_MPI
+
+/// The digest of this process's resolved configuration (set before the runtime starts).
+std::uint64_t own_config_digest = 0;
+
+std::uint64_t config_digest(std::string_view resolved_yaml) {
+  std::uint64_t digest = 0xcbf29ce484222325ULL;  // FNV-1a
+  for (const char ch : resolved_yaml) digest = (digest ^ static_cast<unsigned char>(ch)) * 0x100000001b3ULL;
+  return digest;
+}
+
+/// Every rank must be started with the controller's configuration: the workers run what the
+/// controller sends them, so another command line on some rank would otherwise be ignored without
+/// a word. Checked once at start on every rank.
+struct ConfigCheck {
+  static constexpr std::string_view name = "ConfigCheck";
+  explicit ConfigCheck(hybridflow::WorkerContext& context) : context_(&context) {}
+  void same_as_controller(std::uint64_t controller_digest) const {
+    VERL_CHECK_ARG(controller_digest == own_config_digest,
+                   "configuration: rank {} resolved a different configuration than rank 0 (digest {:016x}, rank 0's "
+                   "{:016x}); every rank must be given the same config file and overrides (compare `verl_train --cfg "
+                   "job ...` on each)",
+                   context_->global_rank, own_config_digest, controller_digest);
   }
-  trainer::PPOTrainer<Policy, Critic, reward::DefaultRewardFunction, Communicator> ppo(
-      config, algorithm, std::move(actor), std::move(reference), std::move(critic), reward::DefaultRewardFunction{},
-      std::move(hooks), std::move(train), std::move(val), std::move(comm));
-  ppo.fit();
-  if (rank == 0) {
-    const fs::path actor_dir = fs::path(expand_home(config.trainer.default_local_dir)) /
-                               fmt::format("global_step_{}", ppo.global_step()) / "actor";
-    const fs::path out = actor_dir / "huggingface";
-    const std::string saved = trainer::save_policy(ppo.actor(), out, actor_dir / "lora_adapter", model_path.string());
-    trainer::save_tokenizer_files(config.actor_rollout_ref.model.tokenizer_path
-                                      ? expand_home(*config.actor_rollout_ref.model.tokenizer_path)
-                                      : model_path,
-                                  out);
-    fmt::print("verl_train: saved the final actor to {}\n", saved);
-  }
+  using methods = TypeList<hybridflow::Method<&ConfigCheck::same_as_controller, hybridflow::Dispatch::one_to_all,
+                                              "same_as_controller">>;
+
+ private:
+  hybridflow::WorkerContext* context_;
+};
+
+using DenseActor = trainer::ActorRolloutRefWorker<trainer::HfPolicySource>;
+using LoraActor = trainer::ActorRolloutRefWorker<trainer::HfLoraPolicySource>;
+using Critic = trainer::CriticWorker<trainer::HfCriticSource>;
+
+/// The controller program (rank 0): places the roles, spawns the worker groups and runs fit().
+template <class Actor, class CriticWorker, class Runtime>
+int train_with_workers(Runtime& runtime, const trainer::PPOConfig& config, const trainer::PPOAlgorithm& algorithm,
+                       const hybridflow::RolePlacement& placement, const tokenizer::PretrainedTokenizer& tokenizer,
+                       const Formatter& formatter) {
+  // The model's sizes and ids without loading its weights here: config.json (or the GGUF header).
+  const model::HfModelConfig model_config = trainer::load_policy_config(expand_home(config.actor_rollout_ref.model.path),
+                                                                        "actor_rollout_ref.model.path");
+  std::vector<std::int64_t> eos(model_config.eos_token_ids.begin(), model_config.eos_token_ids.end());
+  std::optional<std::int64_t> pad;
+  if (model_config.pad_token_id) pad = *model_config.pad_token_id;
+  ControllerInputs in = controller_inputs(config, tokenizer, formatter, model_config.vocab_size, eos, pad);
+  trainer::PPOController<Runtime, Actor, CriticWorker> controller(runtime, config, placement, reward::DefaultRewardFunction{},
+                                                                  std::move(in.hooks), std::move(in.train), std::move(in.val));
+  const trainer::PolicyFacts facts = controller.actor_group().template call<&Actor::policy_facts>().get();
+  print_start(config, algorithm, facts.parameter_count, in, placement.describe(), placement.world_size);
+  controller.fit();
+  const fs::path actor_dir = final_actor_folder(config, controller.global_step());
+  fmt::print("verl_train: saved the final actor to {}\n",
+             controller.export_actor(actor_dir / "huggingface", actor_dir / "lora_adapter"));
   return 0;
 }
 
-/// Every rank must run the same configuration (the same file, overrides and environment): a rank
-/// that resolved another one stops the run before anything is trained, naming the digests.
-void require_the_same_configuration_on_every_rank(const trainer::PPOConfig& config, std::string_view resolved_yaml) {
-#ifdef VERL_TRAIN_WITH_MPI
-  std::uint64_t digest = 0xcbf29ce484222325ULL;  // FNV-1a
-  for (const char ch : resolved_yaml) digest = (digest ^ static_cast<unsigned char>(ch)) * 0x100000001b3ULL;
-  auto comm = make_communicator(config);
-  std::int64_t rank0_bits = static_cast<std::int64_t>(digest);
-  comm.broadcast(std::span<std::int64_t>(&rank0_bits, 1), 0);
-  const auto rank0 = static_cast<std::uint64_t>(rank0_bits);
-  VERL_CHECK_ARG(rank0 == digest,
-                 "configuration: rank {} resolved a different configuration than rank 0 (digest {:016x}, rank 0's "
-                 "{:016x}); every rank must be given the same config file and overrides (compare `verl_train --cfg "
-                 "job ...` on each)",
-                 comm.rank(), digest, rank0);
 #else
-  (void)config;
-  (void)resolved_yaml;
-#endif
+
+/// Without MPI: the in-process trainer (one process, every role in it).
+template <class Policy, class Critic>
+int train_in_process(const trainer::PPOConfig& config, const trainer::PPOAlgorithm& algorithm, Policy actor,
+                     std::optional<Policy> reference, Critic critic, const tokenizer::PretrainedTokenizer& tokenizer,
+                     const Formatter& formatter) {
+  std::vector<std::int64_t> eos(actor.config().eos_token_ids.begin(), actor.config().eos_token_ids.end());
+  std::optional<std::int64_t> pad;
+  if (actor.config().pad_token_id) pad = *actor.config().pad_token_id;
+  ControllerInputs in = controller_inputs(config, tokenizer, formatter, actor.vocab_size(), eos, pad);
+  print_start(config, algorithm, static_cast<std::int64_t>(model::parameter_count(actor)), in, "", 1);
+  trainer::PPOTrainer<Policy, Critic> ppo(config, algorithm, std::move(actor), std::move(reference), std::move(critic),
+                                          reward::DefaultRewardFunction{}, std::move(in.hooks), std::move(in.train),
+                                          std::move(in.val));
+  ppo.fit();
+  const fs::path actor_dir = final_actor_folder(config, ppo.global_step());
+  const fs::path out = actor_dir / "huggingface";
+  const std::string saved = trainer::save_policy(ppo.actor(), out, actor_dir / "lora_adapter",
+                                                 expand_home(config.actor_rollout_ref.model.path).string());
+  trainer::save_tokenizer_files(trainer::detail::tokenizer_source(config), out);
+  fmt::print("verl_train: saved the final actor to {}\n", saved);
+  return 0;
 }
 
-int run(int argc, char** argv) {
+#endif
+
+/// The command line's configuration (every rank reads its own; the controller checks they agree).
+struct Command {
+  trainer::PPOConfig config;
+  std::string resolved_yaml;
+};
+
+std::optional<Command> read_command(int argc, char** argv) {
   const trainer::ConfigArguments args = trainer::parse_config_arguments(argc, argv);
   if (args.help) {
     std::fputs(usage.data(), stdout);
-    return 0;
+    return std::nullopt;
   }
   trainer::detail::ConfigNode resolved;
-  const trainer::PPOConfig config = args.config_file
-                                        ? trainer::load_ppo_config(*args.config_file, args.overrides, &resolved)
-                                        : trainer::load_ppo_config(args.overrides, &resolved);
+  trainer::PPOConfig config = args.config_file ? trainer::load_ppo_config(*args.config_file, args.overrides, &resolved)
+                                               : trainer::load_ppo_config(args.overrides, &resolved);
   if (args.print_config) {  // Hydra's --cfg job: what would run, then stop
     std::fputs(trainer::to_yaml(resolved).c_str(), stdout);
-    return 0;
+    return std::nullopt;
   }
-  require_the_same_configuration_on_every_rank(config, trainer::to_yaml(resolved));
-  // The final actor is saved under trainer.default_local_dir whatever trainer.save_freq says.
-  trainer::require_writable_folder("trainer.default_local_dir",
-                                   expand_home(config.trainer.default_local_dir));
-  const trainer::PPOAlgorithm algorithm = trainer::PPOAlgorithm::from_config(config);
-  const fs::path model_path = expand_home(config.actor_rollout_ref.model.path);
-  const trainer::LoraKeys lora_keys = trainer::lora_keys(config.actor_rollout_ref.model);
-  const auto lora = trainer::lora_options(lora_keys, "actor_rollout_ref.model.");
-  model::Transformer base = trainer::load_policy(model_path, "actor_rollout_ref.model.path");
-  const fs::path tokenizer_path = config.actor_rollout_ref.model.tokenizer_path
-                                      ? expand_home(*config.actor_rollout_ref.model.tokenizer_path)
-                                      : model_path;
-  const tokenizer::PretrainedTokenizer tokenizer = trainer::load_policy_tokenizer(tokenizer_path);
-  const Formatter formatter{trainer::prompt_chat_template(config, tokenizer)};
-
-  const bool use_critic = config.critic.enable.value_or(algorithm.needs_critic());
-  VERL_CHECK_ARG(use_critic || !algorithm.needs_critic(),
-                 "critic.enable: algorithm.adv_estimator '{}' needs a critic, but critic.enable=False",
-                 algorithm.estimator.name());
-  // With LoRA the reference is the actor with its adapter disabled, sharing the base weights
-  // (verl's ref_in_actor); without, a second copy of the model.
-  auto run_with = [&](auto critic) {
-    if (lora) {
-      model::LoraTransformer actor =
-          trainer::make_lora_policy(std::move(base), *lora, lora_keys, "actor_rollout_ref.model.");
-      std::optional<model::LoraTransformer> reference;
-      if (algorithm.needs_reference()) reference = actor.with_adapter_disabled();
-      return train(config, algorithm, model_path, std::move(actor), std::move(reference), std::move(critic), tokenizer,
-                   formatter, make_communicator(config));
-    }
-    std::optional<model::Transformer> reference;
-    if (algorithm.needs_reference()) reference = base;
-    return train(config, algorithm, model_path, std::move(base), std::move(reference), std::move(critic), tokenizer,
-                 formatter, make_communicator(config));
-  };
-  if (use_critic) return run_with(trainer::load_critic_model(expand_home(config.critic.model.path), "critic.model.path"));
-  return run_with(trainer::NoCritic{});
+  return Command{std::move(config), trainer::to_yaml(resolved)};
 }
 
-}  // namespace
+/// The setup every path shares: output folder, algorithm, tokenizer and prompt format, critic.
+struct Setup {
+  trainer::PPOAlgorithm algorithm;
+  tokenizer::PretrainedTokenizer tokenizer;
+  Formatter formatter;
+  bool use_critic = false;
+  bool lora = false;
+};
 
-int main(int argc, char** argv) {
+Setup setup_of(const trainer::PPOConfig& config) {
+  // The final actor is saved under trainer.default_local_dir whatever trainer.save_freq says.
+  trainer::require_writable_folder("trainer.default_local_dir", expand_home(config.trainer.default_local_dir));
+  Setup setup{trainer::PPOAlgorithm::from_config(config), trainer::load_policy_tokenizer(trainer::detail::tokenizer_source(config)),
+              {}, false, false};
+  setup.formatter = Formatter{trainer::prompt_chat_template(config, setup.tokenizer)};
+  setup.use_critic = config.critic.enable.value_or(setup.algorithm.needs_critic());
+  VERL_CHECK_ARG(setup.use_critic || !setup.algorithm.needs_critic(),
+                 "critic.enable: algorithm.adv_estimator '{}' needs a critic, but critic.enable=False",
+                 setup.algorithm.estimator.name());
+  setup.lora = trainer::lora_options(trainer::lora_keys(config.actor_rollout_ref.model), "actor_rollout_ref.model.").has_value();
+  return setup;
+}
+
 #ifdef VERL_TRAIN_WITH_MPI
-  verl::parallel::MpiEnvironment mpi(argc, argv);
-#endif
+
+int run(int argc, char** argv) {
+  std::optional<Command> command;
   try {
-    return run(argc, argv);
+    command = read_command(argc, argv);
   } catch (const std::exception& error) {
-#ifdef VERL_TRAIN_WITH_MPI
-    const auto [rank, size] = parallel::world_rank_and_size();
-    if (size > 1) {
-      std::fprintf(stderr, "verl_train: rank %d of %d: error: %s\n", rank, size, error.what());
-      std::fflush(stderr);
-      parallel::abort_every_rank(1);  // the other ranks may wait in a collective for this one
+    std::fprintf(stderr, "verl_train: error: %s\n", error.what());
+    return 1;
+  }
+  if (!command) return 0;
+  own_config_digest = config_digest(command->resolved_yaml);
+  const trainer::PPOConfig& config = command->config;
+  // Rank 0 runs the controller program below; every rank (rank 0 too, in a thread of its own)
+  // serves the worker groups placed on it.
+  return hybridflow::run_controller<ConfigCheck, DenseActor, LoraActor, Critic>(argc, argv, [&](auto& runtime) {
+    runtime.template spawn<ConfigCheck>(runtime.whole_world())
+        .template call<&ConfigCheck::same_as_controller>(own_config_digest)
+        .get();
+    const Setup setup = setup_of(config);
+    const hybridflow::RolePlacement placement =
+        hybridflow::place_roles(trainer::placement_keys(config, setup.use_critic), runtime.world_size());
+    const auto with_critic = [&]<class Actor>() {
+      if (setup.use_critic)
+        return train_with_workers<Actor, Critic>(runtime, config, setup.algorithm, placement, setup.tokenizer, setup.formatter);
+      return train_with_workers<Actor, trainer::NoCritic>(runtime, config, setup.algorithm, placement, setup.tokenizer,
+                                                          setup.formatter);
+    };
+    return setup.lora ? with_critic.template operator()<LoraActor>() : with_critic.template operator()<DenseActor>();
+  });
+}
+
+#else
+
+int run(int argc, char** argv) {
+  try {
+    const std::optional<Command> command = read_command(argc, argv);
+    if (!command) return 0;
+    const trainer::PPOConfig& config = command->config;
+    const Setup setup = setup_of(config);
+    model::Transformer base = trainer::HfPolicySource::actor(config);
+    auto with_critic = [&](auto actor, auto reference) {
+      if (setup.use_critic)
+        return train_in_process(config, setup.algorithm, std::move(actor), std::move(reference),
+                                trainer::HfCriticSource::critic(config), setup.tokenizer, setup.formatter);
+      return train_in_process(config, setup.algorithm, std::move(actor), std::move(reference), trainer::NoCritic{},
+                              setup.tokenizer, setup.formatter);
+    };
+    if (setup.lora) {
+      model::LoraTransformer actor = trainer::HfLoraPolicySource::actor(config);
+      std::optional<model::LoraTransformer> reference;
+      if (setup.algorithm.needs_reference()) reference = actor.with_adapter_disabled();
+      return with_critic(std::move(actor), std::move(reference));
     }
-#endif
+    std::optional<model::Transformer> reference;
+    if (setup.algorithm.needs_reference()) reference = base;
+    return with_critic(std::move(base), std::move(reference));
+  } catch (const std::exception& error) {
     std::fprintf(stderr, "verl_train: error: %s\n", error.what());
     return 1;
   }
 }
+
+#endif
+
+}  // namespace
+
+int main(int argc, char** argv) { return run(argc, argv); }

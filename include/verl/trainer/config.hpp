@@ -512,13 +512,16 @@ inline void validate(const PPOConfig& c, std::vector<std::string>& problems) {
           fmt::format("trainer.device: not supported by verl-cpp yet (the trainer runs on cpu; the CUDA kernels are "
                       "not a trainer yet), got '{}'",
                       c.trainer.device));
-  require(c.trainer.nnodes == 1, fmt::format("trainer.nnodes: not supported by verl-cpp yet (expected 1: ranks come from "
-                                             "mpirun, not from a node count), got {}",
-                                             c.trainer.nnodes));
-  require(c.trainer.n_gpus_per_node == 1,
-          fmt::format("trainer.n_gpus_per_node: not supported by verl-cpp yet (expected 1 with trainer.device=cpu: ranks "
-                      "come from mpirun), got {}",
+  // One MPI rank stands for one device: the pools' sizes (trainer.nnodes x n_gpus_per_node, the
+  // critic's own pool) must add up to the job's ranks, which the placement checks when it starts.
+  require(c.trainer.nnodes >= 1, fmt::format("trainer.nnodes: expected a number of nodes >= 1, got {}", c.trainer.nnodes));
+  require(c.trainer.n_gpus_per_node >= 1,
+          fmt::format("trainer.n_gpus_per_node: expected a number of devices (MPI ranks) per node >= 1, got {}",
                       c.trainer.n_gpus_per_node));
+  require(c.critic.nnodes >= 0 && c.critic.n_gpus_per_node >= 0 && (c.critic.nnodes == 0) == (c.critic.n_gpus_per_node == 0),
+          fmt::format("critic.nnodes / critic.n_gpus_per_node: expected both 0 (the critic shares the actor's ranks) or "
+                      "both >= 1 (a pool of its own), got {} / {}",
+                      c.critic.nnodes, c.critic.n_gpus_per_node));
   require(!c.actor_rollout_ref.rollout.name.has_value(),
           fmt::format("actor_rollout_ref.rollout.name: not supported by verl-cpp yet (verl-cpp generates with its own "
                       "KV-cache rollout; leave it unset, ?\?\?), got '{}'",

@@ -68,6 +68,16 @@ model::BasicTransformer<Scalar> load_policy(const std::filesystem::path& path, s
   return model::load_transformer<Scalar>(path);
 }
 
+/// The policy's architecture (sizes, special ids) without its weights: config.json of a folder, or
+/// a GGUF file's metadata.
+inline model::HfModelConfig load_policy_config(const std::filesystem::path& path, std::string_view key) {
+  if (std::filesystem::is_regular_file(path) && model::is_gguf_file(path)) return model::gguf_model_config(model::GgufFile(path));
+  VERL_CHECK_ARG(std::filesystem::is_directory(path),
+                 "{}: expected a Hugging Face model folder or a GGUF file, got '{}' ({})", key, path.string(),
+                 std::filesystem::exists(path) ? "neither" : "does not exist");
+  return model::HfModelConfig::from_file(path / "config.json");
+}
+
 /// A critic from a Hugging Face folder (load_critic: its value head, or a fresh one on a policy's
 /// body) or from a GGUF file (the policy's body, a fresh value head).
 template <class Scalar = float>

@@ -72,6 +72,7 @@
 #include "verl/trainer/checkpoint.hpp"
 #include "verl/trainer/components_from_config.hpp"
 #include "verl/trainer/config/ppo_config.hpp"
+#include "verl/trainer/generations.hpp"
 #include "verl/trainer/metrics.hpp"
 #include "verl/optim/adamw.hpp"
 #include "verl/optim/clip_grad_norm.hpp"
@@ -81,16 +82,9 @@
 #include "verl/trainer/ppo_trainer_roles.hpp"
 #include "verl/trainer/timer.hpp"
 #include "verl/trainer/validation_metrics.hpp"
+#include "verl/trainer/workers/role_state.hpp"
 
 namespace verl::trainer {
-
-/// What the trainer needs from the tokenizer: decoding responses for the reward function, and the
-/// ids that end and pad a response.
-struct TokenizerHooks {
-  std::function<std::string(std::span<const model::TokenId>)> decode;  ///< skip_special_tokens=True
-  std::vector<model::TokenId> eos_token_ids;
-  model::TokenId pad_token_id = 0;
-};
 
 template <class Policy, class Critic = NoCritic, class Reward = reward::DefaultRewardFunction,
           class Comm = parallel::SelfCommunicator>
@@ -239,7 +233,7 @@ class PPOTrainer {
           generations.push_back({tokenizer_.decode(sample.prompt_ids), response_text(batch, r),
                                  sample.row.ground_truth_text(), static_cast<double>(batch.token_level_scores.row(r).sum())});
         }
-        dump_generations(generations, *config_.trainer.rollout_data_dir);
+        dump_generations(generations, *config_.trainer.rollout_data_dir, global_step_);
       }
       if (!val_.samples().empty() && config_.trainer.test_freq > 0 &&
           (last_step || global_step_ % config_.trainer.test_freq == 0)) {
@@ -304,8 +298,8 @@ class PPOTrainer {
     }
     // Every rank holds every validation row; one writes.
     if (comm_.rank() == 0) {
-      if (config_.trainer.validation_data_dir) dump_generations(generations, *config_.trainer.validation_data_dir);
-      log_val_generations(std::move(generations));
+      if (config_.trainer.validation_data_dir) dump_generations(generations, *config_.trainer.validation_data_dir, global_step_);
+      log_val_generations(std::move(generations), config_.trainer.log_val_generations, global_step_, *console_);
     }
     ValidationInfos infos;
     infos["reward"] = scores;
@@ -478,55 +472,10 @@ class PPOTrainer {
 
   // ---- generations: console samples and JSONL dumps ------------------------------------------
 
-  /// One generated sample as verl's _dump_generations / _maybe_log_val_generations see it.
-  struct Generation {
-    std::string input, output, gts;
-    double score = 0;
-  };
-
   std::string response_text(const Trajectories& t, Index row) const {
     const auto length = static_cast<Index>(t.response_mask.row(row).sum());
     std::vector<model::TokenId> ids(t.responses.row(row).data(), t.responses.row(row).data() + length);
     return tokenizer_.decode(ids);
-  }
-
-  /// verl's _dump_generations: <dir>/<global_step>.jsonl, one line per sample with input, output,
-  /// gts, score and step (in that key order).
-  void dump_generations(const std::vector<Generation>& generations, const std::string& dir) const {
-    std::filesystem::create_directories(dir);
-    const auto path = std::filesystem::path(dir) / (std::to_string(global_step_) + ".jsonl");
-    std::ofstream out(path);
-    VERL_CHECK_ARG(out.good(), "trainer.rollout_data_dir / trainer.validation_data_dir: cannot write {}", path.string());
-    for (const auto& g : generations) {
-      nlohmann::ordered_json line;
-      line["input"] = g.input;
-      line["output"] = g.output;
-      line["gts"] = g.gts;
-      line["score"] = g.score;
-      line["step"] = global_step_;
-      out << line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
-    }
-    VERL_CHECK_ARG(out.good(), "trainer.rollout_data_dir / trainer.validation_data_dir: writing {} failed", path.string());
-  }
-
-  /// verl's _maybe_log_val_generations: trainer.log_val_generations samples, sorted by input and
-  /// then shuffled with seed 42 (a fixed choice, though not numpy's RandomState stream), printed
-  /// through the console.
-  void log_val_generations(std::vector<Generation> generations) const {
-    const std::int64_t count = config_.trainer.log_val_generations;
-    if (count <= 0 || generations.empty()) return;
-    std::stable_sort(generations.begin(), generations.end(),
-                     [](const Generation& a, const Generation& b) { return a.input < b.input; });
-    auto engine = data::seeded_engine(42);
-    const auto order = data::random_permutation(static_cast<std::int64_t>(generations.size()), engine);
-    std::ostream& out = *console_;
-    const auto shown = std::min<std::size_t>(static_cast<std::size_t>(count), generations.size());
-    out << fmt::format("validation generations (step {}, {} of {}):\n", global_step_, shown, generations.size());
-    for (std::size_t i = 0; i < shown; ++i) {
-      const auto& g = generations[static_cast<std::size_t>(order[i])];
-      out << fmt::format("[{}] input: {}\n    output: {}\n    score: {}\n", i + 1, g.input, g.output, g.score);
-    }
-    out.flush();
   }
 
   rollout::SamplingParams sampling_params() const {
@@ -741,12 +690,7 @@ class PPOTrainer {
     return full;
   }
 
-  std::int64_t forward_micro_batch(std::optional<std::int64_t> per_gpu, std::optional<std::int64_t> global,
-                                   Index rows) const {
-    if (per_gpu) return *per_gpu;
-    if (global) return std::max<std::int64_t>(1, *global / comm_.size());
-    return std::max<Index>(rows, 1);
-  }
+
 
   /// A role's log_prob_micro_batch_size_per_gpu and log_prob_micro_batch_size.
   struct MicroBatchSizes {
@@ -769,7 +713,7 @@ class PPOTrainer {
     const Index width = t.responses.cols();
     const auto [lo, hi] = local_rows(t.rows());
     const auto& rollout = config_.actor_rollout_ref.rollout;
-    const Index micro = forward_micro_batch(sizes.per_gpu, sizes.global, hi - lo);
+    const Index micro = forward_micro_batch_size(sizes.per_gpu, sizes.global, comm_.size(), hi - lo);
     MatrixF log_probs(hi - lo, width), entropy = MatrixF::Zero(hi - lo, width);
     MatrixF sum_pi_squared = MatrixF::Zero(wanted.sum_pi_squared ? hi - lo : 0, width);
     for (Index b = lo; b < hi; b += micro) {
@@ -800,8 +744,8 @@ class PPOTrainer {
   MatrixF values_of(const Trajectories& t) {
     const Index width = t.responses.cols();
     const auto [lo, hi] = local_rows(t.rows());
-    const Index micro = forward_micro_batch(config_.critic.forward_micro_batch_size_per_gpu,
-                                            config_.critic.forward_micro_batch_size, hi - lo);
+    const Index micro = forward_micro_batch_size(config_.critic.forward_micro_batch_size_per_gpu,
+                                                 config_.critic.forward_micro_batch_size, comm_.size(), hi - lo);
     MatrixF values(hi - lo, width);
     for (Index b = lo; b < hi; b += micro) {
       const Index e = std::min(hi, b + micro);
@@ -812,38 +756,6 @@ class PPOTrainer {
   }
 
   // ---- advantages -----------------------------------------------------------------------------
-
-  /// The reward function's scores named by `keys`, one per response (verl's non_tensor_batch[key]
-  /// as float32), with verl's gdpo/<key>/{mean,std,max,min} metrics.
-  static algo::RewardComponents reward_components(const Trajectories& t, const std::vector<std::string>& keys,
-                                                  Metrics& metrics) {
-    algo::RewardComponents components;
-    for (const std::string& key : keys) {
-      VectorF values(t.rows());
-      for (Index r = 0; r < t.rows(); ++r) {
-        const auto& out = t.reward_outputs[static_cast<std::size_t>(r)];
-        const std::optional<double> value = out.named_score(key);
-        if (!value)
-          verl::detail::throw_invalid_argument(
-              "algorithm.gdpo_reward_keys: the reward function returned no number named '{}' for response {} "
-              "(it returned: {})",
-              key, r, fmt::join(out.score_names(), ", "));
-        VERL_CHECK_ARG(std::isfinite(*value),
-                       "algorithm.gdpo_reward_keys: reward component '{}' of response {}: expected a finite number, got {}",
-                       key, r, *value);
-        values[r] = static_cast<float>(*value);
-      }
-      if (values.size() > 0) {
-        const double mean = values.cast<double>().mean();
-        metrics["gdpo/" + key + "/mean"] = mean;
-        metrics["gdpo/" + key + "/std"] = std::sqrt((values.cast<double>().array() - mean).square().mean());
-        metrics["gdpo/" + key + "/max"] = values.maxCoeff();
-        metrics["gdpo/" + key + "/min"] = values.minCoeff();
-      }
-      components.emplace(key, std::move(values));
-    }
-    return components;
-  }
 
   void compute_advantages(Trajectories& t, Metrics& metrics) {
     if (algorithm_.use_kl_in_reward) {
@@ -864,7 +776,7 @@ class PPOTrainer {
     }
     algo::RewardComponents components;
     if (algorithm_.estimator.reads_reward_components()) {
-      components = reward_components(t, config_.algorithm.gdpo_reward_keys.value_or(std::vector<std::string>{}), metrics);
+      components = reward_components(t.reward_outputs, config_.algorithm.gdpo_reward_keys.value_or(std::vector<std::string>{}), metrics);
       in.reward_components = &components;
     }
     auto result = algorithm_.estimator.compute(in);
@@ -876,22 +788,11 @@ class PPOTrainer {
 
   // ---- updates --------------------------------------------------------------------------------
 
-  template <class M>
-  static std::vector<optim::ParameterRef> parameters_of(M& model) {
-    std::vector<optim::ParameterRef> refs;
-    model.for_each_parameter([&](const auto& p) { refs.push_back({p.value, p.grad, p.name}); });
-    return refs;
-  }
+
 
   /// Averages gradients over the ranks (FSDP's reduce), then clips and steps. Returns the norm.
   float optimizer_step(std::vector<optim::ParameterRef>& refs, optim::AdamW& optimizer, double grad_clip) {
-    if (comm_.size() > 1) {
-      const float scale = 1.0f / static_cast<float>(comm_.size());
-      for (auto& p : refs) {
-        comm_.all_reduce(p.grad, parallel::ReduceOp::sum);
-        for (float& g : p.grad) g *= scale;
-      }
-    }
+    if (comm_.size() > 1) average_gradients(comm_, refs);
     const float norm = optim::clip_grad_norm(refs, grad_clip);
     // verl skips the update when the norm is not finite; it is counted (see skip_nonfinite_step).
     ++updates_this_step_;
@@ -927,21 +828,9 @@ class PPOTrainer {
 
   /// Mean over ranks of per-rank metrics (max / min for names that say so), as verl gathers them.
   void reduce_over_ranks(Metrics& metrics) {
-    if (comm_.size() == 1) return;
-    std::vector<double> sums, maxes, mins;
-    for (const auto& [k, v] : metrics) {
-      (k.find("max") != std::string::npos ? maxes : k.find("min") != std::string::npos ? mins : sums).push_back(v);
-    }
-    comm_.all_reduce(std::span<double>(sums), parallel::ReduceOp::sum);
-    comm_.all_reduce(std::span<double>(maxes), parallel::ReduceOp::max);
-    comm_.all_reduce(std::span<double>(mins), parallel::ReduceOp::min);
-    std::size_t s = 0, x = 0, m = 0;
-    for (auto& [k, v] : metrics) {
-      if (k.find("max") != std::string::npos) v = maxes[x++];
-      else if (k.find("min") != std::string::npos) v = mins[m++];
-      else v = sums[s++] / static_cast<double>(comm_.size());
-    }
+    if (comm_.size() > 1) reduce_metrics_over_ranks(comm_, metrics);
   }
+
 
   /// Mini-batch boundaries over `rows` rows: chunks of `size` rows (torch's split: the last may
   /// be shorter).
@@ -1038,7 +927,7 @@ class PPOTrainer {
           actor_.backward({.log_probs = d_log_probs, .entropy = d_entropy});
           for (const auto& [k, v] : pg.metrics) mini[k] += v / std::ceil(static_cast<double>(hi - lo) / static_cast<double>(micro));
         }
-        auto refs = parameters_of(actor_);
+        auto refs = parameter_refs(actor_);
         const float norm = optimizer_step(refs, actor_optimizer_, cfg.grad_clip);
         // With GlobalBatchInfo each micro-batch's loss is its share of the mini-batch loss: their
         // sum is the mini-batch's loss, whatever the micro-batch size.
@@ -1096,7 +985,7 @@ class PPOTrainer {
             critic_.backward(model::ValueCotangents<float>{.values = d_values});
             for (const auto& [k, v] : loss.metrics) mini[k] += v / micro_count;
           }
-          auto refs = parameters_of(critic_);
+          auto refs = parameter_refs(critic_);
           const float norm = optimizer_step(refs, critic_optimizer_, cfg.grad_clip);
           mini["critic/vf_loss"] = vf_loss;
           reduce_over_ranks(mini);
@@ -1126,25 +1015,9 @@ class PPOTrainer {
   template <class M>
   static void restore_role(const LoadedRole& role, M& model, optim::AdamW& optimizer, optim::LrScheduler<>& scheduler,
                            std::string_view name) {
-    model.for_each_parameter([&](const auto& p) {
-      role.tensor(p.name).copy_to(p.value, p.shape);
-      using Scalar = std::remove_cvref_t<decltype(p.value[0])>;
-      if (const auto bad = first_non_finite(std::span<const Scalar>(p.value.data(), p.value.size())))
-        ::verl::detail::throw_invalid_argument(
-            "checkpoint role '{}': tensor '{}': expected finite weights, got {} at index {} (a damaged checkpoint "
-            "is not resumed)",
-            name, p.name, p.value[*bad], *bad);
-    });
-    // The trainer always saves the optimizer's moments: fresh ones would silently change the run.
-    VERL_CHECK_ARG(role.optimizer.has_value(),
-                   "checkpoint role '{}': no optimizer state (optim.safetensors); a damaged checkpoint is not "
-                   "resumed",
-                   name);
-    optimizer.load_state(*role.optimizer);
-    VERL_CHECK_ARG(role.extra.contains("lr_scheduler_last_epoch"),
-                   "checkpoint role '{}': extra_state.json has no lr_scheduler_last_epoch", name);
-    scheduler.set_last_epoch(role.extra["lr_scheduler_last_epoch"].template get<std::int64_t>());
+    restore_role_state(RoleState::from(role, name), model, optimizer, scheduler, name);
   }
+
 
   PPOConfig config_;
   PPOAlgorithm algorithm_;

@@ -7,9 +7,14 @@
 // compile-time policy types. The trainer only ever sees a PPOAlgorithm.
 #pragma once
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <optional>
+#include <span>
 #include <variant>
 #include <string>
 #include <vector>
@@ -21,6 +26,9 @@
 #include "verl/algo/policy_losses/registry.hpp"
 #include "verl/algo/rollout_correction.hpp"
 #include "verl/core/error.hpp"
+#include "verl/core/metrics.hpp"
+#include "verl/core/tensor.hpp"
+#include "verl/reward/scorer.hpp"
 #include "verl/trainer/config/ppo_config.hpp"
 
 namespace verl::trainer {
@@ -210,5 +218,39 @@ struct PPOAlgorithm {
     return out;
   }
 };
+
+/// The reward function's scores named by `keys`, one per response (verl's non_tensor_batch[key]
+/// as float32), with verl's gdpo/<key>/{mean,std,max,min} metrics. A name the reward function did
+/// not return, or a non-finite value, is an error naming the key and the response.
+inline algo::RewardComponents reward_components(std::span<const reward::RewardOutput> outputs,
+                                                const std::vector<std::string>& keys, Metrics& metrics) {
+  algo::RewardComponents components;
+  const auto rows = static_cast<Index>(outputs.size());
+  for (const std::string& key : keys) {
+    VectorF values(rows);
+    for (Index r = 0; r < rows; ++r) {
+      const auto& out = outputs[static_cast<std::size_t>(r)];
+      const std::optional<double> value = out.named_score(key);
+      if (!value)
+        verl::detail::throw_invalid_argument(
+            "algorithm.gdpo_reward_keys: the reward function returned no number named '{}' for response {} "
+            "(it returned: {})",
+            key, r, fmt::join(out.score_names(), ", "));
+      VERL_CHECK_ARG(std::isfinite(*value),
+                     "algorithm.gdpo_reward_keys: reward component '{}' of response {}: expected a finite number, got {}",
+                     key, r, *value);
+      values[r] = static_cast<float>(*value);
+    }
+    if (values.size() > 0) {
+      const double mean = values.cast<double>().mean();
+      metrics["gdpo/" + key + "/mean"] = mean;
+      metrics["gdpo/" + key + "/std"] = std::sqrt((values.cast<double>().array() - mean).square().mean());
+      metrics["gdpo/" + key + "/max"] = values.maxCoeff();
+      metrics["gdpo/" + key + "/min"] = values.minCoeff();
+    }
+    components.emplace(key, std::move(values));
+  }
+  return components;
+}
 
 }  // namespace verl::trainer

@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <concepts>
 #include <cstdint>
+#include <functional>
+#include <string>
 #include <span>
 #include <type_traits>
 #include <vector>
@@ -25,6 +27,14 @@
 #include "verl/rollout/sampling.hpp"
 
 namespace verl::trainer {
+
+/// What the trainer needs from the tokenizer: decoding responses for the reward function, and the
+/// ids that end and pad a response.
+struct TokenizerHooks {
+  std::function<std::string(std::span<const model::TokenId>)> decode;  ///< skip_special_tokens=True
+  std::vector<model::TokenId> eos_token_ids;
+  model::TokenId pad_token_id = 0;
+};
 
 /// A trainer without a critic (GRPO, RLOO, REINFORCE++, ReMax, ...).
 struct NoCritic {};

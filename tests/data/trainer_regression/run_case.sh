@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # One recorded verl_train run of the trainer's regression test (tests/data/trainer_regression):
-#   run_case.sh CASE VERL_TRAIN OUT_DIR [NP]
+#   run_case.sh CASE VERL_TRAIN OUT_DIR [NP] [PLACEMENT]
 # CASE is grpo (GRPO with a KL loss to the reference, two mini-batches) or gae (PPO with a critic).
 # Writes OUT_DIR/metrics.jsonl (the file logger) and OUT_DIR/generations/ (trainer.rollout_data_dir).
 # With NP > 1 the run goes through mpirun (data parallel); the results must not change.
+# PLACEMENT is colocated (every role on the NP ranks, the default) or split (gae only: the actor on
+# the first NP/2 ranks, the critic on a pool of its own, the other NP/2), which must give what a
+# colocated run over NP/2 ranks gives.
 set -euo pipefail
-case_name=$1 verl_train=$2 out=$3 np=${4:-1}
+case_name=$1 verl_train=$2 out=$3 np=${4:-1} placement=${5:-colocated}
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../../.." && pwd)
 rm -rf "$out" && mkdir -p "$out"
@@ -22,6 +25,15 @@ case "$case_name" in
               algorithm.kl_ctrl.kl_coef=0.5) ;;
   gae) extra=(algorithm.adv_estimator=gae critic.model.path="$root/tests/data/models/tiny-qwen2" critic.optim.lr=0.001) ;;
   *) echo "run_case.sh: unknown case '$case_name' (grpo or gae)" >&2; exit 2 ;;
+esac
+case "$placement" in
+  colocated) extra+=(trainer.n_gpus_per_node="$np") ;;
+  split)
+    if [ "$case_name" != gae ] || [ $((np % 2)) -ne 0 ]; then
+      echo "run_case.sh: split placement needs the gae case and an even NP, got $case_name at $np" >&2; exit 2
+    fi
+    extra+=(trainer.n_gpus_per_node=$((np / 2)) +critic.nnodes=1 +critic.n_gpus_per_node=$((np / 2))) ;;
+  *) echo "run_case.sh: unknown placement '$placement' (colocated or split)" >&2; exit 2 ;;
 esac
 launch=("$verl_train")
 if [ "$np" -gt 1 ]; then

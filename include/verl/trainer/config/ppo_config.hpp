@@ -195,6 +195,11 @@ struct CriticConfig {
   std::optional<std::int64_t> forward_micro_batch_size;
   std::optional<std::int64_t> forward_micro_batch_size_per_gpu;
   double grad_clip = 1.0;
+  /// The critic's own resource pool (verl-cpp's keys, `+critic.nnodes` / `+critic.n_gpus_per_node`:
+  /// verl has none; its split-placement example builds this pool in code). 0: the critic shares
+  /// the actor's ranks.
+  std::int64_t nnodes = 0;
+  std::int64_t n_gpus_per_node = 0;
   friend bool operator==(const CriticConfig&, const CriticConfig&) = default;
 };
 
@@ -371,7 +376,7 @@ VERL_CONFIG_FIELDS(ActorRolloutRefConfig, model, actor, ref, rollout, nccl_timeo
 VERL_CONFIG_FIELDS(CriticModelSection, path, tokenizer_path)
 VERL_CONFIG_FIELDS(CriticConfig, optim, model, enable, ppo_mini_batch_size, ppo_micro_batch_size,
                    ppo_micro_batch_size_per_gpu, use_dynamic_bsz, ppo_epochs, cliprange_value, loss_agg_mode, checkpoint, forward_micro_batch_size, forward_micro_batch_size_per_gpu,
-                   grad_clip)
+                   grad_clip, nnodes, n_gpus_per_node)
 VERL_CONFIG_FIELDS(OverlongBufferConfig, enable, len, penalty_factor, log)
 VERL_CONFIG_FIELDS(RewardModelConfig, overlong_buffer)
 VERL_CONFIG_FIELDS(RewardManagerSection, name)

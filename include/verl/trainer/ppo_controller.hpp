@@ -1,0 +1,820 @@
+// PPOController: verl's RayPPOTrainer.fit as a single-controller program over worker groups (the
+// HybridFlow runtime). The controller runs in rank 0's process; the actor/rollout/reference and the
+// critic are worker groups on resource pools (colocated on the same ranks, or split), and every
+// model computation is a call on them that returns a future:
+//
+//   batch = generate(prompts)                          actor.generate_sequences   (DP_COMPUTE_PROTO)
+//   reward(batch)                                      the rule reward, here
+//   old = actor.compute_log_prob(batch)                ┐
+//   ref = actor.compute_ref_log_prob(batch)            ├ issued together; the critic's pool
+//   values = critic.compute_values(batch)              ┘ works while the actor's does
+//   compute_advantages(batch)                          here (verl's compute_advantage)
+//   critic.update_critic(batch); actor.update_actor(batch)
+//
+// What the step computes is the in-process PPOTrainer's, call for call: the same seeds (a prompt's
+// samples depend only on its seed), the same rows on each data-parallel rank, the same mini-batches
+// (each a contiguous run of the batch, split over the ranks: mini_batch_major_order), the same
+// reductions. The controller holds the batch as verl's DataProto; each call sends a group only the
+// columns it reads.
+//
+//   PPOController<Runtime, ActorWorker, CriticWorker = NoCritic, Reward = reward::DefaultRewardFunction>
+#pragma once
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "verl/algo/advantages/registry.hpp"
+#include "verl/algo/kl/controller.hpp"
+#include "verl/algo/kl/rewards.hpp"
+#include "verl/algo/loss_aggregation.hpp"
+#include "verl/algo/rollout_correction.hpp"
+#include "verl/core/error.hpp"
+#include "verl/core/metrics.hpp"
+#include "verl/data/data_proto.hpp"
+#include "verl/data/dataloader.hpp"
+#include "verl/data/rl_dataset.hpp"
+#include "verl/hybridflow/placement.hpp"
+#include "verl/hybridflow/runtime.hpp"
+#include "verl/parallel/seqlen_balancing.hpp"
+#include "verl/reward/reward_score.hpp"
+#include "verl/rollout/sampling.hpp"
+#include "verl/trainer/checkpoint.hpp"
+#include "verl/trainer/components_from_config.hpp"
+#include "verl/trainer/config.hpp"
+#include "verl/trainer/generations.hpp"
+#include "verl/trainer/logging/tracking.hpp"
+#include "verl/trainer/metrics.hpp"
+#include "verl/trainer/ppo_trainer_algorithm.hpp"
+#include "verl/trainer/ppo_trainer_roles.hpp"
+#include "verl/trainer/timer.hpp"
+#include "verl/trainer/validation_metrics.hpp"
+#include "verl/trainer/workers/actor_rollout_ref_worker.hpp"
+#include "verl/trainer/workers/batch_keys.hpp"
+#include "verl/trainer/workers/critic_worker.hpp"
+#include "verl/trainer/workers/role_state.hpp"
+
+namespace verl::trainer {
+
+/// The placement keys of a configuration (hybridflow::place_roles reads them).
+inline hybridflow::PlacementKeys placement_keys(const PPOConfig& config, bool use_critic) {
+  hybridflow::PlacementKeys keys;
+  keys.nnodes = config.trainer.nnodes;
+  keys.n_gpus_per_node = config.trainer.n_gpus_per_node;
+  keys.use_critic = use_critic;
+  keys.critic_nnodes = config.critic.nnodes;
+  keys.critic_n_gpus_per_node = config.critic.n_gpus_per_node;
+  return keys;
+}
+
+/// The in-process view of verl's DataProto-to-rows balancing (RayPPOTrainer._balance_batch):
+/// reorders the rows so that each of the `world_size` contiguous shares has about the same total
+/// sequence length. Returns the global_seqlen/* metrics.
+inline Metrics balance_batch(data::DataProto& batch, int world_size, std::string_view prefix = "global_seqlen") {
+  VERL_CHECK_ARG(world_size >= 1, "world_size: expected >= 1, got {}", world_size);
+  VERL_CHECK_ARG(batch.size() % world_size == 0, "balance_batch: {} rows do not split over {} ranks", batch.size(), world_size);
+  const MatrixF& attention = float_column(batch, keys::attention_mask);
+  std::vector<std::int64_t> seqlens(static_cast<std::size_t>(batch.size()));
+  for (Index r = 0; r < batch.size(); ++r)
+    seqlens[static_cast<std::size_t>(r)] = static_cast<std::int64_t>(std::llround(attention.row(r).sum()));
+  const parallel::Partitions partitions = parallel::get_seqlen_balanced_partitions(seqlens, world_size, /*equal_size=*/true);
+  std::vector<Index> order;
+  order.reserve(seqlens.size());
+  for (const auto& part : partitions)
+    for (const int r : part) order.push_back(r);
+  batch.reorder(order);
+  return parallel::log_seqlen_unbalance(seqlens, partitions, prefix);
+}
+
+namespace detail {
+/// The worker group of W on Runtime (NoCritic: none).
+template <class Runtime, class W>
+struct group_of {
+  using type = hybridflow::WorkerGroup<Runtime, W>;
+};
+template <class Runtime>
+struct group_of<Runtime, NoCritic> {
+  using type = NoCritic;
+};
+}  // namespace detail
+
+template <class Runtime, class ActorWorker, class CriticWorker = NoCritic, class Reward = reward::DefaultRewardFunction>
+class PPOController {
+  static constexpr bool has_critic = !std::same_as<CriticWorker, NoCritic>;
+  VERL_STATIC_ASSERT(reward::RewardFunction<Reward>,
+                     REWARD_FUNCTION_MUST_TAKE_DATA_SOURCE_SOLUTION_STR_GROUND_TRUTH_AND_RETURN_A_SCORE);
+  using ActorGroup = hybridflow::WorkerGroup<Runtime, ActorWorker>;
+  using CriticGroup = typename detail::group_of<Runtime, CriticWorker>::type;
+
+ public:
+  /// Spawns the worker groups on their pools (`placement.critic` for the critic) and initialises
+  /// their models with this configuration.
+  PPOController(Runtime& runtime, PPOConfig config, const hybridflow::RolePlacement& placement, Reward reward_fn,
+                TokenizerHooks tokenizer, data::RLHFDataset train, data::RLHFDataset val)
+      : runtime_(&runtime),
+        config_(std::move(config)),
+        algorithm_(PPOAlgorithm::from_config(config_)),
+        reward_fn_(std::move(reward_fn)),
+        tokenizer_(std::move(tokenizer)),
+        train_(std::move(train)),
+        val_(std::move(val)),
+        loader_(train_.size(), train_loader_options(config_.data)),
+        total_steps_(trainer::total_training_steps(config_, loader_.num_batches(), static_cast<std::int64_t>(train_.size()))),
+        kl_ctrl_(algo::get_kl_controller(algorithm_.kl_ctrl)),
+        checkpoints_(checkpoint_manager(config_.trainer)),
+        actor_(runtime.template spawn<ActorWorker>(placement.actor)) {
+    if constexpr (has_critic) {
+      VERL_CHECK_ARG(placement.critic.has_value(), "placement: the trainer has a critic but the placement gives it no pool");
+      critic_.emplace(runtime.template spawn<CriticWorker>(*placement.critic));
+    } else {
+      VERL_CHECK_ARG(!algorithm_.needs_critic(),
+                     "algorithm.adv_estimator: '{}' needs a critic; build the trainer with a critic worker "
+                     "(critic.model.path)",
+                     algorithm_.estimator.name());
+    }
+    validate_setup();
+    const std::vector<std::string> overrides = to_overrides(config_);
+    auto actor_ready = actor_.template call<&ActorWorker::init_model>(overrides, total_steps_);
+    if constexpr (has_critic) {
+      auto critic_ready = critic_->template call<&CriticWorker::init_model>(overrides, total_steps_);
+      critic_ready.get();
+    }
+    actor_ready.get();
+  }
+
+  /// Adds a metrics backend of the caller's type (any MetricsLogger) beside trainer.logger's.
+  template <class L>
+  void add_logger(L logger) {
+    auto shared = std::make_shared<L>(std::move(logger));
+    extra_loggers_.push_back([shared](Tracking& tracking) { tracking.add(std::move(*shared)); });
+  }
+
+  // ---- the program ----------------------------------------------------------------------------
+
+  /// verl's fit(): resume, validate before training, then step until total_training_steps (or
+  /// `stop_after_step`). Returns the metrics logged at each step.
+  std::vector<Metrics> fit(std::optional<std::int64_t> stop_after_step = std::nullopt, std::ostream& console = std::cout) {
+    console_ = &console;
+    require_writable_outputs(config_.trainer, config_.trainer.save_freq > 0);
+    const bool resumed = resume();
+    Tracking tracking =
+        trainer::tracking(config_.trainer, total_steps_, resumed ? std::optional<std::int64_t>(global_step_) : std::nullopt, console);
+    for (const auto& attach : extra_loggers_) attach(tracking);
+    extra_loggers_.clear();
+    std::vector<Metrics> history;
+    if (!val_.samples().empty() && config_.trainer.val_before_train) {
+      history.push_back(validate());
+      tracking.log(history.back(), global_step_);
+      if (config_.trainer.val_only) return history;
+    }
+    while (global_step_ < total_steps_ && (!stop_after_step || global_step_ < *stop_after_step)) {
+      history.push_back(step());
+      tracking.log(history.back(), global_step_);
+    }
+    return history;
+  }
+
+  /// One iteration of verl's training loop; returns its metrics (not logged).
+  Metrics step() {
+    ++global_step_;
+    const bool last_step = global_step_ >= total_steps_;
+    TimingRaw timing;
+    Metrics metrics;
+    data::DataProto batch;
+    {
+      ScopedTimer step_timer("step", timing);
+      batch = collect_batch(timing, metrics);
+      if (config_.trainer.balance_batch) merge(metrics, balance_batch(batch, static_cast<int>(actor_.dp_size())));
+      const bool actor_updates = config_.trainer.critic_warmup <= global_step_;
+      const bool bypass = algorithm_.rollout.bypass;
+      // As the in-process trainer: on-policy, the update's own forward gives the old log-probs
+      // (detached) and actor/entropy, so the separate pass runs only when something reads them first.
+      const bool fold_old_log_prob =
+          bypass || (actor_updates && actor_on_policy(batch.size()) && !config_.algorithm.use_kl_in_reward &&
+                     !algorithm_.rollout.compare && !config_.actor_rollout_ref.actor.calculate_sum_pi_squared);
+      if (bypass) batch.set(std::string(keys::old_log_probs), float_column(batch, keys::rollout_log_probs));
+      {
+        // The forward passes, issued together: colocated roles run one after another on their
+        // ranks, a critic on its own pool at the same time (each timer measures the wait for its
+        // result after the ones before it).
+        const data::DataProto sequences = sequence_columns(batch);
+        std::optional<hybridflow::Future<Runtime, data::DataProto>> old, ref, values;
+        if (!fold_old_log_prob) old.emplace(actor_.template call<&ActorWorker::compute_log_prob>(sequences));
+        if (algorithm_.needs_reference()) ref.emplace(actor_.template call<&ActorWorker::compute_ref_log_prob>(sequences));
+        if constexpr (has_critic) values.emplace(critic_->template call<&CriticWorker::compute_values>(sequences));
+        if (old) {
+          ScopedTimer t("old_log_prob", timing);
+          data::DataProto out = old->get();
+          metrics["actor/entropy"] = algo::agg_loss(float_column(out, keys::entropys), float_column(batch, keys::response_mask),
+                                                    algorithm_.loss_agg_mode);
+          (void)out.pop({std::string(keys::entropys)});
+          batch.union_with(out);
+          if (algorithm_.rollout.compare) {
+            merge(metrics, compute_rollout_probs_diff_metrics(float_column(batch, keys::old_log_probs),
+                                                              float_column(batch, keys::rollout_log_probs),
+                                                              float_column(batch, keys::response_mask)));
+          }
+        }
+        if (ref) {
+          ScopedTimer t("ref", timing);
+          batch.union_with(ref->get());
+        }
+        if (values) {
+          ScopedTimer t("values", timing);
+          batch.union_with(values->get());
+        }
+      }
+      {
+        ScopedTimer t("adv", timing);
+        if (algorithm_.rollout.compare && !bypass) correct_for_the_rollout(batch, metrics);
+        compute_advantages(batch, metrics);
+      }
+      last_batch_ = batch;
+      if constexpr (has_critic) {
+        ScopedTimer t("update_critic", timing);
+        absorb_update(critic_->template call<&CriticWorker::update_critic>(critic_update_batch(batch)).get(), metrics);
+      }
+      if (actor_updates) {
+        ScopedTimer t("update_actor", timing);
+        absorb_update(actor_.template call<&ActorWorker::update_actor>(actor_update_batch(batch, fold_old_log_prob)).get(),
+                      metrics);
+      }
+      skip_nonfinite_step(metrics);
+      if (config_.trainer.rollout_data_dir) {
+        ScopedTimer t("dump_rollout_generations", timing);
+        std::vector<Generation> generations;
+        const auto& samples = batch.non_tensor<std::int64_t>(keys::index);
+        const MatrixF& scores = float_column(batch, keys::token_level_scores);
+        for (Index r = 0; r < batch.size(); ++r) {
+          const auto& sample = train_[samples[static_cast<std::size_t>(r)]];
+          generations.push_back({tokenizer_.decode(sample.prompt_ids), response_text(batch, r), sample.row.ground_truth_text(),
+                                 static_cast<double>(scores.row(r).sum())});
+        }
+        dump_generations(generations, *config_.trainer.rollout_data_dir, global_step_);
+      }
+      if (!val_.samples().empty() && config_.trainer.test_freq > 0 &&
+          (last_step || global_step_ % config_.trainer.test_freq == 0)) {
+        ScopedTimer t("testing", timing);
+        merge(metrics, validate());
+      }
+      if (config_.trainer.save_freq > 0 && (last_step || global_step_ % config_.trainer.save_freq == 0)) {
+        ScopedTimer t("save_checkpoint", timing);
+        save_checkpoint();
+      }
+    }
+    merge(metrics, compute_data_metrics(DataMetricsInputs{
+                       .token_level_scores = float_column(batch, keys::token_level_scores),
+                       .token_level_rewards = float_column(batch, keys::token_level_rewards),
+                       .advantages = float_column(batch, keys::advantages),
+                       .returns = float_column(batch, keys::returns),
+                       .attention_mask = float_column(batch, keys::attention_mask),
+                       .response_mask = float_column(batch, keys::response_mask),
+                       .values = has_critic ? std::optional<ConstMatrixRefF>(float_column(batch, keys::values)) : std::nullopt}));
+    const TokenCounts tokens =
+        count_tokens(float_column(batch, keys::attention_mask), float_column(batch, keys::response_mask).cols());
+    merge(metrics, compute_timing_metrics(tokens, timing));
+    merge(metrics, compute_throughout_metrics(tokens.overall(), timing, runtime_->world_size()));
+    metrics["training/global_step"] = static_cast<double>(global_step_);
+    metrics["training/epoch"] = static_cast<double>(loader_.epoch());
+    return metrics;
+  }
+
+  /// Generates for every validation prompt with val_kwargs and scores the responses:
+  /// val-core/<data_source>/reward/mean@N (acc when the reward function reports it) and val-aux/*.
+  Metrics validate() {
+    const auto& kw = config_.actor_rollout_ref.rollout.val_kwargs;
+    rollout::SamplingParams params = sampling_params();
+    params.n = kw.n;
+    params.temperature = kw.do_sample ? static_cast<float>(kw.temperature) : 0.0f;
+    params.top_k = kw.top_k;
+    params.top_p = static_cast<float>(kw.top_p);
+    std::vector<std::string> sources, uids;
+    std::vector<double> scores, accs;
+    std::vector<Generation> generations;
+    bool any_acc = false;
+    const auto size = val_.size();
+    const std::int64_t chunk = config_.data.val_batch_size.value_or(size);
+    VERL_CHECK_ARG(chunk > 0, "data.val_batch_size: expected a positive size, got {}", chunk);
+    for (std::int64_t begin = 0; begin < size; begin += chunk) {
+      std::vector<std::int64_t> indices;
+      for (std::int64_t i = begin; i < std::min(size, begin + chunk); ++i) indices.push_back(i);
+      // Validation prompts keep their own seeds whatever the step, so runs compare alike.
+      const data::DataProto part = generate(val_, indices, params, validation_seed_base(), begin);
+      const auto& samples = part.non_tensor<std::int64_t>(keys::index);
+      for (Index r = 0; r < part.size(); ++r) {
+        const auto& sample = val_[samples[static_cast<std::size_t>(r)]];
+        const auto out = score_response(sample, part, r);
+        sources.push_back(sample.row.data_source);
+        uids.push_back(std::to_string(samples[static_cast<std::size_t>(r)]));
+        scores.push_back(out.score);
+        accs.push_back(out.acc ? (*out.acc ? 1.0 : 0.0) : out.score);
+        any_acc = any_acc || out.acc.has_value();
+        generations.push_back({tokenizer_.decode(sample.prompt_ids), response_text(part, r), sample.row.ground_truth_text(),
+                               out.score});
+      }
+    }
+    if (config_.trainer.validation_data_dir) dump_generations(generations, *config_.trainer.validation_data_dir, global_step_);
+    log_val_generations(std::move(generations), config_.trainer.log_val_generations, global_step_, *console_);
+    ValidationInfos infos;
+    infos["reward"] = scores;
+    if (any_acc) infos["acc"] = accs;
+    return validation_metrics(sources, uids, infos);
+  }
+
+  // ---- checkpoints ----------------------------------------------------------------------------
+
+  /// Writes global_step_<N> atomically: each role's state comes from its group's first rank, the
+  /// data position and the KL controller from here.
+  void save_checkpoint() {
+    auto actor_state = actor_.template call<&ActorWorker::checkpoint_state>();
+    std::optional<hybridflow::Future<Runtime, RoleState>> critic_state;
+    if constexpr (has_critic) critic_state.emplace(critic_->template call<&CriticWorker::checkpoint_state>());
+    const RoleState actor = actor_state.get();
+    const std::optional<RoleState> critic = critic_state ? std::optional<RoleState>(critic_state->get()) : std::nullopt;
+    CheckpointSnapshot snapshot;
+    snapshot.global_step = global_step_;
+    snapshot.roles["actor"] = actor.snapshot();
+    if (critic) snapshot.roles["critic"] = critic->snapshot();
+    snapshot.data = loader_.state();
+    snapshot.extra = {{"kl_coef", algo::kl_coefficient(kl_ctrl_)}, {"next_uid", next_uid_}};
+    checkpoints_.save(snapshot);
+  }
+
+  /// Restores a checkpoint folder written by save_checkpoint() (or the in-process trainer's).
+  void load_checkpoint(const std::filesystem::path& folder) {
+    const LoadedCheckpoint loaded = CheckpointManager::load(folder);
+    VERL_CHECK_ARG(loaded.data.has_value(),
+                   "checkpoint '{}': no data.json (the data loader's position); a damaged checkpoint is not resumed",
+                   folder.string());
+    auto actor = actor_.template call<&ActorWorker::load_checkpoint_state>(RoleState::from(loaded.role("actor"), "actor"));
+    if constexpr (has_critic) {
+      critic_->template call<&CriticWorker::load_checkpoint_state>(RoleState::from(loaded.role("critic"), "critic")).get();
+    }
+    actor.get();
+    loader_.load_state(*loaded.data);
+    global_step_ = loaded.global_step;
+    const double kl_coef = loaded.extra.value("kl_coef", algo::kl_coefficient(kl_ctrl_));
+    std::visit([&](auto& controller) { controller.value = kl_coef; }, kl_ctrl_);
+    next_uid_ = loaded.extra.value("next_uid", next_uid_);
+  }
+
+  /// trainer.resume_mode: resumes from the latest (auto) or the given (resume_path) checkpoint.
+  bool resume() {
+    const auto folder = checkpoints_.resume_folder(config_.trainer.resume_mode, config_.trainer.resume_from_path);
+    if (!folder) {
+      if (config_.trainer.resume_mode == ResumeMode::automatic) {
+        *console_ << fmt::format("trainer.resume_mode=auto: no checkpoint in '{}'; training from scratch\n",
+                                 config_.trainer.default_local_dir);
+      }
+      return false;
+    }
+    load_checkpoint(*folder);
+    return true;
+  }
+
+  /// Writes the trained actor as a Hugging Face folder (and a LoRA adapter beside it).
+  std::string export_actor(const std::filesystem::path& folder, const std::filesystem::path& adapter_folder) {
+    return actor_.template call<&ActorWorker::export_actor>(folder.string(), adapter_folder.string()).get();
+  }
+
+  // ---- access ---------------------------------------------------------------------------------
+  [[nodiscard]] const PPOConfig& config() const { return config_; }
+  [[nodiscard]] const PPOAlgorithm& algorithm() const { return algorithm_; }
+  [[nodiscard]] std::int64_t global_step() const { return global_step_; }
+  [[nodiscard]] std::int64_t total_training_steps() const { return total_steps_; }
+  [[nodiscard]] double kl_coefficient() const { return algo::kl_coefficient(kl_ctrl_); }
+  [[nodiscard]] ActorGroup& actor_group() { return actor_; }
+  /// The last step's batch (after dynamic sampling and balancing) with its log-probs, values and
+  /// advantages, for inspection.
+  [[nodiscard]] const data::DataProto& last_batch() const { return last_batch_; }
+
+ private:
+  static void merge(Metrics& into, const Metrics& from) {
+    for (const auto& [k, v] : from) into[k] = v;
+  }
+
+  // ---- setup ----------------------------------------------------------------------------------
+
+  void validate_setup() {
+    const auto& actor = config_.actor_rollout_ref.actor;
+    const std::int64_t dp = actor_.dp_size();
+    if constexpr (std::same_as<Reward, reward::DefaultRewardFunction>) {
+      for (const auto& [key, dataset] : {std::pair<std::string_view, const data::RLHFDataset*>{"data.train_files", &train_},
+                                         {"data.val_files", &val_}}) {
+        for (const auto& sample : dataset->samples()) {
+          VERL_CHECK_ARG(!sample.row.reward_model.ground_truth.is_null(),
+                         "{}: {}: the row has no reward_model.ground_truth, which the rule-based reward of data_source "
+                         "'{}' compares with",
+                         key, sample.source.to_string(), sample.row.data_source);
+        }
+      }
+    }
+    VERL_CHECK_ARG(train_.size() > 0, "data.train_files: expected at least one usable prompt, got none");
+    const std::int64_t batch = config_.data.train_batch_size;
+    VERL_CHECK_ARG(actor.ppo_mini_batch_size >= 1 && actor.ppo_mini_batch_size <= batch,
+                   "actor_rollout_ref.actor.ppo_mini_batch_size: expected a value in [1, data.train_batch_size = {}], "
+                   "got {}",
+                   batch, actor.ppo_mini_batch_size);
+    VERL_CHECK_ARG(actor.ppo_epochs >= 1, "actor_rollout_ref.actor.ppo_epochs: expected >= 1, got {}", actor.ppo_epochs);
+    const std::int64_t gen = config_.data.gen_batch_size.value_or(batch);
+    VERL_CHECK_ARG(gen % dp == 0 && batch % dp == 0,
+                   "data.train_batch_size / data.gen_batch_size: expected multiples of the actor's {} data-parallel ranks "
+                   "(trainer.nnodes x trainer.n_gpus_per_node), got {} / {}",
+                   dp, batch, gen);
+    VERL_CHECK_ARG((actor.ppo_mini_batch_size * config_.actor_rollout_ref.rollout.n) % dp == 0,
+                   "actor_rollout_ref.actor.ppo_mini_batch_size: {} prompts x rollout.n {} must split evenly over {} "
+                   "ranks",
+                   actor.ppo_mini_batch_size, config_.actor_rollout_ref.rollout.n, dp);
+    VERL_CHECK_ARG(algorithm_.filter_groups || gen == batch,
+                   "data.gen_batch_size: {} differs from data.train_batch_size {}, which only dynamic sampling "
+                   "(algorithm.filter_groups.enable=True) uses",
+                   gen, batch);
+    if constexpr (has_critic) {
+      const auto& critic = config_.critic;
+      VERL_CHECK_ARG(critic.ppo_mini_batch_size >= 1 && critic.ppo_mini_batch_size <= batch,
+                     "critic.ppo_mini_batch_size: expected a value in [1, data.train_batch_size = {}], got {}", batch,
+                     critic.ppo_mini_batch_size);
+      const std::int64_t critic_dp = critic_->dp_size();
+      VERL_CHECK_ARG(batch * config_.actor_rollout_ref.rollout.n % critic_dp == 0 &&
+                         critic.ppo_mini_batch_size * config_.actor_rollout_ref.rollout.n % critic_dp == 0,
+                     "critic.ppo_mini_batch_size / data.train_batch_size: {} / {} prompts x rollout.n {} must split evenly "
+                     "over the critic's {} ranks",
+                     critic.ppo_mini_batch_size, batch, config_.actor_rollout_ref.rollout.n, critic_dp);
+    }
+  }
+
+  // ---- generation and reward ------------------------------------------------------------------
+
+  rollout::SamplingParams sampling_params() const {
+    const auto& r = config_.actor_rollout_ref.rollout;
+    rollout::SamplingParams params;
+    params.temperature = r.do_sample ? static_cast<float>(r.temperature) : 0.0f;
+    params.top_k = r.top_k;
+    params.top_p = static_cast<float>(r.top_p);
+    params.n = r.n;
+    params.max_response_length = config_.data.max_response_length;
+    if (!r.ignore_eos) params.eos_token_ids = tokenizer_.eos_token_ids;
+    params.pad_token_id = tokenizer_.pad_token_id;
+    return params;
+  }
+
+  std::uint64_t seed_base() const { return data_seed(config_.data); }
+  std::uint64_t validation_seed_base() const { return rollout::derive_seed(seed_base(), 0x7661'6c69'6461'7465ULL); }
+
+  /// Generates for dataset[indices] on the actor group (each rank its contiguous share of the
+  /// prompts; a count that does not divide is padded with copies of the last prompt, whose
+  /// responses are dropped). Prompt k of the call draws from seed (base, first + k).
+  data::DataProto generate(const data::RLHFDataset& dataset, std::span<const std::int64_t> indices,
+                           const rollout::SamplingParams& params, std::uint64_t seed_base, std::int64_t first) {
+    const auto prompts_total = static_cast<Index>(indices.size());
+    const Index dp = actor_.dp_size();
+    const Index padded_total = (prompts_total + dp - 1) / dp * dp;
+    std::vector<std::vector<model::TokenId>> prompt_ids;
+    std::vector<std::int64_t> seeds;
+    for (Index b = 0; b < padded_total; ++b) {
+      const Index source = std::min(b, prompts_total - 1);
+      prompt_ids.push_back(dataset[indices[static_cast<std::size_t>(source)]].prompt_ids);
+      seeds.push_back(static_cast<std::int64_t>(rollout::derive_seed(seed_base, static_cast<std::uint64_t>(first + source))));
+    }
+    const rollout::PromptBatch all = rollout::PromptBatch::left_padded(prompt_ids, tokenizer_.pad_token_id);
+    data::DataProto request;
+    request.set(std::string(keys::input_ids), all.input_ids);
+    request.set(std::string(keys::attention_mask), all.attention_mask);
+    request.set_non_tensor(std::string(keys::seed), std::move(seeds));
+    request.meta_info()["sampling_params"] = sampling_params_to_json(params);
+    data::DataProto out = actor_.template call<&ActorWorker::generate_sequences>(request).get();
+    if (padded_total != prompts_total) out = out.slice(0, prompts_total * params.n);
+    std::vector<std::int64_t> sample;
+    for (Index r = 0; r < out.size(); ++r) sample.push_back(indices[static_cast<std::size_t>(r / params.n)]);
+    out.set_non_tensor(std::string(keys::index), std::move(sample));
+    return out;
+  }
+
+  std::string response_text(const data::DataProto& batch, Index row) const {
+    const auto length = static_cast<Index>(float_column(batch, keys::response_mask).row(row).sum());
+    const auto response = int_column(batch, keys::responses).row(row);
+    std::vector<model::TokenId> ids(response.data(), response.data() + length);
+    return tokenizer_.decode(ids);
+  }
+
+  reward::RewardOutput score_response(const data::RLHFSample& sample, const data::DataProto& batch, Index row) {
+    reward::ExtraInfo info;
+    if (sample.row.extra_info.is_object()) {
+      for (const auto& [key, value] : sample.row.extra_info.items())
+        info[key] = value.is_string() ? value.template get<std::string>() : value.dump();
+    }
+    return reward::call_reward_function(reward_fn_, sample.row.data_source, response_text(batch, row),
+                                        sample.row.ground_truth_text(), info);
+  }
+
+  /// verl's reward manager: the score at the last valid response token (naive), plus DAPO's
+  /// overlong penalty when configured; the reward function's whole result is kept per row.
+  void compute_rewards(data::DataProto& batch, Metrics& metrics) {
+    const MatrixF& response_mask = float_column(batch, keys::response_mask);
+    const Index rows = batch.size(), width = response_mask.cols();
+    MatrixF scores = MatrixF::Zero(rows, width);
+    std::vector<nlohmann::json> outputs;
+    const auto& samples = batch.non_tensor<std::int64_t>(keys::index);
+    double overlong_total = 0;
+    for (Index r = 0; r < rows; ++r) {
+      const reward::RewardOutput out = score_response(train_[samples[static_cast<std::size_t>(r)]], batch, r);
+      const auto length = static_cast<Index>(response_mask.row(r).sum());
+      double reward = out.score;
+      if (algorithm_.overlong_penalty) {
+        const auto& p = *algorithm_.overlong_penalty;
+        const double expected = static_cast<double>(config_.data.max_response_length - p.buffer_length);
+        const double exceed = static_cast<double>(length) - expected;
+        const double penalty = std::min(-exceed / static_cast<double>(p.buffer_length) * p.penalty_factor, 0.0);
+        reward += penalty;
+        overlong_total += penalty;
+      }
+      if (length > 0) scores(r, length - 1) = static_cast<float>(reward);
+      outputs.push_back(to_json(out));
+    }
+    batch.set(std::string(keys::token_level_scores), std::move(scores));
+    batch.set_non_tensor(std::string(keys::reward_output), std::move(outputs));
+    if (algorithm_.overlong_penalty && algorithm_.overlong_penalty->log && rows > 0)
+      metrics["reward/overlong_penalty/mean"] = overlong_total / static_cast<double>(rows);
+  }
+
+  std::vector<std::int64_t> next_indices() {
+    auto batch = loader_.next();
+    if (!batch) batch = loader_.next();  // the epoch ended: the loader stands at the next one
+    VERL_CHECK_ARG(batch.has_value(), "train dataloader: no batch (dataset of {} samples, batch size {})",
+                   loader_.dataset_size(), loader_.options().batch_size);
+    return *batch;
+  }
+
+  /// `batch` with its sequence columns widened to `width` by left padding (masked: no model sees it).
+  static data::DataProto widen_prompts(data::DataProto batch, Index width) {
+    const Index current = int_column(batch, keys::input_ids).cols();
+    if (current == width) return batch;
+    const auto widen = [&](const auto& m) {
+      std::remove_cvref_t<decltype(m)> out(m.rows(), width);
+      out.leftCols(width - current).setZero();
+      out.rightCols(current) = m;
+      return out;
+    };
+    batch.set(std::string(keys::input_ids), widen(int_column(batch, keys::input_ids)));
+    batch.set(std::string(keys::attention_mask), widen(float_column(batch, keys::attention_mask)));
+    batch.set(std::string(keys::position_ids), widen(int_column(batch, keys::position_ids)));
+    return batch;
+  }
+
+  /// `kept` followed by `part` (prompt widths may differ: the narrower is left-padded).
+  static data::DataProto append_rows(data::DataProto kept, data::DataProto part) {
+    if (kept.empty()) return part;
+    const Index width = std::max(int_column(kept, keys::input_ids).cols(), int_column(part, keys::input_ids).cols());
+    return data::DataProto::concat({widen_prompts(std::move(kept), width), widen_prompts(std::move(part), width)});
+  }
+
+  /// gen + reward, with ReMax's greedy baseline and DAPO's dynamic sampling when configured.
+  data::DataProto collect_batch(TimingRaw& timing, Metrics& metrics) {
+    const rollout::SamplingParams params = sampling_params();
+    const Index n = params.n;
+    const std::int64_t wanted = config_.data.train_batch_size;
+    data::DataProto kept;
+    std::int64_t kept_prompts = 0, rounds = 0;
+    for (;;) {
+      ++rounds;
+      const std::vector<std::int64_t> indices = next_indices();
+      const std::uint64_t round_seed =
+          rollout::derive_seed(rollout::derive_seed(seed_base(), static_cast<std::uint64_t>(global_step_)),
+                               static_cast<std::uint64_t>(rounds));
+      data::DataProto part;
+      {
+        ScopedTimer t("gen", timing);
+        part = generate(train_, indices, params, round_seed, 0);
+      }
+      std::vector<std::int64_t> uid;
+      for (Index r = 0; r < part.size(); ++r) uid.push_back(next_uid_ + r / n);
+      part.set_non_tensor(std::string(keys::uid), std::move(uid));
+      next_uid_ += static_cast<std::int64_t>(indices.size());
+      if (algorithm_.estimator.needs_reward_baseline()) {
+        ScopedTimer t("gen_max", timing);
+        rollout::SamplingParams greedy = params;
+        greedy.temperature = 0.0f;
+        greedy.n = 1;
+        data::DataProto baseline = generate(train_, indices, greedy, round_seed, 0);
+        Metrics ignored;
+        compute_rewards(baseline, ignored);
+        const MatrixF& baseline_scores = float_column(baseline, keys::token_level_scores);
+        MatrixF baselines(part.size(), 1);
+        for (Index r = 0; r < part.size(); ++r) baselines(r, 0) = baseline_scores.row(r / n).sum();
+        part.set(std::string(keys::reward_baselines), std::move(baselines));
+      }
+      {
+        ScopedTimer t("reward", timing);
+        compute_rewards(part, metrics);
+      }
+      if (!algorithm_.filter_groups) {
+        kept = std::move(part);
+        break;
+      }
+      // Dynamic sampling: keep the groups whose metric varies (or that have one response).
+      const auto& filter = *algorithm_.filter_groups;
+      const auto& outputs = part.non_tensor<nlohmann::json>(keys::reward_output);
+      const MatrixF& scores = float_column(part, keys::token_level_scores);
+      std::vector<Index> rows_kept;
+      for (Index g = 0; g < part.size() / n; ++g) {
+        double lo = 0, hi = 0;
+        for (Index j = 0; j < n; ++j) {
+          const Index r = g * n + j;
+          const reward::RewardOutput out = reward_output_from_json(outputs[static_cast<std::size_t>(r)]);
+          const double value = filter.metric == "acc" && out.acc ? (*out.acc ? 1.0 : 0.0)
+                               : filter.metric == "score"        ? out.score
+                                                                 : scores.row(r).sum();
+          lo = j == 0 ? value : std::min(lo, value);
+          hi = j == 0 ? value : std::max(hi, value);
+        }
+        if (hi > lo || n == 1) {
+          for (Index j = 0; j < n; ++j) rows_kept.push_back(g * n + j);
+          ++kept_prompts;
+        }
+      }
+      kept = append_rows(std::move(kept), part.select_idxs(rows_kept));
+      if (kept_prompts >= wanted) {
+        kept = kept.slice(0, wanted * n);
+        break;
+      }
+      VERL_CHECK_ARG(filter.max_num_gen_batches <= 0 || rounds < filter.max_num_gen_batches,
+                     "algorithm.filter_groups.max_num_gen_batches: generated {} batches and kept {} of {} prompts; the "
+                     "data is too easy or too hard (verl: 'Generated too many. Please check if your data are too "
+                     "difficult.')",
+                     rounds, kept_prompts, wanted);
+    }
+    metrics["train/num_gen_batches"] = static_cast<double>(rounds);
+    return kept;
+  }
+
+  // ---- what each call sends -------------------------------------------------------------------
+
+  /// The columns a forward pass reads.
+  static data::DataProto sequence_columns(const data::DataProto& batch) {
+    return batch.select(std::vector<std::string>{std::string(keys::input_ids), std::string(keys::attention_mask),
+                                                 std::string(keys::position_ids), std::string(keys::response_mask)},
+                        std::vector<std::string>{}, std::vector<std::string>{});
+  }
+
+  /// `batch`'s `columns` (those it has) in the order that hands each of `dp` ranks its share of
+  /// every mini-batch of `mini_batch_rows` rows.
+  static data::DataProto update_batch(const data::DataProto& batch, std::vector<std::string> columns, Index mini_batch_rows,
+                                      Index dp, std::string_view key) {
+    std::erase_if(columns, [&](const std::string& c) { return !batch.has_tensor(c); });
+    data::DataProto out = batch.select(columns, std::vector<std::string>{}, std::vector<std::string>{});
+    const std::vector<Index> order = mini_batch_major_order(batch.size(), mini_batch_rows, dp, key);
+    out.reorder(order);
+    return out;
+  }
+
+  data::DataProto actor_update_batch(const data::DataProto& batch, bool entropy_metric) const {
+    std::vector<std::string> columns{std::string(keys::input_ids), std::string(keys::attention_mask),
+                                     std::string(keys::position_ids), std::string(keys::response_mask),
+                                     std::string(keys::advantages), std::string(keys::rollout_is_weights)};
+    if (!actor_on_policy(batch.size()) || algorithm_.rollout.bypass) columns.emplace_back(keys::old_log_probs);
+    if (algorithm_.kl_loss) columns.emplace_back(keys::ref_log_prob);
+    data::DataProto out =
+        update_batch(batch, std::move(columns), config_.actor_rollout_ref.actor.ppo_mini_batch_size * config_.actor_rollout_ref.rollout.n,
+                     actor_.dp_size(), "actor_rollout_ref.actor.ppo_mini_batch_size");
+    out.meta_info()["entropy_metric"] = entropy_metric;
+    return out;
+  }
+
+  data::DataProto critic_update_batch(const data::DataProto& batch) const {
+    if constexpr (has_critic) {
+      return update_batch(batch,
+                          {std::string(keys::input_ids), std::string(keys::attention_mask), std::string(keys::position_ids),
+                           std::string(keys::response_mask), std::string(keys::returns), std::string(keys::values)},
+                          config_.critic.ppo_mini_batch_size * config_.actor_rollout_ref.rollout.n, critic_->dp_size(),
+                          "critic.ppo_mini_batch_size");
+    } else {
+      return batch;
+    }
+  }
+
+  /// verl's dp_actor `on_policy`: the actor's update is a single mini-batch over a single epoch.
+  bool actor_on_policy(Index rows) const {
+    const auto& cfg = config_.actor_rollout_ref.actor;
+    return cfg.ppo_epochs == 1 && rows <= cfg.ppo_mini_batch_size * config_.actor_rollout_ref.rollout.n;
+  }
+
+  /// An update's metrics (every rank of the group reports the same, reduced over the group: the
+  /// first rank's are taken) and its update counts.
+  void absorb_update(const data::DataProto& result, Metrics& metrics) {
+    const nlohmann::json& info = result.meta_info();
+    if (info.contains("metrics")) {
+      for (const auto& [name, values] : info["metrics"].items()) metrics[name] = values.front().template get<double>();
+    }
+    // Every rank of the group ran the same updates (the merged meta_info holds their one value).
+    updates_this_step_ += info.value("updates", std::int64_t{0});
+    nonfinite_updates_this_step_ += info.value("nonfinite_updates", std::int64_t{0});
+  }
+
+  // ---- advantages -----------------------------------------------------------------------------
+
+  /// verl's compute_rollout_correction_and_add_to_batch (decoupled mode).
+  void correct_for_the_rollout(data::DataProto& batch, Metrics& metrics) const {
+    auto result = algo::compute_rollout_correction_and_rejection_mask(
+        float_column(batch, keys::old_log_probs), float_column(batch, keys::rollout_log_probs),
+        float_column(batch, keys::response_mask), algorithm_.rollout.correction);
+    batch.set(std::string(keys::response_mask), std::move(result.response_mask));
+    if (result.rollout_is_weights) batch.set(std::string(keys::rollout_is_weights), std::move(*result.rollout_is_weights));
+    merge(metrics, result.metrics);
+  }
+
+  void compute_advantages(data::DataProto& batch, Metrics& metrics) {
+    if (algorithm_.use_kl_in_reward) {
+      auto kl = algo::apply_kl_penalty(float_column(batch, keys::token_level_scores), float_column(batch, keys::old_log_probs),
+                                       float_column(batch, keys::ref_log_prob), float_column(batch, keys::response_mask),
+                                       kl_ctrl_, algorithm_.kl_penalty);
+      batch.set(std::string(keys::token_level_rewards), std::move(kl.token_level_rewards));
+      merge(metrics, kl.metrics);
+    } else {
+      batch.set(std::string(keys::token_level_rewards), float_column(batch, keys::token_level_scores));
+    }
+    const std::vector<std::int64_t>& uid = batch.non_tensor<std::int64_t>(keys::uid);
+    algo::AdvantageBatch in{.token_level_rewards = float_column(batch, keys::token_level_rewards),
+                            .response_mask = float_column(batch, keys::response_mask),
+                            .index = uid};
+    if constexpr (has_critic) in.values.emplace(float_column(batch, keys::values));
+    VectorF baselines;
+    if (algorithm_.estimator.needs_reward_baseline()) {
+      baselines = float_column(batch, keys::reward_baselines).col(0);
+      in.reward_baselines.emplace(baselines);
+    }
+    if (algorithm_.estimator.needs_old_log_probs()) {
+      in.old_log_probs.emplace(float_column(batch, keys::old_log_probs));
+      if (batch.has_tensor(keys::sum_pi_squared)) in.sum_pi_squared.emplace(float_column(batch, keys::sum_pi_squared));
+      if (batch.has_tensor(keys::rollout_is_weights)) in.rollout_is_weights.emplace(float_column(batch, keys::rollout_is_weights));
+    }
+    algo::RewardComponents components;
+    if (algorithm_.estimator.reads_reward_components()) {
+      std::vector<reward::RewardOutput> outputs;
+      for (const auto& j : batch.non_tensor<nlohmann::json>(keys::reward_output)) outputs.push_back(reward_output_from_json(j));
+      components = reward_components(outputs, config_.algorithm.gdpo_reward_keys.value_or(std::vector<std::string>{}), metrics);
+      in.reward_components = &components;
+    }
+    auto result = algorithm_.estimator.compute(in);
+    MatrixF returns = result.returns_are_advantages() ? MatrixF(result.advantages) : std::move(result.returns());
+    batch.set(std::string(keys::returns), std::move(returns));
+    batch.set(std::string(keys::advantages), std::move(result.advantages));
+  }
+
+  /// After a step's updates: the count of skipped (non-finite) updates as a metric and a warning;
+  /// trainer.max_consecutive_nonfinite_steps steps in a row whose every update was skipped end the
+  /// run with an error (before anything is saved).
+  void skip_nonfinite_step(Metrics& metrics) {
+    metrics["training/nonfinite_updates_skipped"] = static_cast<double>(nonfinite_updates_this_step_);
+    const bool all_skipped = updates_this_step_ > 0 && nonfinite_updates_this_step_ == updates_this_step_;
+    if (nonfinite_updates_this_step_ > 0) {
+      std::cerr << fmt::format(
+          "warning: step {}: {} of {} optimizer updates had a non-finite gradient norm and were skipped\n",
+          global_step_, nonfinite_updates_this_step_, updates_this_step_);
+    }
+    consecutive_nonfinite_steps_ = all_skipped ? consecutive_nonfinite_steps_ + 1 : 0;
+    updates_this_step_ = nonfinite_updates_this_step_ = 0;
+    const std::int64_t limit = config_.trainer.max_consecutive_nonfinite_steps;
+    VERL_CHECK_ARG(consecutive_nonfinite_steps_ < limit,
+                   "trainer.max_consecutive_nonfinite_steps: {} steps in a row (the last: step {}) had only "
+                   "non-finite gradient norms (a NaN or inf loss, gradient or weight); stopping instead of "
+                   "training on them (limit {})",
+                   consecutive_nonfinite_steps_, global_step_, limit);
+  }
+
+  Runtime* runtime_;
+  PPOConfig config_;
+  PPOAlgorithm algorithm_;
+  Reward reward_fn_;
+  TokenizerHooks tokenizer_;
+  data::RLHFDataset train_;
+  data::RLHFDataset val_;
+  data::DataLoader loader_;
+  std::int64_t total_steps_;
+  algo::AnyKLController kl_ctrl_;
+  CheckpointManager checkpoints_;
+  ActorGroup actor_;
+  std::optional<CriticGroup> critic_;
+  std::int64_t global_step_ = 0;
+  std::int64_t updates_this_step_ = 0;
+  std::int64_t nonfinite_updates_this_step_ = 0;
+  std::int64_t consecutive_nonfinite_steps_ = 0;
+  std::int64_t next_uid_ = 0;
+  data::DataProto last_batch_;
+  std::vector<std::function<void(Tracking&)>> extra_loggers_;
+  std::ostream* console_ = &std::cout;
+};
+
+}  // namespace verl::trainer

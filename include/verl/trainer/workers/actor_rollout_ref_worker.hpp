@@ -1,0 +1,406 @@
+// ActorRolloutRefWorker: verl's ActorRolloutRefWorker (fsdp_workers.py) for the HybridFlow runtime.
+// One worker group holds the actor, its rollout and the reference policy in the same processes
+// (verl's hybrid_engine): generation, log-probs and the PPO update all use the actor's weights in
+// place, and the reference is a frozen copy (or, with LoRA, the actor with its adapter disabled).
+//
+//   ActorRolloutRefWorker<Models>
+//
+// `Models` says where the models come from (ActorModels below): verl_train's reads
+// actor_rollout_ref.model.path, a user's can build any CausalLM. Every method runs SPMD on the
+// group's ranks; the DataProto methods get their rank's contiguous chunk of the batch
+// (DP_COMPUTE_PROTO), so a rank computes only its rows, and the collectives inside the group
+// (gradient averaging, the mini-batch token counts, metric reduction) go through the group's own
+// communicator. verl's names: generate_sequences, compute_log_prob, compute_ref_log_prob,
+// update_actor, plus the checkpoint and export methods.
+#pragma once
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <concepts>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <optional>
+#include <span>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "verl/algo/kl/registry.hpp"
+#include "verl/algo/loss_aggregation.hpp"
+#include "verl/algo/policy_losses/registry.hpp"
+#include "verl/core/error.hpp"
+#include "verl/core/finite.hpp"
+#include "verl/core/metrics.hpp"
+#include "verl/cpu/decode_precision.hpp"
+#include "verl/data/data_proto.hpp"
+#include "verl/hybridflow/worker.hpp"
+#include "verl/model/causal_lm.hpp"
+#include "verl/optim/adamw.hpp"
+#include "verl/optim/clip_grad_norm.hpp"
+#include "verl/optim/lr_scheduler.hpp"
+#include "verl/parallel/mpi_communicator.hpp"
+#include "verl/rollout/sampling.hpp"
+#include "verl/trainer/components_from_config.hpp"
+#include "verl/trainer/config.hpp"
+#include "verl/trainer/ppo_trainer_algorithm.hpp"
+#include "verl/trainer/ppo_trainer_roles.hpp"
+#include "verl/trainer/workers/batch_keys.hpp"
+#include "verl/trainer/workers/role_state.hpp"
+
+namespace verl::trainer {
+
+/// Where an actor worker's models come from: `M::policy_type` (a float32 CausalLM),
+/// `M::actor(config)` builds the actor, `M::reference(config, actor)` the frozen reference policy
+/// (called only when a KL term needs one). Optional: `M::save(actor, folder, adapter_folder,
+/// config)` writes the trained actor as a Hugging Face folder (export_actor).
+template <class M>
+concept ActorModels = requires(const PPOConfig& config, const typename M::policy_type& actor) {
+  typename M::policy_type;
+  { M::actor(config) } -> std::same_as<typename M::policy_type>;
+  { M::reference(config, actor) } -> std::same_as<typename M::policy_type>;
+} && model::CausalLM<typename M::policy_type>;
+
+template <class M>
+consteval bool check_actor_models() {
+  VERL_STATIC_ASSERT(ActorModels<M>,
+                     ACTOR_MODELS_NEED_A_POLICY_TYPE_AND_STATIC_ACTOR_AND_REFERENCE_BUILDERS_FROM_A_PPO_CONFIG);
+  return ActorModels<M>;
+}
+
+/// What the controller needs to know about the actor model, read once after init_model.
+struct PolicyFacts {
+  std::int64_t vocab_size = 0;
+  std::int64_t parameter_count = 0;
+  std::vector<std::int64_t> eos_token_ids;     ///< the model config's
+  std::optional<std::int64_t> pad_token_id;    ///< the model config's
+};
+
+}  // namespace verl::trainer
+
+namespace verl::hybridflow {
+
+template <>
+struct WireCodec<trainer::PolicyFacts> {
+  static void write(WireWriter& w, const trainer::PolicyFacts& facts) {
+    hybridflow::write(w, facts.vocab_size);
+    hybridflow::write(w, facts.parameter_count);
+    hybridflow::write(w, facts.eos_token_ids);
+    hybridflow::write(w, facts.pad_token_id);
+  }
+  static trainer::PolicyFacts read(WireReader& r) {
+    trainer::PolicyFacts facts;
+    facts.vocab_size = hybridflow::read<std::int64_t>(r);
+    facts.parameter_count = hybridflow::read<std::int64_t>(r);
+    facts.eos_token_ids = hybridflow::read<std::vector<std::int64_t>>(r);
+    facts.pad_token_id = hybridflow::read<std::optional<std::int64_t>>(r);
+    return facts;
+  }
+};
+
+}  // namespace verl::hybridflow
+
+namespace verl::trainer {
+
+template <class Models>
+  requires(check_actor_models<Models>())
+class ActorRolloutRefWorker {
+ public:
+  using Policy = typename Models::policy_type;
+  static constexpr std::string_view name = "ActorRolloutRefWorker";
+  VERL_STATIC_ASSERT((std::same_as<typename Policy::scalar_type, float>), THE_TRAINER_NEEDS_A_FLOAT32_POLICY_MODEL);
+
+  explicit ActorRolloutRefWorker(hybridflow::WorkerContext& context) : context_(&context) {}
+
+  /// verl's init_model: builds the actor (and the reference when a KL term needs one), its
+  /// optimizer and learning-rate schedule, and the rollout's precision. `config_overrides` is the
+  /// controller's configuration (to_overrides), `total_training_steps` what the schedule spans.
+  void init_model(const std::vector<std::string>& config_overrides, std::int64_t total_training_steps) {
+    config_ = load_ppo_config(config_overrides);
+    algorithm_ = PPOAlgorithm::from_config(config_);
+    actor_.emplace(Models::actor(config_));
+    if (algorithm_.needs_reference()) reference_.emplace(Models::reference(config_, *actor_));
+    optimizer_.emplace(adamw_config(config_.actor_rollout_ref.actor.optim));
+    scheduler_.emplace(lr_scheduler(config_.actor_rollout_ref.actor.optim, total_training_steps));
+    const cpu::DecodePrecision precision =
+        cpu::parse_decode_precision(config_.actor_rollout_ref.rollout.dtype, "actor_rollout_ref.rollout.dtype");
+    if constexpr (requires(Policy& policy) { policy.set_decode_precision(precision); }) {
+      actor_->set_decode_precision(precision);
+    } else {
+      VERL_CHECK_ARG(precision == cpu::DecodePrecision::float32,
+                     "actor_rollout_ref.rollout.dtype: this policy type decodes in float32 only (it has no "
+                     "set_decode_precision), got '{}'",
+                     config_.actor_rollout_ref.rollout.dtype);
+    }
+  }
+
+  [[nodiscard]] PolicyFacts policy_facts() const {
+    const Policy& actor = require_model();
+    PolicyFacts facts;
+    facts.vocab_size = actor.vocab_size();
+    facts.parameter_count = static_cast<std::int64_t>(model::parameter_count(actor));
+    if constexpr (requires { actor.config().eos_token_ids; }) {
+      for (const auto id : actor.config().eos_token_ids) facts.eos_token_ids.push_back(id);
+      if (actor.config().pad_token_id) facts.pad_token_id = *actor.config().pad_token_id;
+    }
+    return facts;
+  }
+
+  /// verl's generate_sequences: the prompts of this rank's chunk (left-padded input_ids and
+  /// attention_mask, a seed per prompt) → rollout.n responses each. The sampling settings travel
+  /// in meta_info (sampling_params_to_json).
+  data::DataProto generate_sequences(const data::DataProto& prompts) {
+    Policy& actor = require_model();
+    const rollout::SamplingParams params = sampling_params_from_json(prompts.meta_info().at("sampling_params"));
+    rollout::PromptBatch batch{int_column(prompts, keys::input_ids), float_column(prompts, keys::attention_mask), {}};
+    for (const std::int64_t bits : prompts.non_tensor<std::int64_t>(keys::seed)) batch.seeds.push_back(static_cast<std::uint64_t>(bits));
+    auto engine = make_rollout_engine(actor);
+    rollout::RolloutOutput out = engine.generate(batch, params);
+    data::DataProto result;
+    result.set(std::string(keys::responses), std::move(out.responses));
+    result.set(std::string(keys::response_mask), std::move(out.response_mask));
+    result.set(std::string(keys::rollout_log_probs), std::move(out.rollout_log_probs));
+    result.set(std::string(keys::input_ids), std::move(out.input_ids));
+    result.set(std::string(keys::attention_mask), std::move(out.attention_mask));
+    result.set(std::string(keys::position_ids), std::move(out.position_ids));
+    return result;
+  }
+
+  /// verl's compute_log_prob: the actor's log-probs of the responses (old_log_probs) at the
+  /// rollout temperature, with the entropy (entropys) and, when
+  /// actor.calculate_sum_pi_squared, sum_j pi_j^2 per token. Micro-batches of the rollout's
+  /// log_prob_micro_batch_size(_per_gpu).
+  data::DataProto compute_log_prob(const data::DataProto& batch) {
+    const auto& rollout = config_.actor_rollout_ref.rollout;
+    const bool sum_pi_squared = config_.actor_rollout_ref.actor.calculate_sum_pi_squared;
+    ResponseStatistics stats = response_statistics(require_model(), batch, {.entropy = true, .sum_pi_squared = sum_pi_squared},
+                                                   micro_batch(rollout.log_prob_micro_batch_size_per_gpu,
+                                                               rollout.log_prob_micro_batch_size, batch.size()),
+                                                   rollout_temperature());
+    data::DataProto out;
+    out.set(std::string(keys::old_log_probs), std::move(stats.log_probs));
+    out.set(std::string(keys::entropys), std::move(stats.entropy));
+    if (sum_pi_squared) out.set(std::string(keys::sum_pi_squared), std::move(stats.sum_pi_squared));
+    return out;
+  }
+
+  /// verl's compute_ref_log_prob: the reference policy's log-probs (ref_log_prob).
+  data::DataProto compute_ref_log_prob(const data::DataProto& batch) {
+    VERL_CHECK_ARG(reference_.has_value(),
+                   "compute_ref_log_prob: this actor worker has no reference policy (no KL term in the configuration "
+                   "needs one)");
+    const auto& ref = config_.actor_rollout_ref.ref;
+    ResponseStatistics stats = response_statistics(
+        *reference_, batch, {}, micro_batch(ref.log_prob_micro_batch_size_per_gpu, ref.log_prob_micro_batch_size, batch.size()),
+        rollout_temperature());
+    data::DataProto out;
+    out.set(std::string(keys::ref_log_prob), std::move(stats.log_probs));
+    return out;
+  }
+
+  /// verl's update_actor: ppo_epochs over this rank's share of each mini-batch (the controller
+  /// orders the rows with mini_batch_major_order), micro-batches whose gradients accumulate,
+  /// losses aggregated over the whole mini-batch (GlobalBatchInfo: its token and row counts over
+  /// every rank), gradients averaged over the group, clipped, and an AdamW step. meta_info in:
+  /// "entropy_metric" (also report actor/entropy from the update's forward). Returns the metrics
+  /// (reduced over the group: every rank reports the same) and the update counts in meta_info.
+  data::DataProto update_actor(const data::DataProto& batch) {
+    Policy& actor = require_model();
+    const auto& cfg = config_.actor_rollout_ref.actor;
+    const bool entropy_metric = batch.meta_info().value("entropy_metric", false);
+    const Index n = config_.actor_rollout_ref.rollout.n;
+    const MatrixI64& input_ids = int_column(batch, keys::input_ids);
+    const MatrixF& response_mask = float_column(batch, keys::response_mask);
+    const MatrixF& advantages = float_column(batch, keys::advantages);
+    const Index width = response_mask.cols(), prompt_width = input_ids.cols() - width;
+    const float temperature = rollout_temperature();
+    const Index dp = group_size();
+    const Index global_rows = batch.size() * dp;
+    scheduler_->apply(*optimizer_);
+    Metrics step_metrics;
+    step_metrics["actor/lr"] = scheduler_->get_last_lr();
+    MetricsAccumulator acc;
+    const bool entropy_in_loss = algorithm_.entropy_coeff != 0;
+    // verl's dp_actor on_policy: one mini-batch, one epoch; in bypass mode the stored old
+    // log-probs are the rollout's, never the update's own.
+    const bool on_policy = cfg.ppo_epochs == 1 && global_rows <= cfg.ppo_mini_batch_size * n && !algorithm_.rollout.bypass;
+    const bool has_is_weights = batch.has_tensor(keys::rollout_is_weights);
+    std::int64_t updates = 0, nonfinite = 0;
+    for (std::int64_t epoch = 0; epoch < cfg.ppo_epochs; ++epoch) {
+      for (const auto& [lo, hi] : local_mini_batch_bounds(batch.size(), cfg.ppo_mini_batch_size * n, dp)) {
+        const algo::GlobalBatchInfo info{.dp_size = static_cast<double>(dp),
+                                         .batch_num_tokens = group_sum(response_mask.middleRows(lo, hi - lo).sum()),
+                                         .global_batch_size = static_cast<double>((hi - lo) * dp),
+                                         .loss_scale_factor = cfg.loss_scale_factor};
+        const Index share = hi - lo;
+        const Index micro = cfg.ppo_micro_batch_size_per_gpu.value_or(
+            cfg.ppo_micro_batch_size ? std::max<std::int64_t>(1, *cfg.ppo_micro_batch_size / dp) : share);
+        actor.zero_grad();
+        Metrics mini;
+        double pg_loss = 0, kl_loss = 0, entropy_agg = 0;
+        for (Index b = lo; b < hi; b += micro) {
+          const Index e = std::min(hi, b + micro), rows = e - b;
+          const auto tokens = token_batch(batch, b, e);
+          const MatrixI64 targets = model::next_token_targets(tokens);
+          const auto out = actor.forward(tokens, {.targets = std::span<const std::int64_t>(targets.data(), static_cast<std::size_t>(targets.size())),
+                                                  .return_entropy = entropy_in_loss || entropy_metric,
+                                                  .temperature = temperature,
+                                                  .keep_activations = true});
+          const MatrixF mask = response_mask.middleRows(b, rows);
+          const MatrixF log_prob = response_block(out.log_probs, width);
+          // verl: on-policy, old_log_prob = log_prob.detach() (the ratio is exactly 1).
+          MatrixF stored_old;
+          if (!on_policy) stored_old = float_column(batch, keys::old_log_probs).middleRows(b, rows);
+          const MatrixF& old = on_policy ? log_prob : stored_old;
+          if (entropy_metric) {
+            entropy_agg += algo::agg_loss(response_block(out.entropy, width), mask, algorithm_.loss_agg_mode, info);
+          }
+          const MatrixF adv = advantages.middleRows(b, rows);
+          algo::PolicyLossBatch loss_batch{.old_log_prob = old, .log_prob = log_prob, .advantages = adv, .response_mask = mask};
+          MatrixF is_weights;
+          if (has_is_weights) {
+            is_weights = float_column(batch, keys::rollout_is_weights).middleRows(b, rows);
+            loss_batch.rollout_is_weights.emplace(is_weights);
+          }
+          algo::PolicyLossResult pg = algo::compute_policy_loss(
+              algorithm_.policy_loss, loss_batch, {.loss_agg_mode = algorithm_.loss_agg_mode, .global_batch_info = info});
+          pg_loss += pg.pg_loss;
+          MatrixF grad_log_prob = std::move(pg.grad_log_prob);
+          MatrixF grad_entropy;
+          if (entropy_in_loss) {
+            grad_entropy = algo::agg_loss_weights(mask, algorithm_.loss_agg_mode, info) * static_cast<float>(-algorithm_.entropy_coeff);
+          }
+          if (algorithm_.kl_loss) {
+            const MatrixF ref = float_column(batch, keys::ref_log_prob).middleRows(b, rows);
+            const MatrixF kld = algo::kl_penalty(log_prob, ref, *algorithm_.kl_loss);
+            kl_loss += algo::agg_loss(kld, mask, algorithm_.loss_agg_mode, info);
+            const MatrixF cotangent = algo::agg_loss_weights(mask, algorithm_.loss_agg_mode, info) *
+                                      static_cast<float>(algorithm_.kl_loss_coef);
+            grad_log_prob += algo::kl_penalty_backward(log_prob, ref, cotangent, *algorithm_.kl_loss).logprob;
+          }
+          // Cotangents in the model's (rows, P + R) layout.
+          std::vector<float> d_log_probs(static_cast<std::size_t>(rows * (prompt_width + width)), 0.0f);
+          std::vector<float> d_entropy(entropy_in_loss ? d_log_probs.size() : 0, 0.0f);
+          for (Index r = 0; r < rows; ++r) {
+            for (Index c = 0; c < width; ++c) {
+              const auto at = static_cast<std::size_t>(r * (prompt_width + width) + prompt_width - 1 + c);
+              d_log_probs[at] = grad_log_prob(r, c);
+              if (entropy_in_loss) d_entropy[at] = grad_entropy(r, c);
+            }
+          }
+          actor.backward({.log_probs = d_log_probs, .entropy = d_entropy});
+          for (const auto& [k, v] : pg.metrics) mini[k] += v / std::ceil(static_cast<double>(share) / static_cast<double>(micro));
+        }
+        const float norm = optimizer_step(actor, cfg.grad_clip, updates, nonfinite);
+        // With GlobalBatchInfo each micro-batch's loss is its share of the mini-batch loss: their
+        // sum is the mini-batch's loss, whatever the micro-batch size.
+        mini["actor/pg_loss"] = pg_loss;
+        if (entropy_metric) mini["actor/entropy"] = entropy_agg;
+        if (algorithm_.kl_loss) {
+          mini["actor/kl_loss"] = kl_loss;
+          mini["actor/kl_coef"] = algorithm_.kl_loss_coef;
+        }
+        reduce_over_group(mini);
+        mini["actor/grad_norm"] = norm;
+        acc.append(mini);
+      }
+    }
+    scheduler_->step();
+    for (const auto& [k, v] : acc.reduce()) step_metrics[k] = v;
+    return update_result(step_metrics, updates, nonfinite);
+  }
+
+  /// The actor's state for a checkpoint (weights, AdamW moments, the schedule's position), from
+  /// the group's first rank (every rank holds the same replicated weights).
+  [[nodiscard]] RoleState checkpoint_state() const {
+    return role_state_of(require_model(), *optimizer_, *scheduler_);
+  }
+
+  /// Restores checkpoint_state()'s result on every rank.
+  void load_checkpoint_state(const RoleState& state) {
+    restore_role_state(state, require_model(), *optimizer_, *scheduler_, "actor");
+  }
+
+  /// Writes the actor as a Hugging Face folder (Models::save) from the group's first rank;
+  /// returns what was written.
+  std::string export_actor(const std::string& folder, const std::string& adapter_folder) {
+    if constexpr (requires(const Policy& p) { Models::save(p, folder, adapter_folder, config_); }) {
+      return Models::save(require_model(), folder, adapter_folder, config_);
+    } else {
+      ::verl::detail::throw_invalid_argument("export_actor: this worker's Models type has no save(...) for '{}'", folder);
+    }
+  }
+
+  using methods = TypeList<
+      hybridflow::Method<&ActorRolloutRefWorker::init_model, hybridflow::Dispatch::one_to_all, "init_model">,
+      hybridflow::Method<&ActorRolloutRefWorker::policy_facts, hybridflow::Dispatch::rank_zero, "policy_facts">,
+      hybridflow::Method<&ActorRolloutRefWorker::generate_sequences, hybridflow::Dispatch::dp_compute_proto,
+                         "generate_sequences">,
+      hybridflow::Method<&ActorRolloutRefWorker::compute_log_prob, hybridflow::Dispatch::dp_compute_proto,
+                         "compute_log_prob">,
+      hybridflow::Method<&ActorRolloutRefWorker::compute_ref_log_prob, hybridflow::Dispatch::dp_compute_proto,
+                         "compute_ref_log_prob">,
+      hybridflow::Method<&ActorRolloutRefWorker::update_actor, hybridflow::Dispatch::dp_compute_proto, "update_actor">,
+      hybridflow::Method<&ActorRolloutRefWorker::checkpoint_state, hybridflow::Dispatch::rank_zero, "checkpoint_state">,
+      hybridflow::Method<&ActorRolloutRefWorker::load_checkpoint_state, hybridflow::Dispatch::one_to_all,
+                         "load_checkpoint_state">,
+      hybridflow::Method<&ActorRolloutRefWorker::export_actor, hybridflow::Dispatch::rank_zero, "export_actor">>;
+
+  // ---- in-process access (tests, examples) ----------------------------------------------------
+  [[nodiscard]] Policy& actor() { return require_model(); }
+  [[nodiscard]] const optim::AdamW& optimizer() const { return *optimizer_; }
+
+ private:
+  Policy& require_model() {
+    VERL_CHECK_ARG(actor_.has_value(), "{}: init_model must be called before any other method", name);
+    return *actor_;
+  }
+  const Policy& require_model() const { return const_cast<ActorRolloutRefWorker&>(*this).require_model(); }
+
+  float rollout_temperature() const { return static_cast<float>(config_.actor_rollout_ref.rollout.temperature); }
+
+  Index group_size() const { return context_->group != nullptr ? context_->group->size() : 1; }
+
+  double group_sum(double value) const {
+    if (group_size() == 1) return value;
+    std::vector<double> buffer{value};
+    context_->group->all_reduce(std::span<double>(buffer), parallel::ReduceOp::sum);
+    return buffer[0];
+  }
+
+  void reduce_over_group(Metrics& metrics) const {
+    if (group_size() > 1) reduce_metrics_over_ranks(*context_->group, metrics);
+  }
+
+  Index micro_batch(std::optional<std::int64_t> per_gpu, std::optional<std::int64_t> global, Index rows) const {
+    return forward_micro_batch_size(per_gpu, global, group_size(), rows);
+  }
+
+  /// Averages gradients over the group (FSDP's reduce), clips and steps (skipped, and counted,
+  /// when the norm is not finite, as verl does). Returns the norm.
+  float optimizer_step(Policy& actor, double grad_clip, std::int64_t& updates, std::int64_t& nonfinite) {
+    std::vector<optim::ParameterRef> refs = parameter_refs(actor);
+    if (group_size() > 1) average_gradients(*context_->group, refs);
+    const float norm = optim::clip_grad_norm(refs, grad_clip);
+    ++updates;
+    if (std::isfinite(norm)) {
+      optimizer_->step(refs);
+    } else {
+      ++nonfinite;
+    }
+    return norm;
+  }
+
+  hybridflow::WorkerContext* context_;
+  PPOConfig config_;
+  PPOAlgorithm algorithm_;
+  std::optional<Policy> actor_;
+  std::optional<Policy> reference_;
+  std::optional<optim::AdamW> optimizer_;
+  std::optional<optim::LrScheduler<>> scheduler_;
+};
+
+}  // namespace verl::trainer

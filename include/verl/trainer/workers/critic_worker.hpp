@@ -1,0 +1,178 @@
+// CriticWorker: verl's CriticWorker for the HybridFlow runtime: the value model's estimates
+// (compute_values) and its clipped value-loss update (update_critic), SPMD over the group's ranks
+// with each rank's contiguous chunk of the batch.
+//
+//   CriticWorker<Models>   // Models::critic_type, Models::critic(config)
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <concepts>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "verl/algo/loss_aggregation.hpp"
+#include "verl/algo/value_loss.hpp"
+#include "verl/core/error.hpp"
+#include "verl/core/metrics.hpp"
+#include "verl/data/data_proto.hpp"
+#include "verl/hybridflow/worker.hpp"
+#include "verl/model/value_model.hpp"
+#include "verl/optim/adamw.hpp"
+#include "verl/optim/clip_grad_norm.hpp"
+#include "verl/optim/lr_scheduler.hpp"
+#include "verl/parallel/mpi_communicator.hpp"
+#include "verl/trainer/components_from_config.hpp"
+#include "verl/trainer/config.hpp"
+#include "verl/trainer/metrics.hpp"
+#include "verl/trainer/workers/batch_keys.hpp"
+#include "verl/trainer/workers/role_state.hpp"
+
+namespace verl::trainer {
+
+/// Where a critic worker's model comes from: `M::critic_type` (a float32 ValueModel) and
+/// `M::critic(config)`.
+template <class M>
+concept CriticModels = requires(const PPOConfig& config) {
+  typename M::critic_type;
+  { M::critic(config) } -> std::same_as<typename M::critic_type>;
+} && model::ValueModel<typename M::critic_type>;
+
+template <class M>
+consteval bool check_critic_models() {
+  VERL_STATIC_ASSERT(CriticModels<M>, CRITIC_MODELS_NEED_A_CRITIC_TYPE_AND_A_STATIC_CRITIC_BUILDER_FROM_A_PPO_CONFIG);
+  return CriticModels<M>;
+}
+
+template <class Models>
+  requires(check_critic_models<Models>())
+class CriticWorker {
+ public:
+  using Critic = typename Models::critic_type;
+  static constexpr std::string_view name = "CriticWorker";
+
+  explicit CriticWorker(hybridflow::WorkerContext& context) : context_(&context) {}
+
+  void init_model(const std::vector<std::string>& config_overrides, std::int64_t total_training_steps) {
+    config_ = load_ppo_config(config_overrides);
+    critic_.emplace(Models::critic(config_));
+    optimizer_.emplace(adamw_config(config_.critic.optim));
+    scheduler_.emplace(lr_scheduler(config_.critic.optim, total_training_steps));
+  }
+
+  /// verl's compute_values: the value at every response token (values), in micro-batches of
+  /// critic.forward_micro_batch_size(_per_gpu).
+  data::DataProto compute_values(const data::DataProto& batch) {
+    const Index micro = forward_micro_batch_size(config_.critic.forward_micro_batch_size_per_gpu,
+                                                 config_.critic.forward_micro_batch_size, group_size(), batch.size());
+    data::DataProto out;
+    out.set(std::string(keys::values), response_values(require_model(), batch, micro));
+    return out;
+  }
+
+  /// verl's update_critic: critic.ppo_epochs over this rank's share of each mini-batch of
+  /// critic.ppo_mini_batch_size prompts x rollout.n (rows ordered by mini_batch_major_order), the
+  /// clipped value loss aggregated over the whole mini-batch, gradients averaged over the group.
+  data::DataProto update_critic(const data::DataProto& batch) {
+    Critic& critic = require_model();
+    const auto& cfg = config_.critic;
+    const Index n = config_.actor_rollout_ref.rollout.n;
+    const MatrixF& response_mask = float_column(batch, keys::response_mask);
+    const MatrixF& returns = float_column(batch, keys::returns);
+    const MatrixF& values = float_column(batch, keys::values);
+    const Index width = response_mask.cols(), prompt_width = int_column(batch, keys::input_ids).cols() - width;
+    const algo::LossAggMode mode = algo::parse_loss_agg_mode(cfg.loss_agg_mode);
+    const Index dp = group_size();
+    scheduler_->apply(*optimizer_);
+    Metrics step_metrics;
+    step_metrics["critic/lr"] = scheduler_->get_last_lr();
+    MetricsAccumulator acc;
+    std::int64_t updates = 0, nonfinite = 0;
+    for (std::int64_t epoch = 0; epoch < cfg.ppo_epochs; ++epoch) {
+      for (const auto& [lo, hi] : local_mini_batch_bounds(batch.size(), cfg.ppo_mini_batch_size * n, dp)) {
+        const algo::GlobalBatchInfo info{.dp_size = static_cast<double>(dp),
+                                         .batch_num_tokens = group_sum(response_mask.middleRows(lo, hi - lo).sum()),
+                                         .global_batch_size = static_cast<double>((hi - lo) * dp),
+                                         .loss_scale_factor = std::nullopt};
+        const Index share = hi - lo;
+        const Index micro = cfg.ppo_micro_batch_size_per_gpu.value_or(
+            cfg.ppo_micro_batch_size ? std::max<std::int64_t>(1, *cfg.ppo_micro_batch_size / dp) : share);
+        critic.zero_grad();
+        Metrics mini;
+        double vf_loss = 0;
+        const double micro_count = std::ceil(static_cast<double>(share) / static_cast<double>(micro));
+        for (Index b = lo; b < hi; b += micro) {
+          const Index e = std::min(hi, b + micro), rows = e - b;
+          const auto out = critic.forward(token_batch(batch, b, e), model::ValueForwardOptions{.keep_activations = true});
+          const MatrixF vpreds = response_block(out.values, width);
+          const auto loss = algo::compute_value_loss(vpreds, returns.middleRows(b, rows), values.middleRows(b, rows),
+                                                     response_mask.middleRows(b, rows), cfg.cliprange_value, mode, info);
+          vf_loss += loss.vf_loss;
+          std::vector<float> d_values(static_cast<std::size_t>(rows * (prompt_width + width)), 0.0f);
+          for (Index r = 0; r < rows; ++r)
+            for (Index c = 0; c < width; ++c)
+              d_values[static_cast<std::size_t>(r * (prompt_width + width) + prompt_width - 1 + c)] = loss.grad_vpreds(r, c);
+          critic.backward(model::ValueCotangents<float>{.values = d_values});
+          for (const auto& [k, v] : loss.metrics) mini[k] += v / micro_count;
+        }
+        std::vector<optim::ParameterRef> refs = parameter_refs(critic);
+        if (dp > 1) average_gradients(*context_->group, refs);
+        const float norm = optim::clip_grad_norm(refs, cfg.grad_clip);
+        ++updates;
+        if (std::isfinite(norm)) {
+          optimizer_->step(refs);
+        } else {
+          ++nonfinite;
+        }
+        mini["critic/vf_loss"] = vf_loss;
+        if (dp > 1) reduce_metrics_over_ranks(*context_->group, mini);
+        mini["critic/grad_norm"] = norm;
+        acc.append(mini);
+      }
+    }
+    scheduler_->step();
+    for (const auto& [k, v] : acc.reduce()) step_metrics[k] = v;
+    return update_result(step_metrics, updates, nonfinite);
+  }
+
+  [[nodiscard]] RoleState checkpoint_state() const { return role_state_of(require_model(), *optimizer_, *scheduler_); }
+  void load_checkpoint_state(const RoleState& state) {
+    restore_role_state(state, require_model(), *optimizer_, *scheduler_, "critic");
+  }
+
+  using methods =
+      TypeList<hybridflow::Method<&CriticWorker::init_model, hybridflow::Dispatch::one_to_all, "init_model">,
+               hybridflow::Method<&CriticWorker::compute_values, hybridflow::Dispatch::dp_compute_proto, "compute_values">,
+               hybridflow::Method<&CriticWorker::update_critic, hybridflow::Dispatch::dp_compute_proto, "update_critic">,
+               hybridflow::Method<&CriticWorker::checkpoint_state, hybridflow::Dispatch::rank_zero, "checkpoint_state">,
+               hybridflow::Method<&CriticWorker::load_checkpoint_state, hybridflow::Dispatch::one_to_all,
+                                  "load_checkpoint_state">>;
+
+  [[nodiscard]] Critic& critic() { return require_model(); }
+
+ private:
+  Critic& require_model() {
+    VERL_CHECK_ARG(critic_.has_value(), "{}: init_model must be called before any other method", name);
+    return *critic_;
+  }
+  const Critic& require_model() const { return const_cast<CriticWorker&>(*this).require_model(); }
+
+  Index group_size() const { return context_->group != nullptr ? context_->group->size() : 1; }
+
+  double group_sum(double value) const {
+    if (group_size() == 1) return value;
+    std::vector<double> buffer{value};
+    context_->group->all_reduce(std::span<double>(buffer), parallel::ReduceOp::sum);
+    return buffer[0];
+  }
+
+  hybridflow::WorkerContext* context_;
+  PPOConfig config_;
+  std::optional<Critic> critic_;
+  std::optional<optim::AdamW> optimizer_;
+  std::optional<optim::LrScheduler<>> scheduler_;
+};
+
+}  // namespace verl::trainer

@@ -1,0 +1,77 @@
+// The model sources verl_train's workers build their models from, by verl's keys (each satisfies
+// ActorModels / CriticModels; a user's own type can stand in their place):
+//
+//   HfPolicySource      actor_rollout_ref.model.path (a Hugging Face folder or a GGUF file); the
+//                       reference policy is a frozen copy
+//   HfLoraPolicySource  the same with LoRA adapters (lora_rank > 0); the reference is the base
+//                       with the adapter disabled, sharing its weights (verl's ref_in_actor)
+//   HfCriticSource      critic.model.path (its value head is initialised when the folder has none)
+#pragma once
+
+#include <filesystem>
+#include <string>
+
+#include "verl/core/error.hpp"
+#include "verl/core/paths.hpp"
+#include "verl/model/transformer/critic.hpp"
+#include "verl/model/transformer/lora.hpp"
+#include "verl/model/transformer/transformer.hpp"
+#include "verl/trainer/config/ppo_config.hpp"
+#include "verl/trainer/policy_source.hpp"
+
+namespace verl::trainer {
+
+namespace detail {
+/// Where the tokenizer files of the actor come from (its own key, else the model's path).
+inline std::filesystem::path tokenizer_source(const PPOConfig& config) {
+  const auto& model = config.actor_rollout_ref.model;
+  return io::expand_user(model.tokenizer_path.value_or(model.path));
+}
+
+/// Writes the actor as a Hugging Face folder with its tokenizer files.
+template <class Policy>
+std::string save_actor_folder(const Policy& actor, const std::string& folder, const std::string& adapter_folder,
+                              const PPOConfig& config) {
+  const std::string saved =
+      save_policy(actor, folder, adapter_folder, io::expand_user(config.actor_rollout_ref.model.path).string());
+  save_tokenizer_files(tokenizer_source(config), folder);
+  return saved;
+}
+}  // namespace detail
+
+struct HfPolicySource {
+  using policy_type = model::Transformer;
+  static policy_type actor(const PPOConfig& config) {
+    return load_policy(io::expand_user(config.actor_rollout_ref.model.path), "actor_rollout_ref.model.path");
+  }
+  static policy_type reference(const PPOConfig&, const policy_type& actor) { return actor; }
+  static std::string save(const policy_type& actor, const std::string& folder, const std::string& adapter_folder,
+                          const PPOConfig& config) {
+    return detail::save_actor_folder(actor, folder, adapter_folder, config);
+  }
+};
+
+struct HfLoraPolicySource {
+  using policy_type = model::LoraTransformer;
+  static policy_type actor(const PPOConfig& config) {
+    const LoraKeys keys = lora_keys(config.actor_rollout_ref.model);
+    const auto options = lora_options(keys, "actor_rollout_ref.model.");
+    VERL_CHECK_ARG(options.has_value(), "actor_rollout_ref.model.lora_rank: the LoRA actor needs lora_rank > 0, got {}",
+                   keys.lora_rank);
+    return make_lora_policy(HfPolicySource::actor(config), *options, keys, "actor_rollout_ref.model.");
+  }
+  static policy_type reference(const PPOConfig&, const policy_type& actor) { return actor.with_adapter_disabled(); }
+  static std::string save(const policy_type& actor, const std::string& folder, const std::string& adapter_folder,
+                          const PPOConfig& config) {
+    return detail::save_actor_folder(actor, folder, adapter_folder, config);
+  }
+};
+
+struct HfCriticSource {
+  using critic_type = model::TransformerCritic;
+  static critic_type critic(const PPOConfig& config) {
+    return load_critic_model(io::expand_user(config.critic.model.path), "critic.model.path");
+  }
+};
+
+}  // namespace verl::trainer
