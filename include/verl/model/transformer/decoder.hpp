@@ -31,6 +31,7 @@
 #include "verl/cpu/thread_pool.hpp"
 #include "verl/model/transformer/rms_norm.hpp"
 #include "verl/model/transformer/rope.hpp"
+#include "verl/model/transformer/tensor_parallel_regions.hpp"
 #include "verl/model/transformer/weights.hpp"
 
 namespace verl::model {
@@ -114,13 +115,17 @@ class DecoderBody {
   /// The adapter the next passes add to the linear layers (LoRA), or none; not owned.
   void set_linear_adapter(LinearAdapter<Scalar>* adapter) { adapter_ = adapter; }
   [[nodiscard]] LinearAdapter<Scalar>* linear_adapter() const { return adapter_; }
+  /// The tensor-parallel group this body's shard belongs to (its config then holds this rank's
+  /// heads, intermediate size and vocabulary rows), or none; not owned.
+  void set_tensor_parallel(TensorParallelRegions<Scalar>* regions) { regions_ = regions; }
+  [[nodiscard]] TensorParallelRegions<Scalar>* tensor_parallel() const { return regions_; }
 
   /// Checks token ids against the vocabulary.
   void require_tokens(std::span<const TokenId> tokens, std::string_view argument) const {
+    const Index vocab = regions_ != nullptr ? regions_->vocab_size() : config_.vocab_size;
     for (std::size_t i = 0; i < tokens.size(); ++i) {
-      VERL_CHECK_ARG(tokens[i] >= 0 && tokens[i] < config_.vocab_size,
-                     "{}: expected token ids in [0, {}) (vocab_size), got {} at token {}", argument,
-                     config_.vocab_size, tokens[i], i);
+      VERL_CHECK_ARG(tokens[i] >= 0 && tokens[i] < vocab, "{}: expected token ids in [0, {}) (vocab_size), got {} at token {}",
+                     argument, vocab, tokens[i], i);
     }
   }
 
@@ -171,11 +176,14 @@ class DecoderBody {
     }
     // Embedding rows gather the gradient of their tokens; the padding token's row gets none
     // (nn.Embedding's padding_idx).
+    // Under tensor parallelism only this rank's rows (dx is the same on every rank).
     auto& grad = weights_.embed_tokens.grad;
+    const Index first_row = vocab_begin();
     for (Index t = 0; t < n && grad.size() > 0; ++t) {
       const TokenId id = tokens_[static_cast<std::size_t>(t)];
       if (config_.pad_token_id && id == *config_.pad_token_id) continue;
-      grad.row(id) += dx.row(t);
+      if (id < first_row || id >= first_row + grad.rows()) continue;
+      grad.row(id - first_row) += dx.row(t);
     }
     // The buffers stay allocated for the next step (first-touch page faults cost more than the
     // memory); release_activations() frees them.
@@ -195,8 +203,23 @@ class DecoderBody {
 
   // ---- shared with the KV-cache path -------------------------------------------------------
 
+  /// Under tensor parallelism each rank copies the rows it holds, zeros the others, and the sum
+  /// over the ranks completes every row (Megatron's VocabParallelEmbedding).
   void embed(std::span<const TokenId> tokens, RowMatrix<Scalar>& x) const {
-    for (std::size_t t = 0; t < tokens.size(); ++t) x.row(static_cast<Index>(t)) = weights_.embed_tokens.value.row(tokens[t]);
+    if (regions_ == nullptr) {
+      for (std::size_t t = 0; t < tokens.size(); ++t) x.row(static_cast<Index>(t)) = weights_.embed_tokens.value.row(tokens[t]);
+      return;
+    }
+    const Index first_row = regions_->vocab_begin(), rows = weights_.embed_tokens.value.rows();
+    for (std::size_t t = 0; t < tokens.size(); ++t) {
+      const Index row = tokens[t] - first_row;
+      if (row >= 0 && row < rows) {
+        x.row(static_cast<Index>(t)) = weights_.embed_tokens.value.row(row);
+      } else {
+        x.row(static_cast<Index>(t)).setZero();
+      }
+    }
+    regions_->all_reduce_sum(x);
   }
 
   /// One layer: `act.x` in, `x_out` out, `act` filled; cos/sin are the rotary tables of the
@@ -241,9 +264,10 @@ class DecoderBody {
     act.attn.resize(n, heads * d);
     attend(act);
     s.y.resize(n, width);
-    detail::linear_forward<Scalar>(pool, act.attn, w.o_proj.value, bias(w.o_bias), s.y,
+    detail::linear_forward<Scalar>(pool, act.attn, w.o_proj.value, row_parallel_bias(w.o_bias), s.y,
                                    pack(&detail::PackedLayerWeights::o));
     adapt(LinearModule::o_proj, act.attn, s.y);
+    reduce_row_parallel_output(w.o_bias, s.y);
     act.x_mid = act.x + s.y;
     detail::rms_norm_forward<Scalar>(act.x_mid, w.post_attention_layernorm.value, config_.rms_norm_eps, s.h,
                                      act.inv_rms_post);
@@ -257,9 +281,10 @@ class DecoderBody {
     adapt(LinearModule::gate_proj, s.h, act.gate);
     adapt(LinearModule::up_proj, s.h, act.up);
     swiglu(act.gate, act.up, s.act);
-    detail::linear_forward<Scalar>(pool, s.act, w.down_proj.value, bias(w.down_bias), s.y,
+    detail::linear_forward<Scalar>(pool, s.act, w.down_proj.value, row_parallel_bias(w.down_bias), s.y,
                                    pack(&detail::PackedLayerWeights::down));
     adapt(LinearModule::down_proj, s.act, s.y);
+    reduce_row_parallel_output(w.down_bias, s.y);
     x_out = act.x_mid + s.y;
   }
 
@@ -272,6 +297,9 @@ class DecoderBody {
 
   static const RowMatrix<Scalar>* bias(const ParameterTensor<Scalar>& t) { return t.present() ? &t.value : nullptr; }
   static RowMatrix<Scalar>* bias_grad(ParameterTensor<Scalar>& t) { return t.present() ? &t.grad : nullptr; }
+
+  /// The token id of the first embedding row this body holds (0 without tensor parallelism).
+  [[nodiscard]] Index vocab_begin() const { return regions_ != nullptr ? regions_->vocab_begin() : 0; }
 
  private:
   /// RMSNorm over each head_dim slice of a (N, heads * D) projection (rows of D in memory).
@@ -294,6 +322,17 @@ class DecoderBody {
     Eigen::Map<RowMatrix<Scalar>> dx(d_raw.data(), slices, d);
     detail::rms_norm_backward<Scalar>(x, weight.value, inv_rms, dy, &weight.grad, dx, false);
     grad.swap(d_raw);
+  }
+
+  /// A row-parallel layer's bias is replicated and added once, after the partial products are
+  /// summed over the ranks.
+  const RowMatrix<Scalar>* row_parallel_bias(const ParameterTensor<Scalar>& t) const {
+    return regions_ != nullptr ? nullptr : bias(t);
+  }
+  void reduce_row_parallel_output(const ParameterTensor<Scalar>& bias_tensor, RowMatrix<Scalar>& y) const {
+    if (regions_ == nullptr) return;
+    regions_->all_reduce_sum(y);
+    if (bias_tensor.present()) y.rowwise() += bias_tensor.value.row(0);
   }
 
   static void swiglu(const RowMatrix<Scalar>& gate, const RowMatrix<Scalar>& up, RowMatrix<Scalar>& out) {
@@ -364,6 +403,7 @@ class DecoderBody {
     detail::linear_backward_input<Scalar>(pool, s.d_up, w.up_proj.value, s.d_h, true);
     adapt(LinearModule::gate_proj, s.h, s.d_gate, s.d_h);
     adapt(LinearModule::up_proj, s.h, s.d_up, s.d_h);
+    if (regions_ != nullptr) regions_->all_reduce_sum(s.d_h);
     // dx becomes d(x_mid): the residual plus the norm's input gradient.
     detail::rms_norm_backward<Scalar>(act.x_mid, w.post_attention_layernorm.value, act.inv_rms_post, s.d_h,
                                       &w.post_attention_layernorm.grad, dx, true);
@@ -393,6 +433,7 @@ class DecoderBody {
     adapt(LinearModule::q_proj, s.h, s.dq, s.d_h);
     adapt(LinearModule::k_proj, s.h, s.dk, s.d_h);
     adapt(LinearModule::v_proj, s.h, s.dv, s.d_h);
+    if (regions_ != nullptr) regions_->all_reduce_sum(s.d_h);
     detail::rms_norm_backward<Scalar>(act.x, w.input_layernorm.value, act.inv_rms_in, s.d_h, &w.input_layernorm.grad,
                                       dx, true);
   }
@@ -431,6 +472,7 @@ class DecoderBody {
   RotaryEmbedding<Scalar> rope_;
   std::shared_ptr<cpu::ThreadPool> pool_;
   LinearAdapter<Scalar>* adapter_ = nullptr;
+  TensorParallelRegions<Scalar>* regions_ = nullptr;
 
   // The last forward pass.
   bool saved_ = false;

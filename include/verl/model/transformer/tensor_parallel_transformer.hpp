@@ -1,0 +1,625 @@
+// The reference transformer under Megatron tensor parallelism: each rank of a TP communicator holds
+// a shard of every split tensor and the ranks run the forward and backward passes together.
+//   q/k/v, gate/up (and their biases): column-parallel, split by output features (dim 0);
+//   o_proj, down_proj: row-parallel, split by input features (dim 1), their biases replicated and
+//     added once after the partial products are summed;
+//   attention heads split over the ranks, KV heads too: with fewer KV heads than ranks each KV head
+//     is copied on size / num_key_value_heads ranks (as vLLM and Megatron's GQA replication do),
+//     and the copies' gradients are summed within those ranks so that the copies stay equal;
+//   embedding and LM head (tied or not): vocabulary-parallel, rank r holding the token rows
+//     [V r / size, V (r + 1) / size) (balanced: any vocabulary size, no padding);
+//   RMSNorm weights replicated. Their inputs and the gradients reaching them are the same on every
+//     rank (each f region all-reduces the input gradient before the norm's backward), so their
+//     gradients are already equal and need no all-reduce (Megatron all-reduces them only under
+//     sequence parallelism). Qwen3's per-head q_norm / k_norm are the exception: each rank sees
+//     only its heads, so their gradients are summed over the ranks after backward.
+// Log-probs and entropy come from the logits shards without gathering them
+// (parallel::vocab_parallel_logprob_entropy).
+//
+// Every rank of the group must be given the same batch (Megatron's TP ranks share their data);
+// forward checks that and says so. The model satisfies CausalLM: for_each_parameter and
+// state_dict() visit this rank's shards (HF names, shard shapes); for_each_full_parameter,
+// full_state_dict() and gather_dense() gather the full tensors (collective) for export.
+// With one rank the model computes exactly what BasicTransformer does.
+#pragma once
+
+#include <Eigen/Core>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <numeric>
+#include <optional>
+#include <set>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "verl/core/error.hpp"
+#include "verl/core/tensor.hpp"
+#include "verl/model/causal_lm.hpp"
+#include "verl/model/hf_config.hpp"
+#include "verl/model/transformer/decoder.hpp"
+#include "verl/model/transformer/detail/parameter_module.hpp"
+#include "verl/model/transformer/tensor_parallel_regions.hpp"
+#include "verl/model/transformer/transformer.hpp"
+#include "verl/model/transformer/weights.hpp"
+#include "verl/parallel/communicator.hpp"
+#include "verl/parallel/vocab_parallel.hpp"
+
+namespace verl::model {
+
+/// The slice of a full tensor one rank holds.
+struct TensorParallelShard {
+  int dim = -1;       ///< the torch dimension split over the ranks; -1: replicated (the whole tensor)
+  Index offset = 0;   ///< the first index along dim this rank holds
+  Index length = 0;   ///< how many indices along dim
+  Index full = 0;     ///< the full tensor's extent along dim
+  [[nodiscard]] bool replicated() const { return dim < 0; }
+};
+
+/// How a config's tensors are split over `size` ranks, and what rank `rank` holds.
+struct TensorParallelPartition {
+  int size = 1;
+  int rank = 0;
+  Index heads = 0;         ///< query heads per rank
+  Index kv_heads = 0;      ///< key/value heads per rank (1 when copied)
+  Index kv_replicas = 1;   ///< ranks holding the same key/value head (size / num_key_value_heads, or 1)
+  Index intermediate = 0;  ///< MLP features per rank
+  Index head_dim = 0;
+  Index vocab_size = 0;    ///< the whole vocabulary
+
+  /// Throws verl::InvalidArgument naming the sizes when `size` does not divide the attention
+  /// heads or the intermediate size, or when the KV heads are neither a multiple nor a divisor of
+  /// `size`.
+  static TensorParallelPartition of(const HfModelConfig& config, int size, int rank) {
+    VERL_CHECK_ARG(size >= 1, "tensor-parallel size: expected a value >= 1, got {}", size);
+    VERL_CHECK_ARG(rank >= 0 && rank < size, "tensor-parallel rank: expected a value in [0, {}), got {}", size, rank);
+    const Index heads = config.num_attention_heads, kv = config.num_key_value_heads;
+    VERL_CHECK_ARG(heads % size == 0,
+                   "tensor-parallel size: expected a divisor of num_attention_heads = {} (the heads are split over "
+                   "the ranks), got {}",
+                   heads, size);
+    VERL_CHECK_ARG(kv % size == 0 || size % kv == 0,
+                   "tensor-parallel size: expected a divisor or a multiple of num_key_value_heads = {} (KV heads are "
+                   "split over the ranks, or each copied on size / num_key_value_heads ranks), got {}",
+                   kv, size);
+    VERL_CHECK_ARG(config.intermediate_size % size == 0,
+                   "tensor-parallel size: expected a divisor of intermediate_size = {} (gate/up/down are split over "
+                   "the ranks), got {}",
+                   config.intermediate_size, size);
+    VERL_CHECK_ARG(config.vocab_size >= size,
+                   "tensor-parallel size: expected at most vocab_size = {} ranks (each holds some vocabulary rows), "
+                   "got {}",
+                   config.vocab_size, size);
+    TensorParallelPartition p;
+    p.size = size;
+    p.rank = rank;
+    p.heads = heads / size;
+    p.kv_heads = kv >= size ? kv / size : 1;
+    p.kv_replicas = kv >= size ? 1 : size / kv;
+    p.intermediate = config.intermediate_size / size;
+    p.head_dim = config.head_dim;
+    p.vocab_size = config.vocab_size;
+    return p;
+  }
+
+  [[nodiscard]] Index vocab_begin(int r) const { return vocab_size * r / size; }
+  [[nodiscard]] Index vocab_rows(int r) const { return vocab_begin(r + 1) - vocab_begin(r); }
+  /// The first key/value head rank r holds.
+  [[nodiscard]] Index first_kv_head(int r) const { return kv_replicas > 1 ? r / kv_replicas : r * kv_heads; }
+
+  /// The config of this rank's DecoderBody: its heads, MLP features and vocabulary rows.
+  [[nodiscard]] HfModelConfig local_config(HfModelConfig config) const {
+    config.num_attention_heads = heads;
+    config.num_key_value_heads = kv_heads;
+    config.intermediate_size = intermediate;
+    config.vocab_size = vocab_rows(rank);
+    return config;
+  }
+
+  /// What rank r holds of the full tensor `name` (a Hugging Face parameter name).
+  [[nodiscard]] TensorParallelShard shard(std::string_view name, int r) const {
+    const auto is = [&](std::string_view module, bool weight_only = false) {
+      return name.ends_with(std::string(module) + ".weight") || (!weight_only && name.ends_with(std::string(module) + ".bias"));
+    };
+    const Index d = head_dim;
+    if (name == "model.embed_tokens.weight" || name == "lm_head.weight") {
+      return {0, vocab_begin(r), vocab_rows(r), vocab_size};
+    }
+    if (is("self_attn.q_proj")) return {0, r * heads * d, heads * d, size * heads * d};
+    if (is("self_attn.k_proj") || is("self_attn.v_proj")) {
+      return {0, first_kv_head(r) * d, kv_heads * d, kv_heads * size / kv_replicas * d};
+    }
+    if (is("self_attn.o_proj", true)) return {1, r * heads * d, heads * d, size * heads * d};
+    if (is("mlp.gate_proj") || is("mlp.up_proj")) return {0, r * intermediate, intermediate, size * intermediate};
+    if (is("mlp.down_proj", true)) return {1, r * intermediate, intermediate, size * intermediate};
+    return {};  // norms, o_proj and down_proj biases
+  }
+
+  /// Whether a backward pass leaves only this rank's share of `name`'s gradient: the copies of a
+  /// KV head (summed over the copies) and the per-head q/k norms (summed over all ranks).
+  enum class PartialGradient : std::uint8_t { none, kv_replicas, all_ranks };
+  [[nodiscard]] PartialGradient partial_gradient(std::string_view name) const {
+    if (size > 1 && (name.ends_with("self_attn.q_norm.weight") || name.ends_with("self_attn.k_norm.weight"))) {
+      return PartialGradient::all_ranks;
+    }
+    if (kv_replicas > 1 && (name.find("self_attn.k_proj.") != std::string_view::npos ||
+                            name.find("self_attn.v_proj.") != std::string_view::npos)) {
+      return PartialGradient::kv_replicas;
+    }
+    return PartialGradient::none;
+  }
+};
+
+namespace detail {
+
+/// A shard as a block of the full tensor's storage (rank-1 tensors are stored as one row).
+struct ShardBlock {
+  Index row = 0, col = 0, rows = 0, cols = 0;
+};
+
+inline ShardBlock shard_block(const TensorParallelShard& shard, std::span<const std::int64_t> full_shape) {
+  const Index rows = full_shape.size() == 2 ? full_shape[0] : 1, cols = full_shape.back();
+  if (shard.replicated()) return {0, 0, rows, cols};
+  if (full_shape.size() == 2 && shard.dim == 0) return {shard.offset, 0, shard.length, cols};
+  return {0, shard.offset, rows, shard.length};
+}
+
+/// The communicator of a tensor-parallel group, and the hook its DecoderBody calls.
+template <class Scalar, parallel::Communicator Comm>
+class TensorParallelGroup final : public TensorParallelRegions<Scalar> {
+ public:
+  TensorParallelGroup(Comm tp, const TensorParallelPartition& partition) : tp_(std::move(tp)), partition_(partition) {
+    // Collective on every rank alike (the partition is the same everywhere).
+    if (partition_.kv_replicas > 1) {
+      kv_replicas_.emplace(tp_.split(static_cast<int>(partition_.first_kv_head(tp_.rank())), tp_.rank()));
+    }
+  }
+
+  void all_reduce_sum(RowMatrix<Scalar>& partial) override { sum(tp_, partial); }
+  [[nodiscard]] Index vocab_begin() const override { return partition_.vocab_begin(partition_.rank); }
+  [[nodiscard]] Index vocab_size() const override { return partition_.vocab_size; }
+
+  Comm& communicator() { return tp_; }
+  void sum_partial_gradient(TensorParallelPartition::PartialGradient kind, RowMatrix<Scalar>& grad) {
+    if (kind == TensorParallelPartition::PartialGradient::all_ranks) sum(tp_, grad);
+    if (kind == TensorParallelPartition::PartialGradient::kv_replicas) sum(*kv_replicas_, grad);
+  }
+
+ private:
+  static void sum(Comm& comm, RowMatrix<Scalar>& x) {
+    if (comm.size() > 1) comm.all_reduce(std::span<Scalar>(x.data(), static_cast<std::size_t>(x.size())), parallel::ReduceOp::sum);
+  }
+
+  Comm tp_;
+  TensorParallelPartition partition_;
+  std::optional<Comm> kv_replicas_;
+};
+
+}  // namespace detail
+
+template <class Scalar, parallel::Communicator Comm>
+class BasicTensorParallelTransformer
+    : public detail::ParameterModule<BasicTensorParallelTransformer<Scalar, Comm>, Scalar> {
+ public:
+  using scalar_type = Scalar;
+  using communicator_type = Comm;
+
+  /// This rank's shard, zero-initialized, for `config` over the ranks of `tp`. Collective: with
+  /// fewer KV heads than ranks it splits `tp` into the groups of each KV head's copies.
+  BasicTensorParallelTransformer(HfModelConfig config, Comm tp, const TransformerOptions& options = {})
+      : config_(std::move(config)),
+        partition_(TensorParallelPartition::of(config_, tp.size(), tp.rank())),
+        body_(partition_.local_config(config_), options),
+        group_(std::make_unique<detail::TensorParallelGroup<Scalar, Comm>>(std::move(tp), partition_)) {
+    body_.set_tensor_parallel(group_.get());
+    if (!config_.tie_word_embeddings) {
+      lm_head_ = ParameterTensor<Scalar>::matrix("lm_head.weight", partition_.vocab_rows(partition_.rank),
+                                                 config_.hidden_size);
+    }
+  }
+
+  /// This rank's shard of `dense`'s weights (its options too). Collective, as above.
+  BasicTensorParallelTransformer(const BasicTransformer<Scalar>& dense, Comm tp)
+      : BasicTensorParallelTransformer(dense.config(), std::move(tp), dense.body().options()) {
+    std::map<std::string_view, const ParameterTensor<Scalar>*> full;
+    dense.for_each_tensor([&](const ParameterTensor<Scalar>& t) { full.emplace(t.name, &t); });
+    for_each_tensor([&](ParameterTensor<Scalar>& t) {
+      const ParameterTensor<Scalar>& source = *full.at(t.name);
+      copy_shard(t, source.shape, source.value.data());
+    });
+  }
+
+  [[nodiscard]] const HfModelConfig& config() const { return config_; }
+  [[nodiscard]] Index vocab_size() const { return config_.vocab_size; }
+  [[nodiscard]] Index context_length() const { return config_.max_position_embeddings; }
+  [[nodiscard]] const TensorParallelPartition& partition() const { return partition_; }
+  [[nodiscard]] int tp_rank() const { return partition_.rank; }
+  [[nodiscard]] int tp_size() const { return partition_.size; }
+  [[nodiscard]] Comm& communicator() { return group_->communicator(); }
+  /// This rank's body (its config holds this rank's heads, MLP features and vocabulary rows).
+  [[nodiscard]] const DecoderBody<Scalar>& body() const { return body_; }
+  /// What this rank holds of the parameter `name`.
+  [[nodiscard]] TensorParallelShard shard_of(std::string_view name) const { return partition_.shard(name, partition_.rank); }
+
+  // ---- CausalLM ------------------------------------------------------------------------------
+
+  /// Collective: every rank of the group passes the same batch and options.
+  CausalLMOutput<Scalar> forward(const TokenBatch& batch, const ForwardOptions& options) {
+    VERL_CHECK_ARG(std::isfinite(options.temperature) && options.temperature > 0,
+                   "temperature: expected a finite value > 0, got {}", options.temperature);
+    require_same_batch(batch);
+    std::vector<TokenId> targets;
+    if (!options.targets.empty()) {
+      targets = batch.gather(options.targets, "targets");
+      body_.require_tokens(targets, "targets");
+    }
+    saved_ = false;
+    const RowMatrix<Scalar>& hidden = body_.forward(batch, options.keep_activations);
+    const Index n = hidden.rows(), local_vocab = head_weight().rows();
+    const bool stats_wanted = !targets.empty() || options.return_entropy || options.return_sum_pi_squared;
+
+    CausalLMOutput<Scalar> out;
+    if (options.return_logits) out.logits = RowMatrix<Scalar>::Zero(batch.layout_size(), vocab_size());
+    std::vector<Scalar> log_probs(stats_wanted ? static_cast<std::size_t>(n) : 0);
+    std::vector<Scalar> entropy(log_probs.size()), sum_pi_squared(log_probs.size());
+    release_head();
+    const auto slots = batch.slots();
+    const Index chunk = detail::lm_head_chunk_rows(local_vocab);
+    const bool save_logits = options.keep_activations && stats_wanted &&
+                             static_cast<double>(n) * static_cast<double>(local_vocab) * sizeof(Scalar) <=
+                                 static_cast<double>(body_.options().max_saved_logits_bytes);
+    // Every rank has the same n, hence the same chunks and collectives.
+    if (options.return_logits || stats_wanted) {
+      RowMatrix<Scalar> logits;
+      for (Index t0 = 0; t0 < n; t0 += chunk) {
+        const Index rows = std::min(chunk, n - t0);
+        chunk_logits(hidden.middleRows(t0, rows), logits);
+        if (options.return_logits) {
+          const RowMatrix<Scalar> full = gather_vocabulary(logits);
+          for (Index r = 0; r < rows; ++r) out.logits.row(slots[static_cast<std::size_t>(t0 + r)]) = full.row(r);
+        }
+        if (stats_wanted) {
+          const std::span<const TokenId> labels =
+              targets.empty() ? std::span<const TokenId>{} : std::span<const TokenId>(targets).subspan(t0, rows);
+          head_forward(logits, labels, options.temperature, log_probs.data() + t0, entropy.data() + t0,
+                       sum_pi_squared.data() + t0, options.keep_activations);
+        }
+        if (save_logits) saved_logits_.push_back(std::move(logits));
+      }
+    }
+    if (!targets.empty()) out.log_probs = batch.scatter<Scalar>(log_probs);
+    if (options.return_entropy) out.entropy = batch.scatter<Scalar>(entropy);
+    if (options.return_sum_pi_squared) out.sum_pi_squared = batch.scatter<Scalar>(sum_pi_squared);
+    if (options.keep_activations) {
+      saved_ = true;
+      saved_targets_ = std::move(targets);
+      saved_slots_.assign(slots.begin(), slots.end());
+      saved_layout_size_ = batch.layout_size();
+      saved_temperature_ = options.temperature;
+      saved_entropy_ = options.return_entropy;
+    }
+    return out;
+  }
+
+  /// Collective. Accumulates the gradients of this rank's shards; `cotangents` are the same on
+  /// every rank (logits cotangents over the whole vocabulary, of which each rank reads its columns).
+  void backward(const CausalLMCotangents<Scalar>& cotangents) {
+    VERL_CHECK_ARG(saved_, "backward: no saved activations (call forward with keep_activations = true first)");
+    const Index n = static_cast<Index>(saved_slots_.size()), vocab = vocab_size();
+    const auto layout = static_cast<std::size_t>(saved_layout_size_);
+    auto per_token = [&](std::span<const Scalar> values, std::string_view argument) {
+      VERL_CHECK_ARG(values.empty() || values.size() == layout, "{}: expected {} values (rows * cols) or none, got {}",
+                     argument, layout, values.size());
+      std::vector<Scalar> out;
+      if (values.empty()) return out;
+      out.resize(static_cast<std::size_t>(n));
+      for (Index t = 0; t < n; ++t) out[static_cast<std::size_t>(t)] = values[static_cast<std::size_t>(saved_slots_[static_cast<std::size_t>(t)])];
+      return out;
+    };
+    const std::vector<Scalar> grad_log_probs = per_token(cotangents.log_probs, "cotangents.log_probs");
+    const std::vector<Scalar> grad_entropy = per_token(cotangents.entropy, "cotangents.entropy");
+    VERL_CHECK_ARG(grad_log_probs.empty() || !saved_targets_.empty(),
+                   "cotangents.log_probs: the forward pass computed no log-probs (no targets were given)");
+    VERL_CHECK_ARG(grad_entropy.empty() || saved_entropy_,
+                   "cotangents.entropy: the forward pass computed no entropy (return_entropy was false)");
+    VERL_CHECK_ARG(cotangents.logits.empty() || cotangents.logits.size() == layout * static_cast<std::size_t>(vocab),
+                   "cotangents.logits: expected {} values (rows * cols * vocab) or none, got {}",
+                   layout * static_cast<std::size_t>(vocab), cotangents.logits.size());
+    saved_ = false;  // the cotangents are valid: this forward pass is consumed
+    body_.enable_grad();
+    if (lm_head_.present()) lm_head_.enable_grad();
+    RowMatrix<Scalar>& head_grad = lm_head_.present() ? lm_head_.grad : body_.weights().embed_tokens.grad;
+
+    const RowMatrix<Scalar>& hidden = body_.hidden();
+    const Index local_vocab = head_weight().rows(), vocab_begin = partition_.vocab_begin(partition_.rank);
+    RowMatrix<Scalar> d_hidden = RowMatrix<Scalar>::Zero(n, hidden.cols());
+    // Every rank takes the same branches (the cotangents are the same everywhere).
+    const bool fused = !grad_log_probs.empty() || !grad_entropy.empty();
+    if (fused || !cotangents.logits.empty()) {
+      const Index chunk = detail::lm_head_chunk_rows(local_vocab);
+      RowMatrix<Scalar> grad;
+      for (Index t0 = 0, c = 0; t0 < n; t0 += chunk, ++c) {
+        const Index rows = std::min(chunk, n - t0);
+        if (fused) {
+          if (static_cast<std::size_t>(c) < saved_logits_.size()) {
+            grad.swap(saved_logits_[static_cast<std::size_t>(c)]);
+          } else {
+            chunk_logits(hidden.middleRows(t0, rows), grad);
+          }
+          auto slice = [&](const std::vector<Scalar>& v) {
+            return v.empty() ? std::span<const Scalar>{} : std::span<const Scalar>(v).subspan(t0, rows);
+          };
+          const std::span<const TokenId> labels =
+              saved_targets_.empty() ? std::span<const TokenId>{} : std::span<const TokenId>(saved_targets_).subspan(t0, rows);
+          head_backward(grad, labels, static_cast<std::size_t>(c), slice(grad_log_probs), slice(grad_entropy));
+        } else {
+          grad.setZero(rows, local_vocab);
+        }
+        if (!cotangents.logits.empty()) {
+          for (Index r = 0; r < rows; ++r) {
+            const auto slot = saved_slots_[static_cast<std::size_t>(t0 + r)];
+            grad.row(r) += Eigen::Map<const RowMatrix<Scalar>>(cotangents.logits.data() + slot * vocab + vocab_begin, 1,
+                                                               local_vocab);
+          }
+        }
+        detail::linear_backward_input<Scalar>(body_.pool(), grad, head_weight(), d_hidden.middleRows(t0, rows), false);
+        detail::linear_backward_weight<Scalar>(body_.pool(), grad, hidden.middleRows(t0, rows), head_grad, nullptr);
+      }
+    }
+    release_head();
+    // The LM head is column-parallel over a replicated input: sum the input gradient (f).
+    group_->all_reduce_sum(d_hidden);
+
+    // Tensors whose gradient each rank computes only a share of: this pass's contribution is
+    // summed over the ranks apart from what the buffers already held (earlier micro-batches).
+    std::vector<std::pair<ParameterTensor<Scalar>*, RowMatrix<Scalar>>> partial;
+    for_each_tensor([&](ParameterTensor<Scalar>& t) {
+      if (t.grad.size() == 0 || partition_.partial_gradient(t.name) == TensorParallelPartition::PartialGradient::none) return;
+      partial.emplace_back(&t, t.grad);
+      t.grad.setZero();
+    });
+    body_.backward(d_hidden);
+    for (auto& [tensor, earlier] : partial) {
+      group_->sum_partial_gradient(partition_.partial_gradient(tensor->name), tensor->grad);
+      tensor->grad += earlier;
+    }
+  }
+
+  /// This rank's shards (as state_dict() gives them). A tied model ignores "lm_head.weight".
+  void load_state_dict(const StateDict& dict) {
+    detail::load_state_dict(*this, dict, config_.tie_word_embeddings ? "lm_head.weight" : "");
+  }
+
+  /// This rank's shards of full tensors (a Hugging Face state dict); strict as load_state_dict.
+  void load_full_state_dict(const StateDict& dict) {
+    std::set<std::string_view> used;
+    for_each_tensor([&](ParameterTensor<Scalar>& t) {
+      const auto found = dict.find(t.name);
+      VERL_CHECK_ARG(found != dict.end(), "state_dict: missing tensor '{}'", t.name);
+      const auto expected = full_shape(t);
+      VERL_CHECK_ARG(std::ranges::equal(found->second.shape, expected) &&
+                         found->second.values.size() == static_cast<std::size_t>(numel(expected)),
+                     "state_dict: tensor '{}': expected shape {} with {} values, got {} with {}", t.name,
+                     detail::shape_string(expected), numel(expected), detail::shape_string(found->second.shape),
+                     found->second.values.size());
+      copy_shard(t, found->second.shape, found->second.values.data());
+      used.insert(found->first);
+    });
+    for (const auto& [name, tensor] : dict) {
+      VERL_CHECK_ARG(used.contains(name) || (config_.tie_word_embeddings && name == "lm_head.weight"),
+                     "state_dict: unexpected tensor '{}' (shape {})", name, detail::shape_string(tensor.shape));
+    }
+  }
+
+  /// Collective: visits every parameter gathered whole, as Parameter<const Scalar> (full shape,
+  /// value, and gradient when gradients are enabled), in the order of for_each_parameter.
+  template <class Fn>
+  void for_each_full_parameter(Fn&& fn) {
+    for_each_tensor([&](ParameterTensor<Scalar>& t) {
+      const std::vector<std::int64_t> shape = full_shape(t);
+      const RowMatrix<Scalar> value = gather(t, t.value, shape);
+      const RowMatrix<Scalar> grad = t.grad.size() > 0 ? gather(t, t.grad, shape) : RowMatrix<Scalar>();
+      fn(Parameter<const Scalar>{t.name, shape, {value.data(), static_cast<std::size_t>(value.size())},
+                                 {grad.data(), static_cast<std::size_t>(grad.size())}});
+    });
+  }
+
+  /// Collective: the full tensors (a Hugging Face state dict), on every rank.
+  [[nodiscard]] StateDict full_state_dict() {
+    StateDict dict;
+    for_each_full_parameter([&](const Parameter<const Scalar>& p) {
+      StateTensor& tensor = dict[std::string(p.name)];
+      tensor.shape.assign(p.shape.begin(), p.shape.end());
+      tensor.values.resize(p.value.size());
+      std::transform(p.value.begin(), p.value.end(), tensor.values.begin(), [](Scalar v) { return static_cast<float>(v); });
+    });
+    return dict;
+  }
+
+  /// Collective: the dense model these shards make up (weights only), e.g. to save it with
+  /// save_transformer.
+  [[nodiscard]] BasicTransformer<Scalar> gather_dense() {
+    BasicTransformer<Scalar> dense(config_, body_.options());
+    std::map<std::string_view, ParameterTensor<Scalar>*> targets;
+    dense.for_each_tensor([&](ParameterTensor<Scalar>& t) { targets.emplace(t.name, &t); });
+    for_each_full_parameter([&](const Parameter<const Scalar>& p) {
+      ParameterTensor<Scalar>& target = *targets.at(p.name);
+      std::copy(p.value.begin(), p.value.end(), target.value.data());
+    });
+    return dense;
+  }
+
+  void release_activations() {
+    saved_ = false;
+    release_head();
+    body_.release_activations();
+  }
+
+  /// Every parameter tensor of this rank (the embedding once when tied).
+  template <class Fn>
+  void for_each_tensor(Fn&& fn) {
+    DecoderWeights<Scalar>::for_each(body_.weights(), fn);
+    if (lm_head_.present()) fn(lm_head_);
+  }
+  template <class Fn>
+  void for_each_tensor(Fn&& fn) const {
+    DecoderWeights<Scalar>::for_each(body_.weights(), fn);
+    if (lm_head_.present()) fn(lm_head_);
+  }
+
+ private:
+  /// This rank's (V / size, H) rows of the output projection.
+  [[nodiscard]] const RowMatrix<Scalar>& head_weight() const {
+    return lm_head_.present() ? lm_head_.value : body_.weights().embed_tokens.value;
+  }
+
+  void chunk_logits(const Eigen::Ref<const RowMatrix<Scalar>>& hidden, RowMatrix<Scalar>& logits) const {
+    if (logits.rows() != hidden.rows() || logits.cols() != head_weight().rows()) {
+      logits.resize(hidden.rows(), head_weight().rows());
+    }
+    detail::linear_forward<Scalar>(body_.pool(), hidden, head_weight(), nullptr, logits);
+  }
+
+  /// With one rank the dense model's statistics (the same numbers, bit for bit); else the
+  /// vocabulary-parallel ones.
+  void head_forward(const RowMatrix<Scalar>& logits, std::span<const TokenId> labels, float temperature,
+                    Scalar* log_probs, Scalar* entropy, Scalar* sum_pi_squared, bool keep) {
+    if (partition_.size == 1) {
+      auto stats = detail::head_forward<Scalar>(logits, labels, temperature, body_.pool().size(), log_probs, entropy,
+                                                sum_pi_squared);
+      if (keep) dense_statistics_.push_back(std::move(stats));
+      return;
+    }
+    const auto rows = static_cast<std::size_t>(logits.rows());
+    auto stats = parallel::vocab_parallel_logprob_entropy<Scalar>(
+        group_->communicator(), logits, partition_.vocab_begin(partition_.rank), partition_.vocab_size, labels,
+        temperature,
+        {.log_probs = labels.empty() ? std::span<Scalar>{} : std::span<Scalar>(log_probs, rows),
+         .entropy = std::span<Scalar>(entropy, rows),
+         .sum_pi_squared = std::span<Scalar>(sum_pi_squared, rows)});
+    if (keep) statistics_.push_back(std::move(stats));
+  }
+
+  void head_backward(RowMatrix<Scalar>& logits, std::span<const TokenId> labels, std::size_t chunk,
+                     std::span<const Scalar> grad_log_probs, std::span<const Scalar> grad_entropy) {
+    if (partition_.size == 1) {
+      detail::head_backward<Scalar>(logits, labels, dense_statistics_[chunk], grad_log_probs, grad_entropy,
+                                    saved_temperature_, body_.pool().size());
+      return;
+    }
+    parallel::vocab_parallel_logprob_entropy_backward<Scalar>(logits, partition_.vocab_begin(partition_.rank), labels,
+                                                              statistics_[chunk], grad_log_probs, grad_entropy,
+                                                              saved_temperature_);
+  }
+
+  void release_head() {
+    dense_statistics_.clear();
+    statistics_.clear();
+    saved_logits_.clear();
+  }
+
+  /// Every rank of the group must run the same tokens (else the collectives would not match).
+  void require_same_batch(const TokenBatch& batch) {
+    if (partition_.size == 1) return;
+    std::uint64_t hash = 0;
+    for (const TokenId id : batch.tokens()) hash = hash * 1099511628211ull + static_cast<std::uint64_t>(id);
+    const auto checksum = static_cast<std::int64_t>(hash >> 2);  // room for its negation
+    std::array<std::int64_t, 4> bounds{batch.num_tokens(), -batch.num_tokens(), checksum, -checksum};
+    group_->communicator().all_reduce(std::span<std::int64_t>(bounds), parallel::ReduceOp::max);
+    VERL_CHECK_ARG(bounds[0] == -bounds[1] && bounds[2] == -bounds[3],
+                   "batch: expected the same tokens on every tensor-parallel rank, got between {} and {} tokens "
+                   "(or different token ids)",
+                   -bounds[1], bounds[0]);
+  }
+
+  /// (rows, this rank's vocabulary columns) -> (rows, vocab), collective.
+  RowMatrix<Scalar> gather_vocabulary(const RowMatrix<Scalar>& shard) {
+    if (partition_.size == 1) return shard;
+    const Index rows = shard.rows();
+    std::vector<std::int64_t> counts(static_cast<std::size_t>(partition_.size));
+    for (int r = 0; r < partition_.size; ++r) counts[static_cast<std::size_t>(r)] = rows * partition_.vocab_rows(r);
+    std::vector<Scalar> blocks(static_cast<std::size_t>(rows * vocab_size()));
+    group_->communicator().all_gather_v(std::span<const Scalar>(shard.data(), static_cast<std::size_t>(shard.size())),
+                                        std::span<Scalar>(blocks), std::span<const std::int64_t>(counts));
+    RowMatrix<Scalar> full(rows, vocab_size());
+    const Scalar* block = blocks.data();
+    for (int r = 0; r < partition_.size; ++r) {
+      const Index cols = partition_.vocab_rows(r);
+      full.middleCols(partition_.vocab_begin(r), cols) = Eigen::Map<const RowMatrix<Scalar>>(block, rows, cols);
+      block += rows * cols;
+    }
+    return full;
+  }
+
+  [[nodiscard]] std::vector<std::int64_t> full_shape(const ParameterTensor<Scalar>& t) const {
+    std::vector<std::int64_t> shape = t.shape;
+    const TensorParallelShard shard = shard_of(t.name);
+    if (!shard.replicated()) shape[static_cast<std::size_t>(shard.dim)] = shard.full;
+    return shape;
+  }
+  static Index numel(std::span<const std::int64_t> shape) {
+    Index n = 1;
+    for (const auto extent : shape) n *= extent;
+    return n;
+  }
+
+  /// Copies this rank's block of a full tensor (row-major, `shape`) into `t`.
+  template <class T>
+  void copy_shard(ParameterTensor<Scalar>& t, std::span<const std::int64_t> shape, const T* full) const {
+    const detail::ShardBlock block = detail::shard_block(shard_of(t.name), shape);
+    const Eigen::Map<const RowMatrix<T>> source(full, shape.size() == 2 ? shape[0] : 1, shape.back());
+    t.value = source.block(block.row, block.col, block.rows, block.cols).template cast<Scalar>();
+  }
+
+  /// The full tensor from every rank's block of `local` (t.value or t.grad); collective.
+  RowMatrix<Scalar> gather(const ParameterTensor<Scalar>& t, const RowMatrix<Scalar>& local,
+                           std::span<const std::int64_t> shape) {
+    if (shard_of(t.name).replicated() || partition_.size == 1) return local;
+    std::vector<detail::ShardBlock> blocks;
+    std::vector<std::int64_t> counts;
+    for (int r = 0; r < partition_.size; ++r) {
+      blocks.push_back(detail::shard_block(partition_.shard(t.name, r), shape));
+      counts.push_back(blocks.back().rows * blocks.back().cols);
+    }
+    std::vector<Scalar> received(static_cast<std::size_t>(std::accumulate(counts.begin(), counts.end(), std::int64_t{0})));
+    group_->communicator().all_gather_v(std::span<const Scalar>(local.data(), static_cast<std::size_t>(local.size())),
+                                        std::span<Scalar>(received), std::span<const std::int64_t>(counts));
+    RowMatrix<Scalar> full(shape.size() == 2 ? shape[0] : 1, shape.back());
+    const Scalar* from = received.data();
+    for (const auto& block : blocks) {  // copies of a KV head write the same values twice
+      full.block(block.row, block.col, block.rows, block.cols) = Eigen::Map<const RowMatrix<Scalar>>(from, block.rows, block.cols);
+      from += block.rows * block.cols;
+    }
+    return full;
+  }
+
+  HfModelConfig config_;
+  TensorParallelPartition partition_;
+  DecoderBody<Scalar> body_;
+  // On the heap: the body keeps a pointer to it, which must survive moves of the model.
+  std::unique_ptr<detail::TensorParallelGroup<Scalar, Comm>> group_;
+  ParameterTensor<Scalar> lm_head_;
+
+  // The last forward pass, for backward.
+  bool saved_ = false;
+  std::vector<detail::HeadStatistics<Scalar>> dense_statistics_;           ///< one rank
+  std::vector<parallel::VocabParallelStatistics<Scalar>> statistics_;      ///< several ranks
+  std::vector<RowMatrix<Scalar>> saved_logits_;  ///< per chunk, when they fit max_saved_logits_bytes
+  std::vector<TokenId> saved_targets_;
+  std::vector<std::int64_t> saved_slots_;
+  Index saved_layout_size_ = 0;
+  float saved_temperature_ = 1.0f;
+  bool saved_entropy_ = false;
+};
+
+template <parallel::Communicator Comm>
+using TensorParallelTransformer = BasicTensorParallelTransformer<float, Comm>;
+
+}  // namespace verl::model

@@ -1,0 +1,163 @@
+// Log-probabilities and entropy of softmax(logits / T) when each tensor-parallel rank holds only a
+// slice of the vocabulary's logits (verl's vocab_parallel_log_probs_from_logits and
+// vocab_parallel_entropy, Megatron's vocab-parallel cross entropy): the logits are never
+// gathered. Per row, one all-reduce (max) of the shard maxima and one all-reduce (sum) of four
+// partial sums, sum e^(x - m), the target's x, sum e^(x - m) x and sum e^(2 (x - m)), give
+//   log p[target] = x[target] - lse,  H = lse - sum p x,  sum p^2,  with lse = m + log sum e^(x - m).
+// The backward pass needs no communication: each rank writes the gradient of its own columns.
+// The partial sums are accumulated and reduced in double whatever the logits' scalar.
+#pragma once
+
+#include <Eigen/Core>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <span>
+#include <vector>
+
+#include "verl/core/error.hpp"
+#include "verl/core/tensor.hpp"
+#include "verl/parallel/communicator.hpp"
+
+namespace verl::parallel {
+
+/// What the backward pass needs per row: lse = logsumexp(logits / T) over the whole vocabulary,
+/// and the entropy.
+template <class Scalar>
+struct VocabParallelStatistics {
+  Vector<Scalar> log_normalizer;
+  Vector<Scalar> entropy;
+};
+
+/// Where the per-row results go; each span is empty (not wanted) or has one value per row.
+template <class Scalar>
+struct VocabParallelOutputs {
+  std::span<Scalar> log_probs = {};  ///< needs labels
+  std::span<Scalar> entropy = {};
+  std::span<Scalar> sum_pi_squared = {};
+};
+
+namespace detail {
+
+inline void require_vocab_shard(Index rows, std::span<const std::int64_t> labels, Index vocab_begin, Index vocab_size) {
+  VERL_CHECK_ARG(labels.empty() || static_cast<Index>(labels.size()) == rows,
+                 "labels: expected {} values (one per row) or none, got {}", rows, labels.size());
+  for (std::size_t r = 0; r < labels.size(); ++r) {
+    VERL_CHECK_ARG(labels[r] >= 0 && labels[r] < vocab_size, "labels: expected ids in [0, {}) (vocab_size), got {} at row {}",
+                   vocab_size, labels[r], r);
+  }
+  VERL_CHECK_ARG(vocab_begin >= 0, "vocab_begin: expected a value >= 0, got {}", vocab_begin);
+}
+
+template <class Scalar>
+void require_outputs(const VocabParallelOutputs<Scalar>& out, Index rows, bool has_labels) {
+  auto check = [&](std::span<Scalar> values, std::string_view argument) {
+    VERL_CHECK_ARG(values.empty() || static_cast<Index>(values.size()) == rows,
+                   "{}: expected {} values (one per row) or none, got {}", argument, rows, values.size());
+  };
+  check(out.log_probs, "outputs.log_probs");
+  check(out.entropy, "outputs.entropy");
+  check(out.sum_pi_squared, "outputs.sum_pi_squared");
+  VERL_CHECK_ARG(out.log_probs.empty() || has_labels, "outputs.log_probs: log-probs need labels, got none");
+}
+
+}  // namespace detail
+
+/// `logits` (rows, this rank's columns) are the columns [vocab_begin, vocab_begin + cols) of the
+/// (rows, vocab_size) logits; every rank of `tp` calls this with the same rows and labels, and the
+/// shards tile the vocabulary. Collective. Returns what vocab_parallel_logprob_entropy_backward
+/// needs.
+template <class Scalar, Communicator C>
+VocabParallelStatistics<Scalar> vocab_parallel_logprob_entropy(C& tp, const Eigen::Ref<const RowMatrix<Scalar>>& logits,
+                                                               Index vocab_begin, Index vocab_size,
+                                                               std::span<const std::int64_t> labels, float temperature,
+                                                               const VocabParallelOutputs<Scalar>& out) {
+  const Index rows = logits.rows(), cols = logits.cols();
+  detail::require_vocab_shard(rows, labels, vocab_begin, vocab_size);
+  detail::require_outputs(out, rows, !labels.empty());
+  VERL_CHECK_ARG(vocab_begin + cols <= vocab_size, "logits: expected at most {} columns (vocab_size - vocab_begin), got {}",
+                 vocab_size - vocab_begin, cols);
+  VERL_CHECK_ARG(std::isfinite(temperature) && temperature > 0, "temperature: expected a finite value > 0, got {}",
+                 temperature);
+  const double inv_t = 1.0 / static_cast<double>(temperature);
+
+  std::vector<double> max(static_cast<std::size_t>(rows), -std::numeric_limits<double>::infinity());
+  for (Index r = 0; r < rows; ++r) {
+    if (cols > 0) max[static_cast<std::size_t>(r)] = static_cast<double>(logits.row(r).maxCoeff()) * inv_t;
+  }
+  tp.all_reduce(std::span<double>(max), ReduceOp::max);
+
+  // Per row: sum e^(x - m), x[target] (0 off this shard), sum e^(x - m) x, sum e^(2 (x - m)).
+  constexpr std::size_t kSums = 4;
+  std::vector<double> sums(static_cast<std::size_t>(rows) * kSums, 0.0);
+  for (Index r = 0; r < rows; ++r) {
+    const double m = max[static_cast<std::size_t>(r)];
+    double* s = sums.data() + static_cast<std::size_t>(r) * kSums;
+    for (Index j = 0; j < cols; ++j) {
+      const double x = static_cast<double>(logits(r, j)) * inv_t;
+      const double e = std::exp(x - m);
+      s[0] += e;
+      s[2] += e * x;
+      s[3] += e * e;
+    }
+    if (!labels.empty()) {
+      const Index local = labels[static_cast<std::size_t>(r)] - vocab_begin;
+      if (local >= 0 && local < cols) s[1] = static_cast<double>(logits(r, local)) * inv_t;
+    }
+  }
+  tp.all_reduce(std::span<double>(sums), ReduceOp::sum);
+
+  VocabParallelStatistics<Scalar> stats;
+  stats.log_normalizer.resize(rows);
+  stats.entropy.resize(rows);
+  for (Index r = 0; r < rows; ++r) {
+    const auto at = static_cast<std::size_t>(r);
+    const double* s = sums.data() + at * kSums;
+    const double lse = max[at] + std::log(s[0]);
+    const double entropy = lse - s[2] / s[0];
+    stats.log_normalizer[r] = static_cast<Scalar>(lse);
+    stats.entropy[r] = static_cast<Scalar>(entropy);
+    if (!out.log_probs.empty()) out.log_probs[at] = static_cast<Scalar>(s[1] - lse);
+    if (!out.entropy.empty()) out.entropy[at] = static_cast<Scalar>(entropy);
+    if (!out.sum_pi_squared.empty()) out.sum_pi_squared[at] = static_cast<Scalar>(s[3] / (s[0] * s[0]));
+  }
+  return stats;
+}
+
+/// Overwrites this rank's logits shard with d(loss)/d(logits) for the cotangents of the
+/// log-probs and the entropy (each empty = zero, else one per row):
+///   d x_j = (g_lp ([j = target] - p_j) - g_H p_j (log p_j + H)) / T.
+/// Local: no communication.
+template <class Scalar>
+void vocab_parallel_logprob_entropy_backward(Eigen::Ref<RowMatrix<Scalar>> logits, Index vocab_begin,
+                                             std::span<const std::int64_t> labels,
+                                             const VocabParallelStatistics<Scalar>& stats,
+                                             std::span<const Scalar> grad_log_probs,
+                                             std::span<const Scalar> grad_entropy, float temperature) {
+  const Index rows = logits.rows(), cols = logits.cols();
+  VERL_CHECK_ARG(stats.log_normalizer.size() == rows && stats.entropy.size() == rows,
+                 "stats: expected statistics of {} rows, got {}", rows, stats.log_normalizer.size());
+  VERL_CHECK_ARG(grad_log_probs.empty() || static_cast<Index>(grad_log_probs.size()) == rows,
+                 "grad_log_probs: expected {} values (one per row) or none, got {}", rows, grad_log_probs.size());
+  VERL_CHECK_ARG(grad_entropy.empty() || static_cast<Index>(grad_entropy.size()) == rows,
+                 "grad_entropy: expected {} values (one per row) or none, got {}", rows, grad_entropy.size());
+  VERL_CHECK_ARG(grad_log_probs.empty() || static_cast<Index>(labels.size()) == rows,
+                 "labels: expected {} values (one per row) with grad_log_probs, got {}", rows, labels.size());
+  const auto t = static_cast<Scalar>(temperature);
+  for (Index r = 0; r < rows; ++r) {
+    const auto at = static_cast<std::size_t>(r);
+    const Scalar g_lp = grad_log_probs.empty() ? Scalar(0) : grad_log_probs[at];
+    const Scalar g_h = grad_entropy.empty() ? Scalar(0) : grad_entropy[at];
+    auto row = logits.row(r).array();
+    const auto log_p = (row / t - stats.log_normalizer[r]).eval();
+    const auto p = log_p.exp().eval();
+    row = (-g_lp * p - g_h * p * (log_p + stats.entropy[r])) / t;
+    if (g_lp != Scalar(0)) {
+      const Index local = labels[at] - vocab_begin;
+      if (local >= 0 && local < cols) row[local] += g_lp / t;
+    }
+  }
+}
+
+}  // namespace verl::parallel
