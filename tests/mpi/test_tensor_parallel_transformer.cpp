@@ -1,0 +1,264 @@
+// The tensor-parallel transformer on real ranks against the dense model: for every TP size the
+// world allows (1, 2, 4), log-probs, entropy and sum of squared probabilities equal the dense
+// model's, and every parameter's gradient (gathered from the shards) equals the dense gradient
+// for the same cotangents, in float and double; MHA, GQA with KV heads split and with KV heads
+// copied (fewer KV heads than ranks), tied and untied heads, Qwen3's q/k norms, a sliding window,
+// an uneven vocabulary split, the tiny fixture models; and sizes that do not divide the model are
+// refused with the sizes named.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "../support/error_message.hpp"
+#include "verl/model/checkpoint.hpp"
+#include "verl/model/transformer/tensor_parallel_transformer.hpp"
+#include "verl/parallel/mpi_communicator.hpp"
+
+using namespace verl;
+using namespace verl::model;
+using verl::parallel::MpiCommunicator;
+using verl::test_support::message_of;
+
+namespace {
+
+const std::filesystem::path models_dir = std::filesystem::path(VERL_GOLDEN_DIR) / ".." / "models";
+
+/// The TP sizes this world can form (groups of consecutive ranks).
+std::vector<int> tp_sizes() {
+  const int world = MpiCommunicator::world().size();
+  std::vector<int> sizes;
+  for (int tp : {1, 2, 4}) {
+    if (tp <= world && world % tp == 0) sizes.push_back(tp);
+  }
+  return sizes;
+}
+
+MpiCommunicator tp_group(int tp) {
+  MpiCommunicator world = MpiCommunicator::world();
+  return world.split(world.rank() / tp, world.rank() % tp);
+}
+
+HfModelConfig config_of(nlohmann::json extra) {
+  nlohmann::json json = {{"model_type", "llama"},  {"hidden_size", 16},       {"intermediate_size", 24},
+                         {"num_hidden_layers", 2}, {"num_attention_heads", 4}, {"num_key_value_heads", 4},
+                         {"head_dim", 4},          {"vocab_size", 37},         {"rms_norm_eps", 1e-5},
+                         {"max_position_embeddings", 64}};
+  for (auto& [key, value] : extra.items()) json[key] = value;
+  return HfModelConfig::from_json(json, "test config");
+}
+
+/// Llama with every bias, MHA, an untied head and a vocabulary of 37 (uneven over 2 and 4 ranks).
+HfModelConfig llama_mha() { return config_of({{"attention_bias", true}, {"mlp_bias", true}}); }
+/// Qwen2: GQA with 8 heads and 4 KV heads (split at TP 2 and 4), q/k/v biases, tied embeddings.
+HfModelConfig qwen2_gqa() {
+  return config_of({{"model_type", "qwen2"},
+                    {"num_attention_heads", 8},
+                    {"num_key_value_heads", 4},
+                    {"head_dim", 2},
+                    {"tie_word_embeddings", true},
+                    {"vocab_size", 40}});
+}
+/// Qwen3: per-head q/k norms, every attention bias, one KV head (copied on every rank), and a
+/// sliding window of 3 keys in the second layer.
+HfModelConfig qwen3_copied_kv() {
+  return config_of({{"model_type", "qwen3"},
+                    {"attention_bias", true},
+                    {"num_key_value_heads", 1},
+                    {"use_sliding_window", true},
+                    {"sliding_window", 3},
+                    {"max_window_layers", 1}});
+}
+
+/// Fresh weights the same on every rank; norm weights away from 1 so that their gradients matter.
+template <class Scalar>
+BasicTransformer<Scalar> random_dense(const HfModelConfig& config, std::uint64_t seed) {
+  BasicTransformer<Scalar> model(config, {.num_threads = 1});
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  model.for_each_parameter([&](const auto& p) {
+    const bool norm = p.name.ends_with("norm.weight");
+    for (auto& v : p.value) v = static_cast<Scalar>(norm ? 1.0 + 0.2 * normal(rng) : 0.4 * normal(rng));
+  });
+  return model;
+}
+
+/// Left-padded rows of different lengths (every rank the same).
+TokenBatch padded_batch(Index vocab, unsigned seed) {
+  MatrixI64 ids(3, 7);
+  MatrixF mask(3, 7);
+  std::mt19937 rng(seed);
+  for (Index i = 0; i < ids.size(); ++i) ids.data()[i] = static_cast<std::int64_t>(rng() % static_cast<unsigned>(vocab));
+  mask << 0, 0, 1, 1, 1, 1, 0,  //
+      1, 1, 1, 1, 1, 1, 1,      //
+      0, 1, 1, 1, 0, 0, 0;
+  return TokenBatch::padded(ids, mask);
+}
+
+template <class Scalar>
+std::vector<Scalar> random_cotangent(Index size, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<double> normal;
+  std::vector<Scalar> values(static_cast<std::size_t>(size));
+  for (auto& v : values) v = static_cast<Scalar>(normal(rng));
+  return values;
+}
+
+template <class A, class B>
+double max_abs_difference(const A& a, const B& b) {
+  double worst = 0;
+  for (std::size_t i = 0; i < static_cast<std::size_t>(a.size()); ++i) {
+    worst = std::max(worst, std::abs(static_cast<double>(a.data()[i]) - static_cast<double>(b.data()[i])));
+  }
+  return worst;
+}
+
+template <class A>
+double max_abs(const A& a) {
+  double m = 0;
+  for (std::size_t i = 0; i < static_cast<std::size_t>(a.size()); ++i) m = std::max(m, std::abs(static_cast<double>(a.data()[i])));
+  return m;
+}
+
+struct Tolerance {
+  double outputs;    ///< absolute, on log-probs, entropy and sum p^2
+  double gradients;  ///< relative to the tensor's largest gradient
+};
+
+/// Two training micro-batches (the second accumulating gradients) through the dense model and the
+/// TP model over `tp` ranks; outputs and gathered gradients must agree.
+template <class Scalar>
+void expect_tp_equals_dense(BasicTransformer<Scalar>& dense, int tp, Tolerance tolerance, bool logits_cotangent = false) {
+  SCOPED_TRACE(::testing::Message() << "tp = " << tp);
+  BasicTensorParallelTransformer<Scalar, MpiCommunicator> model(dense, tp_group(tp));
+  ASSERT_EQ(model.tp_size(), tp);
+  dense.zero_grad();
+  double worst_output = 0, worst_gradient = 0;
+  for (unsigned step = 0; step < 2; ++step) {
+    const TokenBatch batch = padded_batch(dense.vocab_size(), 7 + step);
+    const MatrixI64 targets = next_token_targets(batch);
+    const ForwardOptions options{.targets = {targets.data(), static_cast<std::size_t>(targets.size())},
+                                 .return_logits = logits_cotangent,
+                                 .return_entropy = true,
+                                 .return_sum_pi_squared = true,
+                                 .temperature = step == 0 ? 0.7f : 1.3f,
+                                 .keep_activations = true};
+    const auto expected = dense.forward(batch, options);
+    const auto actual = model.forward(batch, options);
+    for (const auto& [a, e] : {std::pair{&actual.log_probs, &expected.log_probs},
+                               std::pair{&actual.entropy, &expected.entropy},
+                               std::pair{&actual.sum_pi_squared, &expected.sum_pi_squared}}) {
+      ASSERT_EQ(a->size(), e->size());
+      worst_output = std::max(worst_output, max_abs_difference(*a, *e));
+    }
+    if (logits_cotangent) worst_output = std::max(worst_output, max_abs_difference(actual.logits, expected.logits));
+
+    const auto g_lp = random_cotangent<Scalar>(batch.layout_size(), 20 + step);
+    const auto g_h = random_cotangent<Scalar>(batch.layout_size(), 30 + step);
+    const auto g_logits = logits_cotangent ? random_cotangent<Scalar>(batch.layout_size() * dense.vocab_size(), 40 + step)
+                                           : std::vector<Scalar>{};
+    dense.backward({.log_probs = g_lp, .entropy = g_h, .logits = g_logits});
+    model.backward({.log_probs = g_lp, .entropy = g_h, .logits = g_logits});
+  }
+  EXPECT_LE(worst_output, tolerance.outputs);
+
+  std::map<std::string, std::vector<Scalar>> dense_grads;
+  dense.for_each_parameter([&](const auto& p) { dense_grads[std::string(p.name)].assign(p.grad.begin(), p.grad.end()); });
+  std::size_t visited = 0;
+  model.for_each_full_parameter([&](const Parameter<const Scalar>& p) {
+    ++visited;
+    const auto& expected = dense_grads.at(std::string(p.name));
+    ASSERT_EQ(p.grad.size(), expected.size()) << p.name;
+    const Eigen::Map<const Vector<Scalar>> actual(p.grad.data(), static_cast<Index>(p.grad.size()));
+    const Eigen::Map<const Vector<Scalar>> reference(expected.data(), static_cast<Index>(expected.size()));
+    const double error = max_abs_difference(actual, reference) / std::max(max_abs(reference), 1e-30);
+    worst_gradient = std::max(worst_gradient, error);
+    EXPECT_LE(error, tolerance.gradients) << p.name;
+  });
+  EXPECT_EQ(visited, dense_grads.size());
+  // The shards gather back into the dense weights exactly.
+  EXPECT_EQ(model.full_state_dict(), dense.state_dict());
+  if (MpiCommunicator::world().rank() == 0) {
+    std::printf("  tp=%d %s: max |output difference| %.3g, max gradient error (relative to the tensor's max) %.3g\n",
+                tp, std::is_same_v<Scalar, float> ? "float32" : "float64", worst_output, worst_gradient);
+  }
+}
+
+constexpr Tolerance float_tolerance{2e-5, 2e-5};
+constexpr Tolerance double_tolerance{1e-12, 1e-11};
+
+}  // namespace
+
+TEST(TensorParallelTransformer, LlamaWithEveryBiasEqualsTheDenseModel) {
+  for (const int tp : tp_sizes()) {
+    auto dense = random_dense<float>(llama_mha(), 1);
+    expect_tp_equals_dense(dense, tp, float_tolerance);
+    auto dense64 = random_dense<double>(llama_mha(), 1);
+    expect_tp_equals_dense(dense64, tp, double_tolerance);
+  }
+}
+
+TEST(TensorParallelTransformer, LogitsAndTheirCotangentsGoThroughTheVocabularyShards) {
+  for (const int tp : tp_sizes()) {
+    auto dense64 = random_dense<double>(llama_mha(), 2);
+    expect_tp_equals_dense(dense64, tp, double_tolerance, /*logits_cotangent=*/true);
+  }
+}
+
+TEST(TensorParallelTransformer, GqaWithSplitKvHeadsAndTiedEmbeddingsEqualsTheDenseModel) {
+  for (const int tp : tp_sizes()) {
+    auto dense = random_dense<float>(qwen2_gqa(), 3);
+    expect_tp_equals_dense(dense, tp, float_tolerance);
+    auto dense64 = random_dense<double>(qwen2_gqa(), 3);
+    expect_tp_equals_dense(dense64, tp, double_tolerance);
+  }
+}
+
+TEST(TensorParallelTransformer, CopiedKvHeadsQkNormsAndSlidingWindowEqualTheDenseModel) {
+  for (const int tp : tp_sizes()) {
+    auto dense = random_dense<float>(qwen3_copied_kv(), 4);
+    expect_tp_equals_dense(dense, tp, float_tolerance);
+    auto dense64 = random_dense<double>(qwen3_copied_kv(), 4);
+    expect_tp_equals_dense(dense64, tp, double_tolerance);
+  }
+}
+
+TEST(TensorParallelTransformer, TinyFixtureModelsEqualTheDenseModel) {
+  for (const std::string name : {"tiny-llama", "tiny-qwen3", "tiny-mistral"}) {
+    SCOPED_TRACE(name);
+    for (const int tp : tp_sizes()) {
+      auto dense = load_transformer(models_dir / name, {.num_threads = 1});
+      expect_tp_equals_dense(dense, tp, float_tolerance);
+    }
+  }
+}
+
+TEST(TensorParallelTransformer, RefusesSizesThatDoNotDivideTheModelNamingThem) {
+  for (const int tp : tp_sizes()) {
+    if (tp == 1) continue;
+    // 6 heads over 4 ranks; 3 KV heads over 2 ranks (neither a multiple nor a divisor).
+    const HfModelConfig config = config_of({{"num_attention_heads", 6}, {"num_key_value_heads", 3}, {"hidden_size", 24}});
+    const std::string message =
+        message_of([&] { BasicTensorParallelTransformer<float, MpiCommunicator> model(config, tp_group(tp)); });
+    EXPECT_NE(message.find(tp == 4 ? "num_attention_heads = 6" : "num_key_value_heads = 3"), std::string::npos)
+        << message;
+    EXPECT_NE(message.find(fmt::format("got {}", tp)), std::string::npos) << message;
+  }
+}
+
+TEST(TensorParallelTransformer, RanksGivenDifferentBatchesAreToldSo) {
+  for (const int tp : tp_sizes()) {
+    if (tp == 1) continue;
+    auto dense = random_dense<float>(llama_mha(), 5);
+    BasicTensorParallelTransformer<float, MpiCommunicator> model(dense, tp_group(tp));
+    const TokenBatch batch = padded_batch(dense.vocab_size(), 9 + static_cast<unsigned>(model.tp_rank()));
+    const std::string message = message_of([&] { (void)model.forward(batch, {.return_entropy = true}); });
+    EXPECT_NE(message.find("the same tokens on every tensor-parallel rank"), std::string::npos) << message;
+  }
+}
