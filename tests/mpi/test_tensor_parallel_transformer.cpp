@@ -262,3 +262,37 @@ TEST(TensorParallelTransformer, RanksGivenDifferentBatchesAreToldSo) {
     EXPECT_NE(message.find("the same tokens on every tensor-parallel rank"), std::string::npos) << message;
   }
 }
+
+TEST(VocabParallelLogprobEntropy, LargeLogitsOverUnevenShardsEqualTheFullSoftmaxAndItsBackward) {
+  for (const int tp : tp_sizes()) {
+    SCOPED_TRACE(::testing::Message() << "tp = " << tp);
+    MpiCommunicator group = tp_group(tp);
+    const Index rows = 6, vocab = 1001;  // uneven over 2 and 4 ranks
+    std::mt19937 rng(17);
+    std::normal_distribution<double> normal;
+    RowMatrix<double> logits(rows, vocab);
+    for (Index i = 0; i < logits.size(); ++i) logits.data()[i] = 300.0 * normal(rng);  // e^x overflows unshifted
+    std::vector<std::int64_t> labels(static_cast<std::size_t>(rows));
+    for (auto& label : labels) label = static_cast<std::int64_t>(rng() % vocab);
+    const float temperature = 1.7f;
+    std::vector<double> lp(rows), h(rows), sp(rows), ref_lp(rows), ref_h(rows), ref_sp(rows);
+    const auto reference = model::detail::head_forward<double>(logits, labels, temperature, 1, ref_lp.data(),
+                                                               ref_h.data(), ref_sp.data());
+    const Index begin = vocab * group.rank() / tp, end = vocab * (group.rank() + 1) / tp;
+    RowMatrix<double> shard = logits.middleCols(begin, end - begin);
+    const auto stats = parallel::vocab_parallel_logprob_entropy<double>(
+        group, shard, begin, vocab, labels, temperature, {.log_probs = lp, .entropy = h, .sum_pi_squared = sp});
+    for (Index r = 0; r < rows; ++r) {
+      const auto at = static_cast<std::size_t>(r);
+      EXPECT_NEAR(lp[at], ref_lp[at], 1e-9 * std::abs(ref_lp[at]));
+      EXPECT_NEAR(h[at], ref_h[at], 1e-9);
+      EXPECT_NEAR(sp[at], ref_sp[at], 1e-12);
+    }
+    const auto g_lp = random_cotangent<double>(rows, 3), g_h = random_cotangent<double>(rows, 4);
+    RowMatrix<double> full_grad = logits;
+    model::detail::head_backward<double>(full_grad, labels, reference, g_lp, g_h, temperature, 1);
+    parallel::vocab_parallel_logprob_entropy_backward<double>(shard, begin, labels, stats, g_lp, g_h, temperature);
+    // log p reaches -10^3 here: its rounding (10^-13) is amplified by (log p + H) in the entropy term.
+    EXPECT_LE(max_abs_difference(shard, RowMatrix<double>(full_grad.middleCols(begin, end - begin))), 1e-10);
+  }
+}

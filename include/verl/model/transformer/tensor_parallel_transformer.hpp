@@ -503,7 +503,8 @@ class BasicTensorParallelTransformer
         temperature,
         {.log_probs = labels.empty() ? std::span<Scalar>{} : std::span<Scalar>(log_probs, rows),
          .entropy = std::span<Scalar>(entropy, rows),
-         .sum_pi_squared = std::span<Scalar>(sum_pi_squared, rows)});
+         .sum_pi_squared = std::span<Scalar>(sum_pi_squared, rows)},
+        &body_.pool());
     if (keep) statistics_.push_back(std::move(stats));
   }
 
@@ -516,7 +517,7 @@ class BasicTensorParallelTransformer
     }
     parallel::vocab_parallel_logprob_entropy_backward<Scalar>(logits, partition_.vocab_begin(partition_.rank), labels,
                                                               statistics_[chunk], grad_log_probs, grad_entropy,
-                                                              saved_temperature_);
+                                                              saved_temperature_, &body_.pool());
   }
 
   void release_head() {
