@@ -22,5 +22,7 @@
 #include "verl/model/transformer/reward_model.hpp"
 #include "verl/model/transformer/rms_norm.hpp"
 #include "verl/model/transformer/rope.hpp"
+#include "verl/model/transformer/tensor_parallel_regions.hpp"
+#include "verl/model/transformer/tensor_parallel_transformer.hpp"
 #include "verl/model/transformer/transformer.hpp"
 #include "verl/model/transformer/weights.hpp"

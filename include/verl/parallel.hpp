@@ -26,6 +26,7 @@
 #include "verl/parallel/elementwise_optimizer.hpp"
 #include "verl/parallel/zero_optimizer.hpp"
 #include "verl/parallel/tensor_parallel.hpp"
+#include "verl/parallel/vocab_parallel.hpp"
 #include "verl/parallel/ulysses.hpp"
 #include "verl/parallel/pipeline_schedule.hpp"
 #include "verl/parallel/pipeline_executor.hpp"

@@ -10,11 +10,15 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <map>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
+
+#include <fmt/format.h>
 
 #include "../support/error_message.hpp"
 #include "verl/model/checkpoint.hpp"

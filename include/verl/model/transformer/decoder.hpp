@@ -6,6 +6,8 @@
 // padding never costs a flop). Forward keeps what backward needs when asked; backward takes the
 // gradient of the final hidden states and accumulates every parameter gradient. The heads
 // (LM head, value head) live in the model classes that own a DecoderBody.
+// Under tensor parallelism (set_tensor_parallel) the body holds one rank's shard and sums the
+// row-parallel outputs, the embedding and the column-parallel input gradients over the ranks.
 #pragma once
 
 #include <Eigen/Core>
