@@ -1,7 +1,7 @@
 // The tensor-parallel transformer on real ranks against the dense model: for every TP size the
 // world allows (1, 2, 4), log-probs, entropy and sum of squared probabilities equal the dense
-// model's, and every parameter's gradient (gathered from the shards) equals the dense gradient
-// for the same cotangents, in float and double; MHA, GQA with KV heads split and with KV heads
+// model's, and every parameter's gradient (gathered from the shards) and the gradient norm equal
+// the dense ones for the same cotangents, in float and double; MHA, GQA with KV heads split and with KV heads
 // copied (fewer KV heads than ranks), tied and untied heads, Qwen3's q/k norms, a sliding window,
 // an uneven vocabulary split, the tiny fixture models; and sizes that do not divide the model are
 // refused with the sizes named.
@@ -186,8 +186,20 @@ void expect_tp_equals_dense(BasicTransformer<Scalar>& dense, int tp, Tolerance t
     EXPECT_LE(error, tolerance.gradients) << p.name;
   });
   EXPECT_EQ(visited, dense_grads.size());
+  double dense_norm = 0;
+  for (const auto& [name, grad] : dense_grads) {
+    for (const Scalar g : grad) dense_norm += static_cast<double>(g) * static_cast<double>(g);
+  }
+  EXPECT_NEAR(model.gradient_squared_norm(), dense_norm, tolerance.gradients * 10 * dense_norm);
   // The shards gather back into the dense weights exactly.
   EXPECT_EQ(model.full_state_dict(), dense.state_dict());
+  // A model built from the config loads the same shards from the full state dict, and from its own.
+  BasicTensorParallelTransformer<Scalar, MpiCommunicator> loaded(dense.config(), tp_group(tp));
+  loaded.load_full_state_dict(dense.state_dict());
+  EXPECT_EQ(loaded.state_dict(), model.state_dict());
+  BasicTensorParallelTransformer<Scalar, MpiCommunicator> resumed(dense.config(), tp_group(tp));
+  resumed.load_state_dict(model.state_dict());
+  EXPECT_EQ(resumed.full_state_dict(), dense.state_dict());
   if (MpiCommunicator::world().rank() == 0) {
     std::printf("  tp=%d %s: max |output difference| %.3g, max gradient error (relative to the tensor's max) %.3g\n",
                 tp, std::is_same_v<Scalar, float> ? "float32" : "float64", worst_output, worst_gradient);

@@ -431,6 +431,26 @@ class BasicTensorParallelTransformer
     });
   }
 
+  /// Collective: the squared L2 norm of the whole model's gradient (what gradient clipping
+  /// needs), every element counted once: a replicated tensor is not counted once per rank, nor a
+  /// copied KV head once per copy.
+  [[nodiscard]] double gradient_squared_norm() {
+    double local = 0;
+    for_each_tensor([&](const ParameterTensor<Scalar>& t) {
+      if (t.grad.size() == 0) return;
+      const double squares = t.grad.template cast<double>().squaredNorm();
+      if (shard_of(t.name).replicated()) {
+        local += squares / partition_.size;
+      } else if (partition_.partial_gradient(t.name) == TensorParallelPartition::PartialGradient::kv_replicas) {
+        local += squares / static_cast<double>(partition_.kv_replicas);
+      } else {
+        local += squares;
+      }
+    });
+    group_->communicator().all_reduce(std::span<double>(&local, 1), parallel::ReduceOp::sum);
+    return local;
+  }
+
   /// Collective: the full tensors (a Hugging Face state dict), on every rank.
   [[nodiscard]] StateDict full_state_dict() {
     StateDict dict;
