@@ -4,7 +4,7 @@
 //   o_proj, down_proj: row-parallel, split by input features (dim 1), their biases replicated and
 //     added once after the partial products are summed;
 //   attention heads split over the ranks, KV heads too: with fewer KV heads than ranks each KV head
-//     is copied on size / num_key_value_heads ranks (as vLLM and Megatron's GQA replication do),
+//     is copied on size / num_key_value_heads ranks (as vLLM does when TP exceeds the KV heads),
 //     and the copies' gradients are summed within those ranks so that the copies stay equal;
 //   embedding and LM head (tied or not): vocabulary-parallel, rank r holding the token rows
 //     [V r / size, V (r + 1) / size) (balanced: any vocabulary size, no padding);
