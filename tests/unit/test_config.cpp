@@ -314,10 +314,9 @@ TEST(ConfigYaml, VerlsOwnFullConfigLoads) {
   EXPECT_NE(problems[0].find("'wandb' is a verl backend"), std::string::npos) << problems[0];
   EXPECT_NE(problems[1].find("trainer.device: not supported by verl-cpp yet"), std::string::npos) << problems[1];
   // trainer.n_gpus_per_node=8 acts: it sizes the actor's pool (8 MPI ranks).
-  EXPECT_EQ(load_ppo_config(reference, {"trainer.logger=[console]", "trainer.device=cpu",
-                                        "actor_rollout_ref.rollout.dtype=float32"})
-                .trainer.n_gpus_per_node,
-            8);
+  const std::vector<std::string> eight_devices = {"trainer.logger=[console]", "trainer.device=cpu",
+                                                  "actor_rollout_ref.rollout.dtype=float32"};
+  EXPECT_EQ(load_ppo_config(reference, eight_devices).trainer.n_gpus_per_node, 8);
   // verl's bfloat16 rollout is acted on.
   const std::vector<std::string> stock_rollout = {"trainer.logger=[console]", "trainer.device=cpu", "trainer.n_gpus_per_node=1"};
   EXPECT_EQ(load_ppo_config(reference, stock_rollout).actor_rollout_ref.rollout.dtype, "bfloat16");
@@ -451,7 +450,9 @@ TEST(Config, KeyListsAreVerls) {
     // verl's AlgoConfig fields its yaml does not list are set with '+' there (+algorithm.gdpo_reward_keys).
     const bool extension = key.starts_with("reward_model.overlong_buffer.") ||
                            key == "trainer.max_consecutive_nonfinite_steps" || key == "algorithm.gdpo_reward_keys" ||
-                           key == "algorithm.gdpo_reward_weights";
+                           key == "algorithm.gdpo_reward_weights" ||
+                           // The critic's own pool: verl places it in code (its split-placement example).
+                           key == "critic.nnodes" || key == "critic.n_gpus_per_node";
     EXPECT_TRUE(extension || is_verl_config_key(key)) << key << " is not one of verl's keys";
   }
 }
@@ -477,6 +478,29 @@ TEST(Config, TheResolvedTreePrintsAsYamlThatLoadsAgain) {
   EXPECT_EQ(a.overrides, (std::vector<std::string>{"data.seed=1"}));
   const std::string_view hydra_only[] = {"--cfg=hydra"};
   EXPECT_THROW((void)parse_config_arguments(hydra_only), InvalidArgument);
+}
+
+// verl_train --plan FILE: verl_plan's chosen placement as key=value lines, before the command
+// line's own overrides (which win); a malformed line names the file and line.
+TEST(Config, PlanFileComesBeforeTheOverrides) {
+  TempFile plan("# verl_plan --emit-keys\ntrainer.nnodes=1\n\n  trainer.n_gpus_per_node=2  \n", "plan.txt");
+  const std::string plan_path = plan.path.string();
+  const std::string_view args[] = {"--plan", plan_path, "trainer.n_gpus_per_node=4", "data.seed=3"};
+  const ConfigArguments a = parse_config_arguments(args);
+  EXPECT_EQ(a.overrides, (std::vector<std::string>{"trainer.nnodes=1", "trainer.n_gpus_per_node=2",
+                                                   "trainer.n_gpus_per_node=4", "data.seed=3"}));
+  EXPECT_EQ(load_ppo_config(a.overrides).trainer.n_gpus_per_node, 4);
+  TempFile bad("trainer.nnodes=1\nnot a key\n", "bad_plan.txt");
+  const std::string bad_path = bad.path.string();
+  const std::string_view bad_args[] = {"--plan", bad_path};
+  try {
+    (void)parse_config_arguments(bad_args);
+    FAIL() << "expected an error";
+  } catch (const InvalidArgument& error) {
+    EXPECT_NE(std::string(error.what()).find(bad_path + ":2: expected a key=value line"), std::string::npos) << error.what();
+  }
+  const std::string_view missing[] = {"--plan=/nonexistent/plan.txt"};
+  EXPECT_THROW((void)parse_config_arguments(missing), InvalidArgument);
 }
 
 TEST(Config, CommandLineArguments) {

@@ -53,14 +53,16 @@ namespace {
 namespace fs = std::filesystem;
 using namespace verl;
 
-constexpr std::string_view usage = R"(usage: verl_train [--config FILE.yaml | --config-path DIR --config-name NAME] [--cfg job] key=value ...
+constexpr std::string_view usage = R"(usage: verl_train [--config FILE.yaml | --config-path DIR --config-name NAME] [--plan FILE] [--cfg job] key=value ...
 
 Trains a Hugging Face model folder with verl's PPO-family algorithms, configured with verl's keys, e.g.
   verl_train algorithm.adv_estimator=grpo data.train_files=train.jsonl data.val_files=test.jsonl \
       actor_rollout_ref.model.path=MODEL_DIR actor_rollout_ref.rollout.n=8 data.train_batch_size=16 \
       trainer.total_training_steps=20 trainer.logger=[console,file]
-Run under `mpirun -np N` for data parallelism. `--cfg job` prints the resolved configuration (every key,
-as it would run) as YAML and exits, as verl's Hydra entry point does.
+Run under `mpirun -np N` with trainer.n_gpus_per_node=N (one rank per device) for data parallelism; a
+critic of its own pool takes +critic.nnodes / +critic.n_gpus_per_node more ranks. `--plan FILE` reads
+the placement `verl_plan --emit-keys FILE` chose (the command line's keys win). `--cfg job` prints the
+resolved configuration (every key, as it would run) as YAML and exits, as verl's Hydra entry point does.
 )";
 
 fs::path expand_home(const std::string& path) { return io::expand_user(path); }

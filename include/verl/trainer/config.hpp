@@ -30,6 +30,7 @@
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <optional>
 #include <set>
@@ -729,7 +730,33 @@ struct ConfigArguments {
   /// Hydra's `--cfg job`: print the resolved configuration as YAML and exit (`--resolve`, which
   /// Hydra needs for resolving, is accepted; the printout is always resolved).
   bool print_config = false;
+  /// `--plan FILE`: the placement `verl_plan --emit-keys FILE` chose, as key=value lines; they come
+  /// before the command line's overrides, which win.
+  std::optional<std::filesystem::path> plan_file;
 };
+
+/// The key=value lines of a plan file (`verl_plan --emit-keys`): blank lines and lines starting
+/// with '#' are skipped; anything else without '=' is an error naming the file and line.
+inline std::vector<std::string> read_plan_overrides(const std::filesystem::path& file) {
+  VERL_CHECK_ARG(std::filesystem::is_regular_file(file), "--plan: expected a file of key=value lines (verl_plan --emit-keys), got "
+                 "'{}' ({})", file.string(), std::filesystem::exists(file) ? "not a regular file" : "does not exist");
+  std::ifstream in(file);
+  VERL_CHECK_ARG(in.good(), "--plan: cannot read '{}'", file.string());
+  std::vector<std::string> out;
+  std::string line;
+  for (std::size_t number = 1; std::getline(in, line); ++number) {
+    const auto first = line.find_first_not_of(" \t\r");
+    if (first == std::string::npos || line[first] == '#') continue;
+    const auto last = line.find_last_not_of(" \t\r");
+    std::string entry = line.substr(first, last - first + 1);
+    const auto equals = entry.find('=');
+    VERL_CHECK_ARG(equals != std::string::npos && equals > 0,
+                   "--plan: {}:{}: expected a key=value line (verl_plan --emit-keys writes them), got '{}'", file.string(),
+                   number, entry);
+    out.push_back(std::move(entry));
+  }
+  return out;
+}
 
 /// Parses `args` (without the program name). --config-name without an extension means
 /// <name>.yaml, as Hydra resolves it; anything that is neither an option nor key=value is an
@@ -767,6 +794,9 @@ inline ConfigArguments parse_config_arguments(std::span<const std::string_view> 
       out.config_file = *value;
     } else if (auto value = option_value("-c")) {
       out.config_file = *value;
+    } else if (auto value = option_value("--plan")) {
+      VERL_CHECK_ARG(!out.plan_file, "--plan: given twice ('{}' and '{}'); give one plan file", out.plan_file->string(), *value);
+      out.plan_file = *value;
     } else if (!arg.starts_with('-') && arg.find('=') != std::string_view::npos) {
       out.overrides.emplace_back(arg);
     } else {
@@ -783,6 +813,11 @@ inline ConfigArguments parse_config_arguments(std::span<const std::string_view> 
     out.config_file = config_path ? std::filesystem::path(*config_path) / file : file;
   } else {
     VERL_CHECK_ARG(!config_path, "--config-path: expected --config-name too (the YAML file's name in that folder)");
+  }
+  if (out.plan_file) {
+    std::vector<std::string> overrides = read_plan_overrides(*out.plan_file);
+    overrides.insert(overrides.end(), out.overrides.begin(), out.overrides.end());
+    out.overrides = std::move(overrides);
   }
   return out;
 }

@@ -187,108 +187,29 @@ class PPOController {
     return history;
   }
 
-  /// One iteration of verl's training loop; returns its metrics (not logged).
+  /// One iteration of verl's training loop; returns its metrics (not logged). The program of
+  /// HybridFlow's Figure: every model computation is a call on a worker group.
   Metrics step() {
     ++global_step_;
-    const bool last_step = global_step_ >= total_steps_;
     TimingRaw timing;
     Metrics metrics;
     data::DataProto batch;
     {
       ScopedTimer step_timer("step", timing);
-      batch = collect_batch(timing, metrics);
+      batch = collect_batch(timing, metrics);  // generate_sequences, the reward, dynamic sampling
       if (config_.trainer.balance_batch) merge(metrics, balance_batch(batch, static_cast<int>(actor_.dp_size())));
-      const bool actor_updates = config_.trainer.critic_warmup <= global_step_;
-      const bool bypass = algorithm_.rollout.bypass;
-      // As the in-process trainer: on-policy, the update's own forward gives the old log-probs
-      // (detached) and actor/entropy, so the separate pass runs only when something reads them first.
-      const bool fold_old_log_prob =
-          bypass || (actor_updates && actor_on_policy(batch.size()) && !config_.algorithm.use_kl_in_reward &&
-                     !algorithm_.rollout.compare && !config_.actor_rollout_ref.actor.calculate_sum_pi_squared);
-      if (bypass) batch.set(std::string(keys::old_log_probs), float_column(batch, keys::rollout_log_probs));
-      {
-        // The forward passes, issued together: colocated roles run one after another on their
-        // ranks, a critic on its own pool at the same time (each timer measures the wait for its
-        // result after the ones before it).
-        const data::DataProto sequences = sequence_columns(batch);
-        std::optional<hybridflow::Future<Runtime, data::DataProto>> old, ref, values;
-        if (!fold_old_log_prob) old.emplace(actor_.template call<&ActorWorker::compute_log_prob>(sequences));
-        if (algorithm_.needs_reference()) ref.emplace(actor_.template call<&ActorWorker::compute_ref_log_prob>(sequences));
-        if constexpr (has_critic) values.emplace(critic_->template call<&CriticWorker::compute_values>(sequences));
-        if (old) {
-          ScopedTimer t("old_log_prob", timing);
-          data::DataProto out = old->get();
-          metrics["actor/entropy"] = algo::agg_loss(float_column(out, keys::entropys), float_column(batch, keys::response_mask),
-                                                    algorithm_.loss_agg_mode);
-          (void)out.pop({std::string(keys::entropys)});
-          batch.union_with(out);
-          if (algorithm_.rollout.compare) {
-            merge(metrics, compute_rollout_probs_diff_metrics(float_column(batch, keys::old_log_probs),
-                                                              float_column(batch, keys::rollout_log_probs),
-                                                              float_column(batch, keys::response_mask)));
-          }
-        }
-        if (ref) {
-          ScopedTimer t("ref", timing);
-          batch.union_with(ref->get());
-        }
-        if (values) {
-          ScopedTimer t("values", timing);
-          batch.union_with(values->get());
-        }
-      }
+      const StepPlan plan = plan_step(batch.size());
+      forward_passes(batch, plan, timing, metrics);  // compute_log_prob, compute_ref_log_prob, compute_values
       {
         ScopedTimer t("adv", timing);
-        if (algorithm_.rollout.compare && !bypass) correct_for_the_rollout(batch, metrics);
+        if (algorithm_.rollout.compare && !algorithm_.rollout.bypass) correct_for_the_rollout(batch, metrics);
         compute_advantages(batch, metrics);
       }
       last_batch_ = batch;
-      if constexpr (has_critic) {
-        ScopedTimer t("update_critic", timing);
-        absorb_update(critic_->template call<&CriticWorker::update_critic>(critic_update_batch(batch)).get(), metrics);
-      }
-      if (actor_updates) {
-        ScopedTimer t("update_actor", timing);
-        absorb_update(actor_.template call<&ActorWorker::update_actor>(actor_update_batch(batch, fold_old_log_prob)).get(),
-                      metrics);
-      }
-      skip_nonfinite_step(metrics);
-      if (config_.trainer.rollout_data_dir) {
-        ScopedTimer t("dump_rollout_generations", timing);
-        std::vector<Generation> generations;
-        const auto& samples = batch.non_tensor<std::int64_t>(keys::index);
-        const MatrixF& scores = float_column(batch, keys::token_level_scores);
-        for (Index r = 0; r < batch.size(); ++r) {
-          const auto& sample = train_[samples[static_cast<std::size_t>(r)]];
-          generations.push_back({tokenizer_.decode(sample.prompt_ids), response_text(batch, r), sample.row.ground_truth_text(),
-                                 static_cast<double>(scores.row(r).sum())});
-        }
-        dump_generations(generations, *config_.trainer.rollout_data_dir, global_step_);
-      }
-      if (!val_.samples().empty() && config_.trainer.test_freq > 0 &&
-          (last_step || global_step_ % config_.trainer.test_freq == 0)) {
-        ScopedTimer t("testing", timing);
-        merge(metrics, validate());
-      }
-      if (config_.trainer.save_freq > 0 && (last_step || global_step_ % config_.trainer.save_freq == 0)) {
-        ScopedTimer t("save_checkpoint", timing);
-        save_checkpoint();
-      }
+      updates(batch, plan, timing, metrics);  // update_critic, update_actor
+      after_updates(batch, timing, metrics);  // dumps, validation, checkpoint
     }
-    merge(metrics, compute_data_metrics(DataMetricsInputs{
-                       .token_level_scores = float_column(batch, keys::token_level_scores),
-                       .token_level_rewards = float_column(batch, keys::token_level_rewards),
-                       .advantages = float_column(batch, keys::advantages),
-                       .returns = float_column(batch, keys::returns),
-                       .attention_mask = float_column(batch, keys::attention_mask),
-                       .response_mask = float_column(batch, keys::response_mask),
-                       .values = has_critic ? std::optional<ConstMatrixRefF>(float_column(batch, keys::values)) : std::nullopt}));
-    const TokenCounts tokens =
-        count_tokens(float_column(batch, keys::attention_mask), float_column(batch, keys::response_mask).cols());
-    merge(metrics, compute_timing_metrics(tokens, timing));
-    merge(metrics, compute_throughout_metrics(tokens.overall(), timing, runtime_->world_size()));
-    metrics["training/global_step"] = static_cast<double>(global_step_);
-    metrics["training/epoch"] = static_cast<double>(loader_.epoch());
+    step_metrics(batch, timing, metrics);
     return metrics;
   }
 
@@ -404,6 +325,118 @@ class PPOController {
  private:
   static void merge(Metrics& into, const Metrics& from) {
     for (const auto& [k, v] : from) into[k] = v;
+  }
+
+  // ---- the step's stages --------------------------------------------------------------------
+
+  /// What a step computes, decided from the batch and the configuration.
+  struct StepPlan {
+    bool actor_updates = true;      ///< past trainer.critic_warmup
+    bool fold_old_log_prob = false; ///< the update's own forward gives the old log-probs (and actor/entropy)
+  };
+
+  StepPlan plan_step(Index rows) const {
+    StepPlan plan;
+    plan.actor_updates = config_.trainer.critic_warmup <= global_step_;
+    // As the in-process trainer: on-policy, the update's own forward gives the old log-probs
+    // (detached) and actor/entropy, so the separate pass runs only when something reads them first;
+    // in bypass mode the rollout's log-probs stand in for them.
+    plan.fold_old_log_prob = algorithm_.rollout.bypass ||
+                             (plan.actor_updates && actor_on_policy(rows) && !config_.algorithm.use_kl_in_reward &&
+                              !algorithm_.rollout.compare && !config_.actor_rollout_ref.actor.calculate_sum_pi_squared);
+    return plan;
+  }
+
+  /// The forward passes, issued together: colocated roles run one after another on their ranks, a
+  /// critic on its own pool at the same time (each timer measures the wait for its result after
+  /// the ones before it).
+  void forward_passes(data::DataProto& batch, const StepPlan& plan, TimingRaw& timing, Metrics& metrics) {
+    if (algorithm_.rollout.bypass) batch.set(std::string(keys::old_log_probs), float_column(batch, keys::rollout_log_probs));
+    const data::DataProto sequences = sequence_columns(batch);
+    std::optional<hybridflow::Future<Runtime, data::DataProto>> old, ref, values;
+    if (!plan.fold_old_log_prob) old.emplace(actor_.template call<&ActorWorker::compute_log_prob>(sequences));
+    if (algorithm_.needs_reference()) ref.emplace(actor_.template call<&ActorWorker::compute_ref_log_prob>(sequences));
+    if constexpr (has_critic) values.emplace(critic_->template call<&CriticWorker::compute_values>(sequences));
+    if (old) {
+      ScopedTimer t("old_log_prob", timing);
+      data::DataProto out = old->get();
+      metrics["actor/entropy"] = algo::agg_loss(float_column(out, keys::entropys), float_column(batch, keys::response_mask),
+                                                algorithm_.loss_agg_mode);
+      (void)out.pop({std::string(keys::entropys)});
+      batch.union_with(out);
+      if (algorithm_.rollout.compare) {
+        merge(metrics, compute_rollout_probs_diff_metrics(float_column(batch, keys::old_log_probs),
+                                                          float_column(batch, keys::rollout_log_probs),
+                                                          float_column(batch, keys::response_mask)));
+      }
+    }
+    if (ref) {
+      ScopedTimer t("ref", timing);
+      batch.union_with(ref->get());
+    }
+    if (values) {
+      ScopedTimer t("values", timing);
+      batch.union_with(values->get());
+    }
+  }
+
+  /// The critic's update, then the actor's (from trainer.critic_warmup on).
+  void updates(const data::DataProto& batch, const StepPlan& plan, TimingRaw& timing, Metrics& metrics) {
+    if constexpr (has_critic) {
+      ScopedTimer t("update_critic", timing);
+      absorb_update(critic_->template call<&CriticWorker::update_critic>(critic_update_batch(batch)).get(), metrics);
+    }
+    if (plan.actor_updates) {
+      ScopedTimer t("update_actor", timing);
+      absorb_update(
+          actor_.template call<&ActorWorker::update_actor>(actor_update_batch(batch, plan.fold_old_log_prob)).get(), metrics);
+    }
+    skip_nonfinite_step(metrics);
+  }
+
+  /// trainer.rollout_data_dir's dump, validation every trainer.test_freq steps, a checkpoint every
+  /// trainer.save_freq steps (and both after the last step).
+  void after_updates(const data::DataProto& batch, TimingRaw& timing, Metrics& metrics) {
+    const bool last_step = global_step_ >= total_steps_;
+    if (config_.trainer.rollout_data_dir) {
+      ScopedTimer t("dump_rollout_generations", timing);
+      std::vector<Generation> generations;
+      const auto& samples = batch.non_tensor<std::int64_t>(keys::index);
+      const MatrixF& scores = float_column(batch, keys::token_level_scores);
+      for (Index r = 0; r < batch.size(); ++r) {
+        const auto& sample = train_[samples[static_cast<std::size_t>(r)]];
+        generations.push_back({tokenizer_.decode(sample.prompt_ids), response_text(batch, r), sample.row.ground_truth_text(),
+                               static_cast<double>(scores.row(r).sum())});
+      }
+      dump_generations(generations, *config_.trainer.rollout_data_dir, global_step_);
+    }
+    if (!val_.samples().empty() && config_.trainer.test_freq > 0 &&
+        (last_step || global_step_ % config_.trainer.test_freq == 0)) {
+      ScopedTimer t("testing", timing);
+      merge(metrics, validate());
+    }
+    if (config_.trainer.save_freq > 0 && (last_step || global_step_ % config_.trainer.save_freq == 0)) {
+      ScopedTimer t("save_checkpoint", timing);
+      save_checkpoint();
+    }
+  }
+
+  /// verl's compute_data_metrics, compute_timing_metrics and compute_throughout_metrics.
+  void step_metrics(const data::DataProto& batch, const TimingRaw& timing, Metrics& metrics) const {
+    merge(metrics, compute_data_metrics(DataMetricsInputs{
+                       .token_level_scores = float_column(batch, keys::token_level_scores),
+                       .token_level_rewards = float_column(batch, keys::token_level_rewards),
+                       .advantages = float_column(batch, keys::advantages),
+                       .returns = float_column(batch, keys::returns),
+                       .attention_mask = float_column(batch, keys::attention_mask),
+                       .response_mask = float_column(batch, keys::response_mask),
+                       .values = has_critic ? std::optional<ConstMatrixRefF>(float_column(batch, keys::values)) : std::nullopt}));
+    const TokenCounts tokens =
+        count_tokens(float_column(batch, keys::attention_mask), float_column(batch, keys::response_mask).cols());
+    merge(metrics, compute_timing_metrics(tokens, timing));
+    merge(metrics, compute_throughout_metrics(tokens.overall(), timing, runtime_->world_size()));
+    metrics["training/global_step"] = static_cast<double>(global_step_);
+    metrics["training/epoch"] = static_cast<double>(loader_.epoch());
   }
 
   // ---- setup ----------------------------------------------------------------------------------
