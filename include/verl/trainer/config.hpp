@@ -149,7 +149,6 @@ inline constexpr std::string_view ignored_key_patterns[] = {
     "reward.reward_model.enable_resource_pool",  // reward-model serving (reward.reward_model.enable must stay false)
     "reward.reward_model.n_gpus_per_node",
     "reward.reward_model.nnodes",
-    "reward.reward_model.model_path",
     "reward.reward_model.rollout.**",
 };
 

@@ -226,9 +226,12 @@ struct RewardManagerSection {
   friend bool operator==(const RewardManagerSection&, const RewardManagerSection&) = default;
 };
 
-/// reward.reward_model: rule-based rewards only (a reward model, enable=true, is not supported yet).
+/// reward.reward_model: rule-based rewards only in verl_train (enable=true is not supported yet);
+/// model_path is the sequence-classification reward model RewardModelWorker loads
+/// (HfRewardModelSource).
 struct RewardModelSection {
   bool enable = false;
+  std::optional<std::string> model_path;
   friend bool operator==(const RewardModelSection&, const RewardModelSection&) = default;
 };
 
@@ -380,7 +383,7 @@ VERL_CONFIG_FIELDS(CriticConfig, optim, model, enable, ppo_mini_batch_size, ppo_
 VERL_CONFIG_FIELDS(OverlongBufferConfig, enable, len, penalty_factor, log)
 VERL_CONFIG_FIELDS(RewardModelConfig, overlong_buffer)
 VERL_CONFIG_FIELDS(RewardManagerSection, name)
-VERL_CONFIG_FIELDS(RewardModelSection, enable)
+VERL_CONFIG_FIELDS(RewardModelSection, enable, model_path)
 VERL_CONFIG_FIELDS(RewardConfig, reward_manager, reward_model)
 VERL_CONFIG_FIELDS(KLControlSection, type, kl_coef, horizon, target_kl)
 VERL_CONFIG_FIELDS(RolloutCorrectionSection, rollout_is, rollout_is_threshold, rollout_rs, rollout_rs_threshold,

@@ -5,7 +5,7 @@
 //
 // Rows are prompt-major (row b * n + j is sample j of prompt b). Tensors: input_ids, attention_mask,
 // position_ids (N, P + R); responses, response_mask, rollout_log_probs, old_log_probs, ref_log_prob,
-// values, token_level_scores, token_level_rewards, advantages, returns, rollout_is_weights,
+// values, rm_scores, token_level_scores, token_level_rewards, advantages, returns, rollout_is_weights,
 // sum_pi_squared, entropys (N, R); reward_baselines (N, 1). Non-tensor columns: uid (the prompt
 // group), index (the dataset row of the prompt), reward_output (the reward function's JSON result).
 #pragma once
@@ -39,6 +39,8 @@ inline constexpr std::string_view ref_log_prob = "ref_log_prob";
 inline constexpr std::string_view entropys = "entropys";
 inline constexpr std::string_view sum_pi_squared = "sum_pi_squared";
 inline constexpr std::string_view values = "values";
+/// The reward model's token-level scores (N, R): verl's rm_scores (RewardModelWorker).
+inline constexpr std::string_view rm_scores = "rm_scores";
 inline constexpr std::string_view token_level_scores = "token_level_scores";
 inline constexpr std::string_view token_level_rewards = "token_level_rewards";
 inline constexpr std::string_view advantages = "advantages";

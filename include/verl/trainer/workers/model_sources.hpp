@@ -6,15 +6,21 @@
 //   HfLoraPolicySource  the same with LoRA adapters (lora_rank > 0); the reference is the base
 //                       with the adapter disabled, sharing its weights (verl's ref_in_actor)
 //   HfCriticSource      critic.model.path (its value head is initialised when the folder has none)
+//   HfRewardModelSource reward.reward_model.model_path (a one-label *ForSequenceClassification
+//                       folder; satisfies RewardModels)
 #pragma once
 
 #include <filesystem>
+#include <optional>
 #include <string>
+#include <string_view>
 
 #include "verl/core/error.hpp"
 #include "verl/core/paths.hpp"
+#include "verl/model/checkpoint.hpp"
 #include "verl/model/transformer/critic.hpp"
 #include "verl/model/transformer/lora.hpp"
+#include "verl/model/transformer/reward_model.hpp"
 #include "verl/model/transformer/transformer.hpp"
 #include "verl/trainer/config/ppo_config.hpp"
 #include "verl/trainer/policy_source.hpp"
@@ -26,6 +32,16 @@ namespace detail {
 inline std::filesystem::path tokenizer_source(const PPOConfig& config) {
   const auto& model = config.actor_rollout_ref.model;
   return io::expand_user(model.tokenizer_path.value_or(model.path));
+}
+
+/// A reward model from the folder at `path` (set), the error naming `key` otherwise.
+inline model::TransformerRewardModel load_reward_model_at(const std::optional<std::string>& path, std::string_view key) {
+  VERL_CHECK_ARG(path.has_value(), "{}: expected the folder of a sequence-classification reward model, got null", key);
+  const std::filesystem::path folder = io::expand_user(*path);
+  VERL_CHECK_ARG(std::filesystem::is_directory(folder),
+                 "{}: expected a Hugging Face *ForSequenceClassification folder, got '{}' ({})", key, folder.string(),
+                 std::filesystem::exists(folder) ? "not a folder" : "does not exist");
+  return model::load_reward_model(folder);
 }
 
 /// Writes the actor as a Hugging Face folder with its tokenizer files.
@@ -71,6 +87,14 @@ struct HfCriticSource {
   using critic_type = model::TransformerCritic;
   static critic_type critic(const PPOConfig& config) {
     return load_critic_model(io::expand_user(config.critic.model.path), "critic.model.path");
+  }
+};
+
+struct HfRewardModelSource {
+  using reward_model_type = model::TransformerRewardModel;
+  static constexpr std::string_view key = "reward.reward_model.model_path";
+  static reward_model_type reward_model(const PPOConfig& config) {
+    return detail::load_reward_model_at(config.reward.reward_model.model_path, key);
   }
 };
 
