@@ -16,6 +16,7 @@
 #include "verl/trainer/logging/svg_plot.hpp"
 #include "verl/trainer/checkpoint.hpp"
 #include "verl/trainer/components_from_config.hpp"
+#include "verl/trainer/safe_rlhf_config.hpp"
 #include "verl/trainer/ppo_trainer.hpp"
 #include "verl/trainer/recipes.hpp"
 

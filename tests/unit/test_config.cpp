@@ -452,7 +452,10 @@ TEST(Config, KeyListsAreVerls) {
                            key == "trainer.max_consecutive_nonfinite_steps" || key == "algorithm.gdpo_reward_keys" ||
                            key == "algorithm.gdpo_reward_weights" ||
                            // The critic's own pool: verl places it in code (its split-placement example).
-                           key == "critic.nnodes" || key == "critic.n_gpus_per_node";
+                           key == "critic.nnodes" || key == "critic.n_gpus_per_node" ||
+                           // Safe-RLHF's keys (algo/safe_rlhf.hpp): verl has no Safe-RLHF.
+                           key.starts_with("algorithm.safe_rlhf.") || key == "reward.cost_model.model_path" ||
+                           key == "cost_critic.model.path";
     EXPECT_TRUE(extension || is_verl_config_key(key)) << key << " is not one of verl's keys";
   }
 }

@@ -235,10 +235,18 @@ struct RewardModelSection {
   friend bool operator==(const RewardModelSection&, const RewardModelSection&) = default;
 };
 
+/// reward.cost_model: Safe-RLHF's cost model, a sequence-classification folder as the reward
+/// model's (verl-cpp extension; verl has no Safe-RLHF). Read by HfCostModelSource.
+struct CostModelSection {
+  std::optional<std::string> model_path;
+  friend bool operator==(const CostModelSection&, const CostModelSection&) = default;
+};
+
 /// reward (verl 0.9.1).
 struct RewardConfig {
   RewardManagerSection reward_manager;
   RewardModelSection reward_model;
+  CostModelSection cost_model;
   friend bool operator==(const RewardConfig&, const RewardConfig&) = default;
 };
 
@@ -272,6 +280,19 @@ struct FilterGroupsConfig {
   friend bool operator==(const FilterGroupsConfig&, const FilterGroupsConfig&) = default;
 };
 
+/// algorithm.safe_rlhf: Safe-RLHF's Lagrange multiplier and score clamp (verl-cpp extension; the
+/// keys and defaults of algo/safe_rlhf.hpp). Read by trainer::lagrange_multiplier_config.
+struct SafeRLHFSection {
+  double cost_limit = 0.0;
+  double lambda_init = 1.0;
+  double lambda_lr = 0.1;
+  std::optional<double> lambda_max;
+  std::int64_t lambda_update_delay_steps = 0;
+  std::int64_t episode_cost_window_size = 128;
+  std::optional<double> clip_range_score = 50.0;
+  friend bool operator==(const SafeRLHFSection&, const SafeRLHFSection&) = default;
+};
+
 /// algorithm.
 struct AlgorithmConfig {
   double gamma = 1.0;
@@ -287,6 +308,7 @@ struct AlgorithmConfig {
   /// all 1). Fields of verl's AlgoConfig that its yaml does not list (`+algorithm.gdpo_reward_keys`).
   std::optional<std::vector<std::string>> gdpo_reward_keys;
   std::optional<std::vector<double>> gdpo_reward_weights;
+  SafeRLHFSection safe_rlhf;
   friend bool operator==(const AlgorithmConfig&, const AlgorithmConfig&) = default;
 };
 
@@ -346,10 +368,25 @@ struct TrainerConfig {
   friend bool operator==(const TrainerConfig&, const TrainerConfig&) = default;
 };
 
+/// cost_critic.model: Safe-RLHF's cost critic (verl-cpp extension). path null: the critic is
+/// initialised from the cost model (reward.cost_model.model_path), as the reference does; its
+/// optimiser and batch settings are critic.*'s. Read by HfCostCriticSource.
+struct CostCriticModelSection {
+  std::optional<std::string> path;
+  friend bool operator==(const CostCriticModelSection&, const CostCriticModelSection&) = default;
+};
+
+/// cost_critic (verl-cpp extension).
+struct CostCriticConfig {
+  CostCriticModelSection model;
+  friend bool operator==(const CostCriticConfig&, const CostCriticConfig&) = default;
+};
+
 struct PPOConfig {
   DataConfig data;
   ActorRolloutRefConfig actor_rollout_ref;
   CriticConfig critic;
+  CostCriticConfig cost_critic;
   RewardModelConfig reward_model;
   RewardConfig reward;
   AlgorithmConfig algorithm;
@@ -384,13 +421,16 @@ VERL_CONFIG_FIELDS(OverlongBufferConfig, enable, len, penalty_factor, log)
 VERL_CONFIG_FIELDS(RewardModelConfig, overlong_buffer)
 VERL_CONFIG_FIELDS(RewardManagerSection, name)
 VERL_CONFIG_FIELDS(RewardModelSection, enable, model_path)
-VERL_CONFIG_FIELDS(RewardConfig, reward_manager, reward_model)
+VERL_CONFIG_FIELDS(CostModelSection, model_path)
+VERL_CONFIG_FIELDS(RewardConfig, reward_manager, reward_model, cost_model)
 VERL_CONFIG_FIELDS(KLControlSection, type, kl_coef, horizon, target_kl)
 VERL_CONFIG_FIELDS(RolloutCorrectionSection, rollout_is, rollout_is_threshold, rollout_rs, rollout_rs_threshold,
                    bypass_mode, loss_type, rollout_is_batch_normalize)
 VERL_CONFIG_FIELDS(FilterGroupsConfig, enable, metric, max_num_gen_batches)
+VERL_CONFIG_FIELDS(SafeRLHFSection, cost_limit, lambda_init, lambda_lr, lambda_max, lambda_update_delay_steps,
+                   episode_cost_window_size, clip_range_score)
 VERL_CONFIG_FIELDS(AlgorithmConfig, gamma, lam, adv_estimator, norm_adv_by_std_in_grpo, use_kl_in_reward, kl_penalty,
-                   kl_ctrl, rollout_correction, filter_groups, gdpo_reward_keys, gdpo_reward_weights)
+                   kl_ctrl, rollout_correction, filter_groups, gdpo_reward_keys, gdpo_reward_weights, safe_rlhf)
 VERL_CONFIG_FIELDS(DataConfig, train_files, val_files, train_max_samples, val_max_samples, prompt_key,
                    reward_fn_key, max_prompt_length, max_response_length, train_batch_size, val_batch_size,
                    gen_batch_size, shuffle, seed, validation_shuffle, filter_overlong_prompts, truncation,
@@ -400,7 +440,9 @@ VERL_CONFIG_FIELDS(TrainerConfig, balance_batch, total_epochs, total_training_st
                    save_freq, resume_mode, resume_from_path, val_before_train, val_only, test_freq, critic_warmup,
                    del_local_ckpt_after_load, default_local_dir, max_actor_ckpt_to_keep, max_critic_ckpt_to_keep,
                    device, max_consecutive_nonfinite_steps)
-VERL_CONFIG_FIELDS(PPOConfig, data, actor_rollout_ref, critic, reward_model, reward, algorithm, trainer)
+VERL_CONFIG_FIELDS(CostCriticModelSection, path)
+VERL_CONFIG_FIELDS(CostCriticConfig, model)
+VERL_CONFIG_FIELDS(PPOConfig, data, actor_rollout_ref, critic, cost_critic, reward_model, reward, algorithm, trainer)
 
 /// Calls v(path, field) for every supported key of `config` (PPOConfig or const PPOConfig).
 template <class Config, class Visitor>

@@ -8,6 +8,9 @@
 //   HfCriticSource      critic.model.path (its value head is initialised when the folder has none)
 //   HfRewardModelSource reward.reward_model.model_path (a one-label *ForSequenceClassification
 //                       folder; satisfies RewardModels)
+//   HfCostModelSource   reward.cost_model.model_path (Safe-RLHF's cost model, the same kind of folder)
+//   HfCostCriticSource  cost_critic.model.path (Safe-RLHF's cost critic); null: initialised from the
+//                       cost model (its body and score head, a zero bias), as the reference does
 #pragma once
 
 #include <filesystem>
@@ -42,6 +45,16 @@ inline model::TransformerRewardModel load_reward_model_at(const std::optional<st
                  "{}: expected a Hugging Face *ForSequenceClassification folder, got '{}' ({})", key, folder.string(),
                  std::filesystem::exists(folder) ? "not a folder" : "does not exist");
   return model::load_reward_model(folder);
+}
+
+/// A critic whose body and value head are a reward model's (score.weight), with a zero bias:
+/// its value at a token is the reward model's score had the sequence ended there.
+inline model::TransformerCritic critic_from_reward_model(const model::TransformerRewardModel& reward_model) {
+  model::TransformerCritic critic(reward_model.config());
+  model::StateDict weights = reward_model.state_dict();
+  weights["score.bias"] = model::StateTensor{{1}, {0.0f}};
+  critic.load_state_dict(weights);
+  return critic;
 }
 
 /// Writes the actor as a Hugging Face folder with its tokenizer files.
@@ -95,6 +108,22 @@ struct HfRewardModelSource {
   static constexpr std::string_view key = "reward.reward_model.model_path";
   static reward_model_type reward_model(const PPOConfig& config) {
     return detail::load_reward_model_at(config.reward.reward_model.model_path, key);
+  }
+};
+
+struct HfCostModelSource {
+  using reward_model_type = model::TransformerRewardModel;
+  static constexpr std::string_view key = "reward.cost_model.model_path";
+  static reward_model_type reward_model(const PPOConfig& config) {
+    return detail::load_reward_model_at(config.reward.cost_model.model_path, key);
+  }
+};
+
+struct HfCostCriticSource {
+  using critic_type = model::TransformerCritic;
+  static critic_type critic(const PPOConfig& config) {
+    if (const auto& path = config.cost_critic.model.path) return load_critic_model(io::expand_user(*path), "cost_critic.model.path");
+    return detail::critic_from_reward_model(HfCostModelSource::reward_model(config));
   }
 };
 

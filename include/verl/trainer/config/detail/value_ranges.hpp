@@ -106,6 +106,12 @@ inline constexpr std::array value_rules{
     ValueRule{"algorithm.kl_ctrl.horizon", positive},
     ValueRule{"algorithm.kl_ctrl.target_kl", non_negative},
     ValueRule{"algorithm.filter_groups.max_num_gen_batches", {.low = 0, .wording = "an integer >= 0 (0: unlimited)"}},
+    ValueRule{"algorithm.safe_rlhf.lambda_init", positive},
+    ValueRule{"algorithm.safe_rlhf.lambda_lr", non_negative},
+    ValueRule{"algorithm.safe_rlhf.lambda_max", positive},
+    ValueRule{"algorithm.safe_rlhf.lambda_update_delay_steps", {.low = 0, .wording = "a step count >= 0"}},
+    ValueRule{"algorithm.safe_rlhf.episode_cost_window_size", positive_count},
+    ValueRule{"algorithm.safe_rlhf.clip_range_score", positive},
     ValueRule{"reward_model.overlong_buffer.len", {.low = 0, .wording = "a length >= 0"}},
     ValueRule{"reward_model.overlong_buffer.penalty_factor", non_negative},
     // data
