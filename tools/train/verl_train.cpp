@@ -46,6 +46,7 @@
 #ifdef VERL_TRAIN_WITH_MPI
 #include "verl/hybridflow/runtime.hpp"
 #include "verl/trainer/ppo_controller.hpp"
+#include "verl/trainer/workers/reward_model_worker.hpp"
 #endif
 
 namespace {
@@ -126,12 +127,18 @@ ControllerInputs controller_inputs(const trainer::PPOConfig& config, const token
   return in;
 }
 
+/// What the datasets hold, for the start-up line.
+struct DatasetSizes {
+  std::size_t train = 0, filtered = 0, val = 0;
+  explicit DatasetSizes(const ControllerInputs& in) : train(in.train.size()), filtered(in.train.filtered_count()), val(in.val.size()) {}
+};
+
 void print_start(const trainer::PPOConfig& config, const trainer::PPOAlgorithm& algorithm, std::int64_t parameters,
-                 const ControllerInputs& in, std::string_view placement, int ranks) {
+                 const DatasetSizes& sizes, std::string_view placement, int ranks) {
   fmt::print("verl_train: {} ({} trainable parameters), {} train prompts ({} filtered as overlong), {} validation prompts, "
              "adv_estimator={}, loss_mode={}, {} rank(s){}\n",
-             expand_home(config.actor_rollout_ref.model.path).string(), parameters, in.train.size(),
-             in.train.filtered_count(), in.val.size(), algorithm.estimator.name(), algorithm.policy_loss.name(), ranks,
+             expand_home(config.actor_rollout_ref.model.path).string(), parameters, sizes.train, sizes.filtered, sizes.val,
+             algorithm.estimator.name(), algorithm.policy_loss.name(), ranks,
              placement.empty() ? std::string() : fmt::format(" ({})", placement));
   std::fflush(stdout);
 }
@@ -174,6 +181,7 @@ struct ConfigCheck {
 using DenseActor = trainer::ActorRolloutRefWorker<trainer::HfPolicySource>;
 using LoraActor = trainer::ActorRolloutRefWorker<trainer::HfLoraPolicySource>;
 using Critic = trainer::CriticWorker<trainer::HfCriticSource>;
+using RewardModel = trainer::RewardModelWorker<trainer::HfRewardModelSource>;
 
 /// The controller program (rank 0): places the roles, spawns the worker groups and runs fit().
 template <class Actor, class CriticWorker, class Runtime>
@@ -187,10 +195,12 @@ int train_with_workers(Runtime& runtime, const trainer::PPOConfig& config, const
   std::optional<std::int64_t> pad;
   if (model_config.pad_token_id) pad = *model_config.pad_token_id;
   ControllerInputs in = controller_inputs(config, tokenizer, formatter, model_config.vocab_size, eos, pad);
-  trainer::PPOController<Runtime, Actor, CriticWorker> controller(runtime, config, placement, reward::DefaultRewardFunction{},
-                                                                  std::move(in.hooks), std::move(in.train), std::move(in.val));
+  const DatasetSizes sizes(in);
+  trainer::PPOController<Runtime, Actor, CriticWorker, reward::DefaultRewardFunction, RewardModel> controller(
+      runtime, config, placement, reward::DefaultRewardFunction{}, std::move(in.hooks), std::move(in.train),
+      std::move(in.val));
   const trainer::PolicyFacts facts = controller.actor_group().template call<&Actor::policy_facts>().get();
-  print_start(config, algorithm, facts.parameter_count, in, placement.describe(), placement.world_size);
+  print_start(config, algorithm, facts.parameter_count, sizes, placement.describe(), placement.world_size);
   controller.fit();
   const fs::path actor_dir = final_actor_folder(config, controller.global_step());
   fmt::print("verl_train: saved the final actor to {}\n",
@@ -209,7 +219,7 @@ int train_in_process(const trainer::PPOConfig& config, const trainer::PPOAlgorit
   std::optional<std::int64_t> pad;
   if (actor.config().pad_token_id) pad = *actor.config().pad_token_id;
   ControllerInputs in = controller_inputs(config, tokenizer, formatter, actor.vocab_size(), eos, pad);
-  print_start(config, algorithm, static_cast<std::int64_t>(model::parameter_count(actor)), in, "", 1);
+  print_start(config, algorithm, static_cast<std::int64_t>(model::parameter_count(actor)), DatasetSizes(in), "", 1);
   trainer::PPOTrainer<Policy, Critic> ppo(config, algorithm, std::move(actor), std::move(reference), std::move(critic),
                                           reward::DefaultRewardFunction{}, std::move(in.hooks), std::move(in.train),
                                           std::move(in.val));
@@ -285,7 +295,7 @@ int run(int argc, char** argv) {
   const trainer::PPOConfig& config = command->config;
   // Rank 0 runs the controller program below; every rank (rank 0 too, in a thread of its own)
   // serves the worker groups placed on it.
-  return hybridflow::run_controller<ConfigCheck, DenseActor, LoraActor, Critic>(argc, argv, [&](auto& runtime) {
+  return hybridflow::run_controller<ConfigCheck, DenseActor, LoraActor, Critic, RewardModel>(argc, argv, [&](auto& runtime) {
     runtime.template spawn<ConfigCheck>(runtime.whole_world())
         .template call<&ConfigCheck::same_as_controller>(own_config_digest)
         .get();

@@ -146,10 +146,7 @@ inline constexpr std::string_view ignored_key_patterns[] = {
     "actor_rollout_ref.rollout.trace.**",
     "actor_rollout_ref.rollout.prometheus.**",
     "reward.num_workers",  // Python reward workers
-    "reward.reward_model.enable_resource_pool",  // reward-model serving (reward.reward_model.enable must stay false)
-    "reward.reward_model.n_gpus_per_node",
-    "reward.reward_model.nnodes",
-    "reward.reward_model.rollout.**",
+    "reward.reward_model.rollout.**",  // the serving engine of verl's reward model (verl-cpp scores with its own forward)
 };
 
 /// Machinery keys whose values change the results: only the values verl-cpp implements are
@@ -494,9 +491,17 @@ inline void validate(const PPOConfig& c, std::vector<std::string>& problems) {
       problems.push_back(error.what());
     }
   }
-  require(!c.reward.reward_model.enable,
-          "reward.reward_model.enable: not supported by verl-cpp yet (model-based rewards; rule-based rewards need "
-          "enable=false)");
+  if (c.reward.reward_model.enable) {
+    require(c.reward.reward_model.model_path.has_value(),
+            "reward.reward_model.model_path: expected the reward model's folder (a *ForSequenceClassification model) "
+            "with reward.reward_model.enable=True, got null");
+  }
+  if (c.reward.reward_model.enable_resource_pool) {
+    require(c.reward.reward_model.nnodes >= 1 && c.reward.reward_model.n_gpus_per_node >= 1,
+            fmt::format("reward.reward_model.nnodes / n_gpus_per_node: expected >= 1 each for the reward model's own "
+                        "pool (enable_resource_pool=True), got {} / {}",
+                        c.reward.reward_model.nnodes, c.reward.reward_model.n_gpus_per_node));
+  }
   static constexpr std::array<std::string_view, 2> reward_managers = {"naive", "dapo"};
   if (std::find(reward_managers.begin(), reward_managers.end(), c.reward.reward_manager.name) == reward_managers.end()) {
     problems.push_back("reward.reward_manager.name: " + suggestion(c.reward.reward_manager.name, reward_managers) +

@@ -77,6 +77,11 @@ inline hybridflow::PlacementKeys placement_keys(const PPOConfig& config, bool us
   keys.use_critic = use_critic;
   keys.critic_nnodes = config.critic.nnodes;
   keys.critic_n_gpus_per_node = config.critic.n_gpus_per_node;
+  const auto& rm = config.reward.reward_model;
+  keys.reward_model = rm.enable;
+  keys.reward_enable_resource_pool = rm.enable_resource_pool;
+  keys.reward_nnodes = rm.nnodes;
+  keys.reward_n_gpus_per_node = rm.n_gpus_per_node;
   return keys;
 }
 
@@ -99,8 +104,11 @@ inline Metrics balance_batch(data::DataProto& batch, int world_size, std::string
   return parallel::log_seqlen_unbalance(seqlens, partitions, prefix);
 }
 
+/// A controller without a reward-model worker type (rule-based rewards only).
+struct NoRewardModel {};
+
 namespace detail {
-/// The worker group of W on Runtime (NoCritic: none).
+/// The worker group of W on Runtime (NoCritic, NoRewardModel: none).
 template <class Runtime, class W>
 struct group_of {
   using type = hybridflow::WorkerGroup<Runtime, W>;
@@ -109,15 +117,22 @@ template <class Runtime>
 struct group_of<Runtime, NoCritic> {
   using type = NoCritic;
 };
+template <class Runtime>
+struct group_of<Runtime, NoRewardModel> {
+  using type = NoRewardModel;
+};
 }  // namespace detail
 
-template <class Runtime, class ActorWorker, class CriticWorker = NoCritic, class Reward = reward::DefaultRewardFunction>
+template <class Runtime, class ActorWorker, class CriticWorker = NoCritic, class Reward = reward::DefaultRewardFunction,
+          class RewardModelWorker = NoRewardModel>
 class PPOController {
   static constexpr bool has_critic = !std::same_as<CriticWorker, NoCritic>;
+  static constexpr bool can_score_with_a_model = !std::same_as<RewardModelWorker, NoRewardModel>;
   VERL_STATIC_ASSERT(reward::RewardFunction<Reward>,
                      REWARD_FUNCTION_MUST_TAKE_DATA_SOURCE_SOLUTION_STR_GROUND_TRUTH_AND_RETURN_A_SCORE);
   using ActorGroup = hybridflow::WorkerGroup<Runtime, ActorWorker>;
   using CriticGroup = typename detail::group_of<Runtime, CriticWorker>::type;
+  using RewardModelGroup = typename detail::group_of<Runtime, RewardModelWorker>::type;
 
  public:
   /// Spawns the worker groups on their pools (`placement.critic` for the critic) and initialises
@@ -145,12 +160,23 @@ class PPOController {
                      "(critic.model.path)",
                      algorithm_.estimator.name());
     }
+    if (config_.reward.reward_model.enable) {
+      if constexpr (can_score_with_a_model) {
+        VERL_CHECK_ARG(placement.reward_model.has_value(),
+                       "placement: reward.reward_model.enable=True but the placement gives the reward model no pool");
+        reward_model_.emplace(runtime.template spawn<RewardModelWorker>(*placement.reward_model));
+      } else {
+        ::verl::detail::throw_invalid_argument(
+            "reward.reward_model.enable: True, but this controller was built without a reward-model worker type "
+            "(PPOController's RewardModelWorker parameter)");
+      }
+    }
     validate_setup();
     const std::vector<std::string> overrides = to_overrides(config_);
     auto actor_ready = actor_.template call<&ActorWorker::init_model>(overrides, total_steps_);
-    if constexpr (has_critic) {
-      auto critic_ready = critic_->template call<&CriticWorker::init_model>(overrides, total_steps_);
-      critic_ready.get();
+    if constexpr (has_critic) critic_->template call<&CriticWorker::init_model>(overrides, total_steps_).get();
+    if constexpr (can_score_with_a_model) {
+      if (reward_model_) reward_model_->template call<&RewardModelWorker::init_model>(overrides).get();
     }
     actor_ready.get();
   }
@@ -235,9 +261,10 @@ class PPOController {
       // Validation prompts keep their own seeds whatever the step, so runs compare alike.
       const data::DataProto part = generate(val_, indices, params, validation_seed_base(), begin);
       const auto& samples = part.non_tensor<std::int64_t>(keys::index);
+      const std::vector<reward::RewardOutput> outputs = reward_outputs(val_, part);
       for (Index r = 0; r < part.size(); ++r) {
         const auto& sample = val_[samples[static_cast<std::size_t>(r)]];
-        const auto out = score_response(sample, part, r);
+        const reward::RewardOutput& out = outputs[static_cast<std::size_t>(r)];
         sources.push_back(sample.row.data_source);
         uids.push_back(std::to_string(samples[static_cast<std::size_t>(r)]));
         scores.push_back(out.score);
@@ -444,7 +471,7 @@ class PPOController {
   void validate_setup() {
     const auto& actor = config_.actor_rollout_ref.actor;
     const std::int64_t dp = actor_.dp_size();
-    if constexpr (std::same_as<Reward, reward::DefaultRewardFunction>) {
+    if (std::same_as<Reward, reward::DefaultRewardFunction> && !scores_with_a_model()) {
       for (const auto& [key, dataset] : {std::pair<std::string_view, const data::RLHFDataset*>{"data.train_files", &train_},
                                          {"data.val_files", &val_}}) {
         for (const auto& sample : dataset->samples()) {
@@ -553,6 +580,27 @@ class PPOController {
                                         sample.row.ground_truth_text(), info);
   }
 
+  bool scores_with_a_model() const { return config_.reward.reward_model.enable; }
+
+  /// Every row's reward: the reward model's score (verl's compute_rm_score; with a reward model,
+  /// verl's reward manager returns its rm_scores as the reward) or the reward function's result.
+  std::vector<reward::RewardOutput> reward_outputs(const data::RLHFDataset& dataset, const data::DataProto& batch) {
+    std::vector<reward::RewardOutput> out(static_cast<std::size_t>(batch.size()));
+    if (scores_with_a_model()) {
+      if constexpr (can_score_with_a_model) {
+        const data::DataProto scored =
+            reward_model_->template call<&RewardModelWorker::compute_rm_score>(sequence_columns(batch)).get();
+        const MatrixF& rm_scores = float_column(scored, keys::rm_scores);
+        for (Index r = 0; r < batch.size(); ++r) out[static_cast<std::size_t>(r)].score = rm_scores.row(r).sum();
+      }
+      return out;
+    }
+    const auto& samples = batch.non_tensor<std::int64_t>(keys::index);
+    for (Index r = 0; r < batch.size(); ++r)
+      out[static_cast<std::size_t>(r)] = score_response(dataset[samples[static_cast<std::size_t>(r)]], batch, r);
+    return out;
+  }
+
   /// verl's reward manager: the score at the last valid response token (naive), plus DAPO's
   /// overlong penalty when configured; the reward function's whole result is kept per row.
   void compute_rewards(data::DataProto& batch, Metrics& metrics) {
@@ -560,10 +608,10 @@ class PPOController {
     const Index rows = batch.size(), width = response_mask.cols();
     MatrixF scores = MatrixF::Zero(rows, width);
     std::vector<nlohmann::json> outputs;
-    const auto& samples = batch.non_tensor<std::int64_t>(keys::index);
+    const std::vector<reward::RewardOutput> results = reward_outputs(train_, batch);
     double overlong_total = 0;
     for (Index r = 0; r < rows; ++r) {
-      const reward::RewardOutput out = score_response(train_[samples[static_cast<std::size_t>(r)]], batch, r);
+      const reward::RewardOutput& out = results[static_cast<std::size_t>(r)];
       const auto length = static_cast<Index>(response_mask.row(r).sum());
       double reward = out.score;
       if (algorithm_.overlong_penalty) {
@@ -840,6 +888,7 @@ class PPOController {
   CheckpointManager checkpoints_;
   ActorGroup actor_;
   std::optional<CriticGroup> critic_;
+  std::optional<RewardModelGroup> reward_model_;  ///< with reward.reward_model.enable
   std::int64_t global_step_ = 0;
   std::int64_t updates_this_step_ = 0;
   std::int64_t nonfinite_updates_this_step_ = 0;

@@ -374,6 +374,10 @@ class PPOTrainer {
   // ---- setup ----------------------------------------------------------------------------------
 
   void validate_setup() {
+    VERL_CHECK_ARG(!config_.reward.reward_model.enable,
+                   "reward.reward_model.enable: the in-process trainer (PPOTrainer) scores with the reward function "
+                   "only; a reward model runs on a worker group of the HybridFlow controller (PPOController, "
+                   "verl_train built with MPI)");
     const auto& actor = config_.actor_rollout_ref.actor;
     const std::int64_t dp = comm_.size();
     if constexpr (std::same_as<Reward, reward::DefaultRewardFunction>) {

@@ -232,6 +232,10 @@ struct RewardManagerSection {
 struct RewardModelSection {
   bool enable = false;
   std::optional<std::string> model_path;
+  /// A pool of its own (nnodes x n_gpus_per_node ranks after the trainer's), else the actor's ranks.
+  bool enable_resource_pool = false;
+  std::int64_t n_gpus_per_node = 8;
+  std::int64_t nnodes = 0;
   friend bool operator==(const RewardModelSection&, const RewardModelSection&) = default;
 };
 
@@ -420,7 +424,7 @@ VERL_CONFIG_FIELDS(CriticConfig, optim, model, enable, ppo_mini_batch_size, ppo_
 VERL_CONFIG_FIELDS(OverlongBufferConfig, enable, len, penalty_factor, log)
 VERL_CONFIG_FIELDS(RewardModelConfig, overlong_buffer)
 VERL_CONFIG_FIELDS(RewardManagerSection, name)
-VERL_CONFIG_FIELDS(RewardModelSection, enable, model_path)
+VERL_CONFIG_FIELDS(RewardModelSection, enable, model_path, enable_resource_pool, n_gpus_per_node, nnodes)
 VERL_CONFIG_FIELDS(CostModelSection, model_path)
 VERL_CONFIG_FIELDS(RewardConfig, reward_manager, reward_model, cost_model)
 VERL_CONFIG_FIELDS(KLControlSection, type, kl_coef, horizon, target_kl)
