@@ -47,6 +47,7 @@
 #include "verl/hybridflow/runtime.hpp"
 #include "verl/trainer/ppo_controller.hpp"
 #include "verl/trainer/workers/reward_model_worker.hpp"
+#include "verl/trainer/workers/megatron_actor_worker.hpp"
 #endif
 
 namespace {
@@ -180,6 +181,7 @@ struct ConfigCheck {
 
 using DenseActor = trainer::ActorRolloutRefWorker<trainer::HfPolicySource>;
 using LoraActor = trainer::ActorRolloutRefWorker<trainer::HfLoraPolicySource>;
+using MegatronActor = trainer::MegatronActorRolloutRefWorker<trainer::HfPolicySource>;
 using Critic = trainer::CriticWorker<trainer::HfCriticSource>;
 using RewardModel = trainer::RewardModelWorker<trainer::HfRewardModelSource>;
 
@@ -295,7 +297,8 @@ int run(int argc, char** argv) {
   const trainer::PPOConfig& config = command->config;
   // Rank 0 runs the controller program below; every rank (rank 0 too, in a thread of its own)
   // serves the worker groups placed on it.
-  return hybridflow::run_controller<ConfigCheck, DenseActor, LoraActor, Critic, RewardModel>(argc, argv, [&](auto& runtime) {
+  return hybridflow::run_controller<ConfigCheck, DenseActor, LoraActor, MegatronActor, Critic, RewardModel>(
+      argc, argv, [&](auto& runtime) {
     runtime.template spawn<ConfigCheck>(runtime.whole_world())
         .template call<&ConfigCheck::same_as_controller>(own_config_digest)
         .get();
@@ -308,6 +311,8 @@ int run(int argc, char** argv) {
       return train_with_workers<Actor, trainer::NoCritic>(runtime, config, setup.algorithm, placement, setup.tokenizer,
                                                           setup.formatter);
     };
+    // actor_rollout_ref.actor.strategy=megatron: the tensor-parallel worker (config.hpp refuses LoRA with it).
+    if (config.actor_rollout_ref.actor.strategy == "megatron") return with_critic.template operator()<MegatronActor>();
     return setup.lora ? with_critic.template operator()<LoraActor>() : with_critic.template operator()<DenseActor>();
   });
 }

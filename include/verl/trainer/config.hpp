@@ -429,6 +429,48 @@ inline void validate(const PPOConfig& c, std::vector<std::string>& problems) {
     }
   }
 
+  // The actor's training engine: fsdp (data parallel) or megatron (tensor parallel, the
+  // Megatron worker). What the Megatron worker does not build is refused by its key.
+  {
+    static constexpr std::array<std::string_view, 3> strategies = {"fsdp", "fsdp2", "megatron"};
+    if (std::find(strategies.begin(), strategies.end(), actor.strategy) == strategies.end()) {
+      problems.push_back("actor_rollout_ref.actor.strategy: " + suggestion(actor.strategy, strategies));
+    }
+    const auto& m = actor.megatron;
+    const std::string_view k = "actor_rollout_ref.actor.megatron";
+    if (actor.strategy != "megatron") {
+      require(m.tensor_model_parallel_size == 1 && m.pipeline_model_parallel_size == 1 && m.context_parallel_size == 1,
+              fmt::format("{}: tensor/pipeline/context_parallel_size act only with actor_rollout_ref.actor.strategy=megatron, "
+                          "got tp={} pp={} cp={} with strategy={}",
+                          k, m.tensor_model_parallel_size, m.pipeline_model_parallel_size, m.context_parallel_size,
+                          actor.strategy));
+    } else {
+      require(m.tensor_model_parallel_size >= 1,
+              fmt::format("{}.tensor_model_parallel_size: expected a value >= 1, got {}", k, m.tensor_model_parallel_size));
+      require(m.pipeline_model_parallel_size == 1,
+              fmt::format("{}.pipeline_model_parallel_size: not supported by verl-cpp yet (pipeline parallelism in the "
+                          "trainer), expected 1, got {}",
+                          k, m.pipeline_model_parallel_size));
+      require(m.context_parallel_size == 1,
+              fmt::format("{}.context_parallel_size: not supported by verl-cpp yet (context parallelism), expected 1, got {}",
+                          k, m.context_parallel_size));
+      // Megatron turns sequence parallelism off at tp = 1 itself; with tp > 1 it would change the
+      // layout of the activations, which the trainer does not build yet.
+      require(!m.sequence_parallel || m.tensor_model_parallel_size == 1,
+              fmt::format("{}.sequence_parallel: not supported by verl-cpp yet with tensor_model_parallel_size = {} > 1 "
+                          "(Megatron's sequence parallelism); set it to False, got True",
+                          k, m.tensor_model_parallel_size));
+      require(!m.use_distributed_optimizer,
+              fmt::format("{}.use_distributed_optimizer: not supported by verl-cpp yet (Megatron's distributed optimizer: "
+                          "every DP rank keeps its shard's whole AdamW state); set it to False, got True",
+                          k));
+      require(c.actor_rollout_ref.model.lora_rank == 0,
+              fmt::format("actor_rollout_ref.model.lora_rank: not supported by verl-cpp yet with "
+                          "actor_rollout_ref.actor.strategy=megatron (LoRA on tensor-parallel shards), expected 0, got {}",
+                          c.actor_rollout_ref.model.lora_rank));
+    }
+  }
+
   const auto& algorithm = c.algorithm;
   const auto estimators = algo::advantage_estimator_names();
   if (std::find(estimators.begin(), estimators.end(), algorithm.adv_estimator) == estimators.end()) {

@@ -121,6 +121,43 @@ template <class Runtime>
 struct group_of<Runtime, NoRewardModel> {
   using type = NoRewardModel;
 };
+
+/// The actor group's (tp, dp, pp) mesh when the worker type lays its ranks out itself (the
+/// Megatron worker's group_mesh), else none (all data parallel).
+template <class W>
+std::optional<hybridflow::GroupMesh> actor_group_mesh(const PPOConfig& config, const hybridflow::ResourcePool& pool) {
+  if constexpr (requires { W::group_mesh(config, 1); }) {
+    return W::group_mesh(config, static_cast<int>(pool.size()));
+  } else {
+    return std::nullopt;
+  }
+}
+
+/// A result the group's first rank gives: a rank_zero method's value, or the first of a
+/// one_to_all method's (a worker whose method is collective, e.g. gathering TP shards).
+template <class T>
+T first_rank_result(T value) {
+  return value;
+}
+template <class T>
+T first_rank_result(std::vector<T> values) {
+  return std::move(values.front());
+}
+
+/// Per-rank metrics a worker returned in meta_info["metrics"] (one object, or one per collected
+/// rank after the concatenation): their mean.
+inline Metrics worker_meta_metrics(const nlohmann::json& meta) {
+  Metrics out;
+  if (!meta.is_object() || !meta.contains("metrics")) return out;
+  const nlohmann::json& m = meta["metrics"];
+  const auto parts = m.is_array() ? m : nlohmann::json::array({m});
+  for (const auto& part : parts) {
+    if (!part.is_object()) continue;
+    for (const auto& [k, v] : part.items())
+      if (v.is_number()) out[k] += v.get<double>() / static_cast<double>(parts.size());
+  }
+  return out;
+}
 }  // namespace detail
 
 template <class Runtime, class ActorWorker, class CriticWorker = NoCritic, class Reward = reward::DefaultRewardFunction,
@@ -150,7 +187,7 @@ class PPOController {
         total_steps_(trainer::total_training_steps(config_, loader_.num_batches(), static_cast<std::int64_t>(train_.size()))),
         kl_ctrl_(algo::get_kl_controller(algorithm_.kl_ctrl)),
         checkpoints_(checkpoint_manager(config_.trainer)),
-        actor_(runtime.template spawn<ActorWorker>(placement.actor)) {
+        actor_(runtime.template spawn<ActorWorker>(placement.actor, detail::actor_group_mesh<ActorWorker>(config_, placement.actor))) {
     if constexpr (has_critic) {
       VERL_CHECK_ARG(placement.critic.has_value(), "placement: the trainer has a critic but the placement gives it no pool");
       critic_.emplace(runtime.template spawn<CriticWorker>(*placement.critic));
@@ -290,7 +327,7 @@ class PPOController {
     auto actor_state = actor_.template call<&ActorWorker::checkpoint_state>();
     std::optional<hybridflow::Future<Runtime, RoleState>> critic_state;
     if constexpr (has_critic) critic_state.emplace(critic_->template call<&CriticWorker::checkpoint_state>());
-    const RoleState actor = actor_state.get();
+    const RoleState actor = detail::first_rank_result(actor_state.get());
     const std::optional<RoleState> critic = critic_state ? std::optional<RoleState>(critic_state->get()) : std::nullopt;
     CheckpointSnapshot snapshot;
     snapshot.global_step = global_step_;
@@ -335,7 +372,8 @@ class PPOController {
 
   /// Writes the trained actor as a Hugging Face folder (and a LoRA adapter beside it).
   std::string export_actor(const std::filesystem::path& folder, const std::filesystem::path& adapter_folder) {
-    return actor_.template call<&ActorWorker::export_actor>(folder.string(), adapter_folder.string()).get();
+    return detail::first_rank_result(
+        actor_.template call<&ActorWorker::export_actor>(folder.string(), adapter_folder.string()).get());
   }
 
   // ---- access ---------------------------------------------------------------------------------
@@ -680,6 +718,9 @@ class PPOController {
         ScopedTimer t("gen", timing);
         part = generate(train_, indices, params, round_seed, 0);
       }
+      // What the rollout reports of itself (the Megatron worker's reshard: timing_s/reshard and
+      // the bytes it moved and held), averaged over the collected ranks.
+      merge(metrics, detail::worker_meta_metrics(part.meta_info()));
       std::vector<std::int64_t> uid;
       for (Index r = 0; r < part.size(); ++r) uid.push_back(next_uid_ + r / n);
       part.set_non_tensor(std::string(keys::uid), std::move(uid));

@@ -463,17 +463,54 @@ class BasicTensorParallelTransformer
     return dict;
   }
 
-  /// Collective: the dense model these shards make up (weights only), e.g. to save it with
-  /// save_transformer.
-  [[nodiscard]] BasicTransformer<Scalar> gather_dense() {
+  /// Collective: the dense model these shards make up (weights only: gradients are not
+  /// gathered), e.g. to save it with save_transformer, or as the 3D-HybridEngine's generation
+  /// copy with tg = 1. `misplace_blocks` is a testing hook: k > 0 writes the block of rank r where
+  /// rank (r + k) % size's belongs (a deliberately wrong shard assignment, which tests must catch;
+  /// only for blocks of equal sizes).
+  [[nodiscard]] BasicTransformer<Scalar> gather_dense(int misplace_blocks = 0) {
     BasicTransformer<Scalar> dense(config_, body_.options());
     std::map<std::string_view, ParameterTensor<Scalar>*> targets;
     dense.for_each_tensor([&](ParameterTensor<Scalar>& t) { targets.emplace(t.name, &t); });
-    for_each_full_parameter([&](const Parameter<const Scalar>& p) {
-      ParameterTensor<Scalar>& target = *targets.at(p.name);
-      std::copy(p.value.begin(), p.value.end(), target.value.data());
+    for_each_tensor([&](ParameterTensor<Scalar>& t) {
+      const RowMatrix<Scalar> value = gather(t, t.value, full_shape(t), misplace_blocks);
+      ParameterTensor<Scalar>& target = *targets.at(t.name);
+      std::copy(value.data(), value.data() + value.size(), target.value.data());
     });
     return dense;
+  }
+
+  /// Collective: the full tensor `name` from every rank's shard values `local` (a parameter, its
+  /// gradient or an optimizer moment laid out like the parameter), row-major.
+  [[nodiscard]] std::vector<Scalar> gather_full(std::string_view name, std::span<const Scalar> local) {
+    std::vector<Scalar> out;
+    for_each_tensor([&](ParameterTensor<Scalar>& t) {
+      if (t.name != name) return;
+      VERL_CHECK_ARG(local.size() == static_cast<std::size_t>(t.value.size()),
+                     "gather_full: tensor '{}': expected {} local values, got {}", name, t.value.size(), local.size());
+      const RowMatrix<Scalar> shard = Eigen::Map<const RowMatrix<Scalar>>(local.data(), t.value.rows(), t.value.cols());
+      const RowMatrix<Scalar> full = gather(t, shard, full_shape(t));
+      out.assign(full.data(), full.data() + full.size());
+    });
+    return out;
+  }
+
+  /// This rank's block of the full tensor `name` (row-major values of the full shape), as
+  /// load_full_state_dict cuts it: for optimizer moments saved whole.
+  [[nodiscard]] std::vector<Scalar> shard_values(std::string_view name, std::span<const float> full) const {
+    std::vector<Scalar> out;
+    for_each_tensor([&](const ParameterTensor<Scalar>& t) {
+      if (t.name != name) return;
+      const auto shape = full_shape(t);
+      VERL_CHECK_ARG(full.size() == static_cast<std::size_t>(numel(shape)),
+                     "shard_values: tensor '{}': expected {} values (shape {}), got {}", name, numel(shape),
+                     detail::shape_string(shape), full.size());
+      const detail::ShardBlock block = detail::shard_block(shard_of(t.name), shape);
+      const Eigen::Map<const RowMatrix<float>> source(full.data(), shape.size() == 2 ? shape[0] : 1, shape.back());
+      const RowMatrix<Scalar> part = source.block(block.row, block.col, block.rows, block.cols).template cast<Scalar>();
+      out.assign(part.data(), part.data() + part.size());
+    });
+    return out;
   }
 
   void release_activations() {
@@ -601,7 +638,7 @@ class BasicTensorParallelTransformer
 
   /// The full tensor from every rank's block of `local` (t.value or t.grad); collective.
   RowMatrix<Scalar> gather(const ParameterTensor<Scalar>& t, const RowMatrix<Scalar>& local,
-                           std::span<const std::int64_t> shape) {
+                           std::span<const std::int64_t> shape, int misplace_blocks = 0) {
     if (shard_of(t.name).replicated() || partition_.size == 1) return local;
     std::vector<detail::ShardBlock> blocks;
     std::vector<std::int64_t> counts;
@@ -614,7 +651,11 @@ class BasicTensorParallelTransformer
                                         std::span<Scalar>(received), std::span<const std::int64_t>(counts));
     RowMatrix<Scalar> full(shape.size() == 2 ? shape[0] : 1, shape.back());
     const Scalar* from = received.data();
-    for (const auto& block : blocks) {  // copies of a KV head write the same values twice
+    for (int r = 0; r < partition_.size; ++r) {  // copies of a KV head write the same values twice
+      const auto& source = blocks[static_cast<std::size_t>(r)];
+      const auto& block = blocks[static_cast<std::size_t>((r + misplace_blocks) % partition_.size)];
+      VERL_CHECK_ARG(block.rows == source.rows && block.cols == source.cols,
+                     "gather: misplace_blocks = {} needs blocks of equal sizes ('{}')", misplace_blocks, t.name);
       full.block(block.row, block.col, block.rows, block.cols) = Eigen::Map<const RowMatrix<Scalar>>(from, block.rows, block.cols);
       from += block.rows * block.cols;
     }

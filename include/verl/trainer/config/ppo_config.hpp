@@ -86,8 +86,23 @@ struct ModelSection {
   friend bool operator==(const ModelSection&, const ModelSection&) = default;
 };
 
+/// actor_rollout_ref.actor.megatron: Megatron's parallel layout (with strategy=megatron). verl's
+/// defaults; what verl-cpp does not build is refused by name in validate().
+struct MegatronSection {
+  std::int64_t tensor_model_parallel_size = 1;
+  std::int64_t pipeline_model_parallel_size = 1;
+  std::int64_t context_parallel_size = 1;
+  bool sequence_parallel = true;
+  bool use_distributed_optimizer = true;
+  friend bool operator==(const MegatronSection&, const MegatronSection&) = default;
+};
+
 /// actor_rollout_ref.actor.
 struct ActorConfig {
+  /// fsdp / fsdp2: the data-parallel worker (ActorRolloutRefWorker); megatron: the tensor-parallel
+  /// one (MegatronActorRolloutRefWorker) with `megatron`'s layout.
+  std::string strategy = "fsdp";
+  MegatronSection megatron;
   OptimConfig optim;
   std::int64_t ppo_mini_batch_size = 256;
   std::optional<std::int64_t> ppo_micro_batch_size;
@@ -407,7 +422,9 @@ VERL_CONFIG_FIELDS(PolicyLossSection, loss_mode, clip_cov_ratio, clip_cov_lb, cl
 VERL_CONFIG_FIELDS(CheckpointContentsConfig, save_contents, load_contents)
 VERL_CONFIG_FIELDS(ModelSection, path, tokenizer_path, custom_chat_template, lora_rank, lora_alpha, target_modules,
                    exclude_modules, lora_adapter_path)
-VERL_CONFIG_FIELDS(ActorConfig, optim, ppo_mini_batch_size, ppo_micro_batch_size, ppo_micro_batch_size_per_gpu,
+VERL_CONFIG_FIELDS(MegatronSection, tensor_model_parallel_size, pipeline_model_parallel_size, context_parallel_size,
+                   sequence_parallel, use_distributed_optimizer)
+VERL_CONFIG_FIELDS(ActorConfig, strategy, megatron, optim, ppo_mini_batch_size, ppo_micro_batch_size, ppo_micro_batch_size_per_gpu,
                    use_dynamic_bsz, clip_ratio, clip_ratio_low, clip_ratio_high, tau_pos, tau_neg, policy_loss,
                    clip_ratio_c, loss_agg_mode, loss_scale_factor, entropy_coeff, calculate_sum_pi_squared,
                    use_kl_loss, kl_loss_coef, kl_loss_type, ppo_epochs, checkpoint, grad_clip)

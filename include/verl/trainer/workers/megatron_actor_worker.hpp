@@ -1,0 +1,490 @@
+// MegatronActorRolloutRefWorker: verl's Megatron ActorRolloutRefWorker (megatron_workers.py) for
+// the HybridFlow runtime, with tensor parallelism and the 3D-HybridEngine's reshard executed every
+// step. Same method names, result columns and metrics as ActorRolloutRefWorker (the FSDP one), so
+// PPOController runs either.
+//
+//   MegatronActorRolloutRefWorker<Models>
+//
+// Training layout: the group's ranks form Megatron's (tp, dp) mesh (tp fastest) from
+// actor_rollout_ref.actor.megatron.tensor_model_parallel_size (pipeline parallelism is refused).
+// Each rank holds a TensorParallelTransformer over its TP group: column/row-parallel attention and
+// MLP, vocabulary-parallel embedding and LM head, log-probs and entropy without gathering the
+// logits. Gradients are averaged over the DP group, clipped with the TP-correct global norm
+// (gradient_squared_norm: every element of the full gradient once) and AdamW steps on the shards.
+// The batch methods use Dispatch::megatron_compute_proto: each DP group receives one chunk, every
+// TP rank of it the same rows, and tp rank 0's result is collected.
+//
+// Generation (the 3D-HybridEngine with generation tp = 1): before generate_sequences each rank
+// all-gathers the full weights from its TP group (the plan's micro-DP group), generates its DP
+// chunk with the dense KV-cache engine, and drops the dense copy. The result's meta_info["metrics"]
+// carries timing_s/reshard, perf/reshard_bytes_received (counted by the communicator in its
+// all-gathers as they happen) and perf/peak_param_bytes (the parameter buffers this rank held at
+// once: its training shard plus the dense copy, counted over the tensors allocated). Against
+// parallel::ReshardPlan<HybridFlow> (tp -> tg = 1) for a model of M bytes:
+//   - received = (t-1)/t * (M - R) where R are the replicated tensors (RMSNorm weights, row-parallel
+//     biases): they are not gathered, so the measured bytes are the plan's minus (t-1)/t * R. With
+//     fewer KV heads than ranks, the KV copies travel too (more than the plan).
+//   - peak = M + (M - R)/t + R: HybridFlow keeps the training shard inside the generation buffer
+//     (peak M, zero redundancy); this worker keeps its shard beside the dense copy (the shard's
+//     bytes are redundant during generation). Per-tensor staging buffers of the gather (at most two
+//     copies of the largest tensor) are not included.
+// The reference policy is a TP copy over its own TP communicator.
+#pragma once
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <concepts>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "verl/algo/kl/registry.hpp"
+#include "verl/algo/loss_aggregation.hpp"
+#include "verl/algo/policy_losses/registry.hpp"
+#include "verl/core/error.hpp"
+#include "verl/core/metrics.hpp"
+#include "verl/cpu/decode_precision.hpp"
+#include "verl/data/data_proto.hpp"
+#include "verl/hybridflow/worker.hpp"
+#include "verl/model/causal_lm.hpp"
+#include "verl/model/transformer/tensor_parallel_transformer.hpp"
+#include "verl/model/transformer/transformer.hpp"
+#include "verl/optim/adamw.hpp"
+#include "verl/optim/lr_scheduler.hpp"
+#include "verl/parallel/counting_communicator.hpp"
+#include "verl/parallel/mpi_communicator.hpp"
+#include "verl/rollout/sampling.hpp"
+#include "verl/trainer/components_from_config.hpp"
+#include "verl/trainer/config.hpp"
+#include "verl/trainer/ppo_trainer_algorithm.hpp"
+#include "verl/trainer/ppo_trainer_roles.hpp"
+#include "verl/trainer/workers/actor_rollout_ref_worker.hpp"
+#include "verl/trainer/workers/batch_keys.hpp"
+#include "verl/trainer/workers/role_state.hpp"
+
+namespace verl::trainer {
+
+template <class Models>
+  requires(check_actor_models<Models>())
+class MegatronActorRolloutRefWorker {
+ public:
+  using Dense = typename Models::policy_type;
+  VERL_STATIC_ASSERT((std::same_as<Dense, model::Transformer>),
+                     THE_MEGATRON_WORKER_SHARDS_THE_REFERENCE_TRANSFORMER_ITS_MODELS_MUST_BUILD_A_MODEL_TRANSFORMER);
+  using Communicator = parallel::CountingCommunicator<parallel::MpiCommunicator>;
+  using Policy = model::TensorParallelTransformer<Communicator>;
+  static constexpr std::string_view name = "MegatronActorRolloutRefWorker";
+
+  explicit MegatronActorRolloutRefWorker(hybridflow::WorkerContext& context) : context_(&context) {}
+
+  /// The group's (tp, dp, pp) mesh over `ranks` from the configuration: tp from
+  /// actor_rollout_ref.actor.megatron.tensor_model_parallel_size, dp the ranks left over.
+  static hybridflow::GroupMesh group_mesh(const PPOConfig& config, int ranks) {
+    const auto& megatron = config.actor_rollout_ref.actor.megatron;
+    const std::int64_t tp = megatron.tensor_model_parallel_size;
+    VERL_CHECK_ARG(megatron.pipeline_model_parallel_size == 1,
+                   "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size: not supported by verl-cpp yet "
+                   "(pipeline parallelism in the trainer), expected 1, got {}",
+                   megatron.pipeline_model_parallel_size);
+    VERL_CHECK_ARG(tp >= 1 && ranks % tp == 0,
+                   "actor_rollout_ref.actor.megatron.tensor_model_parallel_size: expected a divisor of the actor pool's "
+                   "{} ranks (trainer.nnodes x trainer.n_gpus_per_node; data parallel size = ranks / tp), got {}",
+                   ranks, tp);
+    return hybridflow::GroupMesh(tp, ranks / tp, 1);
+  }
+
+  /// verl's init_model: the dense actor from Models, cut into this rank's TP shard (every rank
+  /// reads the whole model once, then keeps its shard), the reference likewise, AdamW on the
+  /// shards and the learning-rate schedule.
+  void init_model(const std::vector<std::string>& config_overrides, std::int64_t total_training_steps) {
+    config_ = load_ppo_config(config_overrides);
+    algorithm_ = PPOAlgorithm::from_config(config_);
+    VERL_CHECK_ARG(context_->group != nullptr, "{}: needs the worker group's communicator (run it under the HybridFlow runtime)",
+                   name);
+    const hybridflow::GroupMesh mesh = context_->mesh.value_or(group_mesh(config_, context_->world_size));
+    const auto tp = static_cast<int>(mesh.size(parallel::AxisKind::tp));
+    VERL_CHECK_ARG(tp == config_.actor_rollout_ref.actor.megatron.tensor_model_parallel_size &&
+                       mesh.size(parallel::AxisKind::pp) == 1,
+                   "{}: the group's mesh {} does not match actor_rollout_ref.actor.megatron.tensor_model_parallel_size = "
+                   "{} (spawn the group with group_mesh(config, ranks))",
+                   name, mesh.to_string(), config_.actor_rollout_ref.actor.megatron.tensor_model_parallel_size);
+    tp_rank_ = static_cast<int>(mesh.coord(context_->rank, parallel::AxisKind::tp));
+    dp_rank_ = static_cast<int>(mesh.coord(context_->rank, parallel::AxisKind::dp));
+    dp_size_ = static_cast<Index>(mesh.size(parallel::AxisKind::dp));
+    parallel::MpiCommunicator& group = *context_->group;
+    // Collective splits over the group, in the same order on every rank: the DP group (same tp
+    // coordinate), then one TP group per model (each model owns its communicator).
+    dp_.emplace(group.split(tp_rank_, dp_rank_));
+    Dense dense = Models::actor(config_);
+    facts_ = dense_facts(dense);
+    std::optional<Dense> dense_reference;
+    if (algorithm_.needs_reference()) dense_reference.emplace(Models::reference(config_, dense));
+    actor_.emplace(dense, Communicator(group.split(dp_rank_, tp_rank_)));
+    if (dense_reference) reference_.emplace(*dense_reference, Communicator(group.split(dp_rank_, tp_rank_)));
+    optimizer_.emplace(adamw_config(config_.actor_rollout_ref.actor.optim));
+    scheduler_.emplace(lr_scheduler(config_.actor_rollout_ref.actor.optim, total_training_steps));
+    precision_ = cpu::parse_decode_precision(config_.actor_rollout_ref.rollout.dtype, "actor_rollout_ref.rollout.dtype");
+  }
+
+  [[nodiscard]] PolicyFacts policy_facts() const {
+    require_model();
+    return facts_;
+  }
+
+  /// verl's generate_sequences with the 3D-HybridEngine's reshard (tp -> tg = 1) around it: the
+  /// dense weights gathered from the TP group, this DP group's prompts generated, the copy
+  /// dropped. meta_info["metrics"]: timing_s/reshard, perf/reshard_bytes_received,
+  /// perf/peak_param_bytes (see the file's comment).
+  data::DataProto generate_sequences(const data::DataProto& prompts) {
+    Policy& actor = require_model();
+    const rollout::SamplingParams params = sampling_params_from_json(prompts.meta_info().at("sampling_params"));
+    rollout::PromptBatch batch{int_column(prompts, keys::input_ids), float_column(prompts, keys::attention_mask), {}};
+    for (const std::int64_t bits : prompts.non_tensor<std::int64_t>(keys::seed)) batch.seeds.push_back(static_cast<std::uint64_t>(bits));
+
+    const auto start = std::chrono::steady_clock::now();
+    actor.communicator().reset_counts();
+    std::optional<Dense> dense(actor.gather_dense(misplace_blocks_));
+    const std::int64_t received = actor.communicator().received_bytes();
+    if (precision_ != cpu::DecodePrecision::float32) dense->set_decode_precision(precision_);
+    const double reshard_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const std::int64_t peak = parameter_bytes(actor) + parameter_bytes(*dense);
+
+    rollout::RolloutOutput out = [&] {
+      auto engine = make_rollout_engine(*dense);
+      return engine.generate(batch, params);
+    }();
+    dense.reset();  // the generation copy is dropped: back to the training layout
+
+    data::DataProto result;
+    result.set(std::string(keys::responses), std::move(out.responses));
+    result.set(std::string(keys::response_mask), std::move(out.response_mask));
+    result.set(std::string(keys::rollout_log_probs), std::move(out.rollout_log_probs));
+    result.set(std::string(keys::input_ids), std::move(out.input_ids));
+    result.set(std::string(keys::attention_mask), std::move(out.attention_mask));
+    result.set(std::string(keys::position_ids), std::move(out.position_ids));
+    result.meta_info()["metrics"] = {{"timing_s/reshard", reshard_s},
+                                     {"perf/reshard_bytes_received", received},
+                                     {"perf/peak_param_bytes", peak}};
+    return result;
+  }
+
+  /// verl's compute_log_prob (old_log_probs, entropys, sum_pi_squared when asked), on the shards.
+  data::DataProto compute_log_prob(const data::DataProto& batch) {
+    const auto& rollout = config_.actor_rollout_ref.rollout;
+    const bool sum_pi_squared = config_.actor_rollout_ref.actor.calculate_sum_pi_squared;
+    ResponseStatistics stats =
+        response_statistics(require_model(), batch, {.entropy = true, .sum_pi_squared = sum_pi_squared},
+                            forward_micro_batch_size(rollout.log_prob_micro_batch_size_per_gpu,
+                                                     rollout.log_prob_micro_batch_size, dp_size_, batch.size()),
+                            rollout_temperature());
+    data::DataProto out;
+    out.set(std::string(keys::old_log_probs), std::move(stats.log_probs));
+    out.set(std::string(keys::entropys), std::move(stats.entropy));
+    if (sum_pi_squared) out.set(std::string(keys::sum_pi_squared), std::move(stats.sum_pi_squared));
+    return out;
+  }
+
+  /// verl's compute_ref_log_prob (ref_log_prob), on the reference's shards.
+  data::DataProto compute_ref_log_prob(const data::DataProto& batch) {
+    require_model();
+    VERL_CHECK_ARG(reference_.has_value(),
+                   "compute_ref_log_prob: this actor worker has no reference policy (no KL term in the configuration "
+                   "needs one)");
+    const auto& ref = config_.actor_rollout_ref.ref;
+    ResponseStatistics stats = response_statistics(
+        *reference_, batch, {},
+        forward_micro_batch_size(ref.log_prob_micro_batch_size_per_gpu, ref.log_prob_micro_batch_size, dp_size_, batch.size()),
+        rollout_temperature());
+    data::DataProto out;
+    out.set(std::string(keys::ref_log_prob), std::move(stats.log_probs));
+    return out;
+  }
+
+  /// verl's update_actor, as ActorRolloutRefWorker's with the DP reductions over the DP group and
+  /// the gradient norm over the whole (TP-sharded) model.
+  data::DataProto update_actor(const data::DataProto& batch) {
+    Policy& actor = require_model();
+    const auto& cfg = config_.actor_rollout_ref.actor;
+    const bool entropy_metric = batch.meta_info().value("entropy_metric", false);
+    const Index n = config_.actor_rollout_ref.rollout.n;
+    const MatrixI64& input_ids = int_column(batch, keys::input_ids);
+    const MatrixF& response_mask = float_column(batch, keys::response_mask);
+    const MatrixF& advantages = float_column(batch, keys::advantages);
+    const Index width = response_mask.cols(), prompt_width = input_ids.cols() - width;
+    const float temperature = rollout_temperature();
+    const Index dp = dp_size_;
+    const Index global_rows = batch.size() * dp;
+    scheduler_->apply(*optimizer_);
+    Metrics step_metrics;
+    step_metrics["actor/lr"] = scheduler_->get_last_lr();
+    MetricsAccumulator acc;
+    const bool entropy_in_loss = algorithm_.entropy_coeff != 0;
+    const bool on_policy = cfg.ppo_epochs == 1 && global_rows <= cfg.ppo_mini_batch_size * n && !algorithm_.rollout.bypass;
+    const bool has_is_weights = batch.has_tensor(keys::rollout_is_weights);
+    std::int64_t updates = 0, nonfinite = 0;
+    for (std::int64_t epoch = 0; epoch < cfg.ppo_epochs; ++epoch) {
+      for (const auto& [lo, hi] : local_mini_batch_bounds(batch.size(), cfg.ppo_mini_batch_size * n, dp)) {
+        const algo::GlobalBatchInfo info{.dp_size = static_cast<double>(dp),
+                                         .batch_num_tokens = dp_sum(response_mask.middleRows(lo, hi - lo).sum()),
+                                         .global_batch_size = static_cast<double>((hi - lo) * dp),
+                                         .loss_scale_factor = cfg.loss_scale_factor};
+        const Index share = hi - lo;
+        const Index micro = cfg.ppo_micro_batch_size_per_gpu.value_or(
+            cfg.ppo_micro_batch_size ? std::max<std::int64_t>(1, *cfg.ppo_micro_batch_size / dp) : share);
+        actor.zero_grad();
+        Metrics mini;
+        double pg_loss = 0, kl_loss = 0, entropy_agg = 0;
+        for (Index b = lo; b < hi; b += micro) {
+          const Index e = std::min(hi, b + micro), rows = e - b;
+          const auto tokens = token_batch(batch, b, e);
+          const MatrixI64 targets = model::next_token_targets(tokens);
+          const auto out = actor.forward(tokens, {.targets = std::span<const std::int64_t>(targets.data(), static_cast<std::size_t>(targets.size())),
+                                                  .return_entropy = entropy_in_loss || entropy_metric,
+                                                  .temperature = temperature,
+                                                  .keep_activations = true});
+          const MatrixF mask = response_mask.middleRows(b, rows);
+          const MatrixF log_prob = response_block(out.log_probs, width);
+          MatrixF stored_old;
+          if (!on_policy) stored_old = float_column(batch, keys::old_log_probs).middleRows(b, rows);
+          const MatrixF& old = on_policy ? log_prob : stored_old;
+          if (entropy_metric) {
+            entropy_agg += algo::agg_loss(response_block(out.entropy, width), mask, algorithm_.loss_agg_mode, info);
+          }
+          const MatrixF adv = advantages.middleRows(b, rows);
+          algo::PolicyLossBatch loss_batch{.old_log_prob = old, .log_prob = log_prob, .advantages = adv, .response_mask = mask};
+          MatrixF is_weights;
+          if (has_is_weights) {
+            is_weights = float_column(batch, keys::rollout_is_weights).middleRows(b, rows);
+            loss_batch.rollout_is_weights.emplace(is_weights);
+          }
+          algo::PolicyLossResult pg = algo::compute_policy_loss(
+              algorithm_.policy_loss, loss_batch, {.loss_agg_mode = algorithm_.loss_agg_mode, .global_batch_info = info});
+          pg_loss += pg.pg_loss;
+          MatrixF grad_log_prob = std::move(pg.grad_log_prob);
+          MatrixF grad_entropy;
+          if (entropy_in_loss) {
+            grad_entropy = algo::agg_loss_weights(mask, algorithm_.loss_agg_mode, info) * static_cast<float>(-algorithm_.entropy_coeff);
+          }
+          if (algorithm_.kl_loss) {
+            const MatrixF ref = float_column(batch, keys::ref_log_prob).middleRows(b, rows);
+            const MatrixF kld = algo::kl_penalty(log_prob, ref, *algorithm_.kl_loss);
+            kl_loss += algo::agg_loss(kld, mask, algorithm_.loss_agg_mode, info);
+            const MatrixF cotangent = algo::agg_loss_weights(mask, algorithm_.loss_agg_mode, info) *
+                                      static_cast<float>(algorithm_.kl_loss_coef);
+            grad_log_prob += algo::kl_penalty_backward(log_prob, ref, cotangent, *algorithm_.kl_loss).logprob;
+          }
+          std::vector<float> d_log_probs(static_cast<std::size_t>(rows * (prompt_width + width)), 0.0f);
+          std::vector<float> d_entropy(entropy_in_loss ? d_log_probs.size() : 0, 0.0f);
+          for (Index r = 0; r < rows; ++r) {
+            for (Index c = 0; c < width; ++c) {
+              const auto at = static_cast<std::size_t>(r * (prompt_width + width) + prompt_width - 1 + c);
+              d_log_probs[at] = grad_log_prob(r, c);
+              if (entropy_in_loss) d_entropy[at] = grad_entropy(r, c);
+            }
+          }
+          actor.backward({.log_probs = d_log_probs, .entropy = d_entropy});
+          for (const auto& [k, v] : pg.metrics) mini[k] += v / std::ceil(static_cast<double>(share) / static_cast<double>(micro));
+        }
+        const float norm = optimizer_step(actor, cfg.grad_clip, updates, nonfinite);
+        mini["actor/pg_loss"] = pg_loss;
+        if (entropy_metric) mini["actor/entropy"] = entropy_agg;
+        if (algorithm_.kl_loss) {
+          mini["actor/kl_loss"] = kl_loss;
+          mini["actor/kl_coef"] = algorithm_.kl_loss_coef;
+        }
+        // The TP ranks of a DP group computed the same values: the mean over the DP group.
+        if (dp > 1) reduce_metrics_over_ranks(*dp_, mini);
+        mini["actor/grad_norm"] = norm;
+        acc.append(mini);
+      }
+    }
+    scheduler_->step();
+    for (const auto& [k, v] : acc.reduce()) step_metrics[k] = v;
+    return update_result(step_metrics, updates, nonfinite);
+  }
+
+  /// The actor's state as the dense worker saves it (full tensors, full AdamW moments): gathered
+  /// from the TP group on every rank (collective, hence one_to_all); the group's first rank
+  /// returns it, the others an empty state (the controller keeps the first).
+  [[nodiscard]] RoleState checkpoint_state() {
+    Policy& actor = require_model();
+    const optim::AdamW::State& moments = optimizer_->state();
+    RoleState state;
+    std::size_t k = 0;
+    actor.for_each_parameter([&](const auto& p) {
+      std::vector<float> value = actor.gather_full(p.name, std::span<const float>(p.value.data(), p.value.size()));
+      std::vector<float> m, v;
+      if (k < moments.exp_avg.size()) {
+        m = actor.gather_full(p.name, moments.exp_avg[k]);
+        v = actor.gather_full(p.name, moments.exp_avg_sq[k]);
+      }
+      if (context_->rank == 0) {
+        state.model.push_back(NamedTensor{std::string(p.name), full_shape(actor, p.name, p.shape), std::move(value)});
+        if (k < moments.exp_avg.size()) {
+          state.optimizer.exp_avg.push_back(std::move(m));
+          state.optimizer.exp_avg_sq.push_back(std::move(v));
+        }
+      }
+      ++k;
+    });
+    if (context_->rank != 0) return {};
+    state.optimizer.step = moments.step;
+    state.extra = {{"lr_scheduler_last_epoch", scheduler_->last_epoch()}};
+    return state;
+  }
+
+  /// Restores a full (dense-layout) checkpoint_state() on every rank: each keeps its shards.
+  void load_checkpoint_state(const RoleState& state) {
+    Policy& actor = require_model();
+    model::StateDict dict;
+    std::map<std::string, std::size_t, std::less<>> index;
+    for (std::size_t i = 0; i < state.model.size(); ++i) {
+      const auto& t = state.model[i];
+      for (std::size_t j = 0; j < t.values.size(); ++j)
+        if (!std::isfinite(t.values[j]))
+          ::verl::detail::throw_invalid_argument(
+              "checkpoint role 'actor': tensor '{}': expected finite weights, got {} at index {} (a damaged checkpoint "
+              "is not resumed)",
+              t.name, t.values[j], j);
+      dict[t.name] = model::StateTensor{t.shape, t.values};
+      index[t.name] = i;
+    }
+    actor.load_full_state_dict(dict);
+    optim::AdamW::State moments;
+    moments.step = state.optimizer.step;
+    if (!state.optimizer.exp_avg.empty()) {
+      actor.for_each_parameter([&](const auto& p) {
+        const auto found = index.find(p.name);
+        VERL_CHECK_ARG(found != index.end() && found->second < state.optimizer.exp_avg.size(),
+                       "checkpoint role 'actor': no optimizer moments for '{}'", p.name);
+        moments.exp_avg.push_back(actor.shard_values(p.name, state.optimizer.exp_avg[found->second]));
+        moments.exp_avg_sq.push_back(actor.shard_values(p.name, state.optimizer.exp_avg_sq[found->second]));
+      });
+    }
+    optimizer_->load_state(std::move(moments));
+    VERL_CHECK_ARG(state.extra.contains("lr_scheduler_last_epoch"),
+                   "checkpoint role 'actor': extra_state.json has no lr_scheduler_last_epoch");
+    scheduler_->set_last_epoch(state.extra["lr_scheduler_last_epoch"].template get<std::int64_t>());
+  }
+
+  /// Writes the actor as a Hugging Face folder (Models::save) from the gathered dense weights:
+  /// every rank gathers (collective), the group's first rank writes and returns the path.
+  std::string export_actor(const std::string& folder, const std::string& adapter_folder) {
+    Dense dense = require_model().gather_dense();
+    if (context_->rank != 0) return {};
+    if constexpr (requires(const Dense& p) { Models::save(p, folder, adapter_folder, config_); }) {
+      return Models::save(dense, folder, adapter_folder, config_);
+    } else {
+      ::verl::detail::throw_invalid_argument("export_actor: this worker's Models type has no save(...) for '{}'", folder);
+    }
+  }
+
+  using methods = TypeList<
+      hybridflow::Method<&MegatronActorRolloutRefWorker::init_model, hybridflow::Dispatch::one_to_all, "init_model">,
+      hybridflow::Method<&MegatronActorRolloutRefWorker::policy_facts, hybridflow::Dispatch::rank_zero, "policy_facts">,
+      hybridflow::Method<&MegatronActorRolloutRefWorker::generate_sequences, hybridflow::Dispatch::megatron_compute_proto,
+                         "generate_sequences">,
+      hybridflow::Method<&MegatronActorRolloutRefWorker::compute_log_prob, hybridflow::Dispatch::megatron_compute_proto,
+                         "compute_log_prob">,
+      hybridflow::Method<&MegatronActorRolloutRefWorker::compute_ref_log_prob,
+                         hybridflow::Dispatch::megatron_compute_proto, "compute_ref_log_prob">,
+      hybridflow::Method<&MegatronActorRolloutRefWorker::update_actor, hybridflow::Dispatch::megatron_compute_proto,
+                         "update_actor">,
+      hybridflow::Method<&MegatronActorRolloutRefWorker::checkpoint_state, hybridflow::Dispatch::one_to_all,
+                         "checkpoint_state">,
+      hybridflow::Method<&MegatronActorRolloutRefWorker::load_checkpoint_state, hybridflow::Dispatch::one_to_all,
+                         "load_checkpoint_state">,
+      hybridflow::Method<&MegatronActorRolloutRefWorker::export_actor, hybridflow::Dispatch::one_to_all, "export_actor">>;
+
+  // ---- in-process access and testing hooks ----------------------------------------------------
+  [[nodiscard]] Policy& actor() { return require_model(); }
+  /// Testing hook: the reshard writes rank r's blocks where rank (r + k) % tp's belong (a wrong
+  /// shard assignment; results must then differ). 0: correct.
+  void set_misplaced_reshard_for_testing(int k) { misplace_blocks_ = k; }
+
+ private:
+  Policy& require_model() {
+    VERL_CHECK_ARG(actor_.has_value(), "{}: init_model must be called before any other method", name);
+    return *actor_;
+  }
+  const Policy& require_model() const { return const_cast<MegatronActorRolloutRefWorker&>(*this).require_model(); }
+
+  static PolicyFacts dense_facts(const Dense& dense) {
+    PolicyFacts facts;
+    facts.vocab_size = dense.vocab_size();
+    facts.parameter_count = static_cast<std::int64_t>(model::parameter_count(dense));
+    for (const auto id : dense.config().eos_token_ids) facts.eos_token_ids.push_back(id);
+    if (dense.config().pad_token_id) facts.pad_token_id = *dense.config().pad_token_id;
+    return facts;
+  }
+
+  /// The bytes of a model's parameter buffers (its allocated tensors).
+  template <class M>
+  static std::int64_t parameter_bytes(M& model) {
+    std::int64_t bytes = 0;
+    model.for_each_parameter([&](const auto& p) { bytes += static_cast<std::int64_t>(p.value.size_bytes()); });
+    return bytes;
+  }
+
+  static std::vector<std::int64_t> full_shape(const Policy& actor, std::string_view tensor, std::span<const std::int64_t> shape) {
+    std::vector<std::int64_t> out(shape.begin(), shape.end());
+    const model::TensorParallelShard shard = actor.shard_of(tensor);
+    if (!shard.replicated()) out[static_cast<std::size_t>(shard.dim)] = shard.full;
+    return out;
+  }
+
+  float rollout_temperature() const { return static_cast<float>(config_.actor_rollout_ref.rollout.temperature); }
+
+  double dp_sum(double value) {
+    if (dp_size_ == 1) return value;
+    std::vector<double> buffer{value};
+    dp_->all_reduce(std::span<double>(buffer), parallel::ReduceOp::sum);
+    return buffer[0];
+  }
+
+  /// Averages gradients over the DP group, clips with the whole model's norm (torch's
+  /// clip_grad_norm_ arithmetic on the TP-reduced norm) and steps (skipped, and counted, when the
+  /// norm is not finite). Returns the norm.
+  float optimizer_step(Policy& actor, double grad_clip, std::int64_t& updates, std::int64_t& nonfinite) {
+    std::vector<optim::ParameterRef> refs = parameter_refs(actor);
+    if (dp_size_ > 1) average_gradients(*dp_, refs);
+    const auto norm = static_cast<float>(std::sqrt(actor.gradient_squared_norm()));
+    VERL_CHECK_ARG(grad_clip >= 0.0 && !std::isnan(grad_clip),
+                   "actor_rollout_ref.actor.grad_clip: expected a value >= 0, got {}", grad_clip);
+    float coefficient = (1.0f / (norm + 1e-6f)) * static_cast<float>(grad_clip);
+    if (coefficient > 1.0f) coefficient = 1.0f;
+    if (coefficient != 1.0f) {
+      for (auto& p : refs)
+        for (float& g : p.grad) g *= coefficient;
+    }
+    ++updates;
+    if (std::isfinite(norm)) {
+      optimizer_->step(refs);
+    } else {
+      ++nonfinite;
+    }
+    return norm;
+  }
+
+  hybridflow::WorkerContext* context_;
+  PPOConfig config_;
+  PPOAlgorithm algorithm_;
+  int tp_rank_ = 0, dp_rank_ = 0;
+  Index dp_size_ = 1;
+  std::optional<parallel::MpiCommunicator> dp_;
+  PolicyFacts facts_;
+  std::optional<Policy> actor_;
+  std::optional<Policy> reference_;
+  std::optional<optim::AdamW> optimizer_;
+  std::optional<optim::LrScheduler<>> scheduler_;
+  cpu::DecodePrecision precision_ = cpu::DecodePrecision::float32;
+  int misplace_blocks_ = 0;
+};
+
+}  // namespace verl::trainer
