@@ -325,6 +325,11 @@ int run(int argc, char** argv) {
     if (!command) return 0;
     const trainer::PPOConfig& config = command->config;
     const Setup setup = setup_of(config);
+    // The tensor-parallel worker runs on the HybridFlow runtime only (an MPI build).
+    VERL_CHECK_ARG(config.actor_rollout_ref.actor.megatron.tensor_model_parallel_size == 1,
+                   "actor_rollout_ref.actor.megatron.tensor_model_parallel_size: this verl_train is built without MPI "
+                   "(one process, no tensor parallelism); expected 1, got {}",
+                   config.actor_rollout_ref.actor.megatron.tensor_model_parallel_size);
     model::Transformer base = trainer::HfPolicySource::actor(config);
     auto with_critic = [&](auto actor, auto reference) {
       if (setup.use_critic)

@@ -461,8 +461,8 @@ inline void validate(const PPOConfig& c, std::vector<std::string>& problems) {
                           "(Megatron's sequence parallelism); set it to False, got True",
                           k, m.tensor_model_parallel_size));
       require(!m.use_distributed_optimizer,
-              fmt::format("{}.use_distributed_optimizer: not supported by verl-cpp yet (Megatron's distributed optimizer: "
-                          "every DP rank keeps its shard's whole AdamW state); set it to False, got True",
+              fmt::format("{}.use_distributed_optimizer: not supported by verl-cpp yet (Megatron's distributed optimizer, "
+                          "AdamW state sharded over the DP ranks); set it to False, got True",
                           k));
       require(c.actor_rollout_ref.model.lora_rank == 0,
               fmt::format("actor_rollout_ref.model.lora_rank: not supported by verl-cpp yet with "

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One recorded verl_train run of the trainer's regression test (tests/data/trainer_regression):
 #   run_case.sh CASE VERL_TRAIN OUT_DIR [NP] [PLACEMENT]
-# CASE is grpo (GRPO with a KL loss to the reference, two mini-batches) or gae (PPO with a critic).
+# CASE is grpo (GRPO with a KL loss to the reference, two mini-batches), grpo_entropy (the same with an
+# entropy bonus) or gae (PPO with a critic).
 # Writes OUT_DIR/metrics.jsonl (the file logger) and OUT_DIR/generations/ (trainer.rollout_data_dir).
 # With NP > 1 the run goes through mpirun (data parallel); the results must not change.
 # PLACEMENT is colocated (every role on the NP ranks, the default) or split (gae only: the actor on
@@ -23,8 +24,13 @@ case "$case_name" in
   # differ between responses once the actor has moved from the reference.
   grpo) extra=(algorithm.adv_estimator=grpo actor_rollout_ref.actor.use_kl_loss=True algorithm.use_kl_in_reward=True
               algorithm.kl_ctrl.kl_coef=0.5) ;;
+  # grpo with an entropy bonus: the first step's gradient is real (grpo's is zero up to rounding,
+  # which AdamW's first step turns into +-lr moves: any other summation order, TP's included,
+  # then takes another path). For comparing layouts against a dense run of the same binary.
+  grpo_entropy) extra=(algorithm.adv_estimator=grpo actor_rollout_ref.actor.use_kl_loss=True algorithm.use_kl_in_reward=True
+              algorithm.kl_ctrl.kl_coef=0.5 actor_rollout_ref.actor.entropy_coeff=0.01) ;;
   gae) extra=(algorithm.adv_estimator=gae critic.model.path="$root/tests/data/models/tiny-qwen2" critic.optim.lr=0.001) ;;
-  *) echo "run_case.sh: unknown case '$case_name' (grpo or gae)" >&2; exit 2 ;;
+  *) echo "run_case.sh: unknown case '$case_name' (grpo, grpo_entropy or gae)" >&2; exit 2 ;;
 esac
 case "$placement" in
   colocated) extra+=(trainer.n_gpus_per_node="$np") ;;

@@ -343,9 +343,7 @@ class MegatronActorRolloutRefWorker {
   void load_checkpoint_state(const RoleState& state) {
     Policy& actor = require_model();
     model::StateDict dict;
-    std::map<std::string, std::size_t, std::less<>> index;
-    for (std::size_t i = 0; i < state.model.size(); ++i) {
-      const auto& t = state.model[i];
+    for (const auto& t : state.model) {
       for (std::size_t j = 0; j < t.values.size(); ++j)
         if (!std::isfinite(t.values[j]))
           ::verl::detail::throw_invalid_argument(
@@ -353,18 +351,20 @@ class MegatronActorRolloutRefWorker {
               "is not resumed)",
               t.name, t.values[j], j);
       dict[t.name] = model::StateTensor{t.shape, t.values};
-      index[t.name] = i;
     }
     actor.load_full_state_dict(dict);
     optim::AdamW::State moments;
     moments.step = state.optimizer.step;
     if (!state.optimizer.exp_avg.empty()) {
+      // The moments are in the parameters' order (for_each_parameter, as AdamW holds them), not
+      // the checkpoint's tensor order (by name).
+      std::size_t k = 0;
       actor.for_each_parameter([&](const auto& p) {
-        const auto found = index.find(p.name);
-        VERL_CHECK_ARG(found != index.end() && found->second < state.optimizer.exp_avg.size(),
-                       "checkpoint role 'actor': no optimizer moments for '{}'", p.name);
-        moments.exp_avg.push_back(actor.shard_values(p.name, state.optimizer.exp_avg[found->second]));
-        moments.exp_avg_sq.push_back(actor.shard_values(p.name, state.optimizer.exp_avg_sq[found->second]));
+        VERL_CHECK_ARG(k < state.optimizer.exp_avg.size() && k < state.optimizer.exp_avg_sq.size(),
+                       "checkpoint role 'actor': no optimizer moments for '{}' (parameter {})", p.name, k);
+        moments.exp_avg.push_back(actor.shard_values(p.name, state.optimizer.exp_avg[k]));
+        moments.exp_avg_sq.push_back(actor.shard_values(p.name, state.optimizer.exp_avg_sq[k]));
+        ++k;
       });
     }
     optimizer_->load_state(std::move(moments));
