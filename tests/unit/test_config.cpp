@@ -174,7 +174,9 @@ TEST(Config, NamesAndRangesAreValidated) {
             std::string::npos);
   EXPECT_NE(error_of({"trainer.logger=[console,wandb]"}).find("'wandb' is a verl backend that is not supported by verl-cpp yet"),
             std::string::npos);
-  EXPECT_NE(error_of({"reward_model.enable=true"}).find("reward_model.enable: not supported by verl-cpp yet"), std::string::npos);
+  // A reward model acts (the HybridFlow controller's worker) and needs its folder.
+  EXPECT_NE(error_of({"reward_model.enable=true"}).find("reward.reward_model.model_path: expected the reward model's folder"),
+            std::string::npos);
   EXPECT_NE(error_of({"trainer.default_local_dir=''"}).find("trainer.default_local_dir: expected a folder"), std::string::npos);
   EXPECT_NE(error_of({"trainer.resume_mode=resume_path"}).find("trainer.resume_from_path: expected a checkpoint folder"),
             std::string::npos);
@@ -332,8 +334,10 @@ TEST(ConfigYaml, VerlsMegatronConfigLoads) {
     EXPECT_EQ(problem.find("interpolation"), std::string::npos) << problem;
   }
   const std::string all = fmt::format("{}", fmt::join(problems, "\n"));
-  // The Megatron engine is refused by name, not ignored: its strategy, then its optimizer.
-  EXPECT_NE(all.find("actor_rollout_ref.actor.strategy: not supported by verl-cpp yet"), std::string::npos) << all;
+  // The actor's Megatron engine acts (tensor parallelism); what it does not build is refused by
+  // name, as are the ref's and the critic's Megatron strategies.
+  EXPECT_EQ(all.find("actor_rollout_ref.actor.strategy:"), std::string::npos) << all;
+  EXPECT_NE(all.find("actor_rollout_ref.ref.strategy: not supported by verl-cpp yet"), std::string::npos) << all;
   EXPECT_NE(all.find("critic.strategy: not supported by verl-cpp yet"), std::string::npos) << all;
   std::vector<std::string> overrides = {"trainer.logger=[console]", "trainer.device=cpu", "trainer.n_gpus_per_node=1",
                                         "actor_rollout_ref.rollout.dtype=float32", "actor_rollout_ref.actor.strategy=fsdp",
@@ -343,8 +347,19 @@ TEST(ConfigYaml, VerlsMegatronConfigLoads) {
   // With the values verl-cpp implements, it loads; its Megatron parallel sizes stay at 1.
   overrides.insert(overrides.end(), {"actor_rollout_ref.actor.optim.optimizer=AdamW", "critic.optim.optimizer=AdamW"});
   EXPECT_TRUE(problems_loading(reference, overrides).empty()) << fmt::format("{}", fmt::join(problems_loading(reference, overrides), "\n"));
+  // A TP size acts only with the Megatron strategy.
   EXPECT_NE(error_of({"actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2"})
-                .find("actor_rollout_ref.actor.megatron.tensor_model_parallel_size: not supported by verl-cpp yet"),
+                .find("actor_rollout_ref.actor.megatron: tensor/pipeline/context_parallel_size act only with "
+                      "actor_rollout_ref.actor.strategy=megatron"),
+            std::string::npos);
+  EXPECT_EQ(with({"actor_rollout_ref.actor.strategy=megatron", "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2",
+                  "actor_rollout_ref.actor.megatron.sequence_parallel=False",
+                  "actor_rollout_ref.actor.megatron.use_distributed_optimizer=False"})
+                .actor_rollout_ref.actor.megatron.tensor_model_parallel_size,
+            2);
+  EXPECT_NE(error_of({"actor_rollout_ref.actor.strategy=megatron", "actor_rollout_ref.actor.megatron.use_distributed_optimizer=False",
+                      "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size=2"})
+                .find("actor_rollout_ref.actor.megatron.pipeline_model_parallel_size: not supported by verl-cpp yet"),
             std::string::npos);
 }
 
@@ -354,9 +369,13 @@ TEST(Config, LegacyRewardKeysMigrateToReward) {
   EXPECT_EQ(with({"reward_model.reward_manager=dapo"}).reward.reward_manager.name, "dapo");
   EXPECT_EQ(with({"reward_model.reward_manager=naive", "reward.reward_manager.name=dapo"}).reward.reward_manager.name,
             "naive");  // as in verl, a legacy value set wins
-  EXPECT_NE(error_of({"reward_model.enable=true"}).find("reward.reward_model.enable: not supported by verl-cpp yet"),
+  // The legacy key lands on reward.reward_model.enable, which acts: its folder is required.
+  EXPECT_TRUE(with({"reward_model.enable=true", "reward.reward_model.model_path=/models/rm"}).reward.reward_model.enable);
+  EXPECT_NE(error_of({"reward.reward_model.enable=true"}).find("reward.reward_model.model_path: expected the reward model's folder"),
             std::string::npos);
-  EXPECT_NE(error_of({"reward.reward_model.enable=true"}).find("reward.reward_model.enable: not supported by verl-cpp yet"),
+  EXPECT_NE(error_of({"reward.reward_model.enable=true", "reward.reward_model.model_path=/models/rm",
+                      "reward.reward_model.enable_resource_pool=true", "reward.reward_model.nnodes=0"})
+                .find("reward.reward_model.nnodes / n_gpus_per_node: expected >= 1 each"),
             std::string::npos);
   const std::string custom = error_of({"custom_reward_function.path=/tmp/score.py"});
   EXPECT_NE(custom.find("reward.custom_reward_function.path: not supported by verl-cpp yet"), std::string::npos) << custom;
@@ -392,7 +411,8 @@ TEST(Config, KeysVerlActsOnAreActedOnOrRefused) {
       {"+critic.nnodes=1", "critic.nnodes / critic.n_gpus_per_node"},
       {"actor_rollout_ref.actor.checkpoint.save_contents=[model]", "actor_rollout_ref.actor.checkpoint.save_contents"},
       {"critic.checkpoint.load_contents=[model,optimizer,extra,hf_model]", "critic.checkpoint.load_contents"},
-      {"actor_rollout_ref.actor.strategy=megatron", "actor_rollout_ref.actor.strategy"},
+      {"actor_rollout_ref.actor.strategy=megatron", "actor_rollout_ref.actor.megatron.use_distributed_optimizer"},
+      {"actor_rollout_ref.ref.strategy=megatron", "actor_rollout_ref.ref.strategy"},
       {"actor_rollout_ref.rollout.dtype=float16", "actor_rollout_ref.rollout.dtype"},
       {"actor_rollout_ref.actor.fsdp_config.model_dtype=bf16", "actor_rollout_ref.actor.fsdp_config.model_dtype"},
       {"actor_rollout_ref.rollout.max_model_len=128", "actor_rollout_ref.rollout.max_model_len"},
