@@ -90,9 +90,12 @@ inline constexpr int reply_tag = 7102;
 /// Receives the next message with `tag` (any source when source < 0) without spinning a core:
 /// MPI_Probe busy-waits in Open MPI, and so would sched_yield loops, which on a machine with fewer
 /// cores than busy threads hand the core to another poller for a whole time slice (milliseconds).
-/// Polls a few times, then sleeps, 5 us at first and doubling up to 100 us (with the thread's timer
-/// slack lowered so that a short sleep stays short): an idle server costs a few percent of a core,
-/// and a message waits at most about 100 us to be noticed. `keep_waiting` (when given) is asked
+/// Polls a few times, then sleeps, 5 us at first and doubling up to 1 ms (with the thread's timer
+/// slack lowered so that a short sleep stays short): a message that comes soon is noticed within
+/// about as long as it took, one after a long computation within 1 ms. The cap was 100 us: on a
+/// machine with fewer cores than busy threads, the controller's and idle servers' ten thousand
+/// wake-ups a second took the core and the MPI lock from the rank computing (a two-rank PPO step on
+/// two cores, 81 ms against 65 ms with the 1 ms cap; bench/RESULTS.md). `keep_waiting` (when given) is asked
 /// between polls and may throw to end the wait.
 inline Bytes receive_bytes(MPI_Comm comm, int source, int tag, int& from, const std::function<void()>& keep_waiting = {}) {
 #if defined(__linux__)
@@ -108,7 +111,7 @@ inline Bytes receive_bytes(MPI_Comm comm, int source, int tag, int& from, const 
     if (keep_waiting) keep_waiting();
     if (polls < 16) continue;
     std::this_thread::sleep_for(nap);
-    nap = std::min(nap * 2, std::chrono::microseconds(100));
+    nap = std::min(nap * 2, std::chrono::microseconds(1000));
   }
   int count = 0;
   MPI_Get_count(&status, MPI_BYTE, &count);
