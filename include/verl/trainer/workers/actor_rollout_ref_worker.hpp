@@ -48,6 +48,7 @@
 #include "verl/trainer/config.hpp"
 #include "verl/trainer/ppo_trainer_algorithm.hpp"
 #include "verl/trainer/ppo_trainer_roles.hpp"
+#include "verl/trainer/workers/actor_update.hpp"
 #include "verl/trainer/workers/batch_keys.hpp"
 #include "verl/trainer/workers/role_state.hpp"
 
@@ -208,109 +209,13 @@ class ActorRolloutRefWorker {
   /// "entropy_metric" (also report actor/entropy from the update's forward). Returns the metrics
   /// (reduced over the group: every rank reports the same) and the update counts in meta_info.
   data::DataProto update_actor(const data::DataProto& batch) {
-    Policy& actor = require_model();
-    const auto& cfg = config_.actor_rollout_ref.actor;
-    const bool entropy_metric = batch.meta_info().value("entropy_metric", false);
-    const Index n = config_.actor_rollout_ref.rollout.n;
-    const MatrixI64& input_ids = int_column(batch, keys::input_ids);
-    const MatrixF& response_mask = float_column(batch, keys::response_mask);
-    const MatrixF& advantages = float_column(batch, keys::advantages);
-    const Index width = response_mask.cols(), prompt_width = input_ids.cols() - width;
-    const float temperature = rollout_temperature();
-    const Index dp = group_size();
-    const Index global_rows = batch.size() * dp;
-    scheduler_->apply(*optimizer_);
-    Metrics step_metrics;
-    step_metrics["actor/lr"] = scheduler_->get_last_lr();
-    MetricsAccumulator acc;
-    const bool entropy_in_loss = algorithm_.entropy_coeff != 0;
-    // verl's dp_actor on_policy: one mini-batch, one epoch; in bypass mode the stored old
-    // log-probs are the rollout's, never the update's own.
-    const bool on_policy = cfg.ppo_epochs == 1 && global_rows <= cfg.ppo_mini_batch_size * n && !algorithm_.rollout.bypass;
-    const bool has_is_weights = batch.has_tensor(keys::rollout_is_weights);
-    std::int64_t updates = 0, nonfinite = 0;
-    for (std::int64_t epoch = 0; epoch < cfg.ppo_epochs; ++epoch) {
-      for (const auto& [lo, hi] : local_mini_batch_bounds(batch.size(), cfg.ppo_mini_batch_size * n, dp)) {
-        const algo::GlobalBatchInfo info{.dp_size = static_cast<double>(dp),
-                                         .batch_num_tokens = group_sum(response_mask.middleRows(lo, hi - lo).sum()),
-                                         .global_batch_size = static_cast<double>((hi - lo) * dp),
-                                         .loss_scale_factor = cfg.loss_scale_factor};
-        const Index share = hi - lo;
-        const Index micro = cfg.ppo_micro_batch_size_per_gpu.value_or(
-            cfg.ppo_micro_batch_size ? std::max<std::int64_t>(1, *cfg.ppo_micro_batch_size / dp) : share);
-        actor.zero_grad();
-        Metrics mini;
-        double pg_loss = 0, kl_loss = 0, entropy_agg = 0;
-        for (Index b = lo; b < hi; b += micro) {
-          const Index e = std::min(hi, b + micro), rows = e - b;
-          const auto tokens = token_batch(batch, b, e);
-          const MatrixI64 targets = model::next_token_targets(tokens);
-          const auto out = actor.forward(tokens, {.targets = std::span<const std::int64_t>(targets.data(), static_cast<std::size_t>(targets.size())),
-                                                  .return_entropy = entropy_in_loss || entropy_metric,
-                                                  .temperature = temperature,
-                                                  .keep_activations = true});
-          const MatrixF mask = response_mask.middleRows(b, rows);
-          const MatrixF log_prob = response_block(out.log_probs, width);
-          // verl: on-policy, old_log_prob = log_prob.detach() (the ratio is exactly 1).
-          MatrixF stored_old;
-          if (!on_policy) stored_old = float_column(batch, keys::old_log_probs).middleRows(b, rows);
-          const MatrixF& old = on_policy ? log_prob : stored_old;
-          if (entropy_metric) {
-            entropy_agg += algo::agg_loss(response_block(out.entropy, width), mask, algorithm_.loss_agg_mode, info);
-          }
-          const MatrixF adv = advantages.middleRows(b, rows);
-          algo::PolicyLossBatch loss_batch{.old_log_prob = old, .log_prob = log_prob, .advantages = adv, .response_mask = mask};
-          MatrixF is_weights;
-          if (has_is_weights) {
-            is_weights = float_column(batch, keys::rollout_is_weights).middleRows(b, rows);
-            loss_batch.rollout_is_weights.emplace(is_weights);
-          }
-          algo::PolicyLossResult pg = algo::compute_policy_loss(
-              algorithm_.policy_loss, loss_batch, {.loss_agg_mode = algorithm_.loss_agg_mode, .global_batch_info = info});
-          pg_loss += pg.pg_loss;
-          MatrixF grad_log_prob = std::move(pg.grad_log_prob);
-          MatrixF grad_entropy;
-          if (entropy_in_loss) {
-            grad_entropy = algo::agg_loss_weights(mask, algorithm_.loss_agg_mode, info) * static_cast<float>(-algorithm_.entropy_coeff);
-          }
-          if (algorithm_.kl_loss) {
-            const MatrixF ref = float_column(batch, keys::ref_log_prob).middleRows(b, rows);
-            const MatrixF kld = algo::kl_penalty(log_prob, ref, *algorithm_.kl_loss);
-            kl_loss += algo::agg_loss(kld, mask, algorithm_.loss_agg_mode, info);
-            const MatrixF cotangent = algo::agg_loss_weights(mask, algorithm_.loss_agg_mode, info) *
-                                      static_cast<float>(algorithm_.kl_loss_coef);
-            grad_log_prob += algo::kl_penalty_backward(log_prob, ref, cotangent, *algorithm_.kl_loss).logprob;
-          }
-          // Cotangents in the model's (rows, P + R) layout.
-          std::vector<float> d_log_probs(static_cast<std::size_t>(rows * (prompt_width + width)), 0.0f);
-          std::vector<float> d_entropy(entropy_in_loss ? d_log_probs.size() : 0, 0.0f);
-          for (Index r = 0; r < rows; ++r) {
-            for (Index c = 0; c < width; ++c) {
-              const auto at = static_cast<std::size_t>(r * (prompt_width + width) + prompt_width - 1 + c);
-              d_log_probs[at] = grad_log_prob(r, c);
-              if (entropy_in_loss) d_entropy[at] = grad_entropy(r, c);
-            }
-          }
-          actor.backward({.log_probs = d_log_probs, .entropy = d_entropy});
-          for (const auto& [k, v] : pg.metrics) mini[k] += v / std::ceil(static_cast<double>(share) / static_cast<double>(micro));
-        }
-        const float norm = optimizer_step(actor, cfg.grad_clip, updates, nonfinite);
-        // With GlobalBatchInfo each micro-batch's loss is its share of the mini-batch loss: their
-        // sum is the mini-batch's loss, whatever the micro-batch size.
-        mini["actor/pg_loss"] = pg_loss;
-        if (entropy_metric) mini["actor/entropy"] = entropy_agg;
-        if (algorithm_.kl_loss) {
-          mini["actor/kl_loss"] = kl_loss;
-          mini["actor/kl_coef"] = algorithm_.kl_loss_coef;
-        }
-        reduce_over_group(mini);
-        mini["actor/grad_norm"] = norm;
-        acc.append(mini);
-      }
-    }
-    scheduler_->step();
-    for (const auto& [k, v] : acc.reduce()) step_metrics[k] = v;
-    return update_result(step_metrics, updates, nonfinite);
+    return update_actor_rows(
+        require_model(), batch, config_, algorithm_, *optimizer_, *scheduler_, group_size(),
+        [&](double value) { return group_sum(value); },
+        [&](double grad_clip, std::int64_t& updates, std::int64_t& nonfinite) {
+          return optimizer_step(require_model(), grad_clip, updates, nonfinite);
+        },
+        [&](Metrics& metrics) { reduce_over_group(metrics); });
   }
 
   /// The actor's state for a checkpoint (weights, AdamW moments, the schedule's position), from
