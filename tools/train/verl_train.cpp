@@ -22,11 +22,13 @@
 // the in-process trainer (trainer::PPOTrainer). All logic lives in the library; this file wires the
 // pieces.
 #include <chrono>
+#include <concepts>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <fmt/format.h>
@@ -49,6 +51,7 @@
 #include "verl/trainer/ppo_controller.hpp"
 #include "verl/trainer/workers/reward_model_worker.hpp"
 #include "verl/trainer/workers/megatron_actor_worker.hpp"
+#include "verl/trainer/workers/rollout_worker.hpp"
 #endif
 
 namespace {
@@ -130,6 +133,7 @@ using LoraActor = trainer::ActorRolloutRefWorker<trainer::HfLoraPolicySource>;
 using MegatronActor = trainer::MegatronActorRolloutRefWorker<trainer::HfPolicySource>;
 using Critic = trainer::CriticWorker<trainer::HfCriticSource>;
 using RewardModel = trainer::RewardModelWorker<trainer::HfRewardModelSource>;
+using Rollout = trainer::RolloutWorker<trainer::HfPolicySource>;  // a rollout pool of its own (hybrid_engine=False)
 
 /// The controller program (rank 0): places the roles, spawns the worker groups and runs fit().
 template <class Actor, class CriticWorker, class Runtime>
@@ -144,7 +148,9 @@ int train_with_workers(Runtime& runtime, const trainer::PPOConfig& config, const
   if (model_config.pad_token_id) pad = *model_config.pad_token_id;
   ControllerInputs in = trainer::controller_inputs(config, tokenizer, formatter, model_config.vocab_size, eos, pad);
   const DatasetSizes sizes(in);
-  trainer::PPOController<Runtime, Actor, CriticWorker, reward::DefaultRewardFunction, RewardModel> controller(
+  // The dense actor's rollout may live on a pool of its own; the config refuses that for the others.
+  using RolloutType = std::conditional_t<std::same_as<Actor, DenseActor>, Rollout, trainer::NoRolloutWorker>;
+  trainer::PPOController<Runtime, Actor, CriticWorker, reward::DefaultRewardFunction, RewardModel, RolloutType> controller(
       runtime, config, placement, reward::DefaultRewardFunction{}, std::move(in.hooks), std::move(in.train),
       std::move(in.val));
   const trainer::PolicyFacts facts = controller.actor_group().template call<&Actor::policy_facts>().get();
@@ -243,7 +249,7 @@ int run(int argc, char** argv) {
   const trainer::PPOConfig& config = command->config;
   // Rank 0 runs the controller program below; every rank (rank 0 too, in a thread of its own)
   // serves the worker groups placed on it.
-  return hybridflow::run_controller<ConfigCheck, DenseActor, LoraActor, MegatronActor, Critic, RewardModel>(
+  return hybridflow::run_controller<ConfigCheck, DenseActor, LoraActor, MegatronActor, Critic, RewardModel, Rollout>(
       argc, argv, [&](auto& runtime) {
     runtime.template spawn<ConfigCheck>(runtime.whole_world())
         .template call<&ConfigCheck::same_as_controller>(own_config_digest)

@@ -150,7 +150,7 @@ inline Metrics balance_batch(data::DataProto& batch, int world_size, std::string
 
 /// The example controller programs (ReMax, PPO, Safe-RLHF) run verl's step without what only
 /// PPOController (verl_train) builds: dynamic sampling, DAPO's overlong penalty, the rollout's own
-/// log-probs, a reward model as the reward, validation, checkpoints. Those keys are refused here,
+/// log-probs, a reward model as the reward, a rollout pool of its own, validation, checkpoints. Those keys are refused here,
 /// by name, rather than ignored.
 inline void require_plain_ppo_step(const PPOConfig& config, const PPOAlgorithm& algorithm, std::string_view program) {
   const auto refuse = [&](bool set, std::string_view key, std::string_view value) {
@@ -161,6 +161,7 @@ inline void require_plain_ppo_step(const PPOConfig& config, const PPOAlgorithm& 
   refuse(algorithm.overlong_penalty.has_value(), "reward_model.overlong_buffer.enable", "False");
   refuse(config.actor_rollout_ref.rollout.calculate_log_probs, "actor_rollout_ref.rollout.calculate_log_probs", "False");
   refuse(config.reward.reward_model.enable, "reward.reward_model.enable", "False");
+  refuse(!config.actor_rollout_ref.hybrid_engine, "actor_rollout_ref.hybrid_engine", "True");
   refuse(!config.data.val_files.empty(), "data.val_files", "no validation files");
   refuse(config.trainer.save_freq > 0, "trainer.save_freq", "a value <= 0");
   refuse(config.trainer.resume_mode == ResumeMode::resume_path, "trainer.resume_mode", "auto or disable");

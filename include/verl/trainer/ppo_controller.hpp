@@ -56,6 +56,7 @@
 #include "verl/trainer/components_from_config.hpp"
 #include "verl/trainer/config.hpp"
 #include "verl/trainer/controller_calls.hpp"
+#include "verl/trainer/placement_keys.hpp"
 #include "verl/trainer/generations.hpp"
 #include "verl/trainer/logging/tracking.hpp"
 #include "verl/trainer/metrics.hpp"
@@ -70,24 +71,10 @@
 
 namespace verl::trainer {
 
-/// The placement keys of a configuration (hybridflow::place_roles reads them).
-inline hybridflow::PlacementKeys placement_keys(const PPOConfig& config, bool use_critic) {
-  hybridflow::PlacementKeys keys;
-  keys.nnodes = config.trainer.nnodes;
-  keys.n_gpus_per_node = config.trainer.n_gpus_per_node;
-  keys.use_critic = use_critic;
-  keys.critic_nnodes = config.critic.nnodes;
-  keys.critic_n_gpus_per_node = config.critic.n_gpus_per_node;
-  const auto& rm = config.reward.reward_model;
-  keys.reward_model = rm.enable;
-  keys.reward_enable_resource_pool = rm.enable_resource_pool;
-  keys.reward_nnodes = rm.nnodes;
-  keys.reward_n_gpus_per_node = rm.n_gpus_per_node;
-  return keys;
-}
-
 /// A controller without a reward-model worker type (rule-based rewards only).
 struct NoRewardModel {};
+/// A controller without a rollout worker type (the rollout is always the actor's: the hybrid engine).
+struct NoRolloutWorker {};
 
 namespace detail {
 /// The worker group of W on Runtime (NoCritic, NoRewardModel: none).
@@ -102,6 +89,10 @@ struct group_of<Runtime, NoCritic> {
 template <class Runtime>
 struct group_of<Runtime, NoRewardModel> {
   using type = NoRewardModel;
+};
+template <class Runtime>
+struct group_of<Runtime, NoRolloutWorker> {
+  using type = NoRolloutWorker;
 };
 
 /// A worker type's model source (W::models_type), or nothing (NoCritic, a worker without one).
@@ -154,9 +145,10 @@ inline Metrics worker_meta_metrics(const nlohmann::json& meta) {
 }  // namespace detail
 
 template <class Runtime, class ActorWorker, class CriticWorker = NoCritic, class Reward = reward::DefaultRewardFunction,
-          class RewardModelWorker = NoRewardModel>
+          class RewardModelWorker = NoRewardModel, class RolloutWorkerType = NoRolloutWorker>
 class PPOController {
   static constexpr bool has_critic = !std::same_as<CriticWorker, NoCritic>;
+  static constexpr bool can_roll_out_apart = !std::same_as<RolloutWorkerType, NoRolloutWorker>;
   static constexpr bool can_score_with_a_model = !std::same_as<RewardModelWorker, NoRewardModel>;
   VERL_STATIC_ASSERT(reward::RewardFunction<Reward>,
                      REWARD_FUNCTION_MUST_TAKE_DATA_SOURCE_SOLUTION_STR_GROUND_TRUTH_AND_RETURN_A_SCORE);
@@ -165,6 +157,7 @@ class PPOController {
   using Future = typename Runtime::template future_type<T>;
   using CriticGroup = typename detail::group_of<Runtime, CriticWorker>::type;
   using RewardModelGroup = typename detail::group_of<Runtime, RewardModelWorker>::type;
+  using RolloutGroup = typename detail::group_of<Runtime, RolloutWorkerType>::type;
 
  public:
   /// What the in-process runtime (hybridflow::LocalRuntime) hands to the workers it builds: the
@@ -247,10 +240,22 @@ class PPOController {
             "(PPOController's RewardModelWorker parameter)");
       }
     }
+    if (!placement_.rollout_colocated()) {
+      if constexpr (can_roll_out_apart) {
+        rollout_.emplace(runtime.template spawn<RolloutWorkerType>(placement_.rollout));
+      } else {
+        ::verl::detail::throw_invalid_argument(
+            "actor_rollout_ref.hybrid_engine: False (a rollout pool of its own), but this controller was built without a "
+            "rollout worker type (PPOController's RolloutWorkerType parameter); expected True");
+      }
+    }
     validate_setup();
     warn_unused_keys();
     const std::vector<std::string> overrides = to_overrides(config_);
     auto actor_ready = actor_.template call<&ActorWorker::init_model>(overrides, total_steps_);
+    if constexpr (can_roll_out_apart) {
+      if (rollout_) rollout_->template call<&RolloutWorkerType::init_model>(overrides).get();
+    }
     if constexpr (has_critic) critic_->template call<&CriticWorker::init_model>(overrides, total_steps_).get();
     if constexpr (can_score_with_a_model) {
       if (reward_model_) reward_model_->template call<&RewardModelWorker::init_model>(overrides).get();
@@ -321,6 +326,7 @@ class PPOController {
   /// Generates for every validation prompt with val_kwargs and scores the responses:
   /// val-core/<data_source>/reward/mean@N (acc when the reward function reports it) and val-aux/*.
   Metrics validate() {
+    sync_rollout_weights();
     const auto& kw = config_.actor_rollout_ref.rollout.val_kwargs;
     rollout::SamplingParams params = sampling_params();
     params.n = kw.n;
@@ -391,6 +397,7 @@ class PPOController {
       critic_->template call<&CriticWorker::load_checkpoint_state>(RoleState::from(loaded.role("critic"), "critic")).get();
     }
     actor.get();
+    rollout_weights_stale_ = true;
     loader_.load_state(*loaded.data);
     global_step_ = loaded.global_step;
     const double kl_coef = loaded.extra.value("kl_coef", algo::kl_coefficient(kl_ctrl_));
@@ -505,6 +512,7 @@ class PPOController {
       ScopedTimer t("update_actor", timing);
       absorb_update(
           actor_.template call<&ActorWorker::update_actor>(actor_update_batch(batch, plan.fold_old_log_prob)).get(), metrics);
+      rollout_weights_stale_ = true;
     }
     skip_nonfinite_step(metrics);
   }
@@ -628,7 +636,27 @@ class PPOController {
   /// contiguous share of the prompts). Prompt k of the call draws from seed (base, first + k).
   data::DataProto generate(const data::RLHFDataset& dataset, std::span<const std::int64_t> indices,
                            const rollout::SamplingParams& params, std::uint64_t seed_base, std::int64_t first) {
+    if constexpr (can_roll_out_apart) {
+      if (rollout_) {
+        VERL_CHECK_ARG(!rollout_weights_stale_, "generate: the rollout pool's weights are older than the actor's");
+        return generate_sequences<RolloutWorkerType>(*rollout_, dataset, indices, params, seed_base, first,
+                                                     tokenizer_.pad_token_id);
+      }
+    }
     return generate_sequences<ActorWorker>(actor_, dataset, indices, params, seed_base, first, tokenizer_.pad_token_id);
+  }
+
+  [[nodiscard]] bool rollout_present() const { return rollout_.has_value(); }
+
+  /// With a rollout pool of its own: the actor's weights replace the rollout's when the actor
+  /// changed since (verl's weight update from the trainer to a separated rollout).
+  void sync_rollout_weights() {
+    if constexpr (can_roll_out_apart) {
+      if (!rollout_ || !rollout_weights_stale_) return;
+      const PolicyWeights weights = actor_.template call<&ActorWorker::actor_weights>().get();
+      rollout_->template call<&RolloutWorkerType::load_weights>(weights).get();
+      rollout_weights_stale_ = false;
+    }
   }
 
   std::string response_text(const data::DataProto& batch, Index row) const {
@@ -716,6 +744,10 @@ class PPOController {
 
   /// gen + reward, with ReMax's greedy baseline and DAPO's dynamic sampling when configured.
   data::DataProto collect_batch(TimingRaw& timing, Metrics& metrics) {
+    if (rollout_weights_stale_ && rollout_present()) {
+      ScopedTimer t("update_weights", timing);
+      sync_rollout_weights();
+    }
     const rollout::SamplingParams params = sampling_params();
     const Index n = params.n;
     const std::int64_t wanted = config_.data.train_batch_size;
@@ -900,6 +932,8 @@ class PPOController {
   ActorGroup actor_;
   std::optional<CriticGroup> critic_;
   std::optional<RewardModelGroup> reward_model_;  ///< with reward.reward_model.enable
+  std::optional<RolloutGroup> rollout_;           ///< with actor_rollout_ref.hybrid_engine=False
+  bool rollout_weights_stale_ = true;             ///< the actor changed since the rollout's last load_weights
   std::int64_t global_step_ = 0;
   std::int64_t updates_this_step_ = 0;
   std::int64_t nonfinite_updates_this_step_ = 0;

@@ -8,6 +8,9 @@
 # PLACEMENT is colocated (every role on the NP ranks, the default) or split (gae only: the actor on
 # the first NP/2 ranks, the critic on a pool of its own, the other NP/2), which must give what a
 # colocated run over NP/2 ranks gives. tp2: the Megatron worker with tensor_model_parallel_size=2.
+# separate: the rollout on a pool of its own (actor_rollout_ref.hybrid_engine=False), the first NP/2
+# ranks training and the other NP/2 generating with the actor's weights; must give what a colocated
+# run over NP/2 ranks gives.
 set -euo pipefail
 case_name=$1 verl_train=$2 out=$3 np=${4:-1} placement=${5:-colocated}
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -39,6 +42,10 @@ case "$placement" in
       echo "run_case.sh: split placement needs the gae case and an even NP, got $case_name at $np" >&2; exit 2
     fi
     extra+=(trainer.n_gpus_per_node=$((np / 2)) +critic.nnodes=1 +critic.n_gpus_per_node=$((np / 2))) ;;
+  separate)
+    if [ $((np % 2)) -ne 0 ]; then echo "run_case.sh: separate placement needs an even NP, got $np" >&2; exit 2; fi
+    extra+=(trainer.n_gpus_per_node=$((np / 2)) actor_rollout_ref.hybrid_engine=False actor_rollout_ref.rollout.nnodes=1
+            actor_rollout_ref.rollout.n_gpus_per_node=$((np / 2))) ;;
   tp2)
     # The Megatron actor worker: tensor parallel over pairs of ranks (dp = NP / 2), the reshard to
     # dense generation every step; must give what the data-parallel run gives (losses within the
@@ -48,7 +55,7 @@ case "$placement" in
             actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2
             actor_rollout_ref.actor.megatron.sequence_parallel=False
             actor_rollout_ref.actor.megatron.use_distributed_optimizer=False) ;;
-  *) echo "run_case.sh: unknown placement '$placement' (colocated, split or tp2)" >&2; exit 2 ;;
+  *) echo "run_case.sh: unknown placement '$placement' (colocated, split, separate or tp2)" >&2; exit 2 ;;
 esac
 launch=("$verl_train")
 if [ "$np" -gt 1 ]; then

@@ -108,6 +108,42 @@ struct WireCodec<trainer::PolicyFacts> {
 
 namespace verl::trainer {
 
+/// actor_rollout_ref.rollout.dtype: the precision `policy` decodes in (bfloat16 as verl's
+/// inference engines run; training stays float32).
+template <class Policy>
+void set_rollout_precision(Policy& policy, const PPOConfig& config) {
+  const cpu::DecodePrecision precision =
+      cpu::parse_decode_precision(config.actor_rollout_ref.rollout.dtype, "actor_rollout_ref.rollout.dtype");
+  if constexpr (requires { policy.set_decode_precision(precision); }) {
+    policy.set_decode_precision(precision);
+  } else {
+    VERL_CHECK_ARG(precision == cpu::DecodePrecision::float32,
+                   "actor_rollout_ref.rollout.dtype: this policy type decodes in float32 only (it has no "
+                   "set_decode_precision), got '{}'",
+                   config.actor_rollout_ref.rollout.dtype);
+  }
+}
+
+/// verl's generate_sequences on `policy`: the prompts of a rank's chunk (left-padded input_ids and
+/// attention_mask, a seed per prompt) -> rollout.n responses each. The sampling settings travel
+/// in meta_info (sampling_params_to_json).
+template <class Policy>
+data::DataProto generate_with(Policy& policy, const data::DataProto& prompts) {
+  const rollout::SamplingParams params = sampling_params_from_json(prompts.meta_info().at("sampling_params"));
+  rollout::PromptBatch batch{int_column(prompts, keys::input_ids), float_column(prompts, keys::attention_mask), {}};
+  for (const std::int64_t bits : prompts.non_tensor<std::int64_t>(keys::seed)) batch.seeds.push_back(static_cast<std::uint64_t>(bits));
+  auto engine = make_rollout_engine(policy);
+  rollout::RolloutOutput out = engine.generate(batch, params);
+  data::DataProto result;
+  result.set(std::string(keys::responses), std::move(out.responses));
+  result.set(std::string(keys::response_mask), std::move(out.response_mask));
+  result.set(std::string(keys::rollout_log_probs), std::move(out.rollout_log_probs));
+  result.set(std::string(keys::input_ids), std::move(out.input_ids));
+  result.set(std::string(keys::attention_mask), std::move(out.attention_mask));
+  result.set(std::string(keys::position_ids), std::move(out.position_ids));
+  return result;
+}
+
 template <class Models>
   requires(check_actor_models<Models>())
 class ActorRolloutRefWorker {
@@ -136,20 +172,11 @@ class ActorRolloutRefWorker {
     if (algorithm_.needs_reference()) reference_.emplace(models_.reference(config_, *actor_));
     optimizer_.emplace(adamw_config(config_.actor_rollout_ref.actor.optim));
     scheduler_.emplace(lr_scheduler(config_.actor_rollout_ref.actor.optim, total_training_steps));
-    const cpu::DecodePrecision precision =
-        cpu::parse_decode_precision(config_.actor_rollout_ref.rollout.dtype, "actor_rollout_ref.rollout.dtype");
-    if constexpr (requires(Policy& policy) { policy.set_decode_precision(precision); }) {
-      actor_->set_decode_precision(precision);
-    } else {
-      VERL_CHECK_ARG(precision == cpu::DecodePrecision::float32,
-                     "actor_rollout_ref.rollout.dtype: this policy type decodes in float32 only (it has no "
-                     "set_decode_precision), got '{}'",
-                     config_.actor_rollout_ref.rollout.dtype);
-    }
+    set_rollout_precision(*actor_, config_);
   }
 
-  [[nodiscard]] PolicyFacts policy_facts() const {
-    const Policy& actor = require_model();
+  [[nodiscard]] PolicyFacts policy_facts() {
+    Policy& actor = require_model();  // a CausalLM's for_each_parameter need not be const
     PolicyFacts facts;
     facts.vocab_size = actor.vocab_size();
     facts.parameter_count = static_cast<std::int64_t>(model::parameter_count(actor));
@@ -163,22 +190,7 @@ class ActorRolloutRefWorker {
   /// verl's generate_sequences: the prompts of this rank's chunk (left-padded input_ids and
   /// attention_mask, a seed per prompt) → rollout.n responses each. The sampling settings travel
   /// in meta_info (sampling_params_to_json).
-  data::DataProto generate_sequences(const data::DataProto& prompts) {
-    Policy& actor = require_model();
-    const rollout::SamplingParams params = sampling_params_from_json(prompts.meta_info().at("sampling_params"));
-    rollout::PromptBatch batch{int_column(prompts, keys::input_ids), float_column(prompts, keys::attention_mask), {}};
-    for (const std::int64_t bits : prompts.non_tensor<std::int64_t>(keys::seed)) batch.seeds.push_back(static_cast<std::uint64_t>(bits));
-    auto engine = make_rollout_engine(actor);
-    rollout::RolloutOutput out = engine.generate(batch, params);
-    data::DataProto result;
-    result.set(std::string(keys::responses), std::move(out.responses));
-    result.set(std::string(keys::response_mask), std::move(out.response_mask));
-    result.set(std::string(keys::rollout_log_probs), std::move(out.rollout_log_probs));
-    result.set(std::string(keys::input_ids), std::move(out.input_ids));
-    result.set(std::string(keys::attention_mask), std::move(out.attention_mask));
-    result.set(std::string(keys::position_ids), std::move(out.position_ids));
-    return result;
-  }
+  data::DataProto generate_sequences(const data::DataProto& prompts) { return generate_with(require_model(), prompts); }
 
   /// verl's compute_log_prob: the actor's log-probs of the responses (old_log_probs) at the
   /// rollout temperature, with the entropy (entropys) and, when
@@ -239,6 +251,10 @@ class ActorRolloutRefWorker {
     restore_role_state(state, require_model(), *optimizer_, *scheduler_, "actor");
   }
 
+  /// The actor's weights (the group's first rank: every rank holds the same), for a rollout on a
+  /// pool of its own (actor_rollout_ref.hybrid_engine=False).
+  [[nodiscard]] PolicyWeights actor_weights() const { return weights_of(require_model()); }
+
   /// Writes the actor as a Hugging Face folder (Models::save) from the group's first rank;
   /// returns what was written.
   std::string export_actor(const std::string& folder, const std::string& adapter_folder) {
@@ -262,7 +278,8 @@ class ActorRolloutRefWorker {
       hybridflow::Method<&ActorRolloutRefWorker::checkpoint_state, hybridflow::Dispatch::rank_zero, "checkpoint_state">,
       hybridflow::Method<&ActorRolloutRefWorker::load_checkpoint_state, hybridflow::Dispatch::one_to_all,
                          "load_checkpoint_state">,
-      hybridflow::Method<&ActorRolloutRefWorker::export_actor, hybridflow::Dispatch::rank_zero, "export_actor">>;
+      hybridflow::Method<&ActorRolloutRefWorker::export_actor, hybridflow::Dispatch::rank_zero, "export_actor">,
+      hybridflow::Method<&ActorRolloutRefWorker::actor_weights, hybridflow::Dispatch::rank_zero, "actor_weights">>;
 
   // ---- in-process access (the in-process runtime's worker() gives the object) ------------------
   [[nodiscard]] Policy& actor() { return require_model(); }
