@@ -5,6 +5,7 @@
 //   verl_plan --train pp=2,tp=4,dp=1 --gen pp=1,tp=2,dp=4 --params 7e9 [--dtype bf16] [--json]
 //   verl_plan --auto --actor llama-7b --critic llama-7b --ref llama-7b --reward llama-7b
 //             --cluster a100-80gb --devices 16 [--top 5] [--json] [--emit-keys FILE]
+//   verl_plan --calibrate TIMINGS [--fit compute,memory,link,latency] [--efficiency ...] [--json]
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
@@ -19,6 +20,7 @@
 #include <string_view>
 #include <vector>
 
+#include "verl/parallel/placement_calibration.hpp"
 #include "verl/parallel/placement_report.hpp"
 #include "verl/parallel/reshard_report.hpp"
 
@@ -47,7 +49,13 @@ constexpr const char* usage =
     "  --top K            how many placements to print (default 5)\n"
     "  --verl-pools       only placements verl 0.9.1's keys can express\n"
     "  --emit-keys FILE   write the best plan as verl keys (key=value lines for verl_train)\n"
-    "  --json             print JSON instead of a table\n";
+    "  --json             print JSON instead of a table\n"
+    "\n"
+    "usage: verl_plan --calibrate TIMINGS [--fit compute,memory,link,latency] [--efficiency ...] [--json]\n"
+    "  TIMINGS            measured stage times (format: docs/placement_search.md, written by\n"
+    "                     tools/scripts/calibrate_placement.py); fits the device's efficiency factors on\n"
+    "                     the runs marked set=fit and prints every stage's predicted and measured time\n"
+    "  --fit              the factors to fit (default all four); the others keep --efficiency's values\n";
 
 using namespace verl::parallel;
 
@@ -346,6 +354,96 @@ int run_auto(int argc, char** argv) {
   return 0;
 }
 
+/// verl_plan --calibrate: arguments after the program name.
+int run_calibrate(int argc, char** argv) {
+  std::optional<std::string> file, fit, efficiency;
+  bool json = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    auto value = [&]() -> std::string {
+      VERL_CHECK_ARG(i + 1 < argc, "{}: expected a value after it", arg);
+      return argv[++i];
+    };
+    if (arg == "--calibrate") {
+      file = value();
+    } else if (arg == "--fit") {
+      fit = value();
+    } else if (arg == "--efficiency") {
+      efficiency = value();
+    } else if (arg == "--json") {
+      json = true;
+    } else {
+      verl::detail::throw_invalid_argument("arguments: expected --calibrate's options (see --help), got '{}'", arg);
+    }
+  }
+  CalibrationData data = read_calibration_file(*file);
+  if (efficiency) {
+    const auto items = parse_items(*efficiency, "--efficiency", {"compute", "memory", "link", "latency"});
+    for (const auto& [name, text] : items) {
+      const double v = parse_positive(text, fmt::format("--efficiency {}", name));
+      if (name == "compute") data.initial.compute = v;
+      if (name == "memory") data.initial.memory = v;
+      if (name == "link") data.initial.intra_node = data.initial.inter_node = v;
+      if (name == "latency") data.initial.collective_latency = v;
+    }
+    validate_efficiency(data.initial);
+  }
+  CalibrationFactors factors;
+  if (fit) {
+    factors = {false, false, false, false, false};
+    std::size_t start = 0;
+    const std::string_view text = *fit;
+    while (start <= text.size()) {
+      const std::size_t comma = std::min(text.find(',', start), text.size());
+      const std::string_view name = text.substr(start, comma - start);
+      if (name == "compute") {
+        factors.compute = true;
+      } else if (name == "memory") {
+        factors.memory = true;
+      } else if (name == "link") {
+        factors.intra_node = factors.inter_node = true;
+      } else if (name == "latency") {
+        factors.collective_latency = true;
+      } else {
+        verl::detail::throw_invalid_argument("--fit: expected names among compute, memory, link, latency, got '{}'",
+                                             name);
+      }
+      start = comma + 1;
+    }
+  }
+  const CalibrationResult result = calibrate_and_predict(data, factors);
+  if (!json) {
+    std::cout << format_calibration_table(result);
+    return 0;
+  }
+  nlohmann::json out;
+  out["source"] = data.source;
+  out["device"] = {{"flops", data.cluster.peak_flops},
+                   {"bandwidth", data.cluster.hbm_bandwidth},
+                   {"link", data.cluster.intra_node_bandwidth}};
+  out["fitted"] = {{"compute", result.fitted.compute},
+                   {"memory", result.fitted.memory},
+                   {"link", result.fitted.intra_node},
+                   {"latency", result.fitted.collective_latency},
+                   {"measurements", result.fit_measurements}};
+  nlohmann::json rows = nlohmann::json::array();
+  for (const CalibrationRow& row : result.rows) {
+    nlohmann::json r{{"run", row.run}, {"stage", row.stage}, {"set", row.fit ? "fit" : "predict"},
+                     {"measured_seconds", row.measured}, {"modelled", row.modelled},
+                     {"work", {{"flops", row.work.flops}, {"hbm_bytes", row.work.hbm_bytes},
+                               {"link_bytes", row.work.intra_node_bytes + row.work.inter_node_bytes},
+                               {"collectives", row.work.collectives}}}};
+    if (row.modelled) {
+      r["predicted_seconds"] = row.predicted;
+      r["relative_error"] = row.relative_error();
+    }
+    rows.push_back(std::move(r));
+  }
+  out["stages"] = std::move(rows);
+  std::cout << out.dump(2) << '\n';
+  return 0;
+}
+
 nlohmann::json to_json(const verl::parallel::ParallelCoords& c) { return {{"tp", c.tp}, {"pp", c.pp}, {"dp", c.dp}}; }
 
 nlohmann::json to_json(const verl::parallel::ReshardReport& report) {
@@ -382,6 +480,14 @@ nlohmann::json to_json(const verl::parallel::ReshardReport& report) {
 
 int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
+    if (std::string_view(argv[i]) == "--calibrate") {
+      try {
+        return run_calibrate(argc, argv);
+      } catch (const verl::InvalidArgument& e) {
+        std::cerr << "verl_plan: " << e.what() << '\n';
+        return 2;
+      }
+    }
     if (std::string_view(argv[i]) == "--auto") {
       try {
         return run_auto(argc, argv);
