@@ -206,3 +206,44 @@ TEST(PlacementCalibrationFile, ImpossibleFitsAreRefused) {
   EXPECT_EQ(message_of<InvalidArgument>([&] { (void)calibrate_and_predict(parse_calibration(text, "t")); }),
             "t: expected stages of runs with set=fit that the cost model gives work, got none");
 }
+
+TEST(PlacementCalibrationFile, NonNegativeFitAcceptsFactorsAbovePeakAndStrictRefusesThem) {
+  CalibrationData data = parse_calibration(full_file(), "timings.txt");
+  // The stages ran 1.5x faster than the given peak FLOP/s (a peak measured on a busy machine).
+  const Efficiency truth{1.5, 0.3, 0.4, 0.7, 2e-5};
+  const DeviceModel device{data.cluster, truth};
+  for (CalibrationStage& s : data.stages) s.seconds = device.seconds(calibration_stage_work(data, s));
+  const CalibrationResult r = calibrate_and_predict(data);
+  EXPECT_NEAR(r.fitted.compute, 1.5, 1e-9);
+  EXPECT_NEAR(r.fitted.memory, 0.3, 1e-9);
+  CalibrationFactors strict;
+  strict.strict = true;
+  EXPECT_NE(message_of<InvalidArgument>([&] { (void)calibrate_and_predict(data, strict); })
+                .find("the fitted efficiency.compute is 1.5"),
+            std::string::npos);
+}
+
+TEST(PlacementCalibrationFile, NonNegativeFitDropsATermTheDataGiveNoTime) {
+  // Times that fall as the memory traffic grows: the unconstrained fit gives the memory term a
+  // negative unknown (efficiency -2), which calibrate_efficiency refuses; the constrained fit
+  // gives that term no time (inf) and fits compute on the rest.
+  ClusterSpec cluster = cluster_preset("a100-80gb", 1);
+  std::vector<StageMeasurement> m;
+  for (int i = 1; i <= 6; ++i) {
+    StageWork w;
+    w.flops = 1e12 * i;
+    w.hbm_bytes = 1e9 * (7 - i);
+    m.push_back({w, w.flops / (0.5 * cluster.peak_flops) - 0.5 * w.hbm_bytes / cluster.hbm_bandwidth});
+  }
+  EXPECT_NE(message_of<InvalidArgument>([&] { (void)calibrate_efficiency(cluster, m); }).find("efficiency.memory"),
+            std::string::npos);
+  const Efficiency e = calibrate_efficiency_nonnegative(cluster, m);
+  EXPECT_TRUE(std::isinf(e.memory));
+  EXPECT_GT(e.compute, 0.5);  // the compute term absorbs what the negative memory term took off
+  EXPECT_LT(e.compute, 0.7);
+  for (const StageMeasurement& x : m) {
+    const double predicted = DeviceModel{cluster, e}.seconds(x.work);
+    EXPECT_TRUE(std::isfinite(predicted));
+    EXPECT_NEAR(predicted / x.seconds, 1, 0.25);
+  }
+}

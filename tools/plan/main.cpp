@@ -5,7 +5,7 @@
 //   verl_plan --train pp=2,tp=4,dp=1 --gen pp=1,tp=2,dp=4 --params 7e9 [--dtype bf16] [--json]
 //   verl_plan --auto --actor llama-7b --critic llama-7b --ref llama-7b --reward llama-7b
 //             --cluster a100-80gb --devices 16 [--top 5] [--json] [--emit-keys FILE]
-//   verl_plan --calibrate TIMINGS [--fit compute,memory,link,latency] [--efficiency ...] [--json]
+//   verl_plan --calibrate TIMINGS [--fit compute,memory,link,latency] [--efficiency ...] [--strict] [--json]
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
@@ -51,11 +51,14 @@ constexpr const char* usage =
     "  --emit-keys FILE   write the best plan as verl keys (key=value lines for verl_train)\n"
     "  --json             print JSON instead of a table\n"
     "\n"
-    "usage: verl_plan --calibrate TIMINGS [--fit compute,memory,link,latency] [--efficiency ...] [--json]\n"
+    "usage: verl_plan --calibrate TIMINGS [--fit compute,memory,link,latency] [--efficiency ...] [--strict]\n"
+    "                 [--fit-runs A,B,..] [--json]\n"
     "  TIMINGS            measured stage times (format: docs/placement_search.md, written by\n"
     "                     tools/scripts/calibrate_placement.py); fits the device's efficiency factors on\n"
     "                     the runs marked set=fit and prints every stage's predicted and measured time\n"
-    "  --fit              the factors to fit (default all four); the others keep --efficiency's values\n";
+    "  --fit              the factors to fit (default all four); the others keep --efficiency's values\n"
+    "  --strict           refuse a fitted factor outside (0, 1] (default: only non-negative terms)\n"
+    "  --fit-runs A,B     fit on these runs, predict the others (instead of the file's set= marks)\n";
 
 using namespace verl::parallel;
 
@@ -356,8 +359,8 @@ int run_auto(int argc, char** argv) {
 
 /// verl_plan --calibrate: arguments after the program name.
 int run_calibrate(int argc, char** argv) {
-  std::optional<std::string> file, fit, efficiency;
-  bool json = false;
+  std::optional<std::string> file, fit, efficiency, fit_runs;
+  bool json = false, strict = false;
   for (int i = 1; i < argc; ++i) {
     const std::string_view arg = argv[i];
     auto value = [&]() -> std::string {
@@ -372,11 +375,28 @@ int run_calibrate(int argc, char** argv) {
       efficiency = value();
     } else if (arg == "--json") {
       json = true;
+    } else if (arg == "--strict") {
+      strict = true;
+    } else if (arg == "--fit-runs") {
+      fit_runs = value();
     } else {
       verl::detail::throw_invalid_argument("arguments: expected --calibrate's options (see --help), got '{}'", arg);
     }
   }
   CalibrationData data = read_calibration_file(*file);
+  if (fit_runs) {  // overrides the file's set= marks
+    for (CalibrationRun& run : data.runs) run.fit = false;
+    std::size_t start = 0;
+    const std::string_view text = *fit_runs;
+    while (start <= text.size()) {
+      const std::size_t comma = std::min(text.find(',', start), text.size());
+      const std::string_view name = text.substr(start, comma - start);
+      const auto run = std::find_if(data.runs.begin(), data.runs.end(), [&](const CalibrationRun& r) { return r.name == name; });
+      VERL_CHECK_ARG(run != data.runs.end(), "--fit-runs: expected run names of {}, got '{}'", data.source, name);
+      run->fit = true;
+      start = comma + 1;
+    }
+  }
   if (efficiency) {
     const auto items = parse_items(*efficiency, "--efficiency", {"compute", "memory", "link", "latency"});
     for (const auto& [name, text] : items) {
@@ -411,6 +431,7 @@ int run_calibrate(int argc, char** argv) {
       start = comma + 1;
     }
   }
+  factors.strict = strict;
   const CalibrationResult result = calibrate_and_predict(data, factors);
   if (!json) {
     std::cout << format_calibration_table(result);

@@ -37,6 +37,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <optional>
 #include <sstream>
@@ -408,6 +409,86 @@ inline StageWork calibration_stage_work(const CalibrationData& data, const Calib
   return {};
 }
 
+/// Least squares on the same unknowns and relative-error rows as `calibrate_efficiency`, with
+/// the physical constraint only: every unknown x = (1/e_c, 1/e_m, 1/e_i, 1/e_x, lambda) >= 0,
+/// since a stage's time is a sum of non-negative terms. Factors may come out above 1 (the stages
+/// ran faster than the peak figures given say: peaks measured on a busy machine) or infinite (the
+/// term's unknown is 0: the data give that term no time). Exact: the optimum of this convex
+/// problem solves the unconstrained problem on the unknowns it leaves positive, so every subset
+/// of the exercised unknowns (at most 2^5) is solved and the best feasible one kept. Factors no
+/// measurement exercises keep their value in `initial`. Throws when no subset is determined.
+inline Efficiency calibrate_efficiency_nonnegative(const ClusterSpec& cluster,
+                                                    std::span<const StageMeasurement> measurements,
+                                                    const Efficiency& initial = {}) {
+  validate_cluster(cluster);
+  auto columns = [&](const StageWork& w) {
+    return std::array<double, 5>{w.flops / cluster.peak_flops, w.hbm_bytes / cluster.hbm_bandwidth,
+                                 w.intra_node_bytes / cluster.intra_node_bandwidth,
+                                 w.inter_node_bytes / cluster.inter_node_bandwidth, w.collectives};
+  };
+  std::array<bool, 5> used{};
+  for (std::size_t i = 0; i < measurements.size(); ++i) {
+    const std::array<double, 5> a = columns(measurements[i].work);
+    for (std::size_t k = 0; k < 5; ++k) {
+      VERL_CHECK_ARG(std::isfinite(a[k]) && a[k] >= 0,
+                     "measurements[{}].work: expected finite non-negative amounts, got {} for factor {}", i, a[k], k);
+      used[k] = used[k] || a[k] > 0;
+    }
+    VERL_CHECK_ARG(std::isfinite(measurements[i].seconds) && measurements[i].seconds > 0,
+                   "measurements[{}].seconds: expected a positive finite time, got {}", i, measurements[i].seconds);
+  }
+  std::vector<std::size_t> exercised;
+  for (std::size_t k = 0; k < 5; ++k) {
+    if (used[k]) exercised.push_back(k);
+  }
+  VERL_CHECK_ARG(!exercised.empty(), "measurements: expected at least one with non-zero work, got {}",
+                 measurements.size());
+  const auto rows = static_cast<Eigen::Index>(measurements.size());
+  double best_residual = std::numeric_limits<double>::infinity();
+  std::array<double, 5> best{};
+  for (std::uint32_t mask = 1; mask < (1u << exercised.size()); ++mask) {
+    std::vector<std::size_t> free;
+    for (std::size_t j = 0; j < exercised.size(); ++j) {
+      if (mask & (1u << j)) free.push_back(exercised[j]);
+    }
+    if (free.size() > measurements.size()) continue;
+    Eigen::MatrixXd a(rows, static_cast<Eigen::Index>(free.size()));
+    Eigen::VectorXd b = Eigen::VectorXd::Ones(rows);
+    for (Eigen::Index i = 0; i < rows; ++i) {
+      const StageMeasurement& m = measurements[static_cast<std::size_t>(i)];
+      const std::array<double, 5> row = columns(m.work);
+      for (std::size_t j = 0; j < free.size(); ++j) a(i, static_cast<Eigen::Index>(j)) = row[free[j]] / m.seconds;
+    }
+    Eigen::VectorXd norms = a.colwise().norm().transpose();
+    for (Eigen::Index j = 0; j < a.cols(); ++j) a.col(j) /= norms(j);
+    const Eigen::ColPivHouseholderQR<Eigen::MatrixXd> qr(a);
+    if (qr.rank() < a.cols()) continue;
+    const Eigen::VectorXd y = qr.solve(b);
+    if ((y.array() < 0).any()) continue;
+    const double residual = (a * y - b).squaredNorm();
+    if (residual < best_residual) {
+      best_residual = residual;
+      best = {};
+      const Eigen::VectorXd x = y.cwiseQuotient(norms);
+      for (std::size_t j = 0; j < free.size(); ++j) best[free[j]] = x(static_cast<Eigen::Index>(j));
+    }
+  }
+  VERL_CHECK_ARG(std::isfinite(best_residual),
+                 "measurements: expected work vectors that determine at least one factor, got none of the {} "
+                 "subsets of the exercised factors solvable with non-negative values",
+                 (1u << exercised.size()) - 1);
+  Efficiency fitted = initial;
+  std::array<double*, 4> factors{&fitted.compute, &fitted.memory, &fitted.intra_node, &fitted.inter_node};
+  for (std::size_t k : exercised) {
+    if (k < 4) {
+      *factors[k] = best[k] > 0 ? 1 / best[k] : std::numeric_limits<double>::infinity();
+    } else {
+      fitted.collective_latency = best[k];
+    }
+  }
+  return fitted;
+}
+
 /// One stage: measured and predicted.
 struct CalibrationRow {
   std::string run;
@@ -425,17 +506,22 @@ struct CalibrationResult {
   Efficiency fitted;
   std::vector<CalibrationRow> rows;
   std::size_t fit_measurements = 0;
+  bool strict = false;  ///< fitted with calibrate_efficiency (every factor in (0, 1])
 };
 
-/// Which efficiency factors to fit; the others keep their initial value.
+/// Which efficiency factors to fit; the others keep their initial value. `strict`: fit with
+/// `calibrate_efficiency`, which refuses a factor outside (0, 1]; otherwise with
+/// `calibrate_efficiency_nonnegative`, which only keeps every term non-negative.
 struct CalibrationFactors {
   bool compute = true, memory = true, intra_node = true, inter_node = true, collective_latency = true;
+  bool strict = false;
 };
 
 /// Fits the efficiency factors on the stages of the `fit` runs that have work, then predicts
 /// every stage with the fitted device model.
 inline CalibrationResult calibrate_and_predict(const CalibrationData& data, const CalibrationFactors& factors = {}) {
   CalibrationResult out;
+  out.strict = factors.strict;
   out.cluster = data.cluster;
   std::vector<StageMeasurement> fit;
   for (const CalibrationStage& s : data.stages) {
@@ -479,7 +565,8 @@ inline CalibrationResult calibrate_and_predict(const CalibrationData& data, cons
     return !(m.work.flops > 0 || m.work.hbm_bytes > 0 || m.work.intra_node_bytes > 0 || m.work.inter_node_bytes > 0 ||
              m.work.collectives > 0);
   });
-  out.fitted = calibrate_efficiency(data.cluster, fit, data.initial);
+  out.fitted = factors.strict ? calibrate_efficiency(data.cluster, fit, data.initial)
+                               : calibrate_efficiency_nonnegative(data.cluster, fit, data.initial);
   const DeviceModel device{data.cluster, out.fitted};
   for (CalibrationRow& row : out.rows) row.predicted = device.seconds(row.work);
   return out;
@@ -490,8 +577,9 @@ inline CalibrationResult calibrate_and_predict(const CalibrationData& data, cons
 inline std::string format_calibration_table(const CalibrationResult& r) {
   std::string out = fmt::format(
       "device: {:.3g} FLOP/s, {:.3g} B/s memory, {:.3g} B/s link\n"
-      "fitted on {} stages: compute {:.3g}, memory {:.3g}, link {:.3g}, latency {:.3g} s per collective\n\n",
+      "fitted on {} stages ({}): compute {:.3g}, memory {:.3g}, link {:.3g}, latency {:.3g} s per collective\n\n",
       r.cluster.peak_flops, r.cluster.hbm_bandwidth, r.cluster.intra_node_bandwidth, r.fit_measurements,
+      r.strict ? "every factor in (0, 1]" : "non-negative terms; a factor above 1 beats the peak given, inf: no time",
       r.fitted.compute, r.fitted.memory, r.fitted.intra_node, r.fitted.collective_latency);
   out += fmt::format("{:<26} {:<14} {:<8} {:>12} {:>12} {:>9}\n", "run", "stage", "set", "measured_s", "predicted_s",
                      "error");
