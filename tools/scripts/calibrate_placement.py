@@ -106,7 +106,7 @@ def read_rows(metrics):
     return [r for r in rows if any(k.startswith("timing_s/") for k in r)]
 
 
-def run_case(bin_dir, work, name, model_path, layout, steps, reuse=False):
+def run_case(bin_dir, work, name, model_path, layout, steps, reuse=False, mpirun_args=()):
     ranks, extra, _ = LAYOUTS[layout]
     out = work / name
     out.mkdir(parents=True, exist_ok=True)
@@ -133,7 +133,7 @@ def run_case(bin_dir, work, name, model_path, layout, steps, reuse=False):
             f"trainer.default_local_dir={out / 'checkpoints'}"] + extra
     cmd = [str(bin_dir / "verl_train")] + keys
     if ranks > 1:
-        cmd = ["mpirun", "-np", str(ranks), "--oversubscribe"] + cmd
+        cmd = ["mpirun", "-np", str(ranks), "--oversubscribe", *mpirun_args] + cmd
     e = env()
     e["VERL_FILE_LOGGER_PATH"] = str(metrics)
     with open(out / "stdout.txt", "w") as log:
@@ -181,6 +181,8 @@ def main():
     ap.add_argument("--out", type=Path, help="measurements file (default: WORK/placement_timings.txt)")
     ap.add_argument("--reuse", action="store_true", help="read the runs already in --work instead of rerunning them")
     ap.add_argument("--device", help="a 'device ...' line to use instead of running verl_device_probe")
+    ap.add_argument("--mpirun-args", help="extra mpirun options for the two-rank runs, e.g. '--bind-to none'")
+    ap.add_argument("--markdown", type=Path, help="also write the result as a Markdown table here")
     args = ap.parse_args()
     bin_dir, work = args.bin.resolve(), args.work.resolve()
     work.mkdir(parents=True, exist_ok=True)
@@ -204,7 +206,8 @@ def main():
             name = f"{size}-{layout}"
             if only and name not in only:
                 continue
-            rows = run_case(bin_dir, work, name, models[size], layout, args.steps, args.reuse)
+            rows = run_case(bin_dir, work, name, models[size], layout, args.steps, args.reuse,
+                            args.mpirun_args.split() if args.mpirun_args else ())
             stages, prompt, response = summarize(rows, args.stat, layout)
             ranks, _, meshes = LAYOUTS[layout]
             lines.append(f"run {name} model={size} devices={ranks} set={'fit' if name in FIT else 'predict'} "
@@ -219,7 +222,44 @@ def main():
     print(f"wrote {out}", flush=True)
     result = subprocess.run([str(bin_dir / "verl_plan"), "--calibrate", str(out)], capture_output=True, text=True)
     print(result.stdout + result.stderr)
+    if result.returncode == 0 and args.markdown:
+        js = subprocess.run([str(bin_dir / "verl_plan"), "--calibrate", str(out), "--json"], capture_output=True,
+                            text=True, check=True).stdout
+        args.markdown.write_text(markdown(json.loads(js)))
+        print(f"wrote {args.markdown}")
     sys.exit(result.returncode)
+
+
+def markdown(result):
+    """verl_plan --calibrate --json as a Markdown table: one row per run, measured / predicted
+    seconds and the relative error per stage."""
+    f = result["fitted"]
+    g = {k: ("inf" if f[k] is None else f"{f[k]:.3g}") for k in ("compute", "memory", "link", "latency")}
+    lines = [f"Fitted on {f['measurements']} stages: compute {g['compute']}, memory {g['memory']}, "
+             f"link {g['link']}, latency {g['latency']} s per collective (inf: the data give the term no time).", "",
+             "| run | set | " + " | ".join(STAGES) + " |", "|---|---|" + "---:|" * len(STAGES)]
+    runs = {}
+    for st in result["stages"]:
+        runs.setdefault((st["run"], st["set"]), {})[st["stage"]] = st
+    for (run, set_), stages in runs.items():
+        cells = []
+        for s in STAGES:
+            st = stages.get(s)
+            if st is None:
+                cells.append("")
+            elif not st["modelled"]:
+                cells.append(f"{st['measured_seconds']:.3g} / - ")
+            else:
+                cells.append(f"{st['measured_seconds']:.3g} / {st['predicted_seconds']:.3g} "
+                             f"({100 * st['relative_error']:+.0f}%)")
+        lines.append(f"| {run} | {set_} | " + " | ".join(cells) + " |")
+    for set_ in ("fit", "predict"):
+        errs = [abs(st["relative_error"]) for st in result["stages"] if st["set"] == set_ and st["modelled"]]
+        if errs:
+            lines.append("")
+            lines.append(f"Mean |error| over the {len(errs)} {'fitted' if set_ == 'fit' else 'held-out'} stages: "
+                         f"{100 * sum(errs) / len(errs):.1f}%.")
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":
