@@ -87,6 +87,12 @@ class PPO {
     trainer::add_old_log_probs(batch, old.get(), algorithm_, metrics);
     if (ref) batch.union_with(ref->get());
     batch.union_with(values.get());
+    // The rollout's own log-probs against the actor's (rollout.calculate_log_probs), and the
+    // correction algorithm.rollout_correction asks for.
+    if (algorithm_.rollout.compare) {
+      trainer::add_rollout_probs_diff_metrics(batch, metrics);
+      trainer::correct_for_the_rollout(batch, algorithm_, metrics);
+    }
     // The KL term in the rewards, then GAE on the critic's values.
     batch.set(std::string(keys::token_level_rewards), trainer::token_level_rewards(batch, algorithm_, kl_ctrl_, metrics));
     const algo::GAE gae{.gamma = config_.algorithm.gamma, .lam = config_.algorithm.lam};

@@ -86,6 +86,12 @@ class ReMax {
     if (algorithm_.needs_reference()) ref.emplace(actor_.template call<&Actor::compute_ref_log_prob>(sequences));
     trainer::add_old_log_probs(batch, old.get(), algorithm_, metrics);
     if (ref) batch.union_with(ref->get());
+    // The rollout's own log-probs against the actor's (rollout.calculate_log_probs), and the
+    // correction algorithm.rollout_correction asks for.
+    if (algorithm_.rollout.compare) {
+      trainer::add_rollout_probs_diff_metrics(batch, metrics);
+      trainer::correct_for_the_rollout(batch, algorithm_, metrics);
+    }
     // The rewards (with the KL term when algorithm.use_kl_in_reward), then ReMax's advantages.
     batch.set(std::string(keys::token_level_rewards), trainer::token_level_rewards(batch, algorithm_, kl_ctrl_, metrics));
     const VectorF baselines = float_column(batch, keys::reward_baselines).col(0);

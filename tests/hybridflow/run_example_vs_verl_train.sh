@@ -12,7 +12,7 @@ root=$(cd "$here/../.." && pwd)
 rm -rf "$out" && mkdir -p "$out"
 data="$root/tests/data/trainer_regression/train.jsonl"
 # Two mini-batches per step (an off-policy update), so both sides send the old log-probs.
-keys=(data.train_files="[$data]" data.max_prompt_length=48 data.max_response_length=6 data.train_batch_size=4
+keys=(data.train_files="[$data]" data.val_files=[] data.max_prompt_length=48 data.max_response_length=6 data.train_batch_size=4
       data.seed=7 actor_rollout_ref.model.path="$root/tests/data/models/tiny-qwen2" actor_rollout_ref.rollout.n=2
       actor_rollout_ref.actor.ppo_mini_batch_size=2 actor_rollout_ref.actor.optim.lr=0.001
       trainer.total_training_steps=3 trainer.logger=[file] trainer.resume_mode=disable trainer.save_freq=-1 "$@")

@@ -572,7 +572,7 @@ inline void validate(const PPOConfig& c, std::vector<std::string>& problems) {
                           "False; with the hybrid engine the rollout shares the actor's ranks (expected 0, got {})",
                           arr.rollout.nnodes));
     } else {
-      const std::int64_t gpus = arr.rollout.n_gpus_per_node.value_or(c.trainer.n_gpus_per_node);
+      const std::int64_t gpus = arr.rollout.n_gpus_per_node;
       require(arr.rollout.nnodes >= 1 && gpus >= 1,
               fmt::format("actor_rollout_ref.rollout.nnodes / n_gpus_per_node: expected >= 1 each for the rollout's own "
                           "pool (actor_rollout_ref.hybrid_engine=False), got {} / {}",

@@ -26,6 +26,7 @@
 #include "verl/algo/kl/controller.hpp"
 #include "verl/algo/kl/rewards.hpp"
 #include "verl/algo/loss_aggregation.hpp"
+#include "verl/algo/rollout_correction.hpp"
 #include "verl/config.hpp"
 #include "verl/core/error.hpp"
 #include "verl/core/metrics.hpp"
@@ -149,8 +150,9 @@ inline Metrics balance_batch(data::DataProto& batch, int world_size, std::string
 }
 
 /// The example controller programs (ReMax, PPO, Safe-RLHF) run verl's step without what only
-/// PPOController (verl_train) builds: dynamic sampling, DAPO's overlong penalty, the rollout's own
-/// log-probs, a reward model as the reward, a rollout pool of its own, validation, checkpoints. Those keys are refused here,
+/// PPOController (verl_train) builds: dynamic sampling, DAPO's overlong penalty, the rollout's
+/// log-probs standing in for the old ones (bypass mode), a reward model as the reward, a rollout
+/// pool of its own, validation, checkpoints. Those keys are refused here,
 /// by name, rather than ignored.
 inline void require_plain_ppo_step(const PPOConfig& config, const PPOAlgorithm& algorithm, std::string_view program) {
   const auto refuse = [&](bool set, std::string_view key, std::string_view value) {
@@ -159,7 +161,7 @@ inline void require_plain_ppo_step(const PPOConfig& config, const PPOAlgorithm& 
   };
   refuse(algorithm.filter_groups.has_value(), "algorithm.filter_groups.enable", "False");
   refuse(algorithm.overlong_penalty.has_value(), "reward_model.overlong_buffer.enable", "False");
-  refuse(config.actor_rollout_ref.rollout.calculate_log_probs, "actor_rollout_ref.rollout.calculate_log_probs", "False");
+  refuse(algorithm.rollout.bypass, "algorithm.rollout_correction.bypass_mode", "False");
   refuse(config.reward.reward_model.enable, "reward.reward_model.enable", "False");
   refuse(!config.actor_rollout_ref.hybrid_engine, "actor_rollout_ref.hybrid_engine", "True");
   refuse(!config.data.val_files.empty(), "data.val_files", "no validation files");
@@ -304,6 +306,27 @@ inline void add_old_log_probs(data::DataProto& batch, data::DataProto answer, co
                                             algorithm.loss_agg_mode);
   (void)answer.pop({std::string(keys::entropys)});
   batch.union_with(answer);
+}
+
+/// verl's comparison of the rollout's own log-probs with the actor's old ones
+/// (actor_rollout_ref.rollout.calculate_log_probs): the training/rollout_probs_diff_* metrics.
+inline void add_rollout_probs_diff_metrics(const data::DataProto& batch, Metrics& metrics) {
+  for (const auto& [k, v] : compute_rollout_probs_diff_metrics(float_column(batch, keys::old_log_probs),
+                                                               float_column(batch, keys::rollout_log_probs),
+                                                               float_column(batch, keys::response_mask)))
+    metrics[k] = v;
+}
+
+/// verl's compute_rollout_correction_and_add_to_batch (decoupled mode): importance weights
+/// (rollout_is_weights) and rejection sampling in the response mask, as
+/// algorithm.rollout_correction says, with their metrics.
+inline void correct_for_the_rollout(data::DataProto& batch, const PPOAlgorithm& algorithm, Metrics& metrics) {
+  auto result = algo::compute_rollout_correction_and_rejection_mask(
+      float_column(batch, keys::old_log_probs), float_column(batch, keys::rollout_log_probs),
+      float_column(batch, keys::response_mask), algorithm.rollout.correction);
+  batch.set(std::string(keys::response_mask), std::move(result.response_mask));
+  if (result.rollout_is_weights) batch.set(std::string(keys::rollout_is_weights), std::move(*result.rollout_is_weights));
+  for (const auto& [k, v] : result.metrics) metrics[k] = v;
 }
 
 /// verl's token_level_rewards: the scores, less beta * KL(old || ref) per token with

@@ -14,7 +14,7 @@ inline hybridflow::PlacementKeys placement_keys(const PPOConfig& config, bool us
   keys.n_gpus_per_node = config.trainer.n_gpus_per_node;
   keys.hybrid_engine = config.actor_rollout_ref.hybrid_engine;
   keys.rollout_nnodes = config.actor_rollout_ref.rollout.nnodes;
-  keys.rollout_n_gpus_per_node = config.actor_rollout_ref.rollout.n_gpus_per_node.value_or(config.trainer.n_gpus_per_node);
+  keys.rollout_n_gpus_per_node = config.actor_rollout_ref.rollout.n_gpus_per_node;
   keys.use_critic = use_critic;
   keys.critic_nnodes = config.critic.nnodes;
   keys.critic_n_gpus_per_node = config.critic.n_gpus_per_node;

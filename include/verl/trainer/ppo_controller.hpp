@@ -312,7 +312,7 @@ class PPOController {
       forward_passes(batch, plan, timing, metrics);  // compute_log_prob, compute_ref_log_prob, compute_values
       {
         ScopedTimer t("adv", timing);
-        if (algorithm_.rollout.compare && !algorithm_.rollout.bypass) correct_for_the_rollout(batch, metrics);
+        if (algorithm_.rollout.compare && !algorithm_.rollout.bypass) correct_for_the_rollout(batch, algorithm_, metrics);
         compute_advantages(batch, metrics);
       }
       last_batch_ = batch;
@@ -486,11 +486,7 @@ class PPOController {
     if (old) {
       ScopedTimer t("old_log_prob", timing);
       add_old_log_probs(batch, old->get(), algorithm_, metrics);
-      if (algorithm_.rollout.compare) {
-        merge(metrics, compute_rollout_probs_diff_metrics(float_column(batch, keys::old_log_probs),
-                                                          float_column(batch, keys::rollout_log_probs),
-                                                          float_column(batch, keys::response_mask)));
-      }
+      if (algorithm_.rollout.compare) add_rollout_probs_diff_metrics(batch, metrics);
     }
     if (ref) {
       ScopedTimer t("ref", timing);
@@ -855,16 +851,6 @@ class PPOController {
   }
 
   // ---- advantages -----------------------------------------------------------------------------
-
-  /// verl's compute_rollout_correction_and_add_to_batch (decoupled mode).
-  void correct_for_the_rollout(data::DataProto& batch, Metrics& metrics) const {
-    auto result = algo::compute_rollout_correction_and_rejection_mask(
-        float_column(batch, keys::old_log_probs), float_column(batch, keys::rollout_log_probs),
-        float_column(batch, keys::response_mask), algorithm_.rollout.correction);
-    batch.set(std::string(keys::response_mask), std::move(result.response_mask));
-    if (result.rollout_is_weights) batch.set(std::string(keys::rollout_is_weights), std::move(*result.rollout_is_weights));
-    merge(metrics, result.metrics);
-  }
 
   void compute_advantages(data::DataProto& batch, Metrics& metrics) {
     batch.set(std::string(keys::token_level_rewards), token_level_rewards(batch, algorithm_, kl_ctrl_, metrics));

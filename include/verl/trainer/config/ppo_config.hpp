@@ -170,10 +170,10 @@ struct RolloutConfig {
   bool calculate_log_probs = true;
   ValidationSamplingConfig val_kwargs;
   /// The rollout's own pool (nnodes x n_gpus_per_node ranks after the trainer's), with
-  /// actor_rollout_ref.hybrid_engine=False; null n_gpus_per_node: trainer.n_gpus_per_node (verl's
-  /// interpolation).
+  /// actor_rollout_ref.hybrid_engine=False; n_gpus_per_node is verl's
+  /// ${oc.select:trainer.n_gpus_per_node,8}, trainer.n_gpus_per_node's default here.
   std::int64_t nnodes = 0;
-  std::optional<std::int64_t> n_gpus_per_node;
+  std::int64_t n_gpus_per_node = 1;
   friend bool operator==(const RolloutConfig&, const RolloutConfig&) = default;
 };
 
