@@ -121,35 +121,16 @@ class DecoderBody {
       : config_(std::move(config)), options_(options), weights_(std::move(weights)), rope_(config_), pool_(std::move(pool)) {
     detail::require_supported(config_);
     VERL_CHECK_ARG(pool_ != nullptr, "pool: expected a thread pool, got none");
-    VERL_CHECK_ARG(static_cast<Index>(weights_.layers.size()) == config_.num_hidden_layers,
-                   "weights: expected {} layers (num_hidden_layers), got {}", config_.num_hidden_layers,
-                   weights_.layers.size());
-    const Index h = config_.hidden_size, q = config_.num_attention_heads * config_.head_dim,
-                kv = config_.num_key_value_heads * config_.head_dim, inner = config_.intermediate_size;
-    auto expect = [](const ParameterTensor<Scalar>& t, std::vector<std::int64_t> shape) {
-      const auto values = static_cast<Index>(shape.size() == 2 ? shape[0] * shape[1] : shape[0]);
-      VERL_CHECK_ARG(t.shape == shape && t.value.size() == values,
-                     "weights: tensor '{}': expected shape [{}] with {} values (the config's), got [{}] with {}", t.name,
-                     fmt::join(shape, ", "), values, fmt::join(t.shape, ", "), t.value.size());
-    };
-    expect(weights_.embed_tokens, {config_.vocab_size, h});
-    expect(weights_.norm, {h});
-    for (const auto& layer : weights_.layers) {
-      expect(layer.q_proj, {q, h});
-      expect(layer.k_proj, {kv, h});
-      expect(layer.v_proj, {kv, h});
-      expect(layer.o_proj, {h, q});
-      expect(layer.gate_proj, {inner, h});
-      expect(layer.up_proj, {inner, h});
-      expect(layer.down_proj, {h, inner});
-      if (layer.q_bias.present()) expect(layer.q_bias, {q});
-      if (layer.k_bias.present()) expect(layer.k_bias, {kv});
-      if (layer.v_bias.present()) expect(layer.v_bias, {kv});
-    }
+    check_weight_shapes();
   }
 
   /// Moves the weights out (the body is left without parameters until it is given them back).
   [[nodiscard]] DecoderWeights<Scalar> take_weights() { return std::exchange(weights_, DecoderWeights<Scalar>{}); }
+  /// Gives taken weights back (checked against the config's shapes, as the adopting constructor does).
+  void restore_weights(DecoderWeights<Scalar> weights) {
+    weights_ = std::move(weights);
+    check_weight_shapes();
+  }
   /// The thread pool (shared with a body built over the same weights).
   [[nodiscard]] const std::shared_ptr<cpu::ThreadPool>& shared_pool() const { return pool_; }
 
@@ -460,6 +441,34 @@ class DecoderBody {
   [[nodiscard]] Index vocab_begin() const { return regions_ != nullptr ? regions_->vocab_begin() : 0; }
 
  private:
+  void check_weight_shapes() const {
+    VERL_CHECK_ARG(static_cast<Index>(weights_.layers.size()) == config_.num_hidden_layers,
+                   "weights: expected {} layers (num_hidden_layers), got {}", config_.num_hidden_layers,
+                   weights_.layers.size());
+    const Index h = config_.hidden_size, q = config_.num_attention_heads * config_.head_dim,
+                kv = config_.num_key_value_heads * config_.head_dim, inner = config_.intermediate_size;
+    auto expect = [](const ParameterTensor<Scalar>& t, std::vector<std::int64_t> shape) {
+      const auto values = static_cast<Index>(shape.size() == 2 ? shape[0] * shape[1] : shape[0]);
+      VERL_CHECK_ARG(t.shape == shape && t.value.size() == values,
+                     "weights: tensor '{}': expected shape [{}] with {} values (the config's), got [{}] with {}", t.name,
+                     fmt::join(shape, ", "), values, fmt::join(t.shape, ", "), t.value.size());
+    };
+    expect(weights_.embed_tokens, {config_.vocab_size, h});
+    expect(weights_.norm, {h});
+    for (const auto& layer : weights_.layers) {
+      expect(layer.q_proj, {q, h});
+      expect(layer.k_proj, {kv, h});
+      expect(layer.v_proj, {kv, h});
+      expect(layer.o_proj, {h, q});
+      expect(layer.gate_proj, {inner, h});
+      expect(layer.up_proj, {inner, h});
+      expect(layer.down_proj, {h, inner});
+      if (layer.q_bias.present()) expect(layer.q_bias, {q});
+      if (layer.k_bias.present()) expect(layer.k_bias, {kv});
+      if (layer.v_bias.present()) expect(layer.v_bias, {kv});
+    }
+  }
+
   /// RMSNorm over each head_dim slice of a (N, heads * D) projection (rows of D in memory).
   void head_norm_forward(const RowMatrix<Scalar>& raw, const RowMatrix<Scalar>& weight, RowMatrix<Scalar>& out,
                          Vector<Scalar>& inv_rms) const {
