@@ -21,6 +21,13 @@
 // state_dict() visit this rank's shards (HF names, shard shapes); for_each_full_parameter,
 // full_state_dict() and gather_dense() gather the full tensors (collective) for export.
 // With one rank the model computes exactly what BasicTransformer does.
+//
+// Generation (the 3D-HybridEngine, tg dividing the training tp): lend_to_generation() regroups the
+// shards into a generation model over tg ranks by in-place all-gathers inside the plan's micro-DP
+// groups (the training buffers grow into the generation buffers: no second copy), and
+// take_back_from_generation() cuts them back. The model is also an IncrementalDecoder
+// (make_kv_cache, extend): KV-cache decoding with this rank's heads and KV cache, the
+// row-parallel sums, and the vocabulary-parallel logits gathered into whole rows for sampling.
 #pragma once
 
 #include <Eigen/Core>
