@@ -79,6 +79,7 @@
 #include "verl/parallel/mesh.hpp"
 #include "verl/parallel/mpi_communicator.hpp"
 #include "verl/parallel/reshard_plan.hpp"
+#include "verl/rollout/kv_cache_rollout.hpp"
 #include "verl/rollout/sampling.hpp"
 #include "verl/trainer/components_from_config.hpp"
 #include "verl/trainer/config.hpp"
@@ -100,6 +101,8 @@ class MegatronActorRolloutRefWorker {
                      THE_MEGATRON_WORKER_SHARDS_THE_REFERENCE_TRANSFORMER_ITS_MODELS_MUST_BUILD_A_MODEL_TRANSFORMER);
   using Communicator = parallel::CountingCommunicator<parallel::MpiCommunicator>;
   using Policy = model::TensorParallelTransformer<Communicator>;
+  // TP-sharded generation decodes with the KV cache (not the recomputing fallback).
+  static_assert(rollout::check_incremental_decoder<Policy>());
   static constexpr std::string_view name = "MegatronActorRolloutRefWorker";
 
   explicit MegatronActorRolloutRefWorker(hybridflow::WorkerContext& context) : context_(&context) {}
