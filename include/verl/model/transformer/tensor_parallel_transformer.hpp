@@ -798,9 +798,8 @@ class BasicTensorParallelTransformer
     // Grow: the training block stays at the start of the storage, the rest is new.
     regrow(t.value, by_rows ? target.length : rows * static_cast<Index>(parts.size()), by_rows ? cols : own.length,
            meter);
-    if (slot >= 0) {
-      if (slot > 0) std::memmove(t.value.data() + slot, t.value.data(), static_cast<std::size_t>(own_values) * sizeof(Scalar));
-    }
+    // Its own block to its slot (a copy that does not contribute is overwritten by the first copy's).
+    if (slot > 0) std::memmove(t.value.data() + slot, t.value.data(), static_cast<std::size_t>(own_values) * sizeof(Scalar));
     micro_dp.all_gather_v_in_place(std::span<Scalar>(t.value.data(), static_cast<std::size_t>(t.value.size())),
                                    std::span<const std::int64_t>(counts));
     if (misplace_blocks % static_cast<int>(parts.size()) != 0) {
