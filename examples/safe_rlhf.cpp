@@ -57,6 +57,8 @@
 #include "verl/tokenizer/pretrained.hpp"
 #include "verl/trainer/components_from_config.hpp"
 #include "verl/trainer/config.hpp"
+#include "verl/trainer/controller_calls.hpp"
+#include "verl/trainer/controller_inputs.hpp"
 #include "verl/trainer/metrics.hpp"
 #include "verl/trainer/policy_source.hpp"
 #include "verl/trainer/ppo_controller.hpp"
@@ -79,16 +81,6 @@ using CostCritic = trainer::CriticWorker<trainer::HfCostCriticSource>;
 using RewardModel = trainer::RewardModelWorker<trainer::HfRewardModelSource>;
 using CostModel = trainer::RewardModelWorker<trainer::HfCostModelSource>;
 
-/// The chat template of the policy's tokenizer (trainer::prompt_chat_template), else the messages'
-/// contents joined.
-struct Formatter {
-  std::optional<tokenizer::AnyChatTemplate> chat;
-  [[nodiscard]] std::string render(std::span<const tokenizer::ChatMessage> messages, bool add_generation_prompt) const {
-    if (chat) return chat->render(messages, add_generation_prompt);
-    return data::ContentOnlyFormatter{"\n"}.render(messages, add_generation_prompt);
-  }
-};
-
 /// What Safe-RLHF needs of verl's keys besides its own; each refusal names the key.
 void require_safe_rlhf_settings(const trainer::PPOConfig& config) {
   VERL_CHECK_ARG(config.algorithm.adv_estimator == "gae",
@@ -105,6 +97,7 @@ void require_safe_rlhf_settings(const trainer::PPOConfig& config) {
                  "reward.cost_model.model_path: Safe-RLHF needs a cost model (a *ForSequenceClassification folder), got "
                  "null");
   (void)trainer::lagrange_multiplier_config(config);  // the checks across its keys
+  trainer::require_plain_ppo_step(config, trainer::PPOAlgorithm::from_config(config), "Safe-RLHF");
 }
 
 template <class Runtime>
@@ -114,9 +107,7 @@ class SafeRLHF {
            trainer::TokenizerHooks tokenizer, data::RLHFDataset train)
       : config_(std::move(config)),
         tokenizer_(std::move(tokenizer)),
-        train_(std::move(train)),
-        loader_(train_.size(), trainer::train_loader_options(config_.data)),
-        total_steps_(trainer::total_training_steps(config_, loader_.num_batches(), train_.size())),
+        prompts_(config_, std::move(train)),
         kl_ctrl_(algo::get_kl_controller(trainer::PPOAlgorithm::from_config(config_).kl_ctrl)),
         lambda_(trainer::lagrange_multiplier_config(config_)),
         clip_range_score_(trainer::safe_rlhf_clip_range_score(config_)),
@@ -126,9 +117,9 @@ class SafeRLHF {
         reward_model_(runtime.template spawn<RewardModel>(*placement.reward_model)),
         cost_model_(runtime.template spawn<CostModel>(*placement.reward_model)) {
     const std::vector<std::string> overrides = trainer::to_overrides(config_);
-    auto actor = actor_.template call<&Actor::init_model>(overrides, total_steps_);
-    auto reward_critic = reward_critic_.template call<&RewardCritic::init_model>(overrides, total_steps_);
-    auto cost_critic = cost_critic_.template call<&CostCritic::init_model>(overrides, total_steps_);
+    auto actor = actor_.template call<&Actor::init_model>(overrides, prompts_.total_steps());
+    auto reward_critic = reward_critic_.template call<&RewardCritic::init_model>(overrides, prompts_.total_steps());
+    auto cost_critic = cost_critic_.template call<&CostCritic::init_model>(overrides, prompts_.total_steps());
     auto reward_model = reward_model_.template call<&RewardModel::init_model>(overrides);
     auto cost_model = cost_model_.template call<&CostModel::init_model>(overrides);
     hybridflow::wait_all(actor, reward_critic, cost_critic, reward_model, cost_model);
@@ -138,10 +129,10 @@ class SafeRLHF {
   Metrics step() {
     ++global_step_;
     Metrics metrics;
-    data::DataProto batch = generate(next_prompts());
+    data::DataProto batch = generate(prompts_.next());
     if (config_.trainer.balance_batch) merge(metrics, trainer::balance_batch(batch, static_cast<int>(actor_.dp_size())));
     // Every forward pass at once: groups on other ranks work at the same time, colocated ones in turn.
-    const data::DataProto sequences = sequence_columns(batch);
+    const data::DataProto sequences = trainer::sequence_columns(batch);
     auto old = actor_.template call<&Actor::compute_log_prob>(sequences);
     auto ref = actor_.template call<&Actor::compute_ref_log_prob>(sequences);
     auto reward_values = reward_critic_.template call<&RewardCritic::compute_values>(sequences);
@@ -173,9 +164,9 @@ class SafeRLHF {
     auto cost_critic =
         cost_critic_.template call<&CostCritic::update_critic>(critic_batch(batch, cost_value, cost_gae.returns()));
     auto actor = actor_.template call<&Actor::update_actor>(actor_batch(batch));
-    absorb(reward_critic.get(), "critic/", metrics);
-    absorb(cost_critic.get(), "cost_critic/", metrics);
-    absorb(actor.get(), "actor/", metrics);
+    trainer::absorb_update_metrics(reward_critic.get(), metrics, "critic/");
+    trainer::absorb_update_metrics(cost_critic.get(), metrics, "cost_critic/");
+    trainer::absorb_update_metrics(actor.get(), metrics, "actor/");
     merge(metrics, shaped.metrics);
     merge(metrics, lagrange.metrics);
     merge(metrics, data_metrics(batch, reward, shaped.token_level_rewards, reward_gae.returns()));
@@ -185,8 +176,8 @@ class SafeRLHF {
 
   /// Steps until trainer.total_training_steps (or the epochs' end), logging each step's metrics.
   void fit() {
-    trainer::Tracking tracking = trainer::tracking(config_.trainer, total_steps_);
-    while (global_step_ < total_steps_) {
+    trainer::Tracking tracking = trainer::tracking(config_.trainer, prompts_.total_steps());
+    while (global_step_ < prompts_.total_steps()) {
       const Metrics metrics = step();
       tracking.log(metrics, global_step_);
     }
@@ -198,17 +189,6 @@ class SafeRLHF {
  private:
   static void merge(Metrics& into, const Metrics& from) {
     for (const auto& [k, v] : from) into[k] = v;
-  }
-
-  /// An update's metrics (reduced over its group: the first rank's), named under `prefix`.
-  static void absorb(const data::DataProto& result, std::string_view prefix, Metrics& metrics) {
-    const nlohmann::json& info = result.meta_info();
-    if (!info.contains("metrics")) return;
-    for (const auto& [name, values] : info["metrics"].items()) {
-      const auto slash = name.find('/');
-      const std::string leaf = name.substr(slash == std::string::npos ? 0 : slash + 1);
-      metrics[std::string(prefix) + leaf] = values.front().template get<double>();
-    }
   }
 
   /// verl's data metrics (critic/score, critic/rewards, critic/advantages, critic/returns,
@@ -227,95 +207,42 @@ class SafeRLHF {
 
   // ---- what each call sends -------------------------------------------------------------------
 
-  static data::DataProto columns(const data::DataProto& batch, const std::vector<std::string>& names) {
-    return batch.select(names, std::vector<std::string>{}, std::vector<std::string>{});
-  }
-
-  static data::DataProto sequence_columns(const data::DataProto& batch) {
-    return columns(batch, {std::string(keys::input_ids), std::string(keys::attention_mask),
-                           std::string(keys::position_ids), std::string(keys::response_mask)});
-  }
-
-  /// `part` with its rows in the order that hands each of `dp` ranks its share of every
-  /// mini-batch of `mini_batch_size` prompts (trainer::mini_batch_major_order).
-  data::DataProto mini_batch_major(data::DataProto part, std::int64_t mini_batch_size, Index dp,
-                                   std::string_view key) const {
-    const Index rows = mini_batch_size * config_.actor_rollout_ref.rollout.n;
-    part.reorder(trainer::mini_batch_major_order(part.size(), rows, dp, key));
-    return part;
-  }
-
   data::DataProto critic_batch(const data::DataProto& batch, const MatrixF& values, const MatrixF& returns) const {
-    data::DataProto part = sequence_columns(batch);
+    data::DataProto part = trainer::sequence_columns(batch);
     part.set(std::string(keys::values), values);
     part.set(std::string(keys::returns), returns);
-    return mini_batch_major(std::move(part), config_.critic.ppo_mini_batch_size, reward_critic_.dp_size(),
-                            "critic.ppo_mini_batch_size");
+    return trainer::update_batch(part, {std::string(keys::input_ids), std::string(keys::attention_mask),
+                                        std::string(keys::position_ids), std::string(keys::response_mask),
+                                        std::string(keys::values), std::string(keys::returns)},
+                                 config_.critic.ppo_mini_batch_size * config_.actor_rollout_ref.rollout.n,
+                                 reward_critic_.dp_size(), "critic.ppo_mini_batch_size");
   }
 
   data::DataProto actor_batch(const data::DataProto& batch) const {
-    data::DataProto part = columns(batch, {std::string(keys::input_ids), std::string(keys::attention_mask),
-                                           std::string(keys::position_ids), std::string(keys::response_mask),
-                                           std::string(keys::advantages), std::string(keys::old_log_probs),
-                                           std::string(keys::ref_log_prob)});
+    data::DataProto part = trainer::update_batch(
+        batch, {std::string(keys::input_ids), std::string(keys::attention_mask), std::string(keys::position_ids),
+                std::string(keys::response_mask), std::string(keys::advantages), std::string(keys::old_log_probs),
+                std::string(keys::ref_log_prob)},
+        config_.actor_rollout_ref.actor.ppo_mini_batch_size * config_.actor_rollout_ref.rollout.n, actor_.dp_size(),
+        "actor_rollout_ref.actor.ppo_mini_batch_size");
     part.meta_info()["entropy_metric"] = false;
-    return mini_batch_major(std::move(part), config_.actor_rollout_ref.actor.ppo_mini_batch_size, actor_.dp_size(),
-                            "actor_rollout_ref.actor.ppo_mini_batch_size");
+    return part;
   }
 
   // ---- generation -----------------------------------------------------------------------------
 
-  std::vector<std::int64_t> next_prompts() {
-    auto indices = loader_.next();
-    if (!indices) indices = loader_.next();  // the epoch ended: the loader stands at the next one
-    VERL_CHECK_ARG(indices.has_value(), "data.train_batch_size: no batch from {} prompts", train_.size());
-    return *indices;
-  }
-
-  rollout::SamplingParams sampling_params() const {
-    const auto& r = config_.actor_rollout_ref.rollout;
-    rollout::SamplingParams params;
-    params.temperature = r.do_sample ? static_cast<float>(r.temperature) : 0.0f;
-    params.top_k = r.top_k;
-    params.top_p = static_cast<float>(r.top_p);
-    params.n = r.n;
-    params.max_response_length = config_.data.max_response_length;
-    if (!r.ignore_eos) params.eos_token_ids = tokenizer_.eos_token_ids;
-    params.pad_token_id = tokenizer_.pad_token_id;
-    return params;
-  }
-
-  /// rollout.n responses to each prompt on the actor group (prompts that do not divide over its
-  /// ranks are padded with copies of the last, whose responses are dropped); prompt k draws from
-  /// its own seed, so the samples do not depend on the number of ranks.
+  /// rollout.n responses to each prompt on the actor group; prompt k draws from its own seed, so
+  /// the samples do not depend on the number of ranks.
   data::DataProto generate(const std::vector<std::int64_t>& indices) {
-    const rollout::SamplingParams params = sampling_params();
-    const auto prompts = static_cast<Index>(indices.size());
-    const Index dp = actor_.dp_size(), padded = (prompts + dp - 1) / dp * dp;
-    const std::uint64_t step_seed =
-        rollout::derive_seed(trainer::data_seed(config_.data), static_cast<std::uint64_t>(global_step_));
-    std::vector<std::vector<model::TokenId>> prompt_ids;
-    std::vector<std::int64_t> seeds;
-    for (Index b = 0; b < padded; ++b) {
-      const Index source = std::min(b, prompts - 1);
-      prompt_ids.push_back(train_[indices[static_cast<std::size_t>(source)]].prompt_ids);
-      seeds.push_back(static_cast<std::int64_t>(rollout::derive_seed(step_seed, static_cast<std::uint64_t>(source))));
-    }
-    const rollout::PromptBatch all = rollout::PromptBatch::left_padded(prompt_ids, tokenizer_.pad_token_id);
-    data::DataProto request;
-    request.set(std::string(keys::input_ids), all.input_ids);
-    request.set(std::string(keys::attention_mask), all.attention_mask);
-    request.set_non_tensor(std::string(keys::seed), std::move(seeds));
-    request.meta_info()["sampling_params"] = trainer::sampling_params_to_json(params);
-    data::DataProto out = actor_.template call<&Actor::generate_sequences>(request).get();
-    return padded == prompts ? out : out.slice(0, prompts * params.n);
+    return trainer::generate_sequences<Actor>(actor_, prompts_.dataset(), indices,
+                                              trainer::rollout_sampling_params(config_, tokenizer_),
+                                              trainer::generation_round_seed(config_.data, global_step_, 1), 0,
+                                              tokenizer_.pad_token_id);
   }
 
   trainer::PPOConfig config_;
   trainer::TokenizerHooks tokenizer_;
-  data::RLHFDataset train_;
-  data::DataLoader loader_;
-  std::int64_t total_steps_;
+  trainer::PromptStream prompts_;
   algo::AnyKLController kl_ctrl_;
   algo::LagrangeMultiplier lambda_;
   std::optional<double> clip_range_score_;
@@ -326,20 +253,6 @@ class SafeRLHF {
   hybridflow::WorkerGroup<Runtime, CostModel> cost_model_;
   std::int64_t global_step_ = 0;
 };
-
-/// The tokenizer's hooks for the controller: the ids that end a response (the model's and the
-/// tokenizer's eos) and the one that pads.
-trainer::TokenizerHooks tokenizer_hooks(const trainer::PPOConfig& config, const tokenizer::PretrainedTokenizer& tokenizer) {
-  const model::HfModelConfig model = trainer::load_policy_config(io::expand_user(config.actor_rollout_ref.model.path),
-                                                                 "actor_rollout_ref.model.path");
-  const auto& special = tokenizer.tokenizer.special_ids();
-  trainer::TokenizerHooks hooks;
-  for (const auto id : model.eos_token_ids) hooks.eos_token_ids.push_back(static_cast<model::TokenId>(id));
-  if (special.eos) hooks.eos_token_ids.push_back(*special.eos);
-  hooks.pad_token_id = special.pad.value_or(model.pad_token_id ? static_cast<model::TokenId>(*model.pad_token_id)
-                                                               : special.eos.value_or(0));
-  return hooks;
-}
 
 }  // namespace
 
@@ -355,12 +268,8 @@ int main(int argc, char** argv) {
     placement_keys.reward_model = true;  // the reward and cost models, on the actor's ranks
     const hybridflow::RolePlacement placement = hybridflow::place_roles(placement_keys, runtime.world_size());
     const tokenizer::PretrainedTokenizer tokenizer = trainer::load_policy_tokenizer(trainer::detail::tokenizer_source(config));
-    const Formatter formatter{trainer::prompt_chat_template(config, tokenizer)};
-    std::vector<std::filesystem::path> files;
-    for (const auto& f : config.data.train_files) files.push_back(io::expand_user(f));
-    data::RLHFDataset train =
-        data::RLHFDataset::load(files, tokenizer.tokenizer, formatter, trainer::dataset_options(config.data));
-    SafeRLHF<Runtime> program(runtime, config, placement, tokenizer_hooks(config, tokenizer), std::move(train));
+    trainer::ControllerInputs in = trainer::controller_inputs(config, tokenizer);
+    SafeRLHF<Runtime> program(runtime, config, placement, std::move(in.hooks), std::move(in.train));
     const double lambda_init = program.lambda();
     program.fit();
     fmt::print("safe_rlhf: {} steps, lambda {:.6g} -> {:.6g} ({})\n", program.global_step(), lambda_init, program.lambda(),

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "verl/hybridflow/dispatch.hpp"
+#include "verl/hybridflow/local_runtime.hpp"
 #include "verl/hybridflow/placement.hpp"
 #include "verl/hybridflow/resource_pool.hpp"
 #include "verl/hybridflow/wire.hpp"

@@ -20,6 +20,7 @@
 #include "verl/parallel/placement_search.hpp"
 #include "verl/parallel/placement_report.hpp"
 #include "verl/parallel/communicator.hpp"
+#include "verl/parallel/process_group.hpp"
 #include "verl/parallel/self_communicator.hpp"
 #include "verl/parallel/resharder.hpp"
 #include "verl/parallel/bucketed_all_reduce.hpp"

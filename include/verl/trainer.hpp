@@ -17,11 +17,13 @@
 #include "verl/trainer/checkpoint.hpp"
 #include "verl/trainer/components_from_config.hpp"
 #include "verl/trainer/safe_rlhf_config.hpp"
+#include "verl/trainer/controller_calls.hpp"
 #include "verl/trainer/ppo_trainer.hpp"
 #include "verl/trainer/recipes.hpp"
 
 // The SFT trainer, the prompt chat templates and the built-in tasks tokenize text (PCRE2).
 #if __has_include(<pcre2.h>)
+#include "verl/trainer/controller_inputs.hpp"
 #include "verl/trainer/prompt_chat_template.hpp"
 #include "verl/trainer/sft_trainer.hpp"
 #include "verl/trainer/tasks/arithmetic.hpp"

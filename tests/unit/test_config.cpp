@@ -9,6 +9,7 @@
 
 #include "verl/trainer/config.hpp"
 #include "verl/trainer/config_yaml.hpp"
+#include "verl/trainer/placement_keys.hpp"
 
 using namespace verl;
 using namespace verl::trainer;
@@ -472,6 +473,8 @@ TEST(Config, KeysVerlActsOnAreActedOnOrRefused) {
       {"trainer.nnodes=0", "trainer.nnodes"},
       {"trainer.n_gpus_per_node=0", "trainer.n_gpus_per_node"},
       {"+critic.nnodes=1", "critic.nnodes / critic.n_gpus_per_node"},
+      {"actor_rollout_ref.hybrid_engine=False", "actor_rollout_ref.rollout.nnodes / n_gpus_per_node"},
+      {"actor_rollout_ref.rollout.nnodes=1", "actor_rollout_ref.rollout.nnodes"},
       {"actor_rollout_ref.actor.checkpoint.save_contents=[model]", "actor_rollout_ref.actor.checkpoint.save_contents"},
       {"critic.checkpoint.load_contents=[model,optimizer,extra,hf_model]", "critic.checkpoint.load_contents"},
       {"actor_rollout_ref.actor.strategy=megatron", "actor_rollout_ref.actor.megatron.use_distributed_optimizer"},
@@ -496,6 +499,17 @@ TEST(Config, KeysVerlActsOnAreActedOnOrRefused) {
   const PPOConfig pools = with({"trainer.nnodes=2", "trainer.n_gpus_per_node=4", "+critic.nnodes=1", "+critic.n_gpus_per_node=2"});
   EXPECT_EQ(pools.trainer.nnodes * pools.trainer.n_gpus_per_node, 8);
   EXPECT_EQ(pools.critic.nnodes * pools.critic.n_gpus_per_node, 2);
+  // A rollout pool of its own (hybrid_engine=False): its size, by default trainer.n_gpus_per_node
+  // per node; refused for the LoRA and Megatron actors, whose weights it would not take as they are.
+  const std::vector<std::string> separate = {"actor_rollout_ref.hybrid_engine=False", "actor_rollout_ref.rollout.nnodes=1"};
+  const PPOConfig apart = with(separate);
+  EXPECT_FALSE(apart.actor_rollout_ref.hybrid_engine);
+  const hybridflow::RolePlacement placed = hybridflow::place_roles(placement_keys(apart, false), 2);
+  EXPECT_EQ(placed.actor.to_string(), "[0]");
+  EXPECT_EQ(placed.rollout.to_string(), "[1]");
+  auto with_lora = separate;
+  with_lora.push_back("actor_rollout_ref.model.lora_rank=4");
+  EXPECT_NE(error_of(with_lora).find("actor_rollout_ref.hybrid_engine: False (a rollout pool of its own)"), std::string::npos);
   // verl 0.9.1's IcePop bounds, as a string, and a plain number; bad bounds are refused by name
   // when importance weights are on (verl parses the threshold only then).
   const std::string token_weights = "algorithm.rollout_correction.rollout_is=token";

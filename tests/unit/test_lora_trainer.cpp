@@ -126,22 +126,27 @@ TEST(LoraTrainer, StepsTrainOnlyTheAdaptersAndTheReferenceIsTheBaseModel) {
   EXPECT_EQ(trainer.actor_optimizer().state().exp_avg.size(), trainer.actor().state_dict().size());
 
   // The reference log-probs are the untouched base model's.
-  const Trajectories& batch = trainer.last_batch();
+  const data::DataProto& batch = trainer.last_batch();
+  const MatrixI64& input_ids = int_column(batch, keys::input_ids);
+  const MatrixI64& responses = int_column(batch, keys::responses);
+  const MatrixF& response_mask = float_column(batch, keys::response_mask);
+  const MatrixF& ref_log_probs = float_column(batch, keys::ref_log_prob);
   model::Transformer base = tiny_policy();
-  const auto tokens = model::TokenBatch::padded(batch.input_ids, batch.attention_mask, batch.position_ids);
+  const auto tokens = model::TokenBatch::padded(input_ids, float_column(batch, keys::attention_mask),
+                                                int_column(batch, keys::position_ids));
   const MatrixI64 targets = model::next_token_targets(tokens);
   const auto out = base.forward(tokens, {.targets = {targets.data(), static_cast<std::size_t>(targets.size())}});
-  const Index prompt = batch.input_ids.cols() - batch.responses.cols();
+  const Index prompt = input_ids.cols() - responses.cols();
   float worst = 0;
-  for (Index r = 0; r < batch.rows(); ++r) {
-    for (Index j = 0; j < batch.responses.cols(); ++j) {
-      if (batch.response_mask(r, j) == 0) continue;
-      worst = std::max(worst, std::abs(batch.ref_log_probs(r, j) - out.log_probs(r, prompt - 1 + j)));
+  for (Index r = 0; r < batch.size(); ++r) {
+    for (Index j = 0; j < responses.cols(); ++j) {
+      if (response_mask(r, j) == 0) continue;
+      worst = std::max(worst, std::abs(ref_log_probs(r, j) - out.log_probs(r, prompt - 1 + j)));
     }
   }
   EXPECT_LT(worst, 1e-5f);
   // With the adapter trained, the actor's own log-probs differ from the reference's.
-  EXPECT_GT((batch.old_log_probs - batch.ref_log_probs).cwiseAbs().maxCoeff(), 1e-6f);
+  EXPECT_GT((float_column(batch, keys::old_log_probs) - ref_log_probs).cwiseAbs().maxCoeff(), 1e-6f);
   fs::remove_all(dir);
 }
 

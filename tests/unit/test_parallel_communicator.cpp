@@ -1,9 +1,13 @@
 // The Communicator concept and the one-process SelfCommunicator.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
+#include "verl/parallel/process_group.hpp"
 #include "verl/parallel/self_communicator.hpp"
 #include "../support/error_message.hpp"
 
@@ -89,4 +93,52 @@ TEST(SelfCommunicator, SubCommunicatorOfAOneRankMesh) {
   } catch (const InvalidArgument& e) {
     EXPECT_STREQ(e.what(), "mesh: expected a mesh over the communicator's 1 ranks, got 2 ranks (tp=2)");
   }
+}
+
+// ProcessGroup: any communicator behind one type, itself a Communicator.
+static_assert(parallel::Communicator<parallel::ProcessGroup>);
+
+TEST(ProcessGroup, ForwardsEveryCollectiveToItsBackend) {
+  parallel::ProcessGroup group;  // a SelfCommunicator
+  EXPECT_EQ(group.rank(), 0);
+  EXPECT_EQ(group.size(), 1);
+  std::vector<double> values{1.5, -2.0};
+  group.all_reduce(std::span<double>(values), parallel::ReduceOp::sum);
+  EXPECT_EQ(values, (std::vector<double>{1.5, -2.0}));
+  const std::vector<float> send{3.0f, 4.0f};
+  std::vector<float> recv(2, 0.0f);
+  group.all_gather<float>(send, recv);
+  EXPECT_EQ(recv, send);
+  std::vector<std::int64_t> counts{2};
+  std::fill(recv.begin(), recv.end(), 0.0f);
+  group.all_gather_v<float>(send, recv, counts);
+  EXPECT_EQ(recv, send);
+  std::vector<parallel::bf16> halves{parallel::bf16(1.0f)}, out(1);
+  group.all_to_all<parallel::bf16>(halves, out);
+  EXPECT_EQ(static_cast<float>(out[0]), 1.0f);
+  std::vector<std::int32_t> ints{7};
+  group.broadcast(std::span<std::int32_t>(ints), 0);
+  EXPECT_EQ(ints[0], 7);
+  group.send(std::span<const float>(send), 0, 5);
+  std::vector<float> got(2);
+  group.recv(std::span<float>(got), 0, 5);
+  EXPECT_EQ(got, send);
+  parallel::ProcessGroup part = group.split(0, 0);
+  EXPECT_EQ(part.size(), 1);
+  part.barrier();
+}
+
+TEST(ProcessGroup, BorrowsACommunicatorAndKeepsItsChecks) {
+  parallel::SelfCommunicator self;
+  parallel::ProcessGroup group = parallel::ProcessGroup::borrowing(self);
+  const std::vector<float> send{1.0f, 2.0f};
+  std::vector<float> wrong(3);
+  // The backend's own argument checks still apply, with its message.
+  EXPECT_NE(message_of([&] { group.all_gather<float>(send, wrong); }).find("all_gather: recv: expected length 2"),
+            std::string::npos);
+  // A message sent through the group arrives on the borrowed communicator.
+  group.send(std::span<const float>(send), 0, 9);
+  std::vector<float> got(2);
+  self.recv(std::span<float>(got), 0, 9);
+  EXPECT_EQ(got, send);
 }

@@ -126,6 +126,41 @@ std::vector<float> parameters(Transformer& model) {
   return out;
 }
 
+/// The trainer's last batch (verl's DataProto) as named views of its columns; a column the step
+/// did not compute is empty.
+struct Batch {
+  explicit Batch(const data::DataProto& batch)
+      : proto(&batch),
+        responses(ints(keys::responses)),
+        input_ids(ints(keys::input_ids)),
+        position_ids(ints(keys::position_ids)),
+        attention_mask(floats(keys::attention_mask)),
+        response_mask(floats(keys::response_mask)),
+        old_log_probs(floats(keys::old_log_probs)),
+        sum_pi_squared(floats(keys::sum_pi_squared)),
+        rollout_is_weights(floats(keys::rollout_is_weights)),
+        token_level_rewards(floats(keys::token_level_rewards)),
+        advantages(floats(keys::advantages)),
+        uid(batch.non_tensor<std::int64_t>(keys::uid)) {
+    for (const auto& j : batch.non_tensor<nlohmann::json>(keys::reward_output)) reward_outputs.push_back(reward_output_from_json(j));
+  }
+  [[nodiscard]] Index rows() const { return proto->size(); }
+
+  const data::DataProto* proto;
+  const MatrixI64 &responses, &input_ids, &position_ids;
+  const MatrixF &attention_mask, &response_mask, &old_log_probs, &sum_pi_squared, &rollout_is_weights, &token_level_rewards,
+      &advantages;
+  const std::vector<std::int64_t>& uid;
+  std::vector<reward::RewardOutput> reward_outputs;
+
+ private:
+  const MatrixI64& ints(std::string_view key) const { return int_column(*proto, key); }
+  const MatrixF& floats(std::string_view key) const {
+    static const MatrixF none;
+    return proto->has_tensor(key) ? float_column(*proto, key) : none;
+  }
+};
+
 fs::path temp_dir(const std::string& name) {
   const fs::path dir = fs::temp_directory_path() / ("verl_test_ppo_trainer_" + name + "_" + std::to_string(::getpid()));
   fs::remove_all(dir);
@@ -222,7 +257,7 @@ TEST(PPOTrainer, DynamicSamplingDropsGroupsWithEqualRewards) {
                               NoCritic{}, FirstDigitParity{}, 16, 2);
   for (int s = 0; s < 2; ++s) {
     const Metrics m = trainer.step();
-    const Trajectories& batch = trainer.last_batch();
+    const Batch batch(trainer.last_batch());
     ASSERT_EQ(batch.rows(), 16);
     EXPECT_GE(m.at("train/num_gen_batches"), 2.0);  // half the prompts are always dropped
     for (Index g = 0; g < 4; ++g) {
@@ -545,7 +580,7 @@ TEST(PPOTrainer, OptimalTokenBaselinesReadTheActorsSumOfSquaredProbabilities) {
     const Metrics m = trainer.step();
     EXPECT_TRUE(m.contains("timing_s/old_log_prob")) << estimator;
     EXPECT_TRUE(std::isfinite(m.at("actor/pg_loss"))) << estimator;
-    const Trajectories& t = trainer.last_batch();
+    const Batch t(trainer.last_batch());
     const Index width = t.responses.cols(), prompt = t.input_ids.cols() - width;
     ASSERT_EQ(t.sum_pi_squared.rows(), t.rows());
     ASSERT_EQ(t.sum_pi_squared.cols(), width);
@@ -576,7 +611,7 @@ TEST(PPOTrainer, OptimalTokenBaselinesReadTheActorsSumOfSquaredProbabilities) {
                                 "algorithm.rollout_correction.rollout_is=token"},
                                NoCritic{}, FirstDigitParity{});
   (void)weighted.step();
-  const Trajectories& t = weighted.last_batch();
+  const Batch t(weighted.last_batch());
   ASSERT_EQ(t.rollout_is_weights.rows(), t.rows());
   algo::AdvantageBatch in{.token_level_rewards = t.token_level_rewards, .response_mask = t.response_mask, .index = t.uid};
   in.old_log_probs.emplace(t.old_log_probs);
@@ -602,7 +637,7 @@ TEST(PPOTrainer, GdpoNormalisesTheRewardFunctionsNamedScores) {
                                          "+algorithm.gdpo_reward_weights=[1.0,0.25]"};
   auto trainer = make_trainer(gdpo, NoCritic{}, DigitComponents{});
   const Metrics m = trainer.step();
-  const Trajectories& t = trainer.last_batch();
+  const Batch t(trainer.last_batch());
   // The components as verl's non_tensor_batch holds them, and its gdpo/<key>/* metrics.
   algo::RewardComponents components;
   for (const std::string key : {"odd", "length"}) {
@@ -756,39 +791,46 @@ TEST(PPOTrainer, GrpoRaisesTheMeanRewardOnALearnableTask) {
 // ---- trainer.balance_batch --------------------------------------------------------------------
 
 /// A batch whose rows 0..3 are long (10 tokens) and 4..7 short (1 token): the naive split over
-/// two ranks gives 40 and 4 tokens. Every field of row r carries r so that moves can be traced.
-Trajectories skewed_batch() {
-  Trajectories t;
+/// two ranks gives 40 and 4 tokens. Every column of row r carries r so that moves can be traced.
+data::DataProto skewed_batch() {
   const Index rows = 8, prompt = 6, width = 4;
-  t.responses = MatrixI64::Zero(rows, width);
-  t.response_mask = MatrixF::Zero(rows, width);
-  t.input_ids = MatrixI64::Zero(rows, prompt + width);
-  t.attention_mask = MatrixF::Zero(rows, prompt + width);
-  t.position_ids = MatrixI64::Zero(rows, prompt + width);
-  t.token_level_scores = MatrixF::Zero(rows, width);
-  t.old_log_probs = MatrixF::Zero(rows, width);
-  t.reward_baselines = VectorF::Zero(rows);
+  MatrixI64 responses = MatrixI64::Zero(rows, width), input_ids = MatrixI64::Zero(rows, prompt + width),
+            position_ids = MatrixI64::Zero(rows, prompt + width);
+  MatrixF response_mask = MatrixF::Zero(rows, width), attention_mask = MatrixF::Zero(rows, prompt + width),
+          scores = MatrixF::Zero(rows, width), old_log_probs = MatrixF::Zero(rows, width), baselines = MatrixF::Zero(rows, 1);
+  std::vector<std::int64_t> uid, sample;
+  std::vector<nlohmann::json> outputs;
   for (Index r = 0; r < rows; ++r) {
     const Index length = r < 4 ? 10 : 1;
-    t.attention_mask.row(r).tail(length).setOnes();
-    t.input_ids.row(r).setConstant(r);
-    t.responses.row(r).setConstant(r);
-    t.response_mask(r, 0) = 1.0f;
-    t.position_ids.row(r).setConstant(r);
-    t.token_level_scores(r, 0) = static_cast<float>(r);
-    t.old_log_probs(r, 1) = static_cast<float>(-r);
-    t.reward_baselines[r] = static_cast<float>(r) / 2;
-    t.uid.push_back(100 + r / 2);
-    t.sample.push_back(r);
-    reward::RewardOutput out;
-    out.score = static_cast<double>(r);
-    t.reward_outputs.push_back(out);
+    attention_mask.row(r).tail(length).setOnes();
+    input_ids.row(r).setConstant(r);
+    responses.row(r).setConstant(r);
+    response_mask(r, 0) = 1.0f;
+    position_ids.row(r).setConstant(r);
+    scores(r, 0) = static_cast<float>(r);
+    old_log_probs(r, 1) = static_cast<float>(-r);
+    baselines(r, 0) = static_cast<float>(r) / 2;
+    uid.push_back(100 + r / 2);
+    sample.push_back(r);
+    outputs.push_back(to_json(reward::RewardOutput{.score = static_cast<double>(r)}));
   }
+  data::DataProto t;
+  t.set(std::string(keys::responses), std::move(responses));
+  t.set(std::string(keys::input_ids), std::move(input_ids));
+  t.set(std::string(keys::position_ids), std::move(position_ids));
+  t.set(std::string(keys::response_mask), std::move(response_mask));
+  t.set(std::string(keys::attention_mask), std::move(attention_mask));
+  t.set(std::string(keys::token_level_scores), std::move(scores));
+  t.set(std::string(keys::old_log_probs), std::move(old_log_probs));
+  t.set(std::string(keys::reward_baselines), std::move(baselines));
+  t.set_non_tensor(std::string(keys::uid), std::move(uid));
+  t.set_non_tensor(std::string(keys::index), std::move(sample));
+  t.set_non_tensor(std::string(keys::reward_output), std::move(outputs));
   return t;
 }
 
 TEST(PPOTrainer, BalanceBatchEvensTheRanksSharesAndKeepsRowsTogether) {
-  Trajectories t = skewed_batch();
+  data::DataProto t = skewed_batch();
   const Metrics m = balance_batch(t, 2);
   // verl's log_seqlen_unbalance names and values: naive chunks 40 / 4, balanced 22 / 22.
   EXPECT_EQ(m.at("global_seqlen/min"), 4.0);
@@ -798,35 +840,39 @@ TEST(PPOTrainer, BalanceBatchEvensTheRanksSharesAndKeepsRowsTogether) {
   EXPECT_EQ(m.at("global_seqlen/balanced_max"), 22.0);
   EXPECT_EQ(m.at("global_seqlen/mean"), 22.0);
   EXPECT_EQ(m.size(), 6u);
-  ASSERT_EQ(t.rows(), 8);
+  ASSERT_EQ(t.size(), 8);
   // Each rank's contiguous half now holds 22 tokens.
-  EXPECT_EQ(t.attention_mask.topRows(4).sum(), 22.0f);
-  EXPECT_EQ(t.attention_mask.bottomRows(4).sum(), 22.0f);
+  const MatrixF& attention = float_column(t, keys::attention_mask);
+  EXPECT_EQ(attention.topRows(4).sum(), 22.0f);
+  EXPECT_EQ(attention.bottomRows(4).sum(), 22.0f);
   std::set<std::int64_t> seen;
-  for (Index i = 0; i < t.rows(); ++i) {
-    const std::int64_t r = t.sample[static_cast<std::size_t>(i)];
+  const auto& sample = t.non_tensor<std::int64_t>(keys::index);
+  const auto& uid = t.non_tensor<std::int64_t>(keys::uid);
+  const auto& outputs = t.non_tensor<nlohmann::json>(keys::reward_output);
+  for (Index i = 0; i < t.size(); ++i) {
+    const std::int64_t r = sample[static_cast<std::size_t>(i)];
     seen.insert(r);
-    EXPECT_EQ(t.input_ids(i, 0), r);
-    EXPECT_EQ(t.responses(i, 0), r);
-    EXPECT_EQ(t.position_ids(i, 0), r);
-    EXPECT_EQ(t.attention_mask.row(i).sum(), r < 4 ? 10.0f : 1.0f);
-    EXPECT_EQ(t.token_level_scores(i, 0), static_cast<float>(r));
-    EXPECT_EQ(t.old_log_probs(i, 1), static_cast<float>(-r));
-    EXPECT_EQ(t.reward_baselines[i], static_cast<float>(r) / 2);
-    EXPECT_EQ(t.uid[static_cast<std::size_t>(i)], 100 + r / 2);
-    EXPECT_EQ(t.reward_outputs[static_cast<std::size_t>(i)].score, static_cast<double>(r));
+    EXPECT_EQ(int_column(t, keys::input_ids)(i, 0), r);
+    EXPECT_EQ(int_column(t, keys::responses)(i, 0), r);
+    EXPECT_EQ(int_column(t, keys::position_ids)(i, 0), r);
+    EXPECT_EQ(attention.row(i).sum(), r < 4 ? 10.0f : 1.0f);
+    EXPECT_EQ(float_column(t, keys::token_level_scores)(i, 0), static_cast<float>(r));
+    EXPECT_EQ(float_column(t, keys::old_log_probs)(i, 1), static_cast<float>(-r));
+    EXPECT_EQ(float_column(t, keys::reward_baselines)(i, 0), static_cast<float>(r) / 2);
+    EXPECT_EQ(uid[static_cast<std::size_t>(i)], 100 + r / 2);
+    EXPECT_EQ(reward_output_from_json(outputs[static_cast<std::size_t>(i)]).score, static_cast<double>(r));
   }
   EXPECT_EQ(seen.size(), 8u);
-  EXPECT_TRUE(t.advantages.size() == 0);  // fields not computed yet stay empty
+  EXPECT_FALSE(t.has_tensor(keys::advantages));  // columns not computed yet stay absent
 
   // One rank: the order is unchanged, the metrics still logged.
-  Trajectories single = skewed_batch();
+  data::DataProto single = skewed_batch();
   const Metrics one = balance_batch(single, 1);
-  for (Index i = 0; i < single.rows(); ++i) EXPECT_EQ(single.sample[static_cast<std::size_t>(i)], i);
+  for (Index i = 0; i < single.size(); ++i) EXPECT_EQ(single.non_tensor<std::int64_t>(keys::index)[static_cast<std::size_t>(i)], i);
   EXPECT_EQ(one.at("global_seqlen/mean"), 44.0);
   EXPECT_EQ(one.at("global_seqlen/minmax_diff"), 0.0);
 
-  Trajectories odd = skewed_batch();
+  data::DataProto odd = skewed_batch();
   EXPECT_THROW((void)balance_batch(odd, 3), std::invalid_argument);
 }
 
@@ -835,7 +881,7 @@ TEST(PPOTrainer, BalanceBatchMetricsInTheStepAndItsOptOut) {
   const Metrics a = balanced.step();
   ASSERT_TRUE(a.contains("global_seqlen/mean"));
   // One rank: the mean is the batch's token count, which the throughput metrics count too.
-  EXPECT_EQ(a.at("global_seqlen/mean"), static_cast<double>(balanced.last_batch().attention_mask.sum()));
+  EXPECT_EQ(a.at("global_seqlen/mean"), static_cast<double>(Batch(balanced.last_batch()).attention_mask.sum()));
   EXPECT_EQ(a.at("global_seqlen/balanced_max"), a.at("global_seqlen/mean"));
   auto plain = make_trainer({"trainer.balance_batch=False"});
   const Metrics b = plain.step();

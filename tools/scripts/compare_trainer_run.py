@@ -14,6 +14,10 @@ ground truth and score). What must agree:
     absolute (the sum order of a reduction may differ; means of advantages are zero up to rounding);
   - timing_s/*, timing_per_token_ms/*, perf/* and the process's memory are not compared.
 The same steps and the same metric names must be present on both sides.
+
+With --subset (an example controller program against verl_train): ACTUAL may log fewer metrics;
+each of its metrics must be one EXPECTED logs, and agree; generations are compared when both
+folders have them. At least --min-metrics metrics per step must be compared.
 """
 import argparse
 import json
@@ -50,6 +54,9 @@ def main():
     parser.add_argument("--rtol", type=float, default=1e-5)
     parser.add_argument("--atol", type=float, default=1e-6,
                         help="for the loose metrics: values this close to each other pass (near-zero means)")
+    parser.add_argument("--subset", action="store_true",
+                        help="ACTUAL's metrics are a subset of EXPECTED's (an example program against verl_train)")
+    parser.add_argument("--min-metrics", type=int, default=1, help="with --subset: metrics compared per step, at least")
     args = parser.parse_args()
     problems = []
     expected, actual = load_metrics(args.expected), load_metrics(args.actual)
@@ -59,7 +66,12 @@ def main():
         e, a = expected[step], actual[step]
         keys_e = {k for k in e if not k.startswith(NOT_COMPARED)}
         keys_a = {k for k in a if not k.startswith(NOT_COMPARED)}
-        if keys_e != keys_a:
+        if args.subset:
+            if keys_a - keys_e:
+                problems.append(f"step {step}: metrics verl_train does not log: {sorted(keys_a - keys_e)}")
+            if len(keys_a & keys_e) < args.min_metrics:
+                problems.append(f"step {step}: only {len(keys_a & keys_e)} metrics to compare (expected >= {args.min_metrics})")
+        elif keys_e != keys_a:
             problems.append(f"step {step}: metrics only expected: {sorted(keys_e - keys_a)}, only got: {sorted(keys_a - keys_e)}")
         for key in sorted(keys_e & keys_a):
             loose = key.startswith(LOOSE)
@@ -68,6 +80,8 @@ def main():
                 problems.append(f"step {step}: {key}: expected {e[key]!r}, got {a[key]!r} (rtol {rtol}, atol {atol})")
     generations_e = sorted((args.expected / "generations").glob("*.jsonl"))
     generations_a = sorted((args.actual / "generations").glob("*.jsonl"))
+    if args.subset and not generations_a:
+        generations_e = []
     if [p.name for p in generations_e] != [p.name for p in generations_a]:
         problems.append(f"generations: expected files {[p.name for p in generations_e]}, got {[p.name for p in generations_a]}")
     for pe in generations_e:

@@ -22,11 +22,13 @@
 // the in-process trainer (trainer::PPOTrainer). All logic lives in the library; this file wires the
 // pieces.
 #include <chrono>
+#include <concepts>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <fmt/format.h>
@@ -37,6 +39,7 @@
 #include "verl/tokenizer/pretrained.hpp"
 #include "verl/trainer/config.hpp"
 #include "verl/trainer/config_yaml.hpp"
+#include "verl/trainer/controller_inputs.hpp"
 #include "verl/trainer/ppo_trainer.hpp"
 #include "verl/trainer/policy_source.hpp"
 #include "verl/trainer/prompt_chat_template.hpp"
@@ -48,6 +51,7 @@
 #include "verl/trainer/ppo_controller.hpp"
 #include "verl/trainer/workers/reward_model_worker.hpp"
 #include "verl/trainer/workers/megatron_actor_worker.hpp"
+#include "verl/trainer/workers/rollout_worker.hpp"
 #endif
 
 namespace {
@@ -69,64 +73,9 @@ resolved configuration (every key, as it would run) as YAML and exits, as verl's
 
 fs::path expand_home(const std::string& path) { return io::expand_user(path); }
 
-std::vector<fs::path> paths_of(const std::vector<std::string>& files) {
-  std::vector<fs::path> out;
-  for (const auto& f : files) out.push_back(expand_home(f));
-  return out;
-}
 
-/// The chat template (trainer::prompt_chat_template), else the messages' contents joined: what RLHFDataset
-/// renders prompts with.
-struct Formatter {
-  std::optional<tokenizer::AnyChatTemplate> chat;
-  [[nodiscard]] std::string render(std::span<const tokenizer::ChatMessage> messages, bool add_generation_prompt) const {
-    if (chat) return chat->render(messages, add_generation_prompt);
-    return data::ContentOnlyFormatter{"\n"}.render(messages, add_generation_prompt);
-  }
-};
-
-/// What the controller reads besides the models: the tokenizer (decoding for the reward, the ids
-/// that end and pad a response) and the datasets.
-struct ControllerInputs {
-  trainer::TokenizerHooks hooks;
-  data::RLHFDataset train, val;
-};
-
-/// `model_vocab` / `model_eos` / `model_pad`: the actor model's (its config.json's) sizes and ids.
-ControllerInputs controller_inputs(const trainer::PPOConfig& config, const tokenizer::PretrainedTokenizer& tokenizer,
-                                   const Formatter& formatter, std::int64_t model_vocab,
-                                   const std::vector<std::int64_t>& model_eos, std::optional<std::int64_t> model_pad) {
-  const auto& special = tokenizer.tokenizer.special_ids();
-  const fs::path model_path = expand_home(config.actor_rollout_ref.model.path);
-  const fs::path tokenizer_path =
-      config.actor_rollout_ref.model.tokenizer_path ? expand_home(*config.actor_rollout_ref.model.tokenizer_path) : model_path;
-  // A tokenizer with more ids than the model has embeddings (another model's tokenizer) would
-  // index past the embedding table; a model padded past the tokenizer (Qwen's 151936) is fine.
-  VERL_CHECK_ARG(static_cast<std::int64_t>(tokenizer.tokenizer.vocab_size()) <= model_vocab,
-                 "actor_rollout_ref.model.tokenizer_path: the tokenizer in '{}' has {} ids, more than the {} embeddings "
-                 "(vocab_size) of the model in '{}'; they do not belong together",
-                 tokenizer_path.string(), tokenizer.tokenizer.vocab_size(), model_vocab, model_path.string());
-  ControllerInputs in;
-  const auto vocab = static_cast<model::TokenId>(tokenizer.tokenizer.vocab_size());
-  in.hooks.decode = [&tokenizer, vocab](std::span<const model::TokenId> ids) {
-    // Model vocabularies are often padded past the tokenizer's; those ids have no text.
-    std::vector<model::TokenId> known;
-    for (const auto id : ids)
-      if (id >= 0 && id < vocab) known.push_back(id);
-    return tokenizer.tokenizer.decode(known, true);
-  };
-  for (const auto id : model_eos) in.hooks.eos_token_ids.push_back(static_cast<model::TokenId>(id));
-  if (special.eos) in.hooks.eos_token_ids.push_back(*special.eos);
-  in.hooks.pad_token_id = special.pad.value_or(
-      model_pad ? static_cast<model::TokenId>(*model_pad) : special.eos.value_or(0));
-  in.train = data::RLHFDataset::load(paths_of(config.data.train_files), tokenizer.tokenizer, formatter,
-                                     trainer::dataset_options(config.data));
-  if (!config.data.val_files.empty()) {
-    in.val = data::RLHFDataset::load(paths_of(config.data.val_files), tokenizer.tokenizer, formatter,
-                                     trainer::dataset_options(config.data, true));
-  }
-  return in;
-}
+using trainer::ControllerInputs;
+using Formatter = trainer::PromptFormatter;
 
 /// What the datasets hold, for the start-up line.
 struct DatasetSizes {
@@ -184,6 +133,7 @@ using LoraActor = trainer::ActorRolloutRefWorker<trainer::HfLoraPolicySource>;
 using MegatronActor = trainer::MegatronActorRolloutRefWorker<trainer::HfPolicySource>;
 using Critic = trainer::CriticWorker<trainer::HfCriticSource>;
 using RewardModel = trainer::RewardModelWorker<trainer::HfRewardModelSource>;
+using Rollout = trainer::RolloutWorker<trainer::HfPolicySource>;  // a rollout pool of its own (hybrid_engine=False)
 
 /// The controller program (rank 0): places the roles, spawns the worker groups and runs fit().
 template <class Actor, class CriticWorker, class Runtime>
@@ -196,9 +146,11 @@ int train_with_workers(Runtime& runtime, const trainer::PPOConfig& config, const
   std::vector<std::int64_t> eos(model_config.eos_token_ids.begin(), model_config.eos_token_ids.end());
   std::optional<std::int64_t> pad;
   if (model_config.pad_token_id) pad = *model_config.pad_token_id;
-  ControllerInputs in = controller_inputs(config, tokenizer, formatter, model_config.vocab_size, eos, pad);
+  ControllerInputs in = trainer::controller_inputs(config, tokenizer, formatter, model_config.vocab_size, eos, pad);
   const DatasetSizes sizes(in);
-  trainer::PPOController<Runtime, Actor, CriticWorker, reward::DefaultRewardFunction, RewardModel> controller(
+  // The dense actor's rollout may live on a pool of its own; the config refuses that for the others.
+  using RolloutType = std::conditional_t<std::same_as<Actor, DenseActor>, Rollout, trainer::NoRolloutWorker>;
+  trainer::PPOController<Runtime, Actor, CriticWorker, reward::DefaultRewardFunction, RewardModel, RolloutType> controller(
       runtime, config, placement, reward::DefaultRewardFunction{}, std::move(in.hooks), std::move(in.train),
       std::move(in.val));
   const trainer::PolicyFacts facts = controller.actor_group().template call<&Actor::policy_facts>().get();
@@ -220,7 +172,7 @@ int train_in_process(const trainer::PPOConfig& config, const trainer::PPOAlgorit
   std::vector<std::int64_t> eos(actor.config().eos_token_ids.begin(), actor.config().eos_token_ids.end());
   std::optional<std::int64_t> pad;
   if (actor.config().pad_token_id) pad = *actor.config().pad_token_id;
-  ControllerInputs in = controller_inputs(config, tokenizer, formatter, actor.vocab_size(), eos, pad);
+  ControllerInputs in = trainer::controller_inputs(config, tokenizer, formatter, actor.vocab_size(), eos, pad);
   print_start(config, algorithm, static_cast<std::int64_t>(model::parameter_count(actor)), DatasetSizes(in), "", 1);
   trainer::PPOTrainer<Policy, Critic> ppo(config, algorithm, std::move(actor), std::move(reference), std::move(critic),
                                           reward::DefaultRewardFunction{}, std::move(in.hooks), std::move(in.train),
@@ -273,7 +225,7 @@ Setup setup_of(const trainer::PPOConfig& config) {
   trainer::require_writable_folder("trainer.default_local_dir", expand_home(config.trainer.default_local_dir));
   Setup setup{trainer::PPOAlgorithm::from_config(config), trainer::load_policy_tokenizer(trainer::detail::tokenizer_source(config)),
               {}, false, false};
-  setup.formatter = Formatter{trainer::prompt_chat_template(config, setup.tokenizer)};
+  setup.formatter = trainer::prompt_formatter(config, setup.tokenizer);
   setup.use_critic = config.critic.enable.value_or(setup.algorithm.needs_critic());
   VERL_CHECK_ARG(setup.use_critic || !setup.algorithm.needs_critic(),
                  "critic.enable: algorithm.adv_estimator '{}' needs a critic, but critic.enable=False",
@@ -297,7 +249,7 @@ int run(int argc, char** argv) {
   const trainer::PPOConfig& config = command->config;
   // Rank 0 runs the controller program below; every rank (rank 0 too, in a thread of its own)
   // serves the worker groups placed on it.
-  return hybridflow::run_controller<ConfigCheck, DenseActor, LoraActor, MegatronActor, Critic, RewardModel>(
+  return hybridflow::run_controller<ConfigCheck, DenseActor, LoraActor, MegatronActor, Critic, RewardModel, Rollout>(
       argc, argv, [&](auto& runtime) {
     runtime.template spawn<ConfigCheck>(runtime.whole_world())
         .template call<&ConfigCheck::same_as_controller>(own_config_digest)

@@ -179,6 +179,7 @@ struct LiveWorker {
   std::string_view (*method_name)(std::size_t method) = nullptr;
   std::string_view type_name;
   std::unique_ptr<parallel::MpiCommunicator> group;
+  std::unique_ptr<parallel::ProcessGroup> process_group;  ///< `group` behind the backend-independent type
   std::unique_ptr<WorkerContext> context;
 };
 
@@ -212,6 +213,8 @@ template <Worker W>
 LiveWorker make_live_worker(std::unique_ptr<parallel::MpiCommunicator> group, std::unique_ptr<WorkerContext> context) {
   context->group = group.get();
   LiveWorker live;
+  live.process_group = std::make_unique<parallel::ProcessGroup>(parallel::ProcessGroup::borrowing(*group));
+  context->process_group = live.process_group.get();
   live.object = std::make_shared<W>(*context);
   live.invoke = [](void* worker, std::size_t method, WireReader& reader, WireWriter& out) {
     invoke_by_index<W>(worker, method, reader, out, typename W::methods{});
@@ -237,6 +240,11 @@ template <Worker... Workers>
 class Runtime {
  public:
   using worker_types = TypeList<Workers...>;
+  /// What spawn and a call return (a controller program written against a runtime names these).
+  template <Worker W>
+  using group_type = WorkerGroup<Runtime, W>;
+  template <class T>
+  using future_type = Future<Runtime, T>;
 
   explicit Runtime(RuntimeOptions options = {})
       : options_(options),
@@ -552,21 +560,6 @@ class Future {
   std::shared_ptr<detail::PendingCall> call_;
   std::function<T(const detail::PendingCall&)> collect_;
 };
-
-/// Waits for several futures; their results as a tuple (void results are std::monostate).
-template <class... Futures>
-auto wait_all(Futures&... futures) {
-  const auto take = [](auto& future) {
-    using T = typename std::remove_reference_t<decltype(future)>::value_type;
-    if constexpr (std::is_void_v<T>) {
-      future.get();
-      return std::monostate{};
-    } else {
-      return future.get();
-    }
-  };
-  return std::tuple{take(futures)...};
-}
 
 /// The workers of one type on the ranks of a pool (verl's WorkerGroup): calling a registered
 /// method returns a Future of its collected result.

@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <string_view>
 #include <tuple>
+#include <variant>
 #include <type_traits>
 
 #include "verl/config.hpp"
@@ -29,6 +30,7 @@
 #include "verl/data/data_proto.hpp"
 #include "verl/hybridflow/dispatch.hpp"
 #include "verl/hybridflow/wire.hpp"
+#include "verl/parallel/process_group.hpp"
 
 namespace verl::parallel {
 class MpiCommunicator;  // parallel/mpi_communicator.hpp (the runtime includes it; workers need only the name)
@@ -51,8 +53,13 @@ struct WorkerContext {
   int rank = 0;                           ///< in the group
   int world_size = 1;                     ///< of the group
   int global_rank = 0;                    ///< in the job (MPI_COMM_WORLD)
-  parallel::MpiCommunicator* group = nullptr;  ///< the group's ranks, in group order
+  parallel::MpiCommunicator* group = nullptr;  ///< the group's ranks, in group order (MPI runtime only)
+  /// The same group behind the backend-independent type: the data-parallel workers reduce over it,
+  /// so they build without MPI (the in-process runtime gives them a group of one).
+  parallel::ProcessGroup* process_group = nullptr;
   std::optional<GroupMesh> mesh{};
+
+  [[nodiscard]] int group_size() const { return process_group != nullptr ? process_group->size() : world_size; }
 };
 
 namespace detail {
@@ -214,5 +221,20 @@ consteval bool require_registered() {
 template <class W, auto F>
   requires(method_index_v<W, F> < W::methods::size)
 using method_of = typename detail::method_at<method_index_v<W, F>, typename W::methods>::type;
+
+/// Waits for several futures (of any runtime); their results as a tuple (void results are std::monostate).
+template <class... Futures>
+auto wait_all(Futures&... futures) {
+  const auto take = [](auto& future) {
+    using T = typename std::remove_reference_t<decltype(future)>::value_type;
+    if constexpr (std::is_void_v<T>) {
+      future.get();
+      return std::monostate{};
+    } else {
+      return future.get();
+    }
+  };
+  return std::tuple{take(futures)...};
+}
 
 }  // namespace verl::hybridflow

@@ -114,7 +114,6 @@ inline constexpr std::string_view ignored_key_patterns[] = {
     "**.forward_max_token_len_per_gpu",
     "actor_rollout_ref.actor.calculate_entropy",  // actor/entropy is always logged; the loss term follows entropy_coeff
     "actor_rollout_ref.actor.freeze_vision_tower",
-    "actor_rollout_ref.hybrid_engine",
     "data.dataloader_num_workers",  // Python data loading
     "data.filter_overlong_prompts_workers",
     "data.return_raw_input_ids",
@@ -577,6 +576,25 @@ inline void validate(const PPOConfig& c, std::vector<std::string>& problems) {
   require(c.trainer.n_gpus_per_node >= 1,
           fmt::format("trainer.n_gpus_per_node: expected a number of devices (MPI ranks) per node >= 1, got {}",
                       c.trainer.n_gpus_per_node));
+  {
+    const auto& arr = c.actor_rollout_ref;
+    if (arr.hybrid_engine) {
+      require(arr.rollout.nnodes == 0,
+              fmt::format("actor_rollout_ref.rollout.nnodes: a rollout pool of its own needs actor_rollout_ref.hybrid_engine="
+                          "False; with the hybrid engine the rollout shares the actor's ranks (expected 0, got {})",
+                          arr.rollout.nnodes));
+    } else {
+      const std::int64_t gpus = arr.rollout.n_gpus_per_node.value_or(c.trainer.n_gpus_per_node);
+      require(arr.rollout.nnodes >= 1 && gpus >= 1,
+              fmt::format("actor_rollout_ref.rollout.nnodes / n_gpus_per_node: expected >= 1 each for the rollout's own "
+                          "pool (actor_rollout_ref.hybrid_engine=False), got {} / {}",
+                          arr.rollout.nnodes, gpus));
+      require(arr.actor.strategy != "megatron" && arr.model.lora_rank == 0,
+              fmt::format("actor_rollout_ref.hybrid_engine: False (a rollout pool of its own) is built for the dense "
+                          "data-parallel actor; expected True with actor.strategy={} and model.lora_rank={}",
+                          arr.actor.strategy, arr.model.lora_rank));
+    }
+  }
   require(c.critic.nnodes >= 0 && c.critic.n_gpus_per_node >= 0 && (c.critic.nnodes == 0) == (c.critic.n_gpus_per_node == 0),
           fmt::format("critic.nnodes / critic.n_gpus_per_node: expected both 0 (the critic shares the actor's ranks) or "
                       "both >= 1 (a pool of its own), got {} / {}",

@@ -35,6 +35,7 @@
 #include <string>
 #include <type_traits>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "verl/algo/advantages/registry.hpp"
@@ -48,13 +49,14 @@
 #include "verl/data/dataloader.hpp"
 #include "verl/data/rl_dataset.hpp"
 #include "verl/hybridflow/placement.hpp"
-#include "verl/hybridflow/runtime.hpp"
 #include "verl/parallel/seqlen_balancing.hpp"
 #include "verl/reward/reward_score.hpp"
 #include "verl/rollout/sampling.hpp"
 #include "verl/trainer/checkpoint.hpp"
 #include "verl/trainer/components_from_config.hpp"
 #include "verl/trainer/config.hpp"
+#include "verl/trainer/controller_calls.hpp"
+#include "verl/trainer/placement_keys.hpp"
 #include "verl/trainer/generations.hpp"
 #include "verl/trainer/logging/tracking.hpp"
 #include "verl/trainer/metrics.hpp"
@@ -69,49 +71,16 @@
 
 namespace verl::trainer {
 
-/// The placement keys of a configuration (hybridflow::place_roles reads them).
-inline hybridflow::PlacementKeys placement_keys(const PPOConfig& config, bool use_critic) {
-  hybridflow::PlacementKeys keys;
-  keys.nnodes = config.trainer.nnodes;
-  keys.n_gpus_per_node = config.trainer.n_gpus_per_node;
-  keys.use_critic = use_critic;
-  keys.critic_nnodes = config.critic.nnodes;
-  keys.critic_n_gpus_per_node = config.critic.n_gpus_per_node;
-  const auto& rm = config.reward.reward_model;
-  keys.reward_model = rm.enable;
-  keys.reward_enable_resource_pool = rm.enable_resource_pool;
-  keys.reward_nnodes = rm.nnodes;
-  keys.reward_n_gpus_per_node = rm.n_gpus_per_node;
-  return keys;
-}
-
-/// The in-process view of verl's DataProto-to-rows balancing (RayPPOTrainer._balance_batch):
-/// reorders the rows so that each of the `world_size` contiguous shares has about the same total
-/// sequence length. Returns the global_seqlen/* metrics.
-inline Metrics balance_batch(data::DataProto& batch, int world_size, std::string_view prefix = "global_seqlen") {
-  VERL_CHECK_ARG(world_size >= 1, "world_size: expected >= 1, got {}", world_size);
-  VERL_CHECK_ARG(batch.size() % world_size == 0, "balance_batch: {} rows do not split over {} ranks", batch.size(), world_size);
-  const MatrixF& attention = float_column(batch, keys::attention_mask);
-  std::vector<std::int64_t> seqlens(static_cast<std::size_t>(batch.size()));
-  for (Index r = 0; r < batch.size(); ++r)
-    seqlens[static_cast<std::size_t>(r)] = static_cast<std::int64_t>(std::llround(attention.row(r).sum()));
-  const parallel::Partitions partitions = parallel::get_seqlen_balanced_partitions(seqlens, world_size, /*equal_size=*/true);
-  std::vector<Index> order;
-  order.reserve(seqlens.size());
-  for (const auto& part : partitions)
-    for (const int r : part) order.push_back(r);
-  batch.reorder(order);
-  return parallel::log_seqlen_unbalance(seqlens, partitions, prefix);
-}
-
 /// A controller without a reward-model worker type (rule-based rewards only).
 struct NoRewardModel {};
+/// A controller without a rollout worker type (the rollout is always the actor's: the hybrid engine).
+struct NoRolloutWorker {};
 
 namespace detail {
 /// The worker group of W on Runtime (NoCritic, NoRewardModel: none).
 template <class Runtime, class W>
 struct group_of {
-  using type = hybridflow::WorkerGroup<Runtime, W>;
+  using type = typename Runtime::template group_type<W>;
 };
 template <class Runtime>
 struct group_of<Runtime, NoCritic> {
@@ -120,6 +89,21 @@ struct group_of<Runtime, NoCritic> {
 template <class Runtime>
 struct group_of<Runtime, NoRewardModel> {
   using type = NoRewardModel;
+};
+template <class Runtime>
+struct group_of<Runtime, NoRolloutWorker> {
+  using type = NoRolloutWorker;
+};
+
+/// A worker type's model source (W::models_type), or nothing (NoCritic, a worker without one).
+template <class W>
+struct models_of {
+  using type = std::monostate;
+};
+template <class W>
+  requires requires { typename W::models_type; }
+struct models_of<W> {
+  using type = typename W::models_type;
 };
 
 /// The actor group's (tp, dp, pp) mesh when the worker type lays its ranks out itself (the
@@ -161,24 +145,68 @@ inline Metrics worker_meta_metrics(const nlohmann::json& meta) {
 }  // namespace detail
 
 template <class Runtime, class ActorWorker, class CriticWorker = NoCritic, class Reward = reward::DefaultRewardFunction,
-          class RewardModelWorker = NoRewardModel>
+          class RewardModelWorker = NoRewardModel, class RolloutWorkerType = NoRolloutWorker>
 class PPOController {
   static constexpr bool has_critic = !std::same_as<CriticWorker, NoCritic>;
+  static constexpr bool can_roll_out_apart = !std::same_as<RolloutWorkerType, NoRolloutWorker>;
   static constexpr bool can_score_with_a_model = !std::same_as<RewardModelWorker, NoRewardModel>;
   VERL_STATIC_ASSERT(reward::RewardFunction<Reward>,
                      REWARD_FUNCTION_MUST_TAKE_DATA_SOURCE_SOLUTION_STR_GROUND_TRUTH_AND_RETURN_A_SCORE);
-  using ActorGroup = hybridflow::WorkerGroup<Runtime, ActorWorker>;
+  using ActorGroup = typename Runtime::template group_type<ActorWorker>;
+  template <class T>
+  using Future = typename Runtime::template future_type<T>;
   using CriticGroup = typename detail::group_of<Runtime, CriticWorker>::type;
   using RewardModelGroup = typename detail::group_of<Runtime, RewardModelWorker>::type;
+  using RolloutGroup = typename detail::group_of<Runtime, RolloutWorkerType>::type;
 
  public:
+  /// What the in-process runtime (hybridflow::LocalRuntime) hands to the workers it builds: the
+  /// actor's and the critic's model sources with the models in them (ProvidedPolicy,
+  /// ProvidedCritic), and a compile-time recipe's algorithm, which cannot travel over MPI.
+  struct InProcessModels {
+    typename detail::models_of<ActorWorker>::type actor{};
+    typename detail::models_of<CriticWorker>::type critic{};
+    std::optional<PPOAlgorithm> algorithm{};
+  };
+
   /// Spawns the worker groups on their pools (`placement.critic` for the critic) and initialises
   /// their models with this configuration.
   PPOController(Runtime& runtime, PPOConfig config, const hybridflow::RolePlacement& placement, Reward reward_fn,
                 TokenizerHooks tokenizer, data::RLHFDataset train, data::RLHFDataset val)
+      : PPOController(runtime, std::move(config), &placement, std::move(reward_fn), std::move(tokenizer), std::move(train),
+                      std::move(val), nullptr) {}
+
+  /// In one process (the runtime is a LocalRuntime): every role on it (the pool keys must say one
+  /// process), the workers built with `models`.
+  PPOController(Runtime& runtime, PPOConfig config, InProcessModels models, Reward reward_fn, TokenizerHooks tokenizer,
+                data::RLHFDataset train, data::RLHFDataset val)
+      : PPOController(runtime, std::move(config), nullptr, std::move(reward_fn), std::move(tokenizer), std::move(train),
+                      std::move(val), &models) {}
+
+ private:
+
+  /// Builds W on `pool`, with `models` when the runtime builds workers in process.
+  template <class W, class Models>
+  static auto spawn(Runtime& runtime, const hybridflow::ResourcePool& pool, std::optional<hybridflow::GroupMesh> mesh,
+                    Models* models) {
+    if constexpr (requires { runtime.template spawn<W>(pool, mesh, std::move(*models)); }) {
+      if (models != nullptr) return runtime.template spawn<W>(pool, std::move(mesh), std::move(*models));
+    } else {
+      VERL_CHECK_ARG(models == nullptr,
+                     "PPOController: models handed over in process need the in-process runtime (hybridflow::LocalRuntime); "
+                     "under MPI the workers load theirs from the configuration's keys");
+    }
+    return runtime.template spawn<W>(pool, std::move(mesh));
+  }
+
+  /// `placement`: null in process (the keys' placement over the runtime's one rank).
+  PPOController(Runtime& runtime, PPOConfig config, const hybridflow::RolePlacement* placement, Reward reward_fn,
+                TokenizerHooks tokenizer, data::RLHFDataset train, data::RLHFDataset val, InProcessModels* in_process)
       : runtime_(&runtime),
         config_(std::move(config)),
-        algorithm_(PPOAlgorithm::from_config(config_)),
+        placement_(placement != nullptr ? *placement
+                                        : hybridflow::place_roles(placement_keys(config_, has_critic), runtime.world_size())),
+        algorithm_(in_process != nullptr && in_process->algorithm ? *in_process->algorithm : PPOAlgorithm::from_config(config_)),
         reward_fn_(std::move(reward_fn)),
         tokenizer_(std::move(tokenizer)),
         train_(std::move(train)),
@@ -187,10 +215,14 @@ class PPOController {
         total_steps_(trainer::total_training_steps(config_, loader_.num_batches(), static_cast<std::int64_t>(train_.size()))),
         kl_ctrl_(algo::get_kl_controller(algorithm_.kl_ctrl)),
         checkpoints_(checkpoint_manager(config_.trainer)),
-        actor_(runtime.template spawn<ActorWorker>(placement.actor, detail::actor_group_mesh<ActorWorker>(config_, placement.actor))) {
+        actor_(spawn<ActorWorker>(runtime, placement_.actor, detail::actor_group_mesh<ActorWorker>(config_, placement_.actor),
+                                  in_process != nullptr ? &in_process->actor : nullptr)) {
+    if (in_process != nullptr && in_process->algorithm) {
+      if constexpr (requires { actor_.worker().use_algorithm(algorithm_); }) actor_.worker().use_algorithm(algorithm_);
+    }
     if constexpr (has_critic) {
-      VERL_CHECK_ARG(placement.critic.has_value(), "placement: the trainer has a critic but the placement gives it no pool");
-      critic_.emplace(runtime.template spawn<CriticWorker>(*placement.critic));
+      VERL_CHECK_ARG(placement_.critic.has_value(), "placement: the trainer has a critic but the placement gives it no pool");
+      critic_.emplace(spawn<CriticWorker>(runtime, *placement_.critic, std::nullopt, in_process != nullptr ? &in_process->critic : nullptr));
     } else {
       VERL_CHECK_ARG(!algorithm_.needs_critic(),
                      "algorithm.adv_estimator: '{}' needs a critic; build the trainer with a critic worker "
@@ -199,18 +231,31 @@ class PPOController {
     }
     if (config_.reward.reward_model.enable) {
       if constexpr (can_score_with_a_model) {
-        VERL_CHECK_ARG(placement.reward_model.has_value(),
+        VERL_CHECK_ARG(placement_.reward_model.has_value(),
                        "placement: reward.reward_model.enable=True but the placement gives the reward model no pool");
-        reward_model_.emplace(runtime.template spawn<RewardModelWorker>(*placement.reward_model));
+        reward_model_.emplace(runtime.template spawn<RewardModelWorker>(*placement_.reward_model));
       } else {
         ::verl::detail::throw_invalid_argument(
             "reward.reward_model.enable: True, but this controller was built without a reward-model worker type "
             "(PPOController's RewardModelWorker parameter)");
       }
     }
+    if (!placement_.rollout_colocated()) {
+      if constexpr (can_roll_out_apart) {
+        rollout_.emplace(runtime.template spawn<RolloutWorkerType>(placement_.rollout));
+      } else {
+        ::verl::detail::throw_invalid_argument(
+            "actor_rollout_ref.hybrid_engine: False (a rollout pool of its own), but this controller was built without a "
+            "rollout worker type (PPOController's RolloutWorkerType parameter); expected True");
+      }
+    }
     validate_setup();
+    warn_unused_keys();
     const std::vector<std::string> overrides = to_overrides(config_);
     auto actor_ready = actor_.template call<&ActorWorker::init_model>(overrides, total_steps_);
+    if constexpr (can_roll_out_apart) {
+      if (rollout_) rollout_->template call<&RolloutWorkerType::init_model>(overrides).get();
+    }
     if constexpr (has_critic) critic_->template call<&CriticWorker::init_model>(overrides, total_steps_).get();
     if constexpr (can_score_with_a_model) {
       if (reward_model_) reward_model_->template call<&RewardModelWorker::init_model>(overrides).get();
@@ -218,6 +263,8 @@ class PPOController {
     actor_ready.get();
   }
 
+
+ public:
   /// Adds a metrics backend of the caller's type (any MetricsLogger) beside trainer.logger's.
   template <class L>
   void add_logger(L logger) {
@@ -279,6 +326,7 @@ class PPOController {
   /// Generates for every validation prompt with val_kwargs and scores the responses:
   /// val-core/<data_source>/reward/mean@N (acc when the reward function reports it) and val-aux/*.
   Metrics validate() {
+    sync_rollout_weights();
     const auto& kw = config_.actor_rollout_ref.rollout.val_kwargs;
     rollout::SamplingParams params = sampling_params();
     params.n = kw.n;
@@ -325,7 +373,7 @@ class PPOController {
   /// data position and the KL controller from here.
   void save_checkpoint() {
     auto actor_state = actor_.template call<&ActorWorker::checkpoint_state>();
-    std::optional<hybridflow::Future<Runtime, RoleState>> critic_state;
+    std::optional<Future<RoleState>> critic_state;
     if constexpr (has_critic) critic_state.emplace(critic_->template call<&CriticWorker::checkpoint_state>());
     const RoleState actor = detail::first_rank_result(actor_state.get());
     const std::optional<RoleState> critic = critic_state ? std::optional<RoleState>(critic_state->get()) : std::nullopt;
@@ -349,6 +397,7 @@ class PPOController {
       critic_->template call<&CriticWorker::load_checkpoint_state>(RoleState::from(loaded.role("critic"), "critic")).get();
     }
     actor.get();
+    rollout_weights_stale_ = true;
     loader_.load_state(*loaded.data);
     global_step_ = loaded.global_step;
     const double kl_coef = loaded.extra.value("kl_coef", algo::kl_coefficient(kl_ctrl_));
@@ -378,11 +427,23 @@ class PPOController {
 
   // ---- access ---------------------------------------------------------------------------------
   [[nodiscard]] const PPOConfig& config() const { return config_; }
+  [[nodiscard]] const hybridflow::RolePlacement& placement() const { return placement_; }
   [[nodiscard]] const PPOAlgorithm& algorithm() const { return algorithm_; }
   [[nodiscard]] std::int64_t global_step() const { return global_step_; }
   [[nodiscard]] std::int64_t total_training_steps() const { return total_steps_; }
   [[nodiscard]] double kl_coefficient() const { return algo::kl_coefficient(kl_ctrl_); }
   [[nodiscard]] ActorGroup& actor_group() { return actor_; }
+  [[nodiscard]] const ActorGroup& actor_group() const { return actor_; }
+  [[nodiscard]] CriticGroup& critic_group()
+    requires has_critic
+  {
+    return *critic_;
+  }
+  [[nodiscard]] const CriticGroup& critic_group() const
+    requires has_critic
+  {
+    return *critic_;
+  }
   /// The last step's batch (after dynamic sampling and balancing) with its log-probs, values and
   /// advantages, for inspection.
   [[nodiscard]] const data::DataProto& last_batch() const { return last_batch_; }
@@ -418,17 +479,13 @@ class PPOController {
   void forward_passes(data::DataProto& batch, const StepPlan& plan, TimingRaw& timing, Metrics& metrics) {
     if (algorithm_.rollout.bypass) batch.set(std::string(keys::old_log_probs), float_column(batch, keys::rollout_log_probs));
     const data::DataProto sequences = sequence_columns(batch);
-    std::optional<hybridflow::Future<Runtime, data::DataProto>> old, ref, values;
+    std::optional<Future<data::DataProto>> old, ref, values;
     if (!plan.fold_old_log_prob) old.emplace(actor_.template call<&ActorWorker::compute_log_prob>(sequences));
     if (algorithm_.needs_reference()) ref.emplace(actor_.template call<&ActorWorker::compute_ref_log_prob>(sequences));
     if constexpr (has_critic) values.emplace(critic_->template call<&CriticWorker::compute_values>(sequences));
     if (old) {
       ScopedTimer t("old_log_prob", timing);
-      data::DataProto out = old->get();
-      metrics["actor/entropy"] = algo::agg_loss(float_column(out, keys::entropys), float_column(batch, keys::response_mask),
-                                                algorithm_.loss_agg_mode);
-      (void)out.pop({std::string(keys::entropys)});
-      batch.union_with(out);
+      add_old_log_probs(batch, old->get(), algorithm_, metrics);
       if (algorithm_.rollout.compare) {
         merge(metrics, compute_rollout_probs_diff_metrics(float_column(batch, keys::old_log_probs),
                                                           float_column(batch, keys::rollout_log_probs),
@@ -455,6 +512,7 @@ class PPOController {
       ScopedTimer t("update_actor", timing);
       absorb_update(
           actor_.template call<&ActorWorker::update_actor>(actor_update_batch(batch, plan.fold_old_log_prob)).get(), metrics);
+      rollout_weights_stale_ = true;
     }
     skip_nonfinite_step(metrics);
   }
@@ -488,14 +546,7 @@ class PPOController {
 
   /// verl's compute_data_metrics, compute_timing_metrics and compute_throughout_metrics.
   void step_metrics(const data::DataProto& batch, const TimingRaw& timing, Metrics& metrics) const {
-    merge(metrics, compute_data_metrics(DataMetricsInputs{
-                       .token_level_scores = float_column(batch, keys::token_level_scores),
-                       .token_level_rewards = float_column(batch, keys::token_level_rewards),
-                       .advantages = float_column(batch, keys::advantages),
-                       .returns = float_column(batch, keys::returns),
-                       .attention_mask = float_column(batch, keys::attention_mask),
-                       .response_mask = float_column(batch, keys::response_mask),
-                       .values = has_critic ? std::optional<ConstMatrixRefF>(float_column(batch, keys::values)) : std::nullopt}));
+    merge(metrics, data_metrics_of(batch));
     const TokenCounts tokens =
         count_tokens(float_column(batch, keys::attention_mask), float_column(batch, keys::response_mask).cols());
     merge(metrics, compute_timing_metrics(tokens, timing));
@@ -505,6 +556,26 @@ class PPOController {
   }
 
   // ---- setup ----------------------------------------------------------------------------------
+
+  /// Keys verl acts on that verl-cpp accepts but does not act on: said once, not silently ignored.
+  void warn_unused_keys() const {
+    const auto& a = config_.actor_rollout_ref;
+    // Dynamic batch sizes only regroup micro-batches; with GlobalBatchInfo the update does not
+    // depend on the micro-batches, so these change speed in verl, not results.
+    const std::pair<bool, std::string_view> unused[] = {
+        {config_.trainer.del_local_ckpt_after_load,
+         "trainer.del_local_ckpt_after_load=True (checkpoints are kept after loading)"},
+        {a.actor.use_dynamic_bsz, "actor_rollout_ref.actor.use_dynamic_bsz=True (micro-batches follow ppo_micro_batch_size_per_gpu)"},
+        {a.ref.log_prob_use_dynamic_bsz,
+         "actor_rollout_ref.ref.log_prob_use_dynamic_bsz=True (micro-batches follow log_prob_micro_batch_size_per_gpu)"},
+        {a.rollout.log_prob_use_dynamic_bsz,
+         "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=True (micro-batches follow log_prob_micro_batch_size_per_gpu)"},
+        {config_.critic.use_dynamic_bsz, "critic.use_dynamic_bsz=True (micro-batches follow ppo_micro_batch_size_per_gpu)"},
+    };
+    for (const auto& [set, what] : unused)
+      if (set) std::cerr << "warning: " << what << " has no effect in verl-cpp\n";
+  }
+
 
   void validate_setup() {
     const auto& actor = config_.actor_rollout_ref.actor;
@@ -556,66 +627,40 @@ class PPOController {
 
   // ---- generation and reward ------------------------------------------------------------------
 
-  rollout::SamplingParams sampling_params() const {
-    const auto& r = config_.actor_rollout_ref.rollout;
-    rollout::SamplingParams params;
-    params.temperature = r.do_sample ? static_cast<float>(r.temperature) : 0.0f;
-    params.top_k = r.top_k;
-    params.top_p = static_cast<float>(r.top_p);
-    params.n = r.n;
-    params.max_response_length = config_.data.max_response_length;
-    if (!r.ignore_eos) params.eos_token_ids = tokenizer_.eos_token_ids;
-    params.pad_token_id = tokenizer_.pad_token_id;
-    return params;
-  }
+  rollout::SamplingParams sampling_params() const { return rollout_sampling_params(config_, tokenizer_); }
 
   std::uint64_t seed_base() const { return data_seed(config_.data); }
   std::uint64_t validation_seed_base() const { return rollout::derive_seed(seed_base(), 0x7661'6c69'6461'7465ULL); }
 
-  /// Generates for dataset[indices] on the actor group (each rank its contiguous share of the
-  /// prompts; a count that does not divide is padded with copies of the last prompt, whose
-  /// responses are dropped). Prompt k of the call draws from seed (base, first + k).
+  /// Generates for dataset[indices] on the actor group (generate_sequences: each rank its
+  /// contiguous share of the prompts). Prompt k of the call draws from seed (base, first + k).
   data::DataProto generate(const data::RLHFDataset& dataset, std::span<const std::int64_t> indices,
                            const rollout::SamplingParams& params, std::uint64_t seed_base, std::int64_t first) {
-    const auto prompts_total = static_cast<Index>(indices.size());
-    const Index dp = actor_.dp_size();
-    const Index padded_total = (prompts_total + dp - 1) / dp * dp;
-    std::vector<std::vector<model::TokenId>> prompt_ids;
-    std::vector<std::int64_t> seeds;
-    for (Index b = 0; b < padded_total; ++b) {
-      const Index source = std::min(b, prompts_total - 1);
-      prompt_ids.push_back(dataset[indices[static_cast<std::size_t>(source)]].prompt_ids);
-      seeds.push_back(static_cast<std::int64_t>(rollout::derive_seed(seed_base, static_cast<std::uint64_t>(first + source))));
+    if constexpr (can_roll_out_apart) {
+      if (rollout_) {
+        VERL_CHECK_ARG(!rollout_weights_stale_, "generate: the rollout pool's weights are older than the actor's");
+        return generate_sequences<RolloutWorkerType>(*rollout_, dataset, indices, params, seed_base, first,
+                                                     tokenizer_.pad_token_id);
+      }
     }
-    const rollout::PromptBatch all = rollout::PromptBatch::left_padded(prompt_ids, tokenizer_.pad_token_id);
-    data::DataProto request;
-    request.set(std::string(keys::input_ids), all.input_ids);
-    request.set(std::string(keys::attention_mask), all.attention_mask);
-    request.set_non_tensor(std::string(keys::seed), std::move(seeds));
-    request.meta_info()["sampling_params"] = sampling_params_to_json(params);
-    data::DataProto out = actor_.template call<&ActorWorker::generate_sequences>(request).get();
-    if (padded_total != prompts_total) out = out.slice(0, prompts_total * params.n);
-    std::vector<std::int64_t> sample;
-    for (Index r = 0; r < out.size(); ++r) sample.push_back(indices[static_cast<std::size_t>(r / params.n)]);
-    out.set_non_tensor(std::string(keys::index), std::move(sample));
-    return out;
+    return generate_sequences<ActorWorker>(actor_, dataset, indices, params, seed_base, first, tokenizer_.pad_token_id);
+  }
+
+  [[nodiscard]] bool rollout_present() const { return rollout_.has_value(); }
+
+  /// With a rollout pool of its own: the actor's weights replace the rollout's when the actor
+  /// changed since (verl's weight update from the trainer to a separated rollout).
+  void sync_rollout_weights() {
+    if constexpr (can_roll_out_apart) {
+      if (!rollout_ || !rollout_weights_stale_) return;
+      const PolicyWeights weights = actor_.template call<&ActorWorker::actor_weights>().get();
+      rollout_->template call<&RolloutWorkerType::load_weights>(weights).get();
+      rollout_weights_stale_ = false;
+    }
   }
 
   std::string response_text(const data::DataProto& batch, Index row) const {
-    const auto length = static_cast<Index>(float_column(batch, keys::response_mask).row(row).sum());
-    const auto response = int_column(batch, keys::responses).row(row);
-    std::vector<model::TokenId> ids(response.data(), response.data() + length);
-    return tokenizer_.decode(ids);
-  }
-
-  reward::RewardOutput score_response(const data::RLHFSample& sample, const data::DataProto& batch, Index row) {
-    reward::ExtraInfo info;
-    if (sample.row.extra_info.is_object()) {
-      for (const auto& [key, value] : sample.row.extra_info.items())
-        info[key] = value.is_string() ? value.template get<std::string>() : value.dump();
-    }
-    return reward::call_reward_function(reward_fn_, sample.row.data_source, response_text(batch, row),
-                                        sample.row.ground_truth_text(), info);
+    return trainer::response_text(batch, row, tokenizer_);
   }
 
   bool scores_with_a_model() const { return config_.reward.reward_model.enable; }
@@ -633,10 +678,7 @@ class PPOController {
       }
       return out;
     }
-    const auto& samples = batch.non_tensor<std::int64_t>(keys::index);
-    for (Index r = 0; r < batch.size(); ++r)
-      out[static_cast<std::size_t>(r)] = score_response(dataset[samples[static_cast<std::size_t>(r)]], batch, r);
-    return out;
+    return rule_reward_outputs(reward_fn_, dataset, batch, tokenizer_);
   }
 
   /// verl's reward manager: the score at the last valid response token (naive), plus DAPO's
@@ -702,6 +744,10 @@ class PPOController {
 
   /// gen + reward, with ReMax's greedy baseline and DAPO's dynamic sampling when configured.
   data::DataProto collect_batch(TimingRaw& timing, Metrics& metrics) {
+    if (rollout_weights_stale_ && rollout_present()) {
+      ScopedTimer t("update_weights", timing);
+      sync_rollout_weights();
+    }
     const rollout::SamplingParams params = sampling_params();
     const Index n = params.n;
     const std::int64_t wanted = config_.data.train_batch_size;
@@ -710,9 +756,7 @@ class PPOController {
     for (;;) {
       ++rounds;
       const std::vector<std::int64_t> indices = next_indices();
-      const std::uint64_t round_seed =
-          rollout::derive_seed(rollout::derive_seed(seed_base(), static_cast<std::uint64_t>(global_step_)),
-                               static_cast<std::uint64_t>(rounds));
+      const std::uint64_t round_seed = generation_round_seed(config_.data, global_step_, rounds);
       data::DataProto part;
       {
         ScopedTimer t("gen", timing);
@@ -784,44 +828,14 @@ class PPOController {
 
   // ---- what each call sends -------------------------------------------------------------------
 
-  /// The columns a forward pass reads.
-  static data::DataProto sequence_columns(const data::DataProto& batch) {
-    return batch.select(std::vector<std::string>{std::string(keys::input_ids), std::string(keys::attention_mask),
-                                                 std::string(keys::position_ids), std::string(keys::response_mask)},
-                        std::vector<std::string>{}, std::vector<std::string>{});
-  }
-
-  /// `batch`'s `columns` (those it has) in the order that hands each of `dp` ranks its share of
-  /// every mini-batch of `mini_batch_rows` rows.
-  static data::DataProto update_batch(const data::DataProto& batch, std::vector<std::string> columns, Index mini_batch_rows,
-                                      Index dp, std::string_view key) {
-    std::erase_if(columns, [&](const std::string& c) { return !batch.has_tensor(c); });
-    data::DataProto out = batch.select(columns, std::vector<std::string>{}, std::vector<std::string>{});
-    const std::vector<Index> order = mini_batch_major_order(batch.size(), mini_batch_rows, dp, key);
-    out.reorder(order);
-    return out;
-  }
-
   data::DataProto actor_update_batch(const data::DataProto& batch, bool entropy_metric) const {
-    std::vector<std::string> columns{std::string(keys::input_ids), std::string(keys::attention_mask),
-                                     std::string(keys::position_ids), std::string(keys::response_mask),
-                                     std::string(keys::advantages), std::string(keys::rollout_is_weights)};
-    if (!actor_on_policy(batch.size()) || algorithm_.rollout.bypass) columns.emplace_back(keys::old_log_probs);
-    if (algorithm_.kl_loss) columns.emplace_back(keys::ref_log_prob);
-    data::DataProto out =
-        update_batch(batch, std::move(columns), config_.actor_rollout_ref.actor.ppo_mini_batch_size * config_.actor_rollout_ref.rollout.n,
-                     actor_.dp_size(), "actor_rollout_ref.actor.ppo_mini_batch_size");
-    out.meta_info()["entropy_metric"] = entropy_metric;
-    return out;
+    return trainer::actor_update_batch(batch, config_, algorithm_, actor_.dp_size(),
+                                       !actor_on_policy(batch.size()) || algorithm_.rollout.bypass, entropy_metric);
   }
 
   data::DataProto critic_update_batch(const data::DataProto& batch) const {
     if constexpr (has_critic) {
-      return update_batch(batch,
-                          {std::string(keys::input_ids), std::string(keys::attention_mask), std::string(keys::position_ids),
-                           std::string(keys::response_mask), std::string(keys::returns), std::string(keys::values)},
-                          config_.critic.ppo_mini_batch_size * config_.actor_rollout_ref.rollout.n, critic_->dp_size(),
-                          "critic.ppo_mini_batch_size");
+      return trainer::critic_update_batch(batch, config_, critic_->dp_size());
     } else {
       return batch;
     }
@@ -833,16 +847,11 @@ class PPOController {
     return cfg.ppo_epochs == 1 && rows <= cfg.ppo_mini_batch_size * config_.actor_rollout_ref.rollout.n;
   }
 
-  /// An update's metrics (every rank of the group reports the same, reduced over the group: the
-  /// first rank's are taken) and its update counts.
+  /// An update's metrics and its update counts.
   void absorb_update(const data::DataProto& result, Metrics& metrics) {
-    const nlohmann::json& info = result.meta_info();
-    if (info.contains("metrics")) {
-      for (const auto& [name, values] : info["metrics"].items()) metrics[name] = values.front().template get<double>();
-    }
-    // Every rank of the group ran the same updates (the merged meta_info holds their one value).
-    updates_this_step_ += info.value("updates", std::int64_t{0});
-    nonfinite_updates_this_step_ += info.value("nonfinite_updates", std::int64_t{0});
+    const UpdateCounts counts = absorb_update_metrics(result, metrics);
+    updates_this_step_ += counts.updates;
+    nonfinite_updates_this_step_ += counts.nonfinite;
   }
 
   // ---- advantages -----------------------------------------------------------------------------
@@ -858,15 +867,7 @@ class PPOController {
   }
 
   void compute_advantages(data::DataProto& batch, Metrics& metrics) {
-    if (algorithm_.use_kl_in_reward) {
-      auto kl = algo::apply_kl_penalty(float_column(batch, keys::token_level_scores), float_column(batch, keys::old_log_probs),
-                                       float_column(batch, keys::ref_log_prob), float_column(batch, keys::response_mask),
-                                       kl_ctrl_, algorithm_.kl_penalty);
-      batch.set(std::string(keys::token_level_rewards), std::move(kl.token_level_rewards));
-      merge(metrics, kl.metrics);
-    } else {
-      batch.set(std::string(keys::token_level_rewards), float_column(batch, keys::token_level_scores));
-    }
+    batch.set(std::string(keys::token_level_rewards), token_level_rewards(batch, algorithm_, kl_ctrl_, metrics));
     const std::vector<std::int64_t>& uid = batch.non_tensor<std::int64_t>(keys::uid);
     algo::AdvantageBatch in{.token_level_rewards = float_column(batch, keys::token_level_rewards),
                             .response_mask = float_column(batch, keys::response_mask),
@@ -918,6 +919,7 @@ class PPOController {
 
   Runtime* runtime_;
   PPOConfig config_;
+  hybridflow::RolePlacement placement_;
   PPOAlgorithm algorithm_;
   Reward reward_fn_;
   TokenizerHooks tokenizer_;
@@ -930,6 +932,8 @@ class PPOController {
   ActorGroup actor_;
   std::optional<CriticGroup> critic_;
   std::optional<RewardModelGroup> reward_model_;  ///< with reward.reward_model.enable
+  std::optional<RolloutGroup> rollout_;           ///< with actor_rollout_ref.hybrid_engine=False
+  bool rollout_weights_stale_ = true;             ///< the actor changed since the rollout's last load_weights
   std::int64_t global_step_ = 0;
   std::int64_t updates_this_step_ = 0;
   std::int64_t nonfinite_updates_this_step_ = 0;

@@ -43,13 +43,12 @@ struct NoCritic {};
 template <class C>
 concept CriticRole = std::same_as<C, NoCritic> || model::ValueModel<C>;
 
-template <class Policy, class Critic, class Reward, class Comm>
+template <class Policy, class Critic, class Reward>
 consteval bool check_trainer_roles() {
   VERL_STATIC_ASSERT(model::CausalLM<Policy>, THE_POLICY_MODEL_MUST_SATISFY_THE_CAUSAL_LM_CONCEPT);
   VERL_STATIC_ASSERT(CriticRole<Critic>, THE_CRITIC_MUST_BE_A_VALUE_MODEL_OR_NoCritic);
   VERL_STATIC_ASSERT(reward::RewardFunction<Reward>,
                      REWARD_FUNCTION_MUST_TAKE_DATA_SOURCE_SOLUTION_STR_GROUND_TRUTH_AND_RETURN_A_SCORE);
-  VERL_STATIC_ASSERT(parallel::Communicator<Comm>, THE_COMMUNICATOR_MUST_SATISFY_THE_COMMUNICATOR_CONCEPT);
   return true;
 }
 

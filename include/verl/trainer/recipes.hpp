@@ -166,18 +166,17 @@ using ReMax = Recipe<algo::ReMax, algo::VanillaPPO, algo::NoKLLoss, algo::TokenM
 }  // namespace recipes
 
 /// A PPOTrainer running recipe R, checked against its roles at compile time.
-template <class R, class Policy, class Critic = NoCritic, class Reward = reward::DefaultRewardFunction,
-          class Comm = parallel::SelfCommunicator>
-class RecipeTrainer : public PPOTrainer<Policy, Critic, Reward, Comm> {
+template <class R, class Policy, class Critic = NoCritic, class Reward = reward::DefaultRewardFunction>
+class RecipeTrainer : public PPOTrainer<Policy, Critic, Reward> {
   VERL_STATIC_ASSERT(PPORecipe<R>, THE_RECIPE_TYPE_MUST_BE_A_TRAINER_RECIPE);
   VERL_STATIC_ASSERT((!R::needs_critic || !std::same_as<Critic, NoCritic>), GAE_NEEDS_A_CRITIC_MODEL);
 
  public:
   RecipeTrainer(PPOConfig config, Policy actor, std::optional<Policy> reference, Critic critic, Reward reward_fn,
-                TokenizerHooks tokenizer, data::RLHFDataset train, data::RLHFDataset val, Comm comm = Comm{})
-      : PPOTrainer<Policy, Critic, Reward, Comm>(config, R::algorithm(config), std::move(actor), std::move(reference),
-                                                 std::move(critic), std::move(reward_fn), std::move(tokenizer),
-                                                 std::move(train), std::move(val), std::move(comm)) {}
+                TokenizerHooks tokenizer, data::RLHFDataset train, data::RLHFDataset val)
+      : PPOTrainer<Policy, Critic, Reward>(config, R::algorithm(config), std::move(actor), std::move(reference),
+                                           std::move(critic), std::move(reward_fn), std::move(tokenizer), std::move(train),
+                                           std::move(val)) {}
 };
 
 }  // namespace verl::trainer

@@ -10,6 +10,9 @@
 # colocated run over NP/2 ranks gives. tp2: the Megatron worker with tensor_model_parallel_size=2
 # (generation dense, tg = 1); tpTgenG: training TP T, generation TP G (the 3D-HybridEngine's
 # TP-sharded generation), e.g. tp2gen2, tp4gen2.
+# separate: the rollout on a pool of its own (actor_rollout_ref.hybrid_engine=False), the first NP/2
+# ranks training and the other NP/2 generating with the actor's weights; must give what a colocated
+# run over NP/2 ranks gives.
 set -euo pipefail
 case_name=$1 verl_train=$2 out=$3 np=${4:-1} placement=${5:-colocated}
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -41,6 +44,10 @@ case "$placement" in
       echo "run_case.sh: split placement needs the gae case and an even NP, got $case_name at $np" >&2; exit 2
     fi
     extra+=(trainer.n_gpus_per_node=$((np / 2)) +critic.nnodes=1 +critic.n_gpus_per_node=$((np / 2))) ;;
+  separate)
+    if [ $((np % 2)) -ne 0 ]; then echo "run_case.sh: separate placement needs an even NP, got $np" >&2; exit 2; fi
+    extra+=(trainer.n_gpus_per_node=$((np / 2)) actor_rollout_ref.hybrid_engine=False actor_rollout_ref.rollout.nnodes=1
+            actor_rollout_ref.rollout.n_gpus_per_node=$((np / 2))) ;;
   tp2 | tp[0-9]gen[0-9])
     # The Megatron actor worker: tensor parallel over groups of T ranks (dp = NP / T), the reshard
     # to the generation layout every step (dense at tg = 1, TP-sharded at tg = G); must give what
@@ -54,7 +61,7 @@ case "$placement" in
             actor_rollout_ref.rollout.tensor_model_parallel_size="$tg"
             actor_rollout_ref.actor.megatron.sequence_parallel=False
             actor_rollout_ref.actor.megatron.use_distributed_optimizer=False) ;;
-  *) echo "run_case.sh: unknown placement '$placement' (colocated, split, tp2 or tpTgenG)" >&2; exit 2 ;;
+  *) echo "run_case.sh: unknown placement '$placement' (colocated, split, separate, tp2 or tpTgenG)" >&2; exit 2 ;;
 esac
 launch=("$verl_train")
 if [ "$np" -gt 1 ]; then

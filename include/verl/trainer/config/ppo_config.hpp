@@ -174,6 +174,11 @@ struct RolloutConfig {
   /// training/rollout_probs_diff_* metrics); rollout correction needs them too.
   bool calculate_log_probs = true;
   ValidationSamplingConfig val_kwargs;
+  /// The rollout's own pool (nnodes x n_gpus_per_node ranks after the trainer's), with
+  /// actor_rollout_ref.hybrid_engine=False; null n_gpus_per_node: trainer.n_gpus_per_node (verl's
+  /// interpolation).
+  std::int64_t nnodes = 0;
+  std::optional<std::int64_t> n_gpus_per_node;
   friend bool operator==(const RolloutConfig&, const RolloutConfig&) = default;
 };
 
@@ -182,6 +187,10 @@ struct ActorRolloutRefConfig {
   ActorConfig actor;
   RefConfig ref;
   RolloutConfig rollout;
+  /// verl's hybrid engine: the rollout runs in the actor's processes on weights resharded in place;
+  /// False puts it on a pool of its own (actor_rollout_ref.rollout.nnodes / n_gpus_per_node), whose
+  /// weights the actor's replace after every update.
+  bool hybrid_engine = true;
   /// Seconds any collective may wait for the other ranks before the run ends with an error
   /// (verl's NCCL timeout; verl-cpp's MPI collectives honour it).
   std::int64_t nccl_timeout = 600;
@@ -437,8 +446,8 @@ VERL_CONFIG_FIELDS(RefConfig, log_prob_micro_batch_size, log_prob_micro_batch_si
 VERL_CONFIG_FIELDS(ValidationSamplingConfig, top_k, top_p, temperature, n, do_sample)
 VERL_CONFIG_FIELDS(RolloutConfig, name, temperature, top_k, top_p, prompt_length, response_length, do_sample, n,
                    ignore_eos, log_prob_micro_batch_size, log_prob_micro_batch_size_per_gpu, log_prob_use_dynamic_bsz,
-                   dtype, tensor_model_parallel_size, calculate_log_probs, val_kwargs)
-VERL_CONFIG_FIELDS(ActorRolloutRefConfig, model, actor, ref, rollout, nccl_timeout)
+                   dtype, tensor_model_parallel_size, calculate_log_probs, val_kwargs, nnodes, n_gpus_per_node)
+VERL_CONFIG_FIELDS(ActorRolloutRefConfig, model, actor, ref, rollout, hybrid_engine, nccl_timeout)
 VERL_CONFIG_FIELDS(CriticModelSection, path, tokenizer_path)
 VERL_CONFIG_FIELDS(CriticConfig, optim, model, enable, ppo_mini_batch_size, ppo_micro_batch_size,
                    ppo_micro_batch_size_per_gpu, use_dynamic_bsz, ppo_epochs, cliprange_value, loss_agg_mode, checkpoint, forward_micro_batch_size, forward_micro_batch_size_per_gpu,

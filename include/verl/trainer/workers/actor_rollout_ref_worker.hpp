@@ -42,7 +42,7 @@
 #include "verl/optim/adamw.hpp"
 #include "verl/optim/clip_grad_norm.hpp"
 #include "verl/optim/lr_scheduler.hpp"
-#include "verl/parallel/mpi_communicator.hpp"
+#include "verl/parallel/process_group.hpp"
 #include "verl/rollout/sampling.hpp"
 #include "verl/trainer/components_from_config.hpp"
 #include "verl/trainer/config.hpp"
@@ -55,20 +55,22 @@
 namespace verl::trainer {
 
 /// Where an actor worker's models come from: `M::policy_type` (a float32 CausalLM),
-/// `M::actor(config)` builds the actor, `M::reference(config, actor)` the frozen reference policy
-/// (called only when a KL term needs one). Optional: `M::save(actor, folder, adapter_folder,
-/// config)` writes the trained actor as a Hugging Face folder (export_actor).
+/// `m.actor(config)` builds the actor, `m.reference(config, actor)` the frozen reference policy
+/// (called only when a KL term needs one); static functions do (the sources that read verl's
+/// keys), and so do members of a source object handed to the worker in process (ProvidedModels).
+/// Optional: `m.save(actor, folder, adapter_folder, config)` writes the trained actor as a Hugging
+/// Face folder (export_actor).
 template <class M>
-concept ActorModels = requires(const PPOConfig& config, const typename M::policy_type& actor) {
+concept ActorModels = requires(M& m, const PPOConfig& config, const typename M::policy_type& actor) {
   typename M::policy_type;
-  { M::actor(config) } -> std::same_as<typename M::policy_type>;
-  { M::reference(config, actor) } -> std::same_as<typename M::policy_type>;
+  { m.actor(config) } -> std::same_as<typename M::policy_type>;
+  { m.reference(config, actor) } -> std::same_as<typename M::policy_type>;
 } && model::CausalLM<typename M::policy_type>;
 
 template <class M>
 consteval bool check_actor_models() {
   VERL_STATIC_ASSERT(ActorModels<M>,
-                     ACTOR_MODELS_NEED_A_POLICY_TYPE_AND_STATIC_ACTOR_AND_REFERENCE_BUILDERS_FROM_A_PPO_CONFIG);
+                     ACTOR_MODELS_NEED_A_POLICY_TYPE_AND_ACTOR_AND_REFERENCE_BUILDERS_FROM_A_PPO_CONFIG);
   return ActorModels<M>;
 }
 
@@ -106,40 +108,75 @@ struct WireCodec<trainer::PolicyFacts> {
 
 namespace verl::trainer {
 
+/// actor_rollout_ref.rollout.dtype: the precision `policy` decodes in (bfloat16 as verl's
+/// inference engines run; training stays float32).
+template <class Policy>
+void set_rollout_precision(Policy& policy, const PPOConfig& config) {
+  const cpu::DecodePrecision precision =
+      cpu::parse_decode_precision(config.actor_rollout_ref.rollout.dtype, "actor_rollout_ref.rollout.dtype");
+  if constexpr (requires { policy.set_decode_precision(precision); }) {
+    policy.set_decode_precision(precision);
+  } else {
+    VERL_CHECK_ARG(precision == cpu::DecodePrecision::float32,
+                   "actor_rollout_ref.rollout.dtype: this policy type decodes in float32 only (it has no "
+                   "set_decode_precision), got '{}'",
+                   config.actor_rollout_ref.rollout.dtype);
+  }
+}
+
+/// verl's generate_sequences on `policy`: the prompts of a rank's chunk (left-padded input_ids and
+/// attention_mask, a seed per prompt) -> rollout.n responses each. The sampling settings travel
+/// in meta_info (sampling_params_to_json).
+template <class Policy>
+data::DataProto generate_with(Policy& policy, const data::DataProto& prompts) {
+  const rollout::SamplingParams params = sampling_params_from_json(prompts.meta_info().at("sampling_params"));
+  rollout::PromptBatch batch{int_column(prompts, keys::input_ids), float_column(prompts, keys::attention_mask), {}};
+  for (const std::int64_t bits : prompts.non_tensor<std::int64_t>(keys::seed)) batch.seeds.push_back(static_cast<std::uint64_t>(bits));
+  auto engine = make_rollout_engine(policy);
+  rollout::RolloutOutput out = engine.generate(batch, params);
+  data::DataProto result;
+  result.set(std::string(keys::responses), std::move(out.responses));
+  result.set(std::string(keys::response_mask), std::move(out.response_mask));
+  result.set(std::string(keys::rollout_log_probs), std::move(out.rollout_log_probs));
+  result.set(std::string(keys::input_ids), std::move(out.input_ids));
+  result.set(std::string(keys::attention_mask), std::move(out.attention_mask));
+  result.set(std::string(keys::position_ids), std::move(out.position_ids));
+  return result;
+}
+
 template <class Models>
   requires(check_actor_models<Models>())
 class ActorRolloutRefWorker {
  public:
+  using models_type = Models;
   using Policy = typename Models::policy_type;
   static constexpr std::string_view name = "ActorRolloutRefWorker";
   VERL_STATIC_ASSERT((std::same_as<typename Policy::scalar_type, float>), THE_TRAINER_NEEDS_A_FLOAT32_POLICY_MODEL);
 
-  explicit ActorRolloutRefWorker(hybridflow::WorkerContext& context) : context_(&context) {}
+  /// `models`: where the models come from (a default-built source under the MPI runtime; the
+  /// in-process runtime may hand one over with models in it).
+  explicit ActorRolloutRefWorker(hybridflow::WorkerContext& context, Models models = Models{})
+      : context_(&context), models_(std::move(models)) {}
+
+  /// In process only: train with `algorithm` (a compile-time recipe's, which cannot travel over
+  /// MPI) instead of the one the configuration names. Called before init_model.
+  void use_algorithm(PPOAlgorithm algorithm) { algorithm_override_ = std::move(algorithm); }
 
   /// verl's init_model: builds the actor (and the reference when a KL term needs one), its
   /// optimizer and learning-rate schedule, and the rollout's precision. `config_overrides` is the
   /// controller's configuration (to_overrides), `total_training_steps` what the schedule spans.
   void init_model(const std::vector<std::string>& config_overrides, std::int64_t total_training_steps) {
     config_ = load_ppo_config(config_overrides);
-    algorithm_ = PPOAlgorithm::from_config(config_);
-    actor_.emplace(Models::actor(config_));
-    if (algorithm_.needs_reference()) reference_.emplace(Models::reference(config_, *actor_));
+    algorithm_ = algorithm_override_ ? *algorithm_override_ : PPOAlgorithm::from_config(config_);
+    actor_.emplace(models_.actor(config_));
+    if (algorithm_.needs_reference()) reference_.emplace(models_.reference(config_, *actor_));
     optimizer_.emplace(adamw_config(config_.actor_rollout_ref.actor.optim));
     scheduler_.emplace(lr_scheduler(config_.actor_rollout_ref.actor.optim, total_training_steps));
-    const cpu::DecodePrecision precision =
-        cpu::parse_decode_precision(config_.actor_rollout_ref.rollout.dtype, "actor_rollout_ref.rollout.dtype");
-    if constexpr (requires(Policy& policy) { policy.set_decode_precision(precision); }) {
-      actor_->set_decode_precision(precision);
-    } else {
-      VERL_CHECK_ARG(precision == cpu::DecodePrecision::float32,
-                     "actor_rollout_ref.rollout.dtype: this policy type decodes in float32 only (it has no "
-                     "set_decode_precision), got '{}'",
-                     config_.actor_rollout_ref.rollout.dtype);
-    }
+    set_rollout_precision(*actor_, config_);
   }
 
-  [[nodiscard]] PolicyFacts policy_facts() const {
-    const Policy& actor = require_model();
+  [[nodiscard]] PolicyFacts policy_facts() {
+    Policy& actor = require_model();  // a CausalLM's for_each_parameter need not be const
     PolicyFacts facts;
     facts.vocab_size = actor.vocab_size();
     facts.parameter_count = static_cast<std::int64_t>(model::parameter_count(actor));
@@ -153,22 +190,7 @@ class ActorRolloutRefWorker {
   /// verl's generate_sequences: the prompts of this rank's chunk (left-padded input_ids and
   /// attention_mask, a seed per prompt) → rollout.n responses each. The sampling settings travel
   /// in meta_info (sampling_params_to_json).
-  data::DataProto generate_sequences(const data::DataProto& prompts) {
-    Policy& actor = require_model();
-    const rollout::SamplingParams params = sampling_params_from_json(prompts.meta_info().at("sampling_params"));
-    rollout::PromptBatch batch{int_column(prompts, keys::input_ids), float_column(prompts, keys::attention_mask), {}};
-    for (const std::int64_t bits : prompts.non_tensor<std::int64_t>(keys::seed)) batch.seeds.push_back(static_cast<std::uint64_t>(bits));
-    auto engine = make_rollout_engine(actor);
-    rollout::RolloutOutput out = engine.generate(batch, params);
-    data::DataProto result;
-    result.set(std::string(keys::responses), std::move(out.responses));
-    result.set(std::string(keys::response_mask), std::move(out.response_mask));
-    result.set(std::string(keys::rollout_log_probs), std::move(out.rollout_log_probs));
-    result.set(std::string(keys::input_ids), std::move(out.input_ids));
-    result.set(std::string(keys::attention_mask), std::move(out.attention_mask));
-    result.set(std::string(keys::position_ids), std::move(out.position_ids));
-    return result;
-  }
+  data::DataProto generate_sequences(const data::DataProto& prompts) { return generate_with(require_model(), prompts); }
 
   /// verl's compute_log_prob: the actor's log-probs of the responses (old_log_probs) at the
   /// rollout temperature, with the entropy (entropys) and, when
@@ -229,11 +251,15 @@ class ActorRolloutRefWorker {
     restore_role_state(state, require_model(), *optimizer_, *scheduler_, "actor");
   }
 
+  /// The actor's weights (the group's first rank: every rank holds the same), for a rollout on a
+  /// pool of its own (actor_rollout_ref.hybrid_engine=False).
+  [[nodiscard]] PolicyWeights actor_weights() const { return weights_of(require_model()); }
+
   /// Writes the actor as a Hugging Face folder (Models::save) from the group's first rank;
   /// returns what was written.
   std::string export_actor(const std::string& folder, const std::string& adapter_folder) {
-    if constexpr (requires(const Policy& p) { Models::save(p, folder, adapter_folder, config_); }) {
-      return Models::save(require_model(), folder, adapter_folder, config_);
+    if constexpr (requires(const Policy& p) { models_.save(p, folder, adapter_folder, config_); }) {
+      return models_.save(require_model(), folder, adapter_folder, config_);
     } else {
       ::verl::detail::throw_invalid_argument("export_actor: this worker's Models type has no save(...) for '{}'", folder);
     }
@@ -252,11 +278,17 @@ class ActorRolloutRefWorker {
       hybridflow::Method<&ActorRolloutRefWorker::checkpoint_state, hybridflow::Dispatch::rank_zero, "checkpoint_state">,
       hybridflow::Method<&ActorRolloutRefWorker::load_checkpoint_state, hybridflow::Dispatch::one_to_all,
                          "load_checkpoint_state">,
-      hybridflow::Method<&ActorRolloutRefWorker::export_actor, hybridflow::Dispatch::rank_zero, "export_actor">>;
+      hybridflow::Method<&ActorRolloutRefWorker::export_actor, hybridflow::Dispatch::rank_zero, "export_actor">,
+      hybridflow::Method<&ActorRolloutRefWorker::actor_weights, hybridflow::Dispatch::rank_zero, "actor_weights">>;
 
-  // ---- in-process access (tests, examples) ----------------------------------------------------
+  // ---- in-process access (the in-process runtime's worker() gives the object) ------------------
   [[nodiscard]] Policy& actor() { return require_model(); }
-  [[nodiscard]] const optim::AdamW& optimizer() const { return *optimizer_; }
+  [[nodiscard]] const Policy& actor_model() const { return require_model(); }
+  [[nodiscard]] const std::optional<Policy>& reference_model() const { return reference_; }
+  [[nodiscard]] const optim::AdamW& optimizer() const {
+    VERL_CHECK_ARG(optimizer_.has_value(), "{}: init_model must be called before any other method", name);
+    return *optimizer_;
+  }
 
  private:
   Policy& require_model() {
@@ -267,17 +299,17 @@ class ActorRolloutRefWorker {
 
   float rollout_temperature() const { return static_cast<float>(config_.actor_rollout_ref.rollout.temperature); }
 
-  Index group_size() const { return context_->group != nullptr ? context_->group->size() : 1; }
+  Index group_size() const { return context_->group_size(); }
 
   double group_sum(double value) const {
     if (group_size() == 1) return value;
     std::vector<double> buffer{value};
-    context_->group->all_reduce(std::span<double>(buffer), parallel::ReduceOp::sum);
+    context_->process_group->all_reduce(std::span<double>(buffer), parallel::ReduceOp::sum);
     return buffer[0];
   }
 
   void reduce_over_group(Metrics& metrics) const {
-    if (group_size() > 1) reduce_metrics_over_ranks(*context_->group, metrics);
+    if (group_size() > 1) reduce_metrics_over_ranks(*context_->process_group, metrics);
   }
 
   Index micro_batch(std::optional<std::int64_t> per_gpu, std::optional<std::int64_t> global, Index rows) const {
@@ -288,7 +320,7 @@ class ActorRolloutRefWorker {
   /// when the norm is not finite, as verl does). Returns the norm.
   float optimizer_step(Policy& actor, double grad_clip, std::int64_t& updates, std::int64_t& nonfinite) {
     std::vector<optim::ParameterRef> refs = parameter_refs(actor);
-    if (group_size() > 1) average_gradients(*context_->group, refs);
+    if (group_size() > 1) average_gradients(*context_->process_group, refs);
     const float norm = optim::clip_grad_norm(refs, grad_clip);
     ++updates;
     if (std::isfinite(norm)) {
@@ -300,6 +332,8 @@ class ActorRolloutRefWorker {
   }
 
   hybridflow::WorkerContext* context_;
+  Models models_;
+  std::optional<PPOAlgorithm> algorithm_override_;
   PPOConfig config_;
   PPOAlgorithm algorithm_;
   std::optional<Policy> actor_;

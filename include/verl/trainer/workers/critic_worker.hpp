@@ -2,7 +2,7 @@
 // (compute_values) and its clipped value-loss update (update_critic), SPMD over the group's ranks
 // with each rank's contiguous chunk of the batch.
 //
-//   CriticWorker<Models>   // Models::critic_type, Models::critic(config)
+//   CriticWorker<Models>   // Models::critic_type, models.critic(config)
 #pragma once
 
 #include <algorithm>
@@ -23,7 +23,7 @@
 #include "verl/optim/adamw.hpp"
 #include "verl/optim/clip_grad_norm.hpp"
 #include "verl/optim/lr_scheduler.hpp"
-#include "verl/parallel/mpi_communicator.hpp"
+#include "verl/parallel/process_group.hpp"
 #include "verl/trainer/components_from_config.hpp"
 #include "verl/trainer/config.hpp"
 #include "verl/trainer/metrics.hpp"
@@ -35,14 +35,14 @@ namespace verl::trainer {
 /// Where a critic worker's model comes from: `M::critic_type` (a float32 ValueModel) and
 /// `M::critic(config)`.
 template <class M>
-concept CriticModels = requires(const PPOConfig& config) {
+concept CriticModels = requires(M& m, const PPOConfig& config) {
   typename M::critic_type;
-  { M::critic(config) } -> std::same_as<typename M::critic_type>;
+  { m.critic(config) } -> std::same_as<typename M::critic_type>;
 } && model::ValueModel<typename M::critic_type>;
 
 template <class M>
 consteval bool check_critic_models() {
-  VERL_STATIC_ASSERT(CriticModels<M>, CRITIC_MODELS_NEED_A_CRITIC_TYPE_AND_A_STATIC_CRITIC_BUILDER_FROM_A_PPO_CONFIG);
+  VERL_STATIC_ASSERT(CriticModels<M>, CRITIC_MODELS_NEED_A_CRITIC_TYPE_AND_A_CRITIC_BUILDER_FROM_A_PPO_CONFIG);
   return CriticModels<M>;
 }
 
@@ -50,14 +50,18 @@ template <class Models>
   requires(check_critic_models<Models>())
 class CriticWorker {
  public:
+  using models_type = Models;
   using Critic = typename Models::critic_type;
   static constexpr std::string_view name = "CriticWorker";
 
-  explicit CriticWorker(hybridflow::WorkerContext& context) : context_(&context) {}
+  /// `models`: where the critic comes from (a default-built source under the MPI runtime; the
+  /// in-process runtime may hand one over with the model in it).
+  explicit CriticWorker(hybridflow::WorkerContext& context, Models models = Models{})
+      : context_(&context), models_(std::move(models)) {}
 
   void init_model(const std::vector<std::string>& config_overrides, std::int64_t total_training_steps) {
     config_ = load_ppo_config(config_overrides);
-    critic_.emplace(Models::critic(config_));
+    critic_.emplace(models_.critic(config_));
     optimizer_.emplace(adamw_config(config_.critic.optim));
     scheduler_.emplace(lr_scheduler(config_.critic.optim, total_training_steps));
   }
@@ -118,7 +122,7 @@ class CriticWorker {
           for (const auto& [k, v] : loss.metrics) mini[k] += v / micro_count;
         }
         std::vector<optim::ParameterRef> refs = parameter_refs(critic);
-        if (dp > 1) average_gradients(*context_->group, refs);
+        if (dp > 1) average_gradients(*context_->process_group, refs);
         const float norm = optim::clip_grad_norm(refs, cfg.grad_clip);
         ++updates;
         if (std::isfinite(norm)) {
@@ -127,7 +131,7 @@ class CriticWorker {
           ++nonfinite;
         }
         mini["critic/vf_loss"] = vf_loss;
-        if (dp > 1) reduce_metrics_over_ranks(*context_->group, mini);
+        if (dp > 1) reduce_metrics_over_ranks(*context_->process_group, mini);
         mini["critic/grad_norm"] = norm;
         acc.append(mini);
       }
@@ -142,6 +146,14 @@ class CriticWorker {
     restore_role_state(state, require_model(), *optimizer_, *scheduler_, "critic");
   }
 
+  // ---- in process (the in-process runtime's worker() gives the object) ----------------------
+  [[nodiscard]] Critic& critic() { return require_model(); }
+  [[nodiscard]] const Critic& critic_model() const { return require_model(); }
+  [[nodiscard]] const optim::AdamW& optimizer() const {
+    VERL_CHECK_ARG(optimizer_.has_value(), "{}: init_model must be called before any other method", name);
+    return *optimizer_;
+  }
+
   using methods =
       TypeList<hybridflow::Method<&CriticWorker::init_model, hybridflow::Dispatch::one_to_all, "init_model">,
                hybridflow::Method<&CriticWorker::compute_values, hybridflow::Dispatch::dp_compute_proto, "compute_values">,
@@ -150,8 +162,6 @@ class CriticWorker {
                hybridflow::Method<&CriticWorker::load_checkpoint_state, hybridflow::Dispatch::one_to_all,
                                   "load_checkpoint_state">>;
 
-  [[nodiscard]] Critic& critic() { return require_model(); }
-
  private:
   Critic& require_model() {
     VERL_CHECK_ARG(critic_.has_value(), "{}: init_model must be called before any other method", name);
@@ -159,16 +169,17 @@ class CriticWorker {
   }
   const Critic& require_model() const { return const_cast<CriticWorker&>(*this).require_model(); }
 
-  Index group_size() const { return context_->group != nullptr ? context_->group->size() : 1; }
+  Index group_size() const { return context_->group_size(); }
 
   double group_sum(double value) const {
     if (group_size() == 1) return value;
     std::vector<double> buffer{value};
-    context_->group->all_reduce(std::span<double>(buffer), parallel::ReduceOp::sum);
+    context_->process_group->all_reduce(std::span<double>(buffer), parallel::ReduceOp::sum);
     return buffer[0];
   }
 
   hybridflow::WorkerContext* context_;
+  Models models_;
   PPOConfig config_;
   std::optional<Critic> critic_;
   std::optional<optim::AdamW> optimizer_;

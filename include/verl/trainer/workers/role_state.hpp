@@ -57,6 +57,36 @@ struct RoleState {
   }
 };
 
+/// A policy's weights (name, shape, values), as the actor hands them to a rollout of its own.
+struct PolicyWeights {
+  std::vector<NamedTensor> tensors;
+};
+
+template <class M>
+PolicyWeights weights_of(const M& model) {
+  PolicyWeights out;
+  const_cast<M&>(model).for_each_parameter([&](const auto& p) {
+    out.tensors.push_back(NamedTensor{std::string(p.name), std::vector<std::int64_t>(p.shape.begin(), p.shape.end()),
+                                      std::vector<float>(p.value.begin(), p.value.end())});
+  });
+  return out;
+}
+
+/// Sets every parameter of `model` from `weights` (each must be there, with its shape, finite);
+/// `role` names the receiver in errors.
+template <class M>
+void load_weights(M& model, const PolicyWeights& weights, std::string_view role) {
+  LoadedRole loaded;
+  loaded.model = weights.tensors;
+  model.for_each_parameter([&](const auto& p) {
+    loaded.tensor(p.name).copy_to(p.value, p.shape);
+    using Scalar = std::remove_cvref_t<decltype(p.value[0])>;
+    if (const auto bad = first_non_finite(std::span<const Scalar>(p.value.data(), p.value.size())))
+      ::verl::detail::throw_invalid_argument("{}: weights: tensor '{}': expected finite values, got {} at index {}", role,
+                                             p.name, p.value[*bad], *bad);
+  });
+}
+
 template <class M>
 std::vector<optim::ParameterRef> parameter_refs(M& model) {
   std::vector<optim::ParameterRef> refs;
@@ -234,15 +264,41 @@ inline rollout::SamplingParams sampling_params_from_json(const nlohmann::json& j
 
 namespace verl::hybridflow {
 
+namespace detail {
+inline void write_tensors(WireWriter& w, const std::vector<trainer::NamedTensor>& tensors) {
+  w.size(tensors.size());
+  for (const auto& t : tensors) {
+    hybridflow::write(w, t.name);
+    hybridflow::write(w, t.shape);
+    hybridflow::write(w, t.values);
+  }
+}
+inline std::vector<trainer::NamedTensor> read_tensors(WireReader& r, std::string_view what) {
+  std::vector<trainer::NamedTensor> out;
+  const std::size_t tensors = r.size(what);
+  for (std::size_t i = 0; i < tensors; ++i) {
+    trainer::NamedTensor t;
+    t.name = hybridflow::read<std::string>(r);
+    t.shape = hybridflow::read<std::vector<std::int64_t>>(r);
+    t.values = hybridflow::read<std::vector<float>>(r);
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+}  // namespace detail
+
+template <>
+struct WireCodec<trainer::PolicyWeights> {
+  static void write(WireWriter& w, const trainer::PolicyWeights& weights) { detail::write_tensors(w, weights.tensors); }
+  static trainer::PolicyWeights read(WireReader& r) {
+    return trainer::PolicyWeights{detail::read_tensors(r, "PolicyWeights' tensor count")};
+  }
+};
+
 template <>
 struct WireCodec<trainer::RoleState> {
   static void write(WireWriter& w, const trainer::RoleState& state) {
-    w.size(state.model.size());
-    for (const auto& t : state.model) {
-      hybridflow::write(w, t.name);
-      hybridflow::write(w, t.shape);
-      hybridflow::write(w, t.values);
-    }
+    detail::write_tensors(w, state.model);
     hybridflow::write(w, state.optimizer.step);
     hybridflow::write(w, state.optimizer.exp_avg);
     hybridflow::write(w, state.optimizer.exp_avg_sq);
@@ -250,14 +306,7 @@ struct WireCodec<trainer::RoleState> {
   }
   static trainer::RoleState read(WireReader& r) {
     trainer::RoleState state;
-    const std::size_t tensors = r.size("RoleState's tensor count");
-    for (std::size_t i = 0; i < tensors; ++i) {
-      trainer::NamedTensor t;
-      t.name = hybridflow::read<std::string>(r);
-      t.shape = hybridflow::read<std::vector<std::int64_t>>(r);
-      t.values = hybridflow::read<std::vector<float>>(r);
-      state.model.push_back(std::move(t));
-    }
+    state.model = detail::read_tensors(r, "RoleState's tensor count");
     state.optimizer.step = hybridflow::read<std::int64_t>(r);
     state.optimizer.exp_avg = hybridflow::read<std::vector<std::vector<float>>>(r);
     state.optimizer.exp_avg_sq = hybridflow::read<std::vector<std::vector<float>>>(r);

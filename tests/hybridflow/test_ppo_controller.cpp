@@ -1,6 +1,8 @@
-// The PPO trainer data-parallel over MPI ranks gives the results of one process with the same
-// global batch: the same samples and scores, and to float tolerance the same losses, gradient
-// norms and parameters (GRPO with a KL loss; GAE with a critic).
+// PPOController over worker groups on MPI ranks (the actor/rollout/reference on every rank, data
+// parallel; the critic too) gives the results of the in-process trainer (the same controller on
+// the in-process runtime) with the same global batch: the same samples and scores, and to float
+// tolerance the same losses, gradient norms and parameters (GRPO with a KL loss; GAE with a critic).
+// Run under mpirun -np 1, 2, 4: rank 0 runs both trainers and GoogleTest, the others serve.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -14,10 +16,13 @@
 #include "verl/tokenizer/char_tokenizer.hpp"
 #include "verl/model/transformer/critic.hpp"
 #include "verl/model/transformer/transformer.hpp"
-#include "verl/parallel/mpi_communicator.hpp"
-#include "verl/parallel/self_communicator.hpp"
+#include "verl/hybridflow/placement.hpp"
+#include "verl/hybridflow/runtime.hpp"
 #include "verl/trainer/config.hpp"
+#include "verl/trainer/ppo_controller.hpp"
 #include "verl/trainer/ppo_trainer.hpp"
+#include "verl/trainer/workers/actor_rollout_ref_worker.hpp"
+#include "verl/trainer/workers/critic_worker.hpp"
 
 namespace {
 
@@ -70,20 +75,50 @@ TokenizerHooks hooks() {
           .pad_token_id = CharTokenizer::pad_id};
 }
 
-template <class C, class Comm>
-PPOTrainer<Transformer, C, FirstDigitParity, Comm> make_trainer(const std::vector<std::string>& extra, C critic, Comm comm) {
+/// The workers' models: built in place on every rank (no folder to read).
+struct TinyPolicySource {
+  using policy_type = Transformer;
+  static Transformer actor(const PPOConfig&) { return tiny_policy(); }
+  static Transformer reference(const PPOConfig&, const Transformer&) { return tiny_policy(); }
+};
+struct TinyCriticSource {
+  using critic_type = Critic;
+  static Critic critic(const PPOConfig&) { return tiny_critic(); }
+};
+using ActorWorker = ActorRolloutRefWorker<TinyPolicySource>;
+using CriticGroupWorker = CriticWorker<TinyCriticSource>;
+using TestRuntime = hybridflow::Runtime<ActorWorker, CriticGroupWorker>;
+TestRuntime* runtime = nullptr;
+
+PPOConfig config_of(const std::vector<std::string>& extra, int ranks) {
   std::vector<std::string> overrides = {"data.train_batch_size=4", "data.max_prompt_length=8", "data.max_response_length=3",
                                         "actor_rollout_ref.rollout.n=4", "actor_rollout_ref.actor.ppo_mini_batch_size=2",
                                         "actor_rollout_ref.actor.optim.lr=0.01", "critic.optim.lr=0.01",
-                                        "trainer.total_training_steps=3", "trainer.logger=[file]"};
+                                        "trainer.total_training_steps=3", "trainer.logger=[file]",
+                                        "trainer.n_gpus_per_node=" + std::to_string(ranks)};
   overrides.insert(overrides.end(), extra.begin(), extra.end());
-  const PPOConfig config = load_ppo_config(overrides);
+  return load_ppo_config(overrides);
+}
+
+/// The in-process trainer (one process) on the same models and data.
+template <class C>
+PPOTrainer<Transformer, C, FirstDigitParity> one_process(const std::vector<std::string>& extra, C critic) {
+  const PPOConfig config = config_of(extra, 1);
   const PPOAlgorithm algorithm = PPOAlgorithm::from_config(config);
   std::optional<Transformer> reference;
   if (algorithm.needs_reference()) reference = tiny_policy();
-  return PPOTrainer<Transformer, C, FirstDigitParity, Comm>(config, algorithm, tiny_policy(), std::move(reference),
-                                                            std::move(critic), FirstDigitParity{}, hooks(), prompts(16),
-                                                            data::RLHFDataset{}, std::move(comm));
+  return PPOTrainer<Transformer, C, FirstDigitParity>(config, algorithm, tiny_policy(), std::move(reference), std::move(critic),
+                                                      FirstDigitParity{}, hooks(), prompts(16), data::RLHFDataset{});
+}
+
+/// The controller over every rank of the job.
+template <class CriticW>
+PPOController<TestRuntime, ActorWorker, CriticW, FirstDigitParity> on_the_ranks(const std::vector<std::string>& extra) {
+  const PPOConfig config = config_of(extra, runtime->world_size());
+  const hybridflow::RolePlacement placement =
+      hybridflow::place_roles(placement_keys(config, !std::same_as<CriticW, NoCritic>), runtime->world_size());
+  return PPOController<TestRuntime, ActorWorker, CriticW, FirstDigitParity>(*runtime, config, placement, FirstDigitParity{},
+                                                                            hooks(), prompts(16), data::RLHFDataset{});
 }
 
 std::vector<float> parameters(Transformer& model) {
@@ -92,11 +127,18 @@ std::vector<float> parameters(Transformer& model) {
   return out;
 }
 
-template <class C>
-void expect_same_as_one_process(const std::vector<std::string>& overrides, C critic_single, C critic_dp,
+/// The parameters in a worker's checkpoint state (the same order as for_each_parameter).
+std::vector<float> parameters(const RoleState& state) {
+  std::vector<float> out;
+  for (const auto& t : state.model) out.insert(out.end(), t.values.begin(), t.values.end());
+  return out;
+}
+
+template <class C, class CriticW>
+void expect_same_as_one_process(const std::vector<std::string>& overrides, C critic_single,
                                 const std::vector<std::string>& compared) {
-  auto single = make_trainer(overrides, std::move(critic_single), parallel::SelfCommunicator{});
-  auto dp = make_trainer(overrides, std::move(critic_dp), parallel::MpiCommunicator::world());
+  auto single = one_process(overrides, std::move(critic_single));
+  auto dp = on_the_ranks<CriticW>(overrides);
   for (int s = 0; s < 3; ++s) {
     const Metrics a = single.step();
     const Metrics b = dp.step();
@@ -111,7 +153,8 @@ void expect_same_as_one_process(const std::vector<std::string>& overrides, C cri
       EXPECT_NEAR(a.at(key), b.at(key), 1e-4 * std::max(1.0, std::abs(a.at(key)))) << key << " at step " << s;
     }
   }
-  const auto pa = parameters(single.actor()), pb = parameters(dp.actor());
+  const auto pa = parameters(single.actor());
+  const auto pb = parameters(dp.actor_group().template call<&ActorWorker::checkpoint_state>().get());
   ASSERT_EQ(pa.size(), pb.size());
   double worst = 0;
   for (std::size_t i = 0; i < pa.size(); ++i) worst = std::max(worst, static_cast<double>(std::abs(pa[i] - pb[i])));
@@ -125,33 +168,42 @@ void expect_same_as_one_process(const std::vector<std::string>& overrides, C cri
 // process's: the exact comparisons below turn it off, and BalancedBatchInOneMiniBatch checks
 // balancing where the row set of the (single) mini-batch cannot change.
 TEST(PPOTrainerDataParallel, GrpoWithKLLossMatchesOneProcess) {
-  expect_same_as_one_process({"trainer.balance_batch=False", "algorithm.adv_estimator=grpo",
-                              "actor_rollout_ref.actor.use_kl_loss=True"},
-                             NoCritic{},
-                             NoCritic{}, {"actor/pg_loss", "actor/grad_norm", "actor/kl_loss", "actor/entropy"});
+  expect_same_as_one_process<NoCritic, NoCritic>(
+      {"trainer.balance_batch=False", "algorithm.adv_estimator=grpo", "actor_rollout_ref.actor.use_kl_loss=True"}, NoCritic{},
+      {"actor/pg_loss", "actor/grad_norm", "actor/kl_loss", "actor/entropy"});
 }
 
 TEST(PPOTrainerDataParallel, GaeWithCriticMatchesOneProcess) {
-  expect_same_as_one_process({"trainer.balance_batch=False", "algorithm.adv_estimator=gae"}, tiny_critic(), tiny_critic(),
-                             {"actor/pg_loss", "actor/grad_norm", "critic/vf_loss", "critic/grad_norm", "critic/values/mean"});
+  expect_same_as_one_process<Critic, CriticGroupWorker>(
+      {"trainer.balance_batch=False", "algorithm.adv_estimator=gae"}, tiny_critic(),
+      {"actor/pg_loss", "actor/grad_norm", "critic/vf_loss", "critic/grad_norm", "critic/values/mean"});
 }
 
 TEST(PPOTrainerDataParallel, BalancedBatchInOneMiniBatchMatchesOneProcess) {
   // One mini-batch of all 16 rows: balancing changes which rank holds which rows, not the
   // update, so the run must match one process (which keeps the order) up to float sums.
-  expect_same_as_one_process({"trainer.balance_batch=True", "algorithm.adv_estimator=grpo",
-                              "actor_rollout_ref.actor.ppo_mini_batch_size=4", "actor_rollout_ref.actor.use_kl_loss=True"},
-                             NoCritic{}, NoCritic{}, {"actor/pg_loss", "actor/grad_norm", "actor/kl_loss", "actor/entropy"});
-  auto dp = make_trainer({"trainer.balance_batch=True", "algorithm.adv_estimator=grpo",
-                          "actor_rollout_ref.actor.ppo_mini_batch_size=4"},
-                         NoCritic{}, parallel::MpiCommunicator::world());
+  expect_same_as_one_process<NoCritic, NoCritic>(
+      {"trainer.balance_batch=True", "algorithm.adv_estimator=grpo", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+       "actor_rollout_ref.actor.use_kl_loss=True"},
+      NoCritic{}, {"actor/pg_loss", "actor/grad_norm", "actor/kl_loss", "actor/entropy"});
+  auto dp = on_the_ranks<NoCritic>(
+      {"trainer.balance_batch=True", "algorithm.adv_estimator=grpo", "actor_rollout_ref.actor.ppo_mini_batch_size=4"});
   const Metrics m = dp.step();
   for (const char* key : {"global_seqlen/min", "global_seqlen/max", "global_seqlen/minmax_diff", "global_seqlen/balanced_min",
                           "global_seqlen/balanced_max", "global_seqlen/mean"})
     EXPECT_TRUE(m.contains(key)) << key;
   EXPECT_LE(m.at("global_seqlen/balanced_max") - m.at("global_seqlen/balanced_min"), m.at("global_seqlen/minmax_diff"));
   // global_seqlen/mean is the batch's tokens per rank.
-  EXPECT_EQ(m.at("global_seqlen/mean") * dp.communicator().size(), static_cast<double>(dp.last_batch().attention_mask.sum()));
+  EXPECT_EQ(m.at("global_seqlen/mean") * runtime->world_size(),
+            static_cast<double>(float_column(dp.last_batch(), keys::attention_mask).sum()));
 }
 
 }  // namespace
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  return hybridflow::run_controller<ActorWorker, CriticGroupWorker>(argc, argv, [](TestRuntime& r) {
+    runtime = &r;
+    return RUN_ALL_TESTS();
+  });
+}
