@@ -364,6 +364,69 @@ TEST(ConfigYaml, VerlsMegatronConfigLoads) {
             std::string::npos);
 }
 
+// actor_rollout_ref.rollout.tensor_model_parallel_size: the generation layout's TP size tg acts
+// with the Megatron strategy (the 3D-HybridEngine's TP-sharded generation), where it must divide
+// the training TP size; impossible pairs are errors naming both keys and both numbers.
+TEST(Config, RolloutTensorParallelSizeActsWithMegatron) {
+  const auto megatron = [](int tp, int tg) {
+    return std::vector<std::string>{"actor_rollout_ref.actor.strategy=megatron",
+                                    fmt::format("actor_rollout_ref.actor.megatron.tensor_model_parallel_size={}", tp),
+                                    fmt::format("actor_rollout_ref.rollout.tensor_model_parallel_size={}", tg),
+                                    "actor_rollout_ref.actor.megatron.sequence_parallel=False",
+                                    "actor_rollout_ref.actor.megatron.use_distributed_optimizer=False"};
+  };
+  EXPECT_EQ(with(megatron(4, 2)).actor_rollout_ref.rollout.tensor_model_parallel_size, 2);
+  EXPECT_EQ(with(megatron(4, 4)).actor_rollout_ref.rollout.tensor_model_parallel_size, 4);
+  EXPECT_EQ(with(megatron(2, 1)).actor_rollout_ref.rollout.tensor_model_parallel_size, 1);
+  // tg not dividing tp.
+  const std::string three = error_of(megatron(4, 3));
+  EXPECT_NE(three.find("actor_rollout_ref.rollout.tensor_model_parallel_size: expected a divisor of "
+                       "actor_rollout_ref.actor.megatron.tensor_model_parallel_size = 4"),
+            std::string::npos)
+      << three;
+  EXPECT_NE(three.find("got 3"), std::string::npos) << three;
+  // tg larger than tp (verl's default rollout TP 2 with a training TP of 1 included).
+  const std::string larger = error_of(megatron(1, 2));
+  EXPECT_NE(larger.find("actor_rollout_ref.rollout.tensor_model_parallel_size: expected a divisor of "
+                        "actor_rollout_ref.actor.megatron.tensor_model_parallel_size = 1"),
+            std::string::npos)
+      << larger;
+  EXPECT_NE(larger.find("got 2"), std::string::npos) << larger;
+  // With fsdp every rank generates with the whole model: 1 or verl's default 2 (inert), nothing else.
+  EXPECT_NO_THROW(with({"actor_rollout_ref.rollout.tensor_model_parallel_size=1"}));
+  EXPECT_NO_THROW(with({"actor_rollout_ref.rollout.tensor_model_parallel_size=2"}));
+  EXPECT_NE(error_of({"actor_rollout_ref.rollout.tensor_model_parallel_size=4"})
+                .find("actor_rollout_ref.rollout.tensor_model_parallel_size: acts only with "
+                      "actor_rollout_ref.actor.strategy=megatron"),
+            std::string::npos);
+
+  // Against the model (once its config.json is read): tg larger than the attention heads.
+  model::HfModelConfig four_heads;
+  four_heads.num_attention_heads = 4;
+  four_heads.num_key_value_heads = 2;
+  four_heads.intermediate_size = 64;
+  four_heads.vocab_size = 1408;
+  EXPECT_NO_THROW(check_tensor_parallel_fits(with(megatron(4, 2)), four_heads));
+  EXPECT_NO_THROW(check_tensor_parallel_fits(with(megatron(4, 4)), four_heads));
+  try {
+    check_tensor_parallel_fits(with(megatron(8, 8)), four_heads);
+    ADD_FAILURE() << "tp = tg = 8 over 4 heads was accepted";
+  } catch (const InvalidArgument& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("actor_rollout_ref.rollout.tensor_model_parallel_size: expected a divisor of the model's "
+                           "num_attention_heads = 4"),
+              std::string::npos)
+        << message;
+    EXPECT_NE(message.find("actor_rollout_ref.actor.megatron.tensor_model_parallel_size: expected a divisor of the "
+                           "model's num_attention_heads = 4"),
+              std::string::npos)
+        << message;
+    EXPECT_NE(message.find("got 8"), std::string::npos) << message;
+  }
+  // With fsdp nothing is split: no check.
+  EXPECT_NO_THROW(check_tensor_parallel_fits(with({}), four_heads));
+}
+
 // verl 0.9.1's migrate_legacy_reward_impl: the legacy keys act through their reward.* places.
 TEST(Config, LegacyRewardKeysMigrateToReward) {
   EXPECT_EQ(with({"reward.reward_manager.name=dapo"}).reward.reward_manager.name, "dapo");

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <array>
 #include <map>
 #include <random>
 #include <string>
@@ -134,6 +135,36 @@ TEST(TensorParallelPartition, RefusesSizesThatDoNotDivideTheModelNamingThem) {
   const HfModelConfig mlp = config_of({{"intermediate_size", 26}});
   EXPECT_NE(message_of([&] { (void)TensorParallelPartition::of(mlp, 4, 0); }).find("intermediate_size = 26"),
             std::string::npos);
+}
+
+// The 3D-HybridEngine turns gathered column blocks (blocks, rows, width) into rows of side-by-side
+// pieces (rows, blocks, width) in place, and back: checked against the index arithmetic.
+TEST(TensorParallelReshard, TransposesBlocksOfItemsInPlace) {
+  for (const auto [a, b, item] : {std::array<Index, 3>{2, 5, 3}, {3, 4, 1}, {4, 7, 2}, {1, 6, 4}, {5, 1, 2}}) {
+    std::vector<float> data(static_cast<std::size_t>(a * b * item));
+    for (std::size_t k = 0; k < data.size(); ++k) data[k] = static_cast<float>(k);
+    std::vector<float> expected(data.size());
+    for (Index i = 0; i < a; ++i)
+      for (Index j = 0; j < b; ++j)
+        for (Index e = 0; e < item; ++e)
+          expected[static_cast<std::size_t>((j * a + i) * item + e)] = data[static_cast<std::size_t>((i * b + j) * item + e)];
+    std::vector<float> moved = data;
+    model::detail::transpose_items_in_place(moved.data(), a, b, item);
+    EXPECT_EQ(moved, expected) << a << " x " << b << " items of " << item;
+    model::detail::transpose_items_in_place(moved.data(), b, a, item);
+    EXPECT_EQ(moved, data) << "and back";
+  }
+}
+
+// A meter of parameter buffers: the peak is the most held at once.
+TEST(TensorParallelReshard, TheMeterKeepsThePeak) {
+  ParameterMemoryMeter meter;
+  meter.start(100);
+  meter.resized(10, 40);
+  meter.resized(40, 0);
+  meter.resized(0, 5);
+  EXPECT_EQ(meter.current(), 95);
+  EXPECT_EQ(meter.peak(), 130);
 }
 
 }  // namespace

@@ -81,6 +81,15 @@ concept Communicator =
       { c.split(peer, peer) } -> std::same_as<C>;
     };
 
+/// A communicator that also gathers in place (MPI_IN_PLACE; NCCL's in-place broadcasts):
+/// all_gather_v_in_place(data, counts) fills every other rank's slot of `data`, this rank's block
+/// being already in its own. The 3D-HybridEngine gathers into the generation buffer this way, so
+/// that no staging copy of the training shard exists.
+template <class C>
+concept GathersInPlace = Communicator<C> && requires(C& c, std::span<float> data, std::span<const std::int64_t> counts) {
+  c.all_gather_v_in_place(data, counts);
+};
+
 namespace detail {
 
 /// Argument checks shared by the backends, so that every backend rejects the same misuse with
@@ -107,6 +116,22 @@ void check_all_gather_v(std::string_view call, std::span<const T> send, std::spa
                  send.size());
   VERL_CHECK_ARG(static_cast<std::int64_t>(recv.size()) == total, "{}: recv: expected length {} (the sum of counts), got {}",
                  call, total, recv.size());
+}
+
+/// all_gather_v_in_place: `data` holds every rank's block back to back (counts[r] elements each)
+/// and this rank's block is already in its slot.
+template <class T>
+void check_all_gather_v_in_place(std::string_view call, std::span<T> data, std::span<const std::int64_t> counts,
+                                 int size) {
+  VERL_CHECK_ARG(static_cast<int>(counts.size()) == size, "{}: counts: expected one count per rank ({}), got {}", call,
+                 size, counts.size());
+  std::int64_t total = 0;
+  for (std::size_t i = 0; i < counts.size(); ++i) {
+    VERL_CHECK_ARG(counts[i] >= 0, "{}: counts: expected non-negative counts, got {} for rank {}", call, counts[i], i);
+    total += counts[i];
+  }
+  VERL_CHECK_ARG(static_cast<std::int64_t>(data.size()) == total, "{}: data: expected length {} (the sum of counts), got {}",
+                 call, total, data.size());
 }
 
 template <class T>

@@ -6,6 +6,7 @@
 //
 // What counts as received, per call (element bytes):
 //   all_gather / all_gather_v   recv minus this rank's own block (it does not travel)
+//   all_gather_v_in_place       the same: the data minus this rank's own slot
 //   broadcast                   the buffer, on every rank but the root
 //   all_to_all                  recv minus this rank's own block
 //   recv / send_recv            the receive buffer
@@ -54,6 +55,13 @@ class CountingCommunicator {
   void all_gather_v(std::type_identity_t<std::span<const T>> send, std::span<T> recv, std::span<const std::int64_t> counts) {
     inner_.template all_gather_v<T>(send, recv, counts);
     received_ += bytes(recv.size() - send.size(), sizeof(T));
+  }
+  /// Received: every slot but this rank's own. Only where the inner communicator gathers in place.
+  template <CommElement T>
+    requires GathersInPlace<C>
+  void all_gather_v_in_place(std::span<T> data, std::span<const std::int64_t> counts) {
+    inner_.template all_gather_v_in_place<T>(data, counts);
+    received_ += bytes(data.size() - static_cast<std::size_t>(counts[static_cast<std::size_t>(rank())]), sizeof(T));
   }
   template <CommElement T>
   void reduce_scatter(std::type_identity_t<std::span<const T>> send, std::span<T> recv, ReduceOp op) {

@@ -232,6 +232,25 @@ class MpiCommunicator {
     complete(request, "all_gather_v");
   }
 
+  /// all_gather_v with this rank's block already in its slot of `data` (MPI_IN_PLACE).
+  template <CommElement T>
+  void all_gather_v_in_place(std::span<T> data, std::span<const std::int64_t> counts) {
+    detail::check_all_gather_v_in_place("all_gather_v_in_place", data, counts, size_);
+    counts_.resize(static_cast<std::size_t>(size_));
+    displacements_.resize(static_cast<std::size_t>(size_));
+    std::int64_t offset = 0;
+    for (std::size_t i = 0; i < counts.size(); ++i) {
+      counts_[i] = count("all_gather_v_in_place", static_cast<std::size_t>(counts[i]));
+      displacements_[i] = count("all_gather_v_in_place", static_cast<std::size_t>(offset));
+      offset += counts[i];
+    }
+    MPI_Request request = MPI_REQUEST_NULL;
+    check(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data.data(), counts_.data(), displacements_.data(),
+                          detail::mpi_datatype<T>(), comm_, &request),
+          "MPI_Iallgatherv");
+    complete(request, "all_gather_v_in_place");
+  }
+
   template <CommElement T>
   void reduce_scatter(std::type_identity_t<std::span<const T>> send, std::span<T> recv, ReduceOp op) {
     detail::check_reduce_op<T>("reduce_scatter", op);

@@ -139,6 +139,21 @@ class NcclCommunicator {
     check(ncclGroupEnd(), "ncclGroupEnd");
   }
 
+  /// In place: rank r's broadcast reads and writes its own slot (NCCL allows sendbuff == recvbuff).
+  template <CommElement T>
+  void all_gather_v_in_place(std::span<T> data, std::span<const std::int64_t> counts) {
+    detail::check_all_gather_v_in_place("all_gather_v_in_place", data, counts, size_);
+    check(ncclGroupStart(), "ncclGroupStart");
+    std::int64_t offset = 0;
+    for (int r = 0; r < size_; ++r) {
+      const auto n = static_cast<std::size_t>(counts[static_cast<std::size_t>(r)]);
+      check(ncclBroadcast(data.data() + offset, data.data() + offset, n, detail::nccl_datatype<T>(), r, comm_, stream_),
+            "ncclBroadcast");
+      offset += static_cast<std::int64_t>(n);
+    }
+    check(ncclGroupEnd(), "ncclGroupEnd");
+  }
+
   template <CommElement T>
   void reduce_scatter(std::type_identity_t<std::span<const T>> send, std::span<T> recv, ReduceOp op) {
     detail::check_reduce_op<T>("reduce_scatter", op);

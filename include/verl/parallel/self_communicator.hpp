@@ -37,6 +37,10 @@ class SelfCommunicator {
     copy(send, recv);
   }
   template <CommElement T>
+  void all_gather_v_in_place(std::span<T> data, std::span<const std::int64_t> counts) {
+    detail::check_all_gather_v_in_place("all_gather_v_in_place", data, counts, 1);
+  }
+  template <CommElement T>
   void reduce_scatter(std::type_identity_t<std::span<const T>> send, std::span<T> recv, ReduceOp op) {
     detail::check_reduce_op<T>("reduce_scatter", op);
     detail::check_reduce_scatter("reduce_scatter", send, recv, 1);

@@ -42,6 +42,7 @@
 #include <vector>
 
 #include "verl/algo/advantages/registry.hpp"
+#include "verl/model/hf_config.hpp"
 #include "verl/algo/kl/registry.hpp"
 #include "verl/algo/loss_aggregation.hpp"
 #include "verl/algo/policy_losses/registry.hpp"
@@ -437,7 +438,14 @@ inline void validate(const PPOConfig& c, std::vector<std::string>& problems) {
     }
     const auto& m = actor.megatron;
     const std::string_view k = "actor_rollout_ref.actor.megatron";
+    const std::int64_t tg = c.actor_rollout_ref.rollout.tensor_model_parallel_size;
+    const std::string_view rollout_tp = "actor_rollout_ref.rollout.tensor_model_parallel_size";
     if (actor.strategy != "megatron") {
+      require(tg == 1 || tg == 2,
+              fmt::format("{}: acts only with actor_rollout_ref.actor.strategy=megatron (TP-sharded generation); with "
+                          "strategy={} every rank generates with the whole model: expected 1 (or verl's default 2, which "
+                          "then does not act), got {}",
+                          rollout_tp, actor.strategy, tg));
       require(m.tensor_model_parallel_size == 1 && m.pipeline_model_parallel_size == 1 && m.context_parallel_size == 1,
               fmt::format("{}: tensor/pipeline/context_parallel_size act only with actor_rollout_ref.actor.strategy=megatron, "
                           "got tp={} pp={} cp={} with strategy={}",
@@ -446,6 +454,10 @@ inline void validate(const PPOConfig& c, std::vector<std::string>& problems) {
     } else {
       require(m.tensor_model_parallel_size >= 1,
               fmt::format("{}.tensor_model_parallel_size: expected a value >= 1, got {}", k, m.tensor_model_parallel_size));
+      require(tg >= 1 && m.tensor_model_parallel_size % tg == 0,
+              fmt::format("{}: expected a divisor of {}.tensor_model_parallel_size = {} (the 3D-HybridEngine makes each "
+                          "generation TP shard by all-gathering tp / tg training shards), got {}",
+                          rollout_tp, k, m.tensor_model_parallel_size, tg));
       require(m.pipeline_model_parallel_size == 1,
               fmt::format("{}.pipeline_model_parallel_size: not supported by verl-cpp yet (pipeline parallelism in the "
                           "trainer), expected 1, got {}",
@@ -931,6 +943,29 @@ inline std::string to_yaml(const PPOConfig& config) {
     out += std::string(2 * (parts.size() - 1), ' ') + leaf + ": " + yaml_value + "\n";
   }
   return out;
+}
+
+/// The actor's training and generation TP sizes against its model (known once config.json is
+/// read): each must divide the attention heads and the intermediate size, divide or be a multiple
+/// of the KV heads, and not exceed the vocabulary. Throws verl::InvalidArgument naming each key
+/// that does not fit, with the model's numbers. (With strategy=fsdp nothing is split: no check.)
+inline void check_tensor_parallel_fits(const PPOConfig& c, const model::HfModelConfig& model) {
+  if (c.actor_rollout_ref.actor.strategy != "megatron") return;
+  std::vector<std::string> problems;
+  const auto fits = [&](std::string_view key, std::int64_t size) {
+    const std::int64_t heads = model.num_attention_heads, kv = model.num_key_value_heads;
+    if (size < 1 || heads % size != 0 || (kv % size != 0 && size % kv != 0) || model.intermediate_size % size != 0 ||
+        model.vocab_size < size) {
+      problems.push_back(fmt::format(
+          "{}: expected a divisor of the model's num_attention_heads = {} and intermediate_size = {}, a divisor or a "
+          "multiple of num_key_value_heads = {}, at most vocab_size = {}; got {}",
+          key, heads, model.intermediate_size, kv, model.vocab_size, size));
+    }
+  };
+  fits("actor_rollout_ref.actor.megatron.tensor_model_parallel_size",
+       c.actor_rollout_ref.actor.megatron.tensor_model_parallel_size);
+  fits("actor_rollout_ref.rollout.tensor_model_parallel_size", c.actor_rollout_ref.rollout.tensor_model_parallel_size);
+  if (!problems.empty()) ::verl::detail::throw_invalid_argument("{}", fmt::join(problems, "\n"));
 }
 
 }  // namespace verl::trainer

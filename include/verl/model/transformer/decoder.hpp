@@ -11,13 +11,19 @@
 #pragma once
 
 #include <Eigen/Core>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cmath>
+#include <concepts>
 #include <cstdint>
 #include <memory>
+#include <set>
 #include <span>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "verl/core/error.hpp"
@@ -28,6 +34,7 @@
 #include "verl/model/transformer/attention.hpp"
 #include "verl/model/transformer/detail/linear.hpp"
 #include "verl/model/transformer/detail/packed_weights.hpp"
+#include "verl/model/transformer/kv_cache.hpp"
 #include "verl/model/transformer/linear_adapter.hpp"
 #include "verl/cpu/swiglu.hpp"
 #include "verl/cpu/thread_pool.hpp"
@@ -106,6 +113,26 @@ class DecoderBody {
         pool_(std::make_shared<cpu::ThreadPool>(options.num_threads)) {
     detail::require_supported(config_);
   }
+  /// A body over weights that already exist (no parameter buffer is allocated): the
+  /// 3D-HybridEngine hands the training tensors, grown into generation shards, to a generation
+  /// body this way. `weights` must have `config`'s shapes (checked); `pool` is shared.
+  DecoderBody(HfModelConfig config, const TransformerOptions& options, DecoderWeights<Scalar> weights,
+              std::shared_ptr<cpu::ThreadPool> pool)
+      : config_(std::move(config)), options_(options), weights_(std::move(weights)), rope_(config_), pool_(std::move(pool)) {
+    detail::require_supported(config_);
+    VERL_CHECK_ARG(pool_ != nullptr, "pool: expected a thread pool, got none");
+    check_weight_shapes();
+  }
+
+  /// Moves the weights out (the body is left without parameters until it is given them back).
+  [[nodiscard]] DecoderWeights<Scalar> take_weights() { return std::exchange(weights_, DecoderWeights<Scalar>{}); }
+  /// Gives taken weights back (checked against the config's shapes, as the adopting constructor does).
+  void restore_weights(DecoderWeights<Scalar> weights) {
+    weights_ = std::move(weights);
+    check_weight_shapes();
+  }
+  /// The thread pool (shared with a body built over the same weights).
+  [[nodiscard]] const std::shared_ptr<cpu::ThreadPool>& shared_pool() const { return pool_; }
 
   [[nodiscard]] const HfModelConfig& config() const { return config_; }
   [[nodiscard]] const TransformerOptions& options() const { return options_; }
@@ -290,6 +317,116 @@ class DecoderBody {
     x_out = act.x_mid + s.y;
   }
 
+  /// The KV-cache pass of extend(), shared by the dense and the tensor-parallel models: checks the
+  /// chunks, embeds them, runs every layer (appending each chunk's keys and values to its cache
+  /// sequence and attending over the cached ones), advances the cache and returns the residual
+  /// stream of every chunk's last token before the final norm, (chunks, H). Under tensor
+  /// parallelism every rank of the group calls it with the same arguments (its cache holds its
+  /// own key/value heads). `act`, `cos`, `sin` are the caller's scratch; `packed` the cache's
+  /// packed weights or none.
+  RowMatrix<Scalar> extend_layers(KvCache<Scalar>& cache, std::span<const Index> sequences,
+                                  std::span<const TokenId> tokens, std::span<const std::int64_t> chunk_offsets,
+                                  std::span<const std::int64_t> positions, detail::LayerActivations<Scalar>& act,
+                                  RowMatrix<Scalar>& cos, RowMatrix<Scalar>& sin,
+                                  const detail::PackedDecoderWeights* packed) {
+    const HfModelConfig& c = config_;
+    const auto chunks = static_cast<Index>(sequences.size());
+    VERL_CHECK_ARG(chunk_offsets.size() == sequences.size() + 1 && chunk_offsets.front() == 0 &&
+                       chunk_offsets.back() == static_cast<std::int64_t>(tokens.size()),
+                   "chunk_offsets: expected {} values from 0 to {} (the number of tokens), got {}", chunks + 1,
+                   tokens.size(), chunk_offsets.size());
+    verl::detail::require_length("positions", static_cast<Index>(positions.size()), static_cast<Index>(tokens.size()));
+    VERL_CHECK_ARG(cache.num_layers() == c.num_hidden_layers && cache.width() == c.num_key_value_heads * c.head_dim,
+                   "cache: expected {} layers of width {} (made by this model's make_kv_cache), got {} of width {}",
+                   c.num_hidden_layers, c.num_key_value_heads * c.head_dim, cache.num_layers(), cache.width());
+    require_tokens(tokens, "tokens");
+    std::set<Index> distinct;
+    for (Index i = 0; i < chunks; ++i) {
+      const Index s = sequences[static_cast<std::size_t>(i)];
+      const Index count = chunk_offsets[static_cast<std::size_t>(i) + 1] - chunk_offsets[static_cast<std::size_t>(i)];
+      VERL_CHECK_ARG(count > 0, "chunk_offsets: expected a non-empty chunk for sequence {}, got {} tokens", s, count);
+      VERL_CHECK_ARG(distinct.insert(s).second, "sequences: sequence {} is listed twice", s);
+      VERL_CHECK_ARG(cache.length(s) + count <= cache.capacity(s),
+                     "tokens: sequence {} holds {} of {} cached tokens, cannot add {}", s, cache.length(s),
+                     cache.capacity(s), count);
+    }
+    for (std::size_t t = 0; t < positions.size(); ++t) {
+      VERL_CHECK_ARG(positions[t] >= 0, "positions: expected values >= 0, got {} at {}", positions[t], t);
+    }
+    const Index m = static_cast<Index>(tokens.size()), width = c.hidden_size;
+    const Index heads = c.num_attention_heads, group = heads / c.num_key_value_heads, d = c.head_dim;
+    const Index kv_width = cache.width();
+    const auto scale = static_cast<Scalar>(1.0 / std::sqrt(static_cast<double>(d)));
+    rope_.tables(positions, cos, sin);
+    RowMatrix<Scalar> x(m, width);
+    embed(tokens, x);
+    for (Index layer = 0; layer < c.num_hidden_layers; ++layer) {
+      const Index window = c.attention_window(layer);
+      act.x.swap(x);
+      x.resize(m, width);
+      layer_forward(weights_.layers[static_cast<std::size_t>(layer)], act, x, cos, sin,
+                    [&](detail::LayerActivations<Scalar>& a) {
+                            for (Index i = 0; i < chunks; ++i) {
+                              const Index s = sequences[static_cast<std::size_t>(i)];
+                              const Index begin = chunk_offsets[static_cast<std::size_t>(i)];
+                              const Index count = chunk_offsets[static_cast<std::size_t>(i) + 1] - begin;
+                              const Index at = cache.length(s) * kv_width;
+                              std::copy_n(a.k.data() + begin * kv_width, count * kv_width, cache.keys(layer, s) + at);
+                              std::copy_n(a.v.data() + begin * kv_width, count * kv_width, cache.values(layer, s) + at);
+                            }
+                            pool_->parallel_for(chunks * heads, [&](Index task) {
+                              const Index i = task / heads, h = task % heads, kv = h / group;
+                              const Index s = sequences[static_cast<std::size_t>(i)];
+                              const Index begin = chunk_offsets[static_cast<std::size_t>(i)];
+                              const Index count = chunk_offsets[static_cast<std::size_t>(i) + 1] - begin;
+                              thread_local std::vector<Scalar> buffer;
+                              detail::attention_forward_head<Scalar>(
+                                  {a.q.data() + begin * a.q.cols() + h * d, a.q.cols()},
+                                  {cache.keys(layer, s) + kv * d, kv_width}, {cache.values(layer, s) + kv * d, kv_width},
+                                  count, cache.length(s), d, scale,
+                                  {a.attn.data() + begin * a.attn.cols() + h * d, a.attn.cols()}, nullptr, 0, buffer,
+                                  window);
+                            });
+                          },
+                          packed != nullptr ? &packed->layers[static_cast<std::size_t>(layer)] : nullptr);
+    }
+    RowMatrix<Scalar> last(chunks, width);
+    for (Index i = 0; i < chunks; ++i) {
+      cache.advance(sequences[static_cast<std::size_t>(i)],
+                    chunk_offsets[static_cast<std::size_t>(i) + 1] - chunk_offsets[static_cast<std::size_t>(i)]);
+      last.row(i) = x.row(chunk_offsets[static_cast<std::size_t>(i) + 1] - 1);
+    }
+    return last;
+  }
+
+  /// Every linear weight of the layers and `head` (the LM head or the tied embedding, this
+  /// body's rows of it under tensor parallelism) packed for the float decode kernels at
+  /// `precision`, one matrix per task, into the recycler's spare memory when no cache holds it.
+  std::shared_ptr<const detail::PackedDecoderWeights> pack_weights(const RowMatrix<float>& head, DecodePrecision precision,
+                                                                   detail::PackedWeightsRecycler& recycler) const
+    requires std::same_as<Scalar, float>
+  {
+    auto packed = recycler.take();
+    const auto& layers = weights_.layers;
+    packed->layers.resize(layers.size());
+    std::vector<std::pair<const RowMatrix<float>*, cpu::PackedMatrix*>> jobs;
+    for (std::size_t l = 0; l < layers.size(); ++l) {
+      auto& out = packed->layers[l];
+      for (auto [weight, target] : {std::pair{&layers[l].q_proj, &out.q}, std::pair{&layers[l].k_proj, &out.k},
+                                    std::pair{&layers[l].v_proj, &out.v}, std::pair{&layers[l].o_proj, &out.o},
+                                    std::pair{&layers[l].gate_proj, &out.gate}, std::pair{&layers[l].up_proj, &out.up},
+                                    std::pair{&layers[l].down_proj, &out.down}}) {
+        jobs.emplace_back(&weight->value, target);
+      }
+    }
+    jobs.emplace_back(&head, &packed->head);
+    pool_->parallel_for(static_cast<Index>(jobs.size()), [&](Index j) {
+      detail::repack_linear(*jobs[static_cast<std::size_t>(j)].first, *jobs[static_cast<std::size_t>(j)].second,
+                            precision);
+    });
+    return packed;
+  }
+
   /// The final norm of selected rows of x.
   void final_norm(const Eigen::Ref<const RowMatrix<Scalar>>& x, RowMatrix<Scalar>& out) const {
     out.resize(x.rows(), x.cols());
@@ -304,6 +441,34 @@ class DecoderBody {
   [[nodiscard]] Index vocab_begin() const { return regions_ != nullptr ? regions_->vocab_begin() : 0; }
 
  private:
+  void check_weight_shapes() const {
+    VERL_CHECK_ARG(static_cast<Index>(weights_.layers.size()) == config_.num_hidden_layers,
+                   "weights: expected {} layers (num_hidden_layers), got {}", config_.num_hidden_layers,
+                   weights_.layers.size());
+    const Index h = config_.hidden_size, q = config_.num_attention_heads * config_.head_dim,
+                kv = config_.num_key_value_heads * config_.head_dim, inner = config_.intermediate_size;
+    auto expect = [](const ParameterTensor<Scalar>& t, std::vector<std::int64_t> shape) {
+      const auto values = static_cast<Index>(shape.size() == 2 ? shape[0] * shape[1] : shape[0]);
+      VERL_CHECK_ARG(t.shape == shape && t.value.size() == values,
+                     "weights: tensor '{}': expected shape [{}] with {} values (the config's), got [{}] with {}", t.name,
+                     fmt::join(shape, ", "), values, fmt::join(t.shape, ", "), t.value.size());
+    };
+    expect(weights_.embed_tokens, {config_.vocab_size, h});
+    expect(weights_.norm, {h});
+    for (const auto& layer : weights_.layers) {
+      expect(layer.q_proj, {q, h});
+      expect(layer.k_proj, {kv, h});
+      expect(layer.v_proj, {kv, h});
+      expect(layer.o_proj, {h, q});
+      expect(layer.gate_proj, {inner, h});
+      expect(layer.up_proj, {inner, h});
+      expect(layer.down_proj, {h, inner});
+      if (layer.q_bias.present()) expect(layer.q_bias, {q});
+      if (layer.k_bias.present()) expect(layer.k_bias, {kv});
+      if (layer.v_bias.present()) expect(layer.v_bias, {kv});
+    }
+  }
+
   /// RMSNorm over each head_dim slice of a (N, heads * D) projection (rows of D in memory).
   void head_norm_forward(const RowMatrix<Scalar>& raw, const RowMatrix<Scalar>& weight, RowMatrix<Scalar>& out,
                          Vector<Scalar>& inv_rms) const {

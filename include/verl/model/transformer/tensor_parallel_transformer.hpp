@@ -21,6 +21,13 @@
 // state_dict() visit this rank's shards (HF names, shard shapes); for_each_full_parameter,
 // full_state_dict() and gather_dense() gather the full tensors (collective) for export.
 // With one rank the model computes exactly what BasicTransformer does.
+//
+// Generation (the 3D-HybridEngine, tg dividing the training tp): lend_to_generation() regroups the
+// shards into a generation model over tg ranks by in-place all-gathers inside the plan's micro-DP
+// groups (the training buffers grow into the generation buffers: no second copy), and
+// take_back_from_generation() cuts them back. The model is also an IncrementalDecoder
+// (make_kv_cache, extend): KV-cache decoding with this rank's heads and KV cache, the
+// row-parallel sums, and the vocabulary-parallel logits gathered into whole rows for sampling.
 #pragma once
 
 #include <Eigen/Core>
@@ -28,6 +35,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstring>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -45,6 +53,7 @@
 #include "verl/model/causal_lm.hpp"
 #include "verl/model/hf_config.hpp"
 #include "verl/model/transformer/decoder.hpp"
+#include "verl/model/transformer/kv_cache.hpp"
 #include "verl/model/transformer/detail/parameter_module.hpp"
 #include "verl/model/transformer/tensor_parallel_regions.hpp"
 #include "verl/model/transformer/transformer.hpp"
@@ -157,6 +166,26 @@ struct TensorParallelPartition {
   }
 };
 
+/// The bytes of parameter buffers one rank holds, changed by every allocation, growth, shrink
+/// and release the 3D-HybridEngine's reshard makes, as it makes them; peak() is the most held at
+/// once. (Gradient buffers, optimizer moments, KV caches and packed decode copies are not
+/// parameter buffers and are not counted.)
+class ParameterMemoryMeter {
+ public:
+  /// Starts from `bytes` already held.
+  void start(std::int64_t bytes) { current_ = peak_ = bytes; }
+  /// A buffer went from `before` to `after` bytes.
+  void resized(std::int64_t before, std::int64_t after) {
+    current_ += after - before;
+    peak_ = std::max(peak_, current_);
+  }
+  [[nodiscard]] std::int64_t current() const { return current_; }
+  [[nodiscard]] std::int64_t peak() const { return peak_; }
+
+ private:
+  std::int64_t current_ = 0, peak_ = 0;
+};
+
 namespace detail {
 
 /// A shard as a block of the full tensor's storage (rank-1 tensors are stored as one row).
@@ -169,6 +198,31 @@ inline ShardBlock shard_block(const TensorParallelShard& shard, std::span<const 
   if (shard.replicated()) return {0, 0, rows, cols};
   if (full_shape.size() == 2 && shard.dim == 0) return {shard.offset, 0, shard.length, cols};
   return {0, shard.offset, rows, shard.length};
+}
+
+/// Transposes, in place, an (a, b) row-major matrix whose items are runs of `item` scalars into
+/// (b, a), following the permutation's cycles (scratch: one item and a bit per item).
+template <class Scalar>
+void transpose_items_in_place(Scalar* data, Index a, Index b, Index item) {
+  const Index n = a * b;
+  if (a <= 1 || b <= 1) return;
+  std::vector<bool> done(static_cast<std::size_t>(n), false);
+  std::vector<Scalar> carried(static_cast<std::size_t>(item)), swap(static_cast<std::size_t>(item));
+  // item p = (i, j) at i * b + j goes to (j, i) at j * a + i.
+  const auto target = [&](Index p) { return (p % b) * a + p / b; };
+  for (Index start = 0; start < n; ++start) {
+    if (done[static_cast<std::size_t>(start)]) continue;
+    std::copy_n(data + start * item, item, carried.data());
+    Index p = start;
+    do {
+      const Index q = target(p);
+      std::copy_n(data + q * item, item, swap.data());
+      std::copy_n(carried.data(), item, data + q * item);
+      carried.swap(swap);
+      done[static_cast<std::size_t>(p)] = true;
+      p = q;
+    } while (p != start);
+  }
 }
 
 /// The communicator of a tensor-parallel group, and the hook its DecoderBody calls.
@@ -236,6 +290,116 @@ class BasicTensorParallelTransformer
     });
   }
 
+  // ---- the 3D-HybridEngine: the generation layout (tp -> tg, tg dividing tp) -------------------
+
+  /// Lends this rank's training shards to a generation model of tg = generation_tp.size() ranks
+  /// (HybridFlow's 3D-HybridEngine, pg = 1): the t/tg ranks of `micro_dp` (the plan's micro-DP
+  /// group: training tp ranks g (t/tg) .. (g + 1)(t/tg) - 1 for generation tp rank g, ordered by
+  /// training tp rank) all-gather their shards into generation shards, and the generation model
+  /// runs TP-sharded over `generation_tp`. Each training buffer is grown in place into the
+  /// generation buffer (Eigen's conservativeResize of a row-major matrix over its rows: a
+  /// realloc), its own block moved to its slot, and the other members' blocks gathered into the
+  /// rest (all_gather_v_in_place): the training shard lives inside the generation buffer, no
+  /// second copy exists (zero redundancy). Column-split tensors (o_proj, down_proj, rank-1
+  /// biases) are gathered as blocks and transposed in place into rows. Replicated tensors (norms,
+  /// row-parallel biases) move over as they are; with fewer KV heads than ranks a KV head's copies
+  /// contribute once (only the first copy sends). `meter` counts every buffer change.
+  /// Until take_back_from_generation() this model holds no weights and refuses to compute.
+  /// Collective over micro_dp and generation_tp. `misplace_blocks` is a testing hook: k > 0
+  /// rotates the gathered blocks by k slots (a wrong shard assignment, which must be caught).
+  [[nodiscard]] BasicTensorParallelTransformer lend_to_generation(Comm& micro_dp, Comm generation_tp,
+                                                                  ParameterMemoryMeter& meter, int misplace_blocks = 0)
+    requires parallel::GathersInPlace<Comm>
+  {
+    require_weights("lend_to_generation");
+    const int kt = micro_dp.size(), tg = generation_tp.size(), j = micro_dp.rank(), g = generation_tp.rank();
+    VERL_CHECK_ARG(kt * tg == partition_.size,
+                   "lend_to_generation: generation tensor-parallel size {} times the micro-DP group's {} ranks: expected "
+                   "the training tensor-parallel size {} (tg must divide tp)",
+                   tg, kt, partition_.size);
+    VERL_CHECK_ARG(g * kt + j == partition_.rank,
+                   "lend_to_generation: training tp rank {} holds block {} of {}: the plan puts it at generation tp rank "
+                   "{} and micro-DP rank {} (micro-DP groups of consecutive training tp ranks), got generation tp rank {} "
+                   "and micro-DP rank {}",
+                   partition_.rank, partition_.rank, partition_.size, partition_.rank / kt, partition_.rank % kt, g, j);
+    const TensorParallelPartition generation = TensorParallelPartition::of(config_, tg, g);
+    std::int64_t held = 0;
+    for_each_tensor([&](const ParameterTensor<Scalar>& t) { held += bytes_of(t.value); });
+    meter.start(held);
+    DecoderWeights<Scalar> weights = body_.take_weights();
+    ParameterTensor<Scalar> head = std::exchange(lm_head_, ParameterTensor<Scalar>{});
+    lent_ = true;
+    auto grow = [&](ParameterTensor<Scalar>& t) { grow_into_generation(t, generation, micro_dp, meter, misplace_blocks); };
+    DecoderWeights<Scalar>::for_each(weights, grow);
+    if (head.present()) grow(head);
+    return BasicTensorParallelTransformer(AdoptWeights{}, config_, std::move(generation_tp), body_.options(),
+                                          std::move(weights), std::move(head), body_.shared_pool());
+  }
+
+  /// Takes this model's weights back from the generation model lend_to_generation() made: each
+  /// generation buffer is cut back in place to this rank's training block (the inverse moves,
+  /// then a shrinking realloc) and the generation model is left empty (dropped by the caller).
+  /// No communication. The training weights are bit for bit those lent.
+  void take_back_from_generation(BasicTensorParallelTransformer& generation, ParameterMemoryMeter& meter) {
+    VERL_CHECK_ARG(lent_, "take_back_from_generation: this model's weights are not lent");
+    generation.require_weights("take_back_from_generation (the generation model)");
+    VERL_CHECK_ARG(partition_.size % generation.partition_.size == 0,
+                   "take_back_from_generation: the generation model's tensor-parallel size {} does not divide this "
+                   "model's {}",
+                   generation.partition_.size, partition_.size);
+    DecoderWeights<Scalar> weights = generation.body_.take_weights();
+    ParameterTensor<Scalar> head = std::exchange(generation.lm_head_, ParameterTensor<Scalar>{});
+    generation.lent_ = true;
+    auto shrink = [&](ParameterTensor<Scalar>& t) { shrink_to_training(t, generation.partition_, meter); };
+    DecoderWeights<Scalar>::for_each(weights, shrink);
+    if (head.present()) shrink(head);
+    body_.restore_weights(std::move(weights));
+    lm_head_ = std::move(head);
+    lent_ = false;
+  }
+
+  /// True while the weights are lent to a generation model.
+  [[nodiscard]] bool lent() const { return lent_; }
+
+  // ---- incremental decoding (rollout), TP-sharded ---------------------------------------------
+
+  /// The precision of the weights the next KV caches pack (as BasicTransformer's).
+  [[nodiscard]] DecodePrecision decode_precision() const { return decode_precision_; }
+  void set_decode_precision(DecodePrecision precision) { decode_precision_ = precision; }
+
+  /// A cache of this rank's key/value heads for sequences of the given capacities; a float model
+  /// packs its linear shards into it, as BasicTransformer does.
+  [[nodiscard]] KvCache<Scalar> make_kv_cache(std::span<const Index> capacities) const {
+    const auto& c = body_.config();
+    KvCache<Scalar> cache(c.num_hidden_layers, c.num_key_value_heads * c.head_dim, capacities);
+    if constexpr (std::same_as<Scalar, float>) {
+      cache.set_packed_weights(body_.pack_weights(head_weight(), decode_precision_, *packed_recycler_));
+    }
+    return cache;
+  }
+
+  /// BasicTransformer::extend over the shards, collective: every rank of the group passes the same
+  /// chunks. Attention runs over this rank's heads and KV cache, o_proj and down_proj sum their
+  /// partial products over the ranks, and the vocabulary-parallel head's logits rows are gathered
+  /// (all_gather_v of each rank's columns), so that every rank samples from the whole row, as the
+  /// dense model does: the same seed gives the same tokens (the logits differ from the dense
+  /// model's only by the summation order of the row-parallel products).
+  RowMatrix<Scalar> extend(KvCache<Scalar>& cache, std::span<const Index> sequences, std::span<const TokenId> tokens,
+                           std::span<const std::int64_t> chunk_offsets, std::span<const std::int64_t> positions) {
+    require_weights("extend");
+    require_same_batch_tokens(tokens);
+    const detail::PackedDecoderWeights* packed = nullptr;
+    if constexpr (std::same_as<Scalar, float>) packed = cache.packed_weights();
+    const RowMatrix<Scalar> last = body_.extend_layers(cache, sequences, tokens, chunk_offsets, positions,
+                                                       decode_activations_, decode_cos_, decode_sin_, packed);
+    RowMatrix<Scalar> normed;
+    body_.final_norm(last, normed);
+    RowMatrix<Scalar> local(normed.rows(), head_weight().rows());
+    detail::linear_forward<Scalar>(body_.pool(), normed, head_weight(), nullptr, local,
+                                   packed != nullptr ? &packed->head : nullptr);
+    return gather_vocabulary(local);
+  }
+
   [[nodiscard]] const HfModelConfig& config() const { return config_; }
   [[nodiscard]] Index vocab_size() const { return config_.vocab_size; }
   [[nodiscard]] Index context_length() const { return config_.max_position_embeddings; }
@@ -254,6 +418,7 @@ class BasicTensorParallelTransformer
   CausalLMOutput<Scalar> forward(const TokenBatch& batch, const ForwardOptions& options) {
     VERL_CHECK_ARG(std::isfinite(options.temperature) && options.temperature > 0,
                    "temperature: expected a finite value > 0, got {}", options.temperature);
+    require_weights("forward");
     require_same_batch(batch);
     std::vector<TokenId> targets;
     if (!options.targets.empty()) {
@@ -532,6 +697,170 @@ class BasicTensorParallelTransformer
   }
 
  private:
+  struct AdoptWeights {};
+  /// A model over weights that already hold this rank's shards (no parameter buffer allocated).
+  BasicTensorParallelTransformer(AdoptWeights, HfModelConfig config, Comm tp, const TransformerOptions& options,
+                                 DecoderWeights<Scalar> weights, ParameterTensor<Scalar> head,
+                                 std::shared_ptr<cpu::ThreadPool> pool)
+      : config_(std::move(config)),
+        partition_(TensorParallelPartition::of(config_, tp.size(), tp.rank())),
+        body_(partition_.local_config(config_), options, std::move(weights), std::move(pool)),
+        group_(std::make_unique<detail::TensorParallelGroup<Scalar, Comm>>(std::move(tp), partition_)),
+        lm_head_(std::move(head)) {
+    body_.set_tensor_parallel(group_.get());
+    VERL_CHECK_ARG(config_.tie_word_embeddings != lm_head_.present(),
+                   "lm_head.weight: expected {} (tie_word_embeddings = {})", config_.tie_word_embeddings ? "none" : "one",
+                   config_.tie_word_embeddings);
+    if (lm_head_.present()) {
+      VERL_CHECK_ARG(lm_head_.value.rows() == partition_.vocab_rows(partition_.rank) &&
+                         lm_head_.value.cols() == config_.hidden_size,
+                     "lm_head.weight: expected this rank's ({}, {}) rows, got ({}, {})",
+                     partition_.vocab_rows(partition_.rank), config_.hidden_size, lm_head_.value.rows(),
+                     lm_head_.value.cols());
+    }
+  }
+
+  void require_weights(std::string_view call) const {
+    VERL_CHECK_ARG(!lent_,
+                   "{}: this model's weights are lent to a generation model (call take_back_from_generation first)",
+                   call);
+  }
+
+  static std::int64_t bytes_of(const RowMatrix<Scalar>& m) {
+    return static_cast<std::int64_t>(m.size()) * static_cast<std::int64_t>(sizeof(Scalar));
+  }
+  /// Resizes `m` to (rows, cols) keeping its leading rows * cols values: in place when only the
+  /// number of rows changes (a realloc of the row-major storage), counted by `meter`.
+  static void regrow(RowMatrix<Scalar>& m, Index rows, Index cols, ParameterMemoryMeter& meter) {
+    const std::int64_t before = bytes_of(m);
+    if (m.cols() != cols) {
+      VERL_CHECK_ARG(m.size() % cols == 0, "reshard: cannot view {} values as rows of {}", m.size(), cols);
+      m.resize(m.size() / cols, cols);  // same size: a new shape over the same storage
+    }
+    m.conservativeResize(rows, cols);
+    meter.resized(before, bytes_of(m));
+  }
+
+  /// The members of a micro-DP group whose training blocks of `name` tile generation rank g's
+  /// block: one per distinct block (the first copy of a replicated KV head), in tp order.
+  struct Contribution {
+    int member = 0;
+    TensorParallelShard shard;
+  };
+  std::vector<Contribution> contributions(std::string_view name, int g, int kt, const TensorParallelShard& target) const {
+    std::vector<Contribution> out;
+    for (int m = 0; m < kt; ++m) {
+      const TensorParallelShard shard = partition_.shard(name, g * kt + m);
+      if (!out.empty() && out.back().shard.offset == shard.offset && out.back().shard.length == shard.length) continue;
+      out.push_back({m, shard});
+    }
+    Index at = target.offset;
+    for (const auto& c : out) {
+      VERL_CHECK_ARG(c.shard.dim == target.dim && c.shard.offset == at,
+                     "reshard: tensor '{}': the micro-DP group's training blocks do not tile generation block [{}, {}) "
+                     "along dim {}: member {} holds [{}, {}) where [{}, ...) was expected",
+                     name, target.offset, target.offset + target.length, target.dim, c.member, c.shard.offset,
+                     c.shard.offset + c.shard.length, at);
+      at += c.shard.length;
+    }
+    VERL_CHECK_ARG(at == target.offset + target.length,
+                   "reshard: tensor '{}': the micro-DP group's training blocks end at {}, the generation block at {}", name,
+                   at, target.offset + target.length);
+    return out;
+  }
+
+  /// One tensor: training shard -> generation shard, in place (see lend_to_generation).
+  void grow_into_generation(ParameterTensor<Scalar>& t, const TensorParallelPartition& generation, Comm& micro_dp,
+                            ParameterMemoryMeter& meter, int misplace_blocks) const {
+    const TensorParallelShard own = shard_of(t.name);
+    if (own.replicated()) return;
+    const int kt = micro_dp.size(), j = micro_dp.rank();
+    const TensorParallelShard target = generation.shard(t.name, generation.rank);
+    const std::vector<Contribution> parts = contributions(t.name, generation.rank, kt, target);
+    if (parts.size() == 1) return;  // this rank's block is already the generation block
+    // Storage: rank-1 tensors are one row (their torch dim 0 is a column split), matrices split by
+    // dim 0 are row blocks, by dim 1 column blocks.
+    const bool by_rows = t.shape.size() == 2 && own.dim == 0;
+    const Index rows = t.value.rows(), cols = t.value.cols();
+    const Index item = by_rows ? cols : own.length;  // a column block's row piece
+    std::vector<std::int64_t> counts(static_cast<std::size_t>(kt), 0);
+    Index slot = -1, offset = 0;
+    for (const auto& c : parts) {
+      VERL_CHECK_ARG(by_rows || c.shard.length == own.length,
+                     "reshard: tensor '{}': column blocks of unequal widths ({} and {}) are not gathered in place",
+                     t.name, c.shard.length, own.length);
+      if (c.member == j) slot = offset;
+      const Index values = by_rows ? c.shard.length * cols : rows * c.shard.length;
+      counts[static_cast<std::size_t>(c.member)] = values;
+      offset += values;
+    }
+    const Index own_values = t.value.size();
+    // Grow: the training block stays at the start of the storage, the rest is new.
+    regrow(t.value, by_rows ? target.length : rows * static_cast<Index>(parts.size()), by_rows ? cols : own.length,
+           meter);
+    // Its own block to its slot (a copy that does not contribute is overwritten by the first copy's).
+    if (slot > 0) std::memmove(t.value.data() + slot, t.value.data(), static_cast<std::size_t>(own_values) * sizeof(Scalar));
+    micro_dp.all_gather_v_in_place(std::span<Scalar>(t.value.data(), static_cast<std::size_t>(t.value.size())),
+                                   std::span<const std::int64_t>(counts));
+    if (misplace_blocks % static_cast<int>(parts.size()) != 0) {
+      const Index block = by_rows ? parts.front().shard.length * cols : rows * own.length;
+      VERL_CHECK_ARG(block * static_cast<Index>(parts.size()) == t.value.size(),
+                     "reshard: misplace_blocks = {} needs blocks of equal sizes ('{}')", misplace_blocks, t.name);
+      std::rotate(t.value.data(), t.value.data() + block * (misplace_blocks % static_cast<Index>(parts.size())),
+                  t.value.data() + t.value.size());
+    }
+    if (!by_rows) {
+      // (blocks, rows, width) -> (rows, blocks, width): each row's pieces side by side.
+      detail::transpose_items_in_place(t.value.data(), static_cast<Index>(parts.size()), rows, item);
+      t.value.resize(rows, item * static_cast<Index>(parts.size()));  // same size: no allocation
+    }
+    t.shape[static_cast<std::size_t>(own.dim)] = target.length;
+  }
+
+  /// One tensor: generation shard -> this rank's training shard, in place.
+  void shrink_to_training(ParameterTensor<Scalar>& t, const TensorParallelPartition& generation,
+                          ParameterMemoryMeter& meter) const {
+    const TensorParallelShard own = shard_of(t.name);
+    if (own.replicated()) return;
+    const TensorParallelShard held = generation.shard(t.name, generation.rank);
+    VERL_CHECK_ARG(held.dim == own.dim && held.offset <= own.offset && own.offset + own.length <= held.offset + held.length,
+                   "reshard: tensor '{}': the generation block [{}, {}) does not hold this rank's training block [{}, {})",
+                   t.name, held.offset, held.offset + held.length, own.offset, own.offset + own.length);
+    if (held.length == own.length) return;
+    const bool by_rows = t.shape.size() == 2 && own.dim == 0;
+    const Index rows = t.value.rows();
+    if (by_rows) {
+      const Index cols = t.value.cols(), first = (own.offset - held.offset) * cols;
+      std::memmove(t.value.data(), t.value.data() + first, static_cast<std::size_t>(own.length * cols) * sizeof(Scalar));
+      regrow(t.value, own.length, cols, meter);
+    } else {
+      const Index blocks = held.length / own.length, width = own.length;
+      VERL_CHECK_ARG(blocks * width == held.length && (own.offset - held.offset) % width == 0,
+                     "reshard: tensor '{}': the generation block [{}, {}) is not whole blocks of {}", t.name, held.offset,
+                     held.offset + held.length, width);
+      detail::transpose_items_in_place(t.value.data(), rows, blocks, width);  // -> (blocks, rows, width)
+      const Index first = (own.offset - held.offset) / width * rows * width;
+      std::memmove(t.value.data(), t.value.data() + first, static_cast<std::size_t>(rows * width) * sizeof(Scalar));
+      regrow(t.value, rows, width, meter);
+    }
+    t.shape[static_cast<std::size_t>(own.dim)] = own.length;
+  }
+
+  /// require_same_batch for decode chunks.
+  void require_same_batch_tokens(std::span<const TokenId> tokens) {
+    if (partition_.size == 1) return;
+    std::uint64_t hash = 0;
+    for (const TokenId id : tokens) hash = hash * 1099511628211ull + static_cast<std::uint64_t>(id);
+    const auto checksum = static_cast<std::int64_t>(hash >> 2);
+    const auto n = static_cast<std::int64_t>(tokens.size());
+    std::array<std::int64_t, 4> bounds{n, -n, checksum, -checksum};
+    group_->communicator().all_reduce(std::span<std::int64_t>(bounds), parallel::ReduceOp::max);
+    VERL_CHECK_ARG(bounds[0] == -bounds[1] && bounds[2] == -bounds[3],
+                   "tokens: expected the same decode tokens on every tensor-parallel rank, got between {} and {} tokens "
+                   "(or different token ids)",
+                   -bounds[1], bounds[0]);
+  }
+
   /// This rank's (V / size, H) rows of the output projection.
   [[nodiscard]] const RowMatrix<Scalar>& head_weight() const {
     return lm_head_.present() ? lm_head_.value : body_.weights().embed_tokens.value;
@@ -668,6 +997,13 @@ class BasicTensorParallelTransformer
   // On the heap: the body keeps a pointer to it, which must survive moves of the model.
   std::unique_ptr<detail::TensorParallelGroup<Scalar, Comm>> group_;
   ParameterTensor<Scalar> lm_head_;
+  bool lent_ = false;  ///< the weights are a generation model's (lend_to_generation)
+
+  // Scratch of the KV-cache path.
+  DecodePrecision decode_precision_ = body_.options().decode_precision;
+  std::shared_ptr<detail::PackedWeightsRecycler> packed_recycler_ = std::make_shared<detail::PackedWeightsRecycler>();
+  detail::LayerActivations<Scalar> decode_activations_;
+  RowMatrix<Scalar> decode_cos_, decode_sin_;
 
   // The last forward pass, for backward.
   bool saved_ = false;

@@ -315,76 +315,10 @@ class BasicTransformer : public detail::ParameterModule<BasicTransformer<Scalar>
   /// one call with whole prompts; a decode step one call with one token per sequence.
   RowMatrix<Scalar> extend(KvCache<Scalar>& cache, std::span<const Index> sequences, std::span<const TokenId> tokens,
                            std::span<const std::int64_t> chunk_offsets, std::span<const std::int64_t> positions) {
-    const auto& c = body_.config();
-    const auto chunks = static_cast<Index>(sequences.size());
-    VERL_CHECK_ARG(chunk_offsets.size() == sequences.size() + 1 && chunk_offsets.front() == 0 &&
-                       chunk_offsets.back() == static_cast<std::int64_t>(tokens.size()),
-                   "chunk_offsets: expected {} values from 0 to {} (the number of tokens), got {}", chunks + 1,
-                   tokens.size(), chunk_offsets.size());
-    verl::detail::require_length("positions", static_cast<Index>(positions.size()), static_cast<Index>(tokens.size()));
-    VERL_CHECK_ARG(cache.num_layers() == c.num_hidden_layers && cache.width() == c.num_key_value_heads * c.head_dim,
-                   "cache: expected {} layers of width {} (made by this model's make_kv_cache), got {} of width {}",
-                   c.num_hidden_layers, c.num_key_value_heads * c.head_dim, cache.num_layers(), cache.width());
-    body_.require_tokens(tokens, "tokens");
-    std::set<Index> distinct;
-    for (Index i = 0; i < chunks; ++i) {
-      const Index s = sequences[static_cast<std::size_t>(i)];
-      const Index count = chunk_offsets[static_cast<std::size_t>(i) + 1] - chunk_offsets[static_cast<std::size_t>(i)];
-      VERL_CHECK_ARG(count > 0, "chunk_offsets: expected a non-empty chunk for sequence {}, got {} tokens", s, count);
-      VERL_CHECK_ARG(distinct.insert(s).second, "sequences: sequence {} is listed twice", s);
-      VERL_CHECK_ARG(cache.length(s) + count <= cache.capacity(s),
-                     "tokens: sequence {} holds {} of {} cached tokens, cannot add {}", s, cache.length(s),
-                     cache.capacity(s), count);
-    }
-    for (std::size_t t = 0; t < positions.size(); ++t) {
-      VERL_CHECK_ARG(positions[t] >= 0, "positions: expected values >= 0, got {} at {}", positions[t], t);
-    }
-    const Index m = static_cast<Index>(tokens.size()), width = c.hidden_size;
-    const Index heads = c.num_attention_heads, group = heads / c.num_key_value_heads, d = c.head_dim;
-    const Index kv_width = cache.width();
-    const auto scale = static_cast<Scalar>(1.0 / std::sqrt(static_cast<double>(d)));
-    auto& act = decode_activations_;
     const detail::PackedDecoderWeights* packed = nullptr;
     if constexpr (std::same_as<Scalar, float>) packed = cache.packed_weights();
-    body_.rope().tables(positions, decode_cos_, decode_sin_);
-    RowMatrix<Scalar> x(m, width);
-    body_.embed(tokens, x);
-    for (Index layer = 0; layer < c.num_hidden_layers; ++layer) {
-      const Index window = c.attention_window(layer);
-      act.x.swap(x);
-      x.resize(m, width);
-      body_.layer_forward(body_.weights().layers[static_cast<std::size_t>(layer)], act, x, decode_cos_, decode_sin_,
-                          [&](detail::LayerActivations<Scalar>& a) {
-                            for (Index i = 0; i < chunks; ++i) {
-                              const Index s = sequences[static_cast<std::size_t>(i)];
-                              const Index begin = chunk_offsets[static_cast<std::size_t>(i)];
-                              const Index count = chunk_offsets[static_cast<std::size_t>(i) + 1] - begin;
-                              const Index at = cache.length(s) * kv_width;
-                              std::copy_n(a.k.data() + begin * kv_width, count * kv_width, cache.keys(layer, s) + at);
-                              std::copy_n(a.v.data() + begin * kv_width, count * kv_width, cache.values(layer, s) + at);
-                            }
-                            body_.pool().parallel_for(chunks * heads, [&](Index task) {
-                              const Index i = task / heads, h = task % heads, kv = h / group;
-                              const Index s = sequences[static_cast<std::size_t>(i)];
-                              const Index begin = chunk_offsets[static_cast<std::size_t>(i)];
-                              const Index count = chunk_offsets[static_cast<std::size_t>(i) + 1] - begin;
-                              thread_local std::vector<Scalar> buffer;
-                              detail::attention_forward_head<Scalar>(
-                                  {a.q.data() + begin * a.q.cols() + h * d, a.q.cols()},
-                                  {cache.keys(layer, s) + kv * d, kv_width}, {cache.values(layer, s) + kv * d, kv_width},
-                                  count, cache.length(s), d, scale,
-                                  {a.attn.data() + begin * a.attn.cols() + h * d, a.attn.cols()}, nullptr, 0, buffer,
-                                  window);
-                            });
-                          },
-                          packed != nullptr ? &packed->layers[static_cast<std::size_t>(layer)] : nullptr);
-    }
-    RowMatrix<Scalar> last(chunks, width);
-    for (Index i = 0; i < chunks; ++i) {
-      cache.advance(sequences[static_cast<std::size_t>(i)],
-                    chunk_offsets[static_cast<std::size_t>(i) + 1] - chunk_offsets[static_cast<std::size_t>(i)]);
-      last.row(i) = x.row(chunk_offsets[static_cast<std::size_t>(i) + 1] - 1);
-    }
+    const RowMatrix<Scalar> last = body_.extend_layers(cache, sequences, tokens, chunk_offsets, positions,
+                                                       decode_activations_, decode_cos_, decode_sin_, packed);
     RowMatrix<Scalar> normed;
     body_.final_norm(last, normed);
     RowMatrix<Scalar> logits;
@@ -421,25 +355,7 @@ class BasicTransformer : public detail::ParameterModule<BasicTransformer<Scalar>
   /// Every linear weight packed for the float kernels (in parallel, one matrix per task), into the
   /// memory of the last cache's packing when no cache holds it any more.
   std::shared_ptr<const detail::PackedDecoderWeights> pack_weights() const {
-    auto packed = packed_recycler_->take();
-    const auto& layers = body_.weights().layers;
-    packed->layers.resize(layers.size());
-    std::vector<std::pair<const RowMatrix<float>*, cpu::PackedMatrix*>> jobs;
-    for (std::size_t l = 0; l < layers.size(); ++l) {
-      auto& out = packed->layers[l];
-      for (auto [weight, target] : {std::pair{&layers[l].q_proj, &out.q}, std::pair{&layers[l].k_proj, &out.k},
-                                    std::pair{&layers[l].v_proj, &out.v}, std::pair{&layers[l].o_proj, &out.o},
-                                    std::pair{&layers[l].gate_proj, &out.gate}, std::pair{&layers[l].up_proj, &out.up},
-                                    std::pair{&layers[l].down_proj, &out.down}}) {
-        jobs.emplace_back(&weight->value, target);
-      }
-    }
-    jobs.emplace_back(&head_weight(), &packed->head);
-    body_.pool().parallel_for(static_cast<Index>(jobs.size()), [&](Index j) {
-      detail::repack_linear(*jobs[static_cast<std::size_t>(j)].first, *jobs[static_cast<std::size_t>(j)].second,
-                            decode_precision_);
-    });
-    return packed;
+    return body_.pack_weights(head_weight(), decode_precision_, *packed_recycler_);
   }
 
   DecoderBody<Scalar> body_;

@@ -165,6 +165,11 @@ struct RolloutConfig {
   /// The precision the rollout decodes with: float32 (verl-cpp's default: the weights as
   /// trained) or bfloat16 (verl's default: the weights rounded, as its inference engines run).
   std::string dtype = "float32";
+  /// The generation layout's TP size tg (the 3D-HybridEngine's generation mesh (pg = 1, tg,
+  /// dg = ranks / tg)). Acts with actor.strategy=megatron, where it must divide the training
+  /// actor.megatron.tensor_model_parallel_size; with fsdp every rank generates with the whole
+  /// model (tg = 1) and only 1 or verl's default 2 are accepted.
+  std::int64_t tensor_model_parallel_size = 2;
   /// Whether the rollout's own log-probs are compared with the actor's (verl's
   /// training/rollout_probs_diff_* metrics); rollout correction needs them too.
   bool calculate_log_probs = true;
@@ -441,7 +446,7 @@ VERL_CONFIG_FIELDS(RefConfig, log_prob_micro_batch_size, log_prob_micro_batch_si
 VERL_CONFIG_FIELDS(ValidationSamplingConfig, top_k, top_p, temperature, n, do_sample)
 VERL_CONFIG_FIELDS(RolloutConfig, name, temperature, top_k, top_p, prompt_length, response_length, do_sample, n,
                    ignore_eos, log_prob_micro_batch_size, log_prob_micro_batch_size_per_gpu, log_prob_use_dynamic_bsz,
-                   dtype, calculate_log_probs, val_kwargs, nnodes, n_gpus_per_node)
+                   dtype, tensor_model_parallel_size, calculate_log_probs, val_kwargs, nnodes, n_gpus_per_node)
 VERL_CONFIG_FIELDS(ActorRolloutRefConfig, model, actor, ref, rollout, hybrid_engine, nccl_timeout)
 VERL_CONFIG_FIELDS(CriticModelSection, path, tokenizer_path)
 VERL_CONFIG_FIELDS(CriticConfig, optim, model, enable, ppo_mini_batch_size, ppo_micro_batch_size,

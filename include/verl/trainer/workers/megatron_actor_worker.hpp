@@ -28,6 +28,24 @@
 //     (peak M, zero redundancy); this worker keeps its shard beside the dense copy (the shard's
 //     bytes are redundant during generation). Per-tensor staging buffers of the gather (at most two
 //     copies of the largest tensor) are not included.
+//
+// Generation with tg > 1 (actor_rollout_ref.rollout.tensor_model_parallel_size dividing tp): the
+// generation mesh (pg = 1, tg, dg = ranks / tg) of parallel::ReshardPlan<HybridFlow>. Each step
+// every rank lends its training shards to a generation model (TensorParallelTransformer::
+// lend_to_generation): its buffers grow in place into generation shards, filled by in-place
+// all-gathers inside the plan's micro-DP group (t / tg consecutive training TP ranks), so that the
+// training shard lives inside the generation buffer (zero redundancy). Each generation group of tg
+// ranks decodes its contiguous share (1 / (t / tg)) of its training DP group's prompts with the KV
+// cache, TP-sharded (the logits row gathered for sampling: the dense model's tokens for the same
+// seeds); the weights are then cut back to the training shards and the generation model dropped,
+// and the parts are all-gathered over the micro-DP group so that tp rank 0 returns its DP group's
+// whole chunk. perf/reshard_bytes_received is the micro-DP communicator's count during the lend;
+// perf/peak_param_bytes the ParameterMemoryMeter's peak (every buffer change counted as made).
+// Against the plan: received = comm_bytes_per_rank - (1/tg - 1/t) (R + K) and peak =
+// peak_param_bytes_per_rank + (1 - 1/tg) R, where R are the replicated tensors (held whole, not
+// gathered) and K the KV tensors when the training TP copies KV heads (their training block is
+// already their generation block); redundancy 0. Not counted: the packed decode copy of the
+// weights the KV cache carries (as the dense engine's) and the KV cache itself.
 // The reference policy is a TP copy over its own TP communicator.
 #pragma once
 
@@ -58,7 +76,10 @@
 #include "verl/optim/adamw.hpp"
 #include "verl/optim/lr_scheduler.hpp"
 #include "verl/parallel/counting_communicator.hpp"
+#include "verl/parallel/mesh.hpp"
 #include "verl/parallel/mpi_communicator.hpp"
+#include "verl/parallel/reshard_plan.hpp"
+#include "verl/rollout/kv_cache_rollout.hpp"
 #include "verl/rollout/sampling.hpp"
 #include "verl/trainer/components_from_config.hpp"
 #include "verl/trainer/config.hpp"
@@ -80,6 +101,8 @@ class MegatronActorRolloutRefWorker {
                      THE_MEGATRON_WORKER_SHARDS_THE_REFERENCE_TRANSFORMER_ITS_MODELS_MUST_BUILD_A_MODEL_TRANSFORMER);
   using Communicator = parallel::CountingCommunicator<parallel::MpiCommunicator>;
   using Policy = model::TensorParallelTransformer<Communicator>;
+  // TP-sharded generation decodes with the KV cache (not the recomputing fallback).
+  static_assert(rollout::check_incremental_decoder<Policy>());
   static constexpr std::string_view name = "MegatronActorRolloutRefWorker";
 
   explicit MegatronActorRolloutRefWorker(hybridflow::WorkerContext& context) : context_(&context) {}
@@ -123,11 +146,32 @@ class MegatronActorRolloutRefWorker {
     // coordinate), then one TP group per model (each model owns its communicator).
     dp_.emplace(group.split(tp_rank_, dp_rank_));
     Dense dense = Models::actor(config_);
+    check_tensor_parallel_fits(config_, dense.config());
     facts_ = dense_facts(dense);
     std::optional<Dense> dense_reference;
     if (algorithm_.needs_reference()) dense_reference.emplace(Models::reference(config_, dense));
     actor_.emplace(dense, Communicator(group.split(dp_rank_, tp_rank_)));
     if (dense_reference) reference_.emplace(*dense_reference, Communicator(group.split(dp_rank_, tp_rank_)));
+    // The generation layout (tg > 1): the plan's micro-DP groups and generation TP groups.
+    tp_size_ = tp;
+    tg_ = static_cast<int>(config_.actor_rollout_ref.rollout.tensor_model_parallel_size);
+    if (tg_ > 1) {
+      VERL_CHECK_ARG(tp % tg_ == 0,
+                     "actor_rollout_ref.rollout.tensor_model_parallel_size: expected a divisor of "
+                     "actor_rollout_ref.actor.megatron.tensor_model_parallel_size = {}, got {}",
+                     tp, tg_);
+      using DynamicMesh = parallel::Mesh<parallel::TP<>, parallel::DP<>, parallel::PP<>>;
+      const auto plan = parallel::make_reshard_plan(DynamicMesh(tp, dp_size_, 1), DynamicMesh(tg_, context_->world_size / tg_, 1));
+      const std::int64_t rank = context_->rank;
+      VERL_CHECK_ARG(plan.geometry().train_coords(rank) == (parallel::ParallelCoords{tp_rank_, 0, dp_rank_}),
+                     "{}: rank {} is at tp={} dp={} in the group's mesh, the plan's training mesh puts it elsewhere", name,
+                     rank, tp_rank_, dp_rank_);
+      const parallel::ParallelCoords gen = plan.generation_coords(rank);
+      micro_dp_.emplace(group.split(static_cast<int>(plan.gather_group_index(rank)),
+                                    static_cast<int>(*plan.micro_dp_group(rank).index_of(rank))));
+      generation_color_ = static_cast<int>(gen.dp);
+      generation_key_ = static_cast<int>(gen.tp);
+    }
     optimizer_.emplace(adamw_config(config_.actor_rollout_ref.actor.optim));
     scheduler_.emplace(lr_scheduler(config_.actor_rollout_ref.actor.optim, total_training_steps));
     precision_ = cpu::parse_decode_precision(config_.actor_rollout_ref.rollout.dtype, "actor_rollout_ref.rollout.dtype");
@@ -147,6 +191,7 @@ class MegatronActorRolloutRefWorker {
     const rollout::SamplingParams params = sampling_params_from_json(prompts.meta_info().at("sampling_params"));
     rollout::PromptBatch batch{int_column(prompts, keys::input_ids), float_column(prompts, keys::attention_mask), {}};
     for (const std::int64_t bits : prompts.non_tensor<std::int64_t>(keys::seed)) batch.seeds.push_back(static_cast<std::uint64_t>(bits));
+    if (tg_ > 1) return generate_sharded(actor, std::move(batch), params);
 
     const auto start = std::chrono::steady_clock::now();
     actor.communicator().reset_counts();
@@ -162,17 +207,7 @@ class MegatronActorRolloutRefWorker {
     }();
     dense.reset();  // the generation copy is dropped: back to the training layout
 
-    data::DataProto result;
-    result.set(std::string(keys::responses), std::move(out.responses));
-    result.set(std::string(keys::response_mask), std::move(out.response_mask));
-    result.set(std::string(keys::rollout_log_probs), std::move(out.rollout_log_probs));
-    result.set(std::string(keys::input_ids), std::move(out.input_ids));
-    result.set(std::string(keys::attention_mask), std::move(out.attention_mask));
-    result.set(std::string(keys::position_ids), std::move(out.position_ids));
-    result.meta_info()["metrics"] = {{"timing_s/reshard", reshard_s},
-                                     {"perf/reshard_bytes_received", received},
-                                     {"perf/peak_param_bytes", peak}};
-    return result;
+    return rollout_result(std::move(out), reshard_s, received, peak);
   }
 
   /// verl's compute_log_prob (old_log_probs, entropys, sum_pi_squared when asked), on the shards.
@@ -322,6 +357,80 @@ class MegatronActorRolloutRefWorker {
   void set_misplaced_reshard_for_testing(int k) { misplace_blocks_ = k; }
 
  private:
+  static data::DataProto rollout_result(rollout::RolloutOutput out, double reshard_s, std::int64_t received,
+                                        std::int64_t peak) {
+    data::DataProto result;
+    result.set(std::string(keys::responses), std::move(out.responses));
+    result.set(std::string(keys::response_mask), std::move(out.response_mask));
+    result.set(std::string(keys::rollout_log_probs), std::move(out.rollout_log_probs));
+    result.set(std::string(keys::input_ids), std::move(out.input_ids));
+    result.set(std::string(keys::attention_mask), std::move(out.attention_mask));
+    result.set(std::string(keys::position_ids), std::move(out.position_ids));
+    result.meta_info()["metrics"] = {{"timing_s/reshard", reshard_s},
+                                     {"perf/reshard_bytes_received", received},
+                                     {"perf/peak_param_bytes", peak}};
+    return result;
+  }
+
+  /// generate_sequences with tg > 1 (see the file's comment): lend, decode this generation
+  /// group's share, take back, gather the shares over the micro-DP group.
+  data::DataProto generate_sharded(Policy& actor, rollout::PromptBatch batch, const rollout::SamplingParams& params) {
+    const Index rows = batch.size(), width = batch.input_ids.cols();
+    // Seeds by the prompt's index in the chunk, so that a share draws what the whole chunk would.
+    if (batch.seeds.empty()) {
+      for (Index b = 0; b < rows; ++b) batch.seeds.push_back(rollout::derive_seed(params.seed, static_cast<std::uint64_t>(b)));
+    }
+    const auto start = std::chrono::steady_clock::now();
+    micro_dp_->reset_counts();
+    model::ParameterMemoryMeter meter;
+    std::optional<Policy> generation(actor.lend_to_generation(
+        *micro_dp_, Communicator(context_->group->split(generation_color_, generation_key_)), meter, misplace_blocks_));
+    const std::int64_t received = micro_dp_->received_bytes();
+    const double reshard_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (precision_ != cpu::DecodePrecision::float32) generation->set_decode_precision(precision_);
+
+    // This generation group's contiguous share of the chunk: part m of the micro-DP group's kt.
+    const int kt = micro_dp_->size(), m = micro_dp_->rank();
+    const auto share = [&](int part) { return rows * part / kt; };
+    const Index begin = share(m), count = share(m + 1) - begin, n = params.n, response = params.max_response_length;
+    rollout::RolloutOutput part;
+    if (count > 0) {
+      rollout::PromptBatch mine{batch.input_ids.middleRows(begin, count), batch.attention_mask.middleRows(begin, count),
+                                std::vector<std::uint64_t>(batch.seeds.begin() + begin, batch.seeds.begin() + begin + count)};
+      auto engine = make_rollout_engine(*generation);
+      part = engine.generate(mine, params);
+    } else {
+      part.responses.resize(0, response);
+      part.response_mask.resize(0, response);
+      part.rollout_log_probs.resize(0, response);
+      part.input_ids.resize(0, width + response);
+      part.attention_mask.resize(0, width + response);
+      part.position_ids.resize(0, width + response);
+    }
+    actor.take_back_from_generation(*generation, meter);
+    generation.reset();  // the generation copy is dropped: back to the training layout
+
+    // Every rank of the micro-DP group holds one share (the micro-DP group meets every generation
+    // group of the training DP group once): gather them in chunk order.
+    rollout::RolloutOutput out;
+    const auto gather = [&]<class T>(const RowMatrix<T>& mine, RowMatrix<T>& whole) {
+      const Index cols = mine.cols();
+      std::vector<std::int64_t> counts(static_cast<std::size_t>(kt));
+      for (int p = 0; p < kt; ++p) counts[static_cast<std::size_t>(p)] = (share(p + 1) - share(p)) * n * cols;
+      whole.resize(rows * n, cols);
+      micro_dp_->all_gather_v(std::span<const T>(mine.data(), static_cast<std::size_t>(mine.size())),
+                              std::span<T>(whole.data(), static_cast<std::size_t>(whole.size())),
+                              std::span<const std::int64_t>(counts));
+    };
+    gather(part.responses, out.responses);
+    gather(part.response_mask, out.response_mask);
+    gather(part.rollout_log_probs, out.rollout_log_probs);
+    gather(part.input_ids, out.input_ids);
+    gather(part.attention_mask, out.attention_mask);
+    gather(part.position_ids, out.position_ids);
+    return rollout_result(std::move(out), reshard_s, received, meter.peak());
+  }
+
   Policy& require_model() {
     VERL_CHECK_ARG(actor_.has_value(), "{}: init_model must be called before any other method", name);
     return *actor_;
@@ -398,6 +507,10 @@ class MegatronActorRolloutRefWorker {
   std::optional<optim::LrScheduler<>> scheduler_;
   cpu::DecodePrecision precision_ = cpu::DecodePrecision::float32;
   int misplace_blocks_ = 0;
+  // The generation layout (tg > 1).
+  int tp_size_ = 1, tg_ = 1;
+  std::optional<Communicator> micro_dp_;  ///< the plan's micro-DP group (counts the reshard's bytes)
+  int generation_color_ = 0, generation_key_ = 0;
 };
 
 }  // namespace verl::trainer
