@@ -140,6 +140,11 @@ class SafeRLHF {
     auto reward_scores = reward_model_.template call<&RewardModel::compute_rm_score>(sequences);
     auto cost_scores = cost_model_.template call<&CostModel::compute_rm_score>(sequences);
     batch.union_with(old.get()).union_with(ref.get()).union_with(reward_values.get());
+    const trainer::PPOAlgorithm algorithm = trainer::PPOAlgorithm::from_config(config_);
+    if (algorithm.rollout.compare) {  // the rollout's own log-probs against the actor's, and their correction
+      trainer::add_rollout_probs_diff_metrics(batch, metrics);
+      trainer::correct_for_the_rollout(batch, algorithm, metrics);
+    }
     const MatrixF cost_value = float_column(cost_values.get(), keys::values);
     const MatrixF reward = float_column(reward_scores.get(), keys::rm_scores);
     const MatrixF cost = float_column(cost_scores.get(), keys::rm_scores);
@@ -222,7 +227,7 @@ class SafeRLHF {
     data::DataProto part = trainer::update_batch(
         batch, {std::string(keys::input_ids), std::string(keys::attention_mask), std::string(keys::position_ids),
                 std::string(keys::response_mask), std::string(keys::advantages), std::string(keys::old_log_probs),
-                std::string(keys::ref_log_prob)},
+                std::string(keys::ref_log_prob), std::string(keys::rollout_is_weights)},
         config_.actor_rollout_ref.actor.ppo_mini_batch_size * config_.actor_rollout_ref.rollout.n, actor_.dp_size(),
         "actor_rollout_ref.actor.ppo_mini_batch_size");
     part.meta_info()["entropy_metric"] = false;
