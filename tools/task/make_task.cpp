@@ -2,6 +2,7 @@
 // rule scorer) and the tiny model to start from. All logic lives in verl/data/tasks/arithmetic.hpp.
 //
 //   verl_make_task --out DIR [--seed S] [--train N] [--val M] [--digits D] [--operands K] [--sft-carry-slip P]
+//                  [--prompt-style bare|instruct] [--no-model]
 //                  [--hidden-size H] [--intermediate-size I] [--layers L] [--heads A] [--kv-heads G]
 #include <charconv>
 #include <cstdio>
@@ -20,7 +21,8 @@ constexpr std::string_view usage = R"(usage: verl_make_task --out DIR [options]
 
 Writes DIR/train.jsonl and DIR/val.jsonl (verl's RLHF rows, data_source openai/gsm8k),
 DIR/sft_train.jsonl and DIR/sft_val.jsonl (columns question / answer) and DIR/model (a tiny
-Qwen2 with random weights, a byte-level tokenizer.json and a ChatML tokenizer_config.json).
+Qwen2 with random weights, a byte-level tokenizer.json and a ChatML tokenizer_config.json;
+not with --no-model).
 
   --seed S               problems and weights seed (default 1)
   --train N              training problems (default 2000)
@@ -29,6 +31,10 @@ Qwen2 with random weights, a byte-level tokenizer.json and a ChatML tokenizer_co
   --operands K           numbers added (default 2)
   --sft-carry-slip P     probability that an SFT demonstration with a carry keeps only the sum's
                          last digit (an imperfect demonstrator; RL rows stay exact; default 0)
+  --prompt-style S       bare: "37+85=" (default; the tiny model); instruct: a chat question for a
+                         pretrained instruct model, 'What is 37 + 85? End your answer with
+                         "#### " and the number.'
+  --no-model             write no model folder (the run starts from a pretrained model)
   --hidden-size H        model width (default 64)
   --intermediate-size I  MLP width (default 192)
   --layers L             decoder layers (default 2)
@@ -50,6 +56,7 @@ int run(int argc, char** argv) {
   using namespace verl::trainer::tasks;
   ArithmeticTaskOptions task;
   TinyModelOptions model;
+  bool write_model = true;
   std::filesystem::path out;
   for (int i = 1; i < argc; ++i) {
     const std::string_view flag = argv[i];
@@ -83,6 +90,10 @@ int run(int argc, char** argv) {
       }
       if (used != text.size() || text.empty())
         throw verl::InvalidArgument(fmt::format("--sft-carry-slip: expected a probability, got '{}'", text));
+    } else if (flag == "--prompt-style") {
+      task.prompt_style = parse_arithmetic_prompt_style(value(), "--prompt-style");
+    } else if (flag == "--no-model") {
+      write_model = false;
     } else if (flag == "--hidden-size") {
       model.hidden_size = parse_number<std::int64_t>(flag, value());
     } else if (flag == "--intermediate-size") {
@@ -98,9 +109,11 @@ int run(int argc, char** argv) {
     }
   }
   if (out.empty()) throw verl::InvalidArgument("--out: an output folder is required (see --help)");
-  const ArithmeticTaskFiles files = write_arithmetic_task(out, task, model);
-  fmt::print("verl_make_task: {} train / {} val problems ({} operands of {} digits) in {}; model in {}\n",
-             task.train_size, task.val_size, task.operands, task.digits, out.string(), files.model.string());
+  const ArithmeticTaskFiles files =
+      write_arithmetic_task(out, task, write_model ? std::optional<TinyModelOptions>(model) : std::nullopt);
+  fmt::print("verl_make_task: {} train / {} val problems ({} operands of {} digits) in {}; {}\n", task.train_size,
+             task.val_size, task.operands, task.digits, out.string(),
+             write_model ? "model in " + files.model.string() : std::string("no model (--no-model)"));
   return 0;
 }
 

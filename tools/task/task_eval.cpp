@@ -1,7 +1,7 @@
-// verl_task_eval: greedy accuracy of a Hugging Face model folder on RLHF rows (JSON Lines), scored
-// by verl's default_compute_score for each row's data_source.
+// verl_task_eval: greedy accuracy of a Hugging Face model folder or a GGUF file on RLHF rows (JSON
+// Lines), scored by verl's default_compute_score for each row's data_source.
 //
-//   verl_task_eval --model DIR --data FILE.jsonl [--max-new-tokens N] [--limit N] [--show K]
+//   verl_task_eval --model DIR|FILE.gguf --data FILE.jsonl [--max-new-tokens N] [--limit N] [--show K]
 #include <charconv>
 #include <cstdio>
 #include <filesystem>
@@ -11,7 +11,7 @@
 #include <fmt/format.h>
 
 #include "verl/trainer/tasks/greedy_accuracy.hpp"
-#include "verl/model/checkpoint.hpp"
+#include "verl/trainer/policy_source.hpp"
 
 namespace {
 
@@ -48,14 +48,16 @@ int run(int argc, char** argv) {
       show = parse_number<std::int64_t>(flag, value());
     } else {
       throw InvalidArgument(fmt::format(
-          "unknown flag '{}' (usage: verl_task_eval --model DIR --data FILE.jsonl [--max-new-tokens N] [--limit N] "
+          "unknown flag '{}' (usage: verl_task_eval --model DIR|FILE.gguf --data FILE.jsonl [--max-new-tokens N] "
+          "[--limit N] "
           "[--show K])",
           flag));
     }
   }
-  if (model_dir.empty() || data_file.empty()) throw InvalidArgument("--model DIR and --data FILE.jsonl are required");
-  auto policy = model::load_transformer(model_dir);
-  const auto tokenizer = tokenizer::load_pretrained_tokenizer(model_dir);
+  if (model_dir.empty() || data_file.empty())
+    throw InvalidArgument("--model DIR|FILE.gguf and --data FILE.jsonl are required");
+  auto policy = trainer::load_policy(model_dir, "--model");
+  const auto tokenizer = trainer::load_policy_tokenizer(model_dir);
   auto rows = trainer::tasks::read_rlhf_rows(data_file);
   if (limit > 0 && static_cast<std::size_t>(limit) < rows.size()) rows.resize(static_cast<std::size_t>(limit));
   const auto result = trainer::tasks::greedy_accuracy(policy, tokenizer, rows, options);

@@ -88,7 +88,7 @@ int run(int argc, char** argv) {
                rewards.points.back().y);
   }
   if (!series.points.empty()) {
-    fmt::print("validation accuracy ({}, greedy): after SFT (step {}) {:.1f}%, after GRPO (step {}) {:.1f}%\n",
+    fmt::print("validation accuracy ({}, greedy): before GRPO (step {}) {:.1f}%, after GRPO (step {}) {:.1f}%\n",
                val_metric, series.points.front().x, 100.0 * series.points.front().y, series.points.back().x,
                100.0 * series.points.back().y);
   }

@@ -2,6 +2,11 @@
 // written in verl's row schema with data_source "openai/gsm8k" so that verl's gsm8k rule scorer
 // grades it, plus SFT pairs and a tiny byte-level Qwen2 model folder to start from.
 //
+// Two ways of asking: `bare` ("37+85=", for the tiny model that learns the format from SFT) and
+// `instruct`, a chat question for a pretrained instruct model that asks for the answer in the
+// scorer's strict format ('What is 37 + 85? End your answer with "#### " and the number.'), as
+// verl's gsm8k preprocessing appends its instruction to each question.
+//
 // Difficulty is the number of digits of each operand (and the number of operands): a tiny
 // transformer learns one-digit sums in seconds and needs far longer for carries over several
 // digits. Train and validation problems are disjoint (a problem is its operand tuple), so
@@ -16,6 +21,7 @@
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <random>
 #include <set>
 #include <string>
@@ -35,6 +41,24 @@ namespace verl::trainer::tasks {
 /// The data source verl's default_compute_score routes to its gsm8k scorer.
 inline constexpr std::string_view arithmetic_data_source = "openai/gsm8k";
 
+/// How a problem is put to the model.
+enum class ArithmeticPromptStyle {
+  bare,      ///< "37+85=": the tiny model's prompt (it learns the answer format from the SFT pairs)
+  instruct,  ///< a chat question that asks for the answer after "####" (a pretrained instruct model)
+};
+
+/// The instruction `instruct` prompts end with: the gsm8k scorer's strict format. (SmolLM2-135M-Instruct
+/// answers "80 + 32 = 112." to the bare question, and often adds "#### 112" when asked this way.)
+inline constexpr std::string_view arithmetic_instruction =
+    "End your answer with \"#### \" and the number.";
+
+/// "bare" or "instruct"; `key` names the setting in the error.
+inline ArithmeticPromptStyle parse_arithmetic_prompt_style(std::string_view text, std::string_view key) {
+  if (text == "bare") return ArithmeticPromptStyle::bare;
+  if (text == "instruct") return ArithmeticPromptStyle::instruct;
+  throw InvalidArgument(fmt::format("{}: expected bare or instruct, got '{}'", key, text));
+}
+
 struct ArithmeticTaskOptions {
   std::int64_t digits = 2;     ///< digits of each operand: operands are drawn from [0, 10^digits)
   std::int64_t operands = 2;   ///< how many numbers are added
@@ -46,6 +70,7 @@ struct ArithmeticTaskOptions {
   /// probability. The RL rows always carry the true answer, so the rule-based reward can teach
   /// what the demonstrations got wrong (what RL with verifiable rewards is for).
   double sft_carry_slip = 0.0;
+  ArithmeticPromptStyle prompt_style = ArithmeticPromptStyle::bare;
 
   /// 10^(digits * operands).
   [[nodiscard]] double distinct_problems() const {
@@ -74,8 +99,12 @@ struct ArithmeticProblem {
     for (const auto v : operands) sum += v;
     return sum;
   }
-  /// The user message: "37+85=".
-  [[nodiscard]] std::string question() const { return fmt::format("{}=", fmt::join(operands, "+")); }
+  /// The user message: "37+85=" (bare), or 'What is 37 + 85? End your answer ...' (instruct).
+  [[nodiscard]] std::string question(ArithmeticPromptStyle style = ArithmeticPromptStyle::bare) const {
+    if (style == ArithmeticPromptStyle::instruct)
+      return fmt::format("What is {}? {}", fmt::join(operands, " + "), arithmetic_instruction);
+    return fmt::format("{}=", fmt::join(operands, "+"));
+  }
   /// The reference response in GSM8K's answer format (the scorer reads the number after "#### ").
   [[nodiscard]] std::string response() const { return fmt::format("#### {}", answer()); }
   friend bool operator==(const ArithmeticProblem&, const ArithmeticProblem&) = default;
@@ -121,20 +150,22 @@ inline ArithmeticSplits generate_arithmetic_problems(const ArithmeticTaskOptions
 }
 
 /// One row in verl's RLHF schema (what examples/data_preprocess/gsm8k.py writes).
-inline nlohmann::json rl_row(const ArithmeticProblem& problem, std::string_view split, std::int64_t index) {
+inline nlohmann::json rl_row(const ArithmeticProblem& problem, std::string_view split, std::int64_t index,
+                             ArithmeticPromptStyle style = ArithmeticPromptStyle::bare) {
+  const std::string question = problem.question(style);
   return {{"data_source", arithmetic_data_source},
-          {"prompt", nlohmann::json::array({{{"role", "user"}, {"content", problem.question()}}})},
+          {"prompt", nlohmann::json::array({{{"role", "user"}, {"content", question}}})},
           {"ability", "math"},
           {"reward_model", {{"style", "rule"}, {"ground_truth", std::to_string(problem.answer())}}},
-          {"extra_info",
-           {{"split", split}, {"index", index}, {"answer", problem.response()}, {"question", problem.question()}}}};
+          {"extra_info", {{"split", split}, {"index", index}, {"answer", problem.response()}, {"question", question}}}};
 }
 
 /// One SFT row: verl's SFT dataset reads the prompt and the response from the columns named by
 /// data.prompt_key and data.response_key (defaults "question" and "answer"). `slip`: the
 /// demonstrator forgot the carry and wrote only the sum's last digit.
-inline nlohmann::json sft_row(const ArithmeticProblem& problem, bool slip = false) {
-  return {{"question", problem.question()},
+inline nlohmann::json sft_row(const ArithmeticProblem& problem, bool slip = false,
+                              ArithmeticPromptStyle style = ArithmeticPromptStyle::bare) {
+  return {{"question", problem.question(style)},
           {"answer", slip ? fmt::format("#### {}", problem.answer() % 10) : problem.response()}};
 }
 
@@ -260,19 +291,20 @@ inline void write_initial_model(const std::filesystem::path& folder, const TinyM
                                        byte_level_tokenizer_config(options.max_position_embeddings).dump(2) + "\n");
 }
 
-/// What write_arithmetic_task wrote.
+/// What write_arithmetic_task wrote (`model` empty when no model was asked for).
 struct ArithmeticTaskFiles {
   std::filesystem::path train, val, sft_train, sft_val, model;
 };
 
 /// train.jsonl, val.jsonl (RL rows), sft_train.jsonl, sft_val.jsonl (SFT pairs, from the
-/// demonstrator) and model/.
+/// demonstrator) and, unless `model_options` is nullopt (the run starts from a pretrained model),
+/// model/.
 inline ArithmeticTaskFiles write_arithmetic_task(const std::filesystem::path& out, const ArithmeticTaskOptions& task,
-                                                 const TinyModelOptions& model_options) {
+                                                 const std::optional<TinyModelOptions>& model_options) {
   const ArithmeticSplits splits = generate_arithmetic_problems(task);
   std::filesystem::create_directories(out);
   ArithmeticTaskFiles files{out / "train.jsonl", out / "val.jsonl", out / "sft_train.jsonl", out / "sft_val.jsonl",
-                            out / "model"};
+                            model_options ? out / "model" : std::filesystem::path()};
   // The demonstrator's slips are drawn from their own stream: the problems do not depend on them.
   std::mt19937_64 slips = data::seeded_engine(task.seed, 1);
   // A uniform double in [0, 1) from the top 53 bits (the same on every standard library).
@@ -281,16 +313,16 @@ inline ArithmeticTaskFiles write_arithmetic_task(const std::filesystem::path& ou
                    const std::vector<ArithmeticProblem>& problems, std::string_view split) {
     std::vector<nlohmann::json> rl, sft;
     for (std::size_t i = 0; i < problems.size(); ++i) {
-      rl.push_back(rl_row(problems[i], split, static_cast<std::int64_t>(i)));
+      rl.push_back(rl_row(problems[i], split, static_cast<std::int64_t>(i), task.prompt_style));
       const bool slip = problems[i].answer() >= 10 && uniform(slips) < task.sft_carry_slip;
-      sft.push_back(sft_row(problems[i], slip));
+      sft.push_back(sft_row(problems[i], slip, task.prompt_style));
     }
     data::write_jsonl(rl_path, rl);
     data::write_jsonl(sft_path, sft);
   };
   write(files.train, files.sft_train, splits.train, "train");
   write(files.val, files.sft_val, splits.val, "test");
-  write_initial_model(files.model, model_options);
+  if (model_options) write_initial_model(files.model, *model_options);
   return files;
 }
 
