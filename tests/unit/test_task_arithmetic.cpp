@@ -59,6 +59,43 @@ TEST(ArithmeticTask, RowsFollowVerlSchemaAndTheReferenceAnswerScoresOne) {
   EXPECT_EQ(sft_row(problem)["answer"], "#### 122");
 }
 
+TEST(ArithmeticTask, InstructPromptsAskForTheScorersFormat) {
+  const ArithmeticProblem problem{{80, 32}};
+  EXPECT_EQ(problem.question(ArithmeticPromptStyle::instruct),
+            "What is 80 + 32? End your answer with \"#### \" and the number.");
+  const auto row =
+      verl::data::parse_rlhf_row(rl_row(problem, "test", 0, ArithmeticPromptStyle::instruct), {"test", 1});
+  EXPECT_EQ(row.prompt[0].content, problem.question(ArithmeticPromptStyle::instruct));
+  EXPECT_EQ(row.ground_truth_text(), "112");
+  // What a pretrained model answers when it follows the instruction scores one; the bare sum does not
+  // (the gsm8k scorer is strict: the number after "#### ").
+  EXPECT_EQ(verl::reward::default_compute_score(row.data_source, "80 + 32 = 112\n#### 112", "112").score, 1.0);
+  EXPECT_EQ(verl::reward::default_compute_score(row.data_source, "80 + 32 = 112.", "112").score, 0.0);
+  EXPECT_EQ(sft_row(problem, false, ArithmeticPromptStyle::instruct)["question"],
+            problem.question(ArithmeticPromptStyle::instruct));
+  EXPECT_EQ(parse_arithmetic_prompt_style("instruct", "--prompt-style"), ArithmeticPromptStyle::instruct);
+  EXPECT_EQ(parse_arithmetic_prompt_style("bare", "--prompt-style"), ArithmeticPromptStyle::bare);
+  try {
+    (void)parse_arithmetic_prompt_style("chat", "--prompt-style");
+    FAIL() << "expected a throw";
+  } catch (const verl::InvalidArgument& error) {
+    EXPECT_NE(std::string(error.what()).find("--prompt-style"), std::string::npos) << error.what();
+  }
+}
+
+TEST(ArithmeticTask, WithoutAModelOnlyTheRowsAreWritten) {
+  const fs::path out = scratch("rows_only");
+  const auto files = write_arithmetic_task(
+      out, {.digits = 2, .operands = 2, .train_size = 20, .val_size = 5, .prompt_style = ArithmeticPromptStyle::instruct},
+      std::nullopt);
+  EXPECT_TRUE(files.model.empty());
+  EXPECT_FALSE(fs::exists(out / "model"));
+  const auto rows = read_rlhf_rows(files.val);
+  ASSERT_EQ(rows.size(), 5u);
+  EXPECT_TRUE(rows[0].prompt[0].content.starts_with("What is ")) << rows[0].prompt[0].content;
+  fs::remove_all(out);
+}
+
 TEST(ArithmeticTask, InvalidOptionsNameTheArgument) {
   EXPECT_THROW(generate_arithmetic_problems({.digits = 0}), verl::InvalidArgument);
   try {
@@ -77,8 +114,9 @@ TEST(ArithmeticTask, InvalidOptionsNameTheArgument) {
 TEST(ArithmeticTask, WritesFilesAndALoadableModelFolder) {
   const fs::path out = scratch("files");
   const auto files = write_arithmetic_task(out, {.digits = 1, .operands = 3, .train_size = 40, .val_size = 10},
-                                           {.hidden_size = 16, .intermediate_size = 32, .num_hidden_layers = 1,
-                                            .num_attention_heads = 2, .num_key_value_heads = 1});
+                                           TinyModelOptions{.hidden_size = 16, .intermediate_size = 32,
+                                                            .num_hidden_layers = 1, .num_attention_heads = 2,
+                                                            .num_key_value_heads = 1});
   EXPECT_EQ(read_rlhf_rows(files.train).size(), 40u);
   EXPECT_EQ(read_rlhf_rows(files.val).size(), 10u);
   EXPECT_TRUE(fs::exists(files.sft_train));
