@@ -88,9 +88,11 @@ int run(int argc, char** argv) {
                rewards.points.back().y);
   }
   if (!series.points.empty()) {
-    fmt::print("validation accuracy ({}, greedy): before GRPO (step {}) {:.1f}%, after GRPO (step {}) {:.1f}%\n",
-               val_metric, series.points.front().x, 100.0 * series.points.front().y, series.points.back().x,
-               100.0 * series.points.back().y);
+    // "before GRPO" only when the first validation ran before the first step (val_before_train).
+    const bool before = series.points.front().x == 0;
+    fmt::print("validation accuracy ({}, greedy): {} (step {}) {:.1f}%, after GRPO (step {}) {:.1f}%\n", val_metric,
+               before ? "before GRPO" : "first validation", series.points.front().x, 100.0 * series.points.front().y,
+               series.points.back().x, 100.0 * series.points.back().y);
   }
   if (series.points.empty()) return before_max || after_min ? 2 : 0;
   bool ok = true;
