@@ -118,7 +118,10 @@ class PPO {
   /// Steps until trainer.total_training_steps (or the epochs' end), logging each step's metrics.
   void fit() {
     trainer::Tracking tracking = trainer::tracking(config_.trainer, prompts_.total_steps());
-    while (global_step_ < prompts_.total_steps()) tracking.log(step(), global_step_);
+    while (global_step_ < prompts_.total_steps()) {
+      const Metrics metrics = step();  // step() advances global_step_ first
+      tracking.log(metrics, global_step_);
+    }
   }
   [[nodiscard]] std::int64_t global_step() const { return global_step_; }
 
