@@ -812,7 +812,9 @@ data::DataProto skewed_batch() {
     baselines(r, 0) = static_cast<float>(r) / 2;
     uid.push_back(100 + r / 2);
     sample.push_back(r);
-    outputs.push_back(to_json(reward::RewardOutput{.score = static_cast<double>(r)}));
+    reward::RewardOutput out;
+    out.score = static_cast<double>(r);
+    outputs.push_back(to_json(out));
   }
   data::DataProto t;
   t.set(std::string(keys::responses), std::move(responses));
