@@ -18,7 +18,7 @@ for limit in -2 2; do
   run="$out/limit$limit"
   mkdir -p "$run"
   VERL_FILE_LOGGER_PATH="$run/metrics.jsonl" "${launch[@]}" \
-    data.train_files="[$data]" data.max_prompt_length=48 data.max_response_length=6 \
+    data.train_files="[$data]" data.val_files=[] data.max_prompt_length=48 data.max_response_length=6 \
     data.train_batch_size=4 data.seed=7 actor_rollout_ref.model.path="$root/tests/data/models/tiny-qwen2" \
     actor_rollout_ref.rollout.n=2 actor_rollout_ref.actor.ppo_mini_batch_size=2 actor_rollout_ref.actor.optim.lr=0.001 \
     critic.model.path="$root/tests/data/models/tiny-qwen2" critic.ppo_mini_batch_size=2 critic.optim.lr=0.001 \
