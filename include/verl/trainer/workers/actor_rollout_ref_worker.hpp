@@ -124,6 +124,18 @@ void set_rollout_precision(Policy& policy, const PPOConfig& config) {
   }
 }
 
+/// A rollout's output as generate_sequences' rows (verl's column names).
+inline data::DataProto rollout_rows(rollout::RolloutOutput out) {
+  data::DataProto result;
+  result.set(std::string(keys::responses), std::move(out.responses));
+  result.set(std::string(keys::response_mask), std::move(out.response_mask));
+  result.set(std::string(keys::rollout_log_probs), std::move(out.rollout_log_probs));
+  result.set(std::string(keys::input_ids), std::move(out.input_ids));
+  result.set(std::string(keys::attention_mask), std::move(out.attention_mask));
+  result.set(std::string(keys::position_ids), std::move(out.position_ids));
+  return result;
+}
+
 /// verl's generate_sequences on `policy`: the prompts of a rank's chunk (left-padded input_ids and
 /// attention_mask, a seed per prompt) -> rollout.n responses each. The sampling settings travel
 /// in meta_info (sampling_params_to_json).
@@ -133,15 +145,7 @@ data::DataProto generate_with(Policy& policy, const data::DataProto& prompts) {
   rollout::PromptBatch batch{int_column(prompts, keys::input_ids), float_column(prompts, keys::attention_mask), {}};
   for (const std::int64_t bits : prompts.non_tensor<std::int64_t>(keys::seed)) batch.seeds.push_back(static_cast<std::uint64_t>(bits));
   auto engine = make_rollout_engine(policy);
-  rollout::RolloutOutput out = engine.generate(batch, params);
-  data::DataProto result;
-  result.set(std::string(keys::responses), std::move(out.responses));
-  result.set(std::string(keys::response_mask), std::move(out.response_mask));
-  result.set(std::string(keys::rollout_log_probs), std::move(out.rollout_log_probs));
-  result.set(std::string(keys::input_ids), std::move(out.input_ids));
-  result.set(std::string(keys::attention_mask), std::move(out.attention_mask));
-  result.set(std::string(keys::position_ids), std::move(out.position_ids));
-  return result;
+  return rollout_rows(engine.generate(batch, params));
 }
 
 template <class Models>

@@ -359,13 +359,7 @@ class MegatronActorRolloutRefWorker {
  private:
   static data::DataProto rollout_result(rollout::RolloutOutput out, double reshard_s, std::int64_t received,
                                         std::int64_t peak) {
-    data::DataProto result;
-    result.set(std::string(keys::responses), std::move(out.responses));
-    result.set(std::string(keys::response_mask), std::move(out.response_mask));
-    result.set(std::string(keys::rollout_log_probs), std::move(out.rollout_log_probs));
-    result.set(std::string(keys::input_ids), std::move(out.input_ids));
-    result.set(std::string(keys::attention_mask), std::move(out.attention_mask));
-    result.set(std::string(keys::position_ids), std::move(out.position_ids));
+    data::DataProto result = rollout_rows(std::move(out));
     result.meta_info()["metrics"] = {{"timing_s/reshard", reshard_s},
                                      {"perf/reshard_bytes_received", received},
                                      {"perf/peak_param_bytes", peak}};
