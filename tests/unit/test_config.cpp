@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "verl/trainer/config.hpp"
+#include "verl/trainer/separate_async.hpp"
 #include "verl/trainer/config_yaml.hpp"
 #include "verl/trainer/placement_keys.hpp"
 
@@ -482,7 +483,12 @@ TEST(Config, KeysVerlActsOnAreActedOnOrRefused) {
       {"actor_rollout_ref.rollout.dtype=float16", "actor_rollout_ref.rollout.dtype"},
       {"actor_rollout_ref.actor.fsdp_config.model_dtype=bf16", "actor_rollout_ref.actor.fsdp_config.model_dtype"},
       {"actor_rollout_ref.rollout.max_model_len=128", "actor_rollout_ref.rollout.max_model_len"},
-      {"trainer.v1.trainer_mode=separate_async", "trainer.v1.trainer_mode"},
+      {"trainer.v1.trainer_mode=separate_async", "trainer.v1.trainer_mode"},  // needs hybrid_engine=False
+      {"trainer.v1.trainer_mode=colocate_async", "trainer.v1.trainer_mode"},
+      {"trainer.v1.sampler.max_off_policy_strategy=keep", "trainer.v1.sampler.max_off_policy_strategy"},
+      {"trainer.v1.sampler.max_off_policy_threshold=0", "trainer.v1.sampler.max_off_policy_threshold"},
+      {"trainer.v1.separate_async.parameter_sync_step=0", "trainer.v1.separate_async.parameter_sync_step"},
+      {"trainer.v1.separate_async.hybrid_rollout.enable_switch=True", "trainer.v1.separate_async.hybrid_rollout.enable_switch"},
       {"algorithm.filter_groups.enable=true", "algorithm.filter_groups.metric"},  // 0.9.1's default metric 'reward'
       {"algorithm.rollout_correction.rollout_is=bogus", "algorithm.rollout_correction.rollout_is"},
       {"algorithm.rollout_correction.loss_type=ppo", "algorithm.rollout_correction.loss_type"},
@@ -510,6 +516,36 @@ TEST(Config, KeysVerlActsOnAreActedOnOrRefused) {
   auto with_lora = separate;
   with_lora.push_back("actor_rollout_ref.model.lora_rank=4");
   EXPECT_NE(error_of(with_lora).find("actor_rollout_ref.hybrid_engine: False (a rollout pool of its own)"), std::string::npos);
+  // separate_async (verl 0.9.1's trainer.v1): a rollout pool of its own, data.train_batch_size =
+  // parameter_sync_step x ppo_mini_batch_size, and with wait a bound the warm-up batches can meet.
+  std::vector<std::string> async_keys = separate;
+  for (const char* key : {"trainer.v1.trainer_mode=separate_async", "data.train_batch_size=8",
+                          "actor_rollout_ref.actor.ppo_mini_batch_size=2"})
+    async_keys.emplace_back(key);
+  const PPOConfig async = with(async_keys);
+  EXPECT_EQ(async.trainer.v1.trainer_mode, "separate_async");
+  EXPECT_EQ(SeparateAsyncSettings::from_config(async).parameter_sync_step, 4);  // verl's default
+  auto mismatched = async_keys;
+  mismatched.emplace_back("trainer.v1.separate_async.parameter_sync_step=3");
+  EXPECT_NE(error_of(mismatched).find("data.train_batch_size: separate_async trains one PPO mini-batch per update"),
+            std::string::npos)
+      << error_of(mismatched);
+  auto waiting = async_keys;
+  for (const char* key : {"trainer.v1.sampler.max_off_policy_strategy=wait", "trainer.v1.separate_async.num_warmup_batches=3",
+                          "trainer.v1.sampler.max_off_policy_threshold=3"})
+    waiting.emplace_back(key);
+  EXPECT_NE(error_of(waiting).find("trainer.v1.sampler.max_off_policy_threshold: with max_off_policy_strategy=wait"),
+            std::string::npos)
+      << error_of(waiting);
+  waiting.back() = "trainer.v1.sampler.max_off_policy_threshold=4";
+  EXPECT_NO_THROW(with(waiting));
+  auto dynamic = async_keys;
+  dynamic.emplace_back("algorithm.filter_groups.enable=True");
+  dynamic.emplace_back("algorithm.filter_groups.metric=acc");
+  EXPECT_NE(error_of(dynamic).find("algorithm.filter_groups.enable: dynamic sampling with trainer.v1.trainer_mode=separate_async"),
+            std::string::npos);
+  // In sync mode the sampler's keys are verl's no-ops, but their values are still checked.
+  EXPECT_NO_THROW(with({"trainer.v1.sampler.max_off_policy_strategy=wait"}));
   // verl 0.9.1's IcePop bounds, as a string, and a plain number; bad bounds are refused by name
   // when importance weights are on (verl parses the threshold only then).
   const std::string token_weights = "algorithm.rollout_correction.rollout_is=token";

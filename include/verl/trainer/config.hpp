@@ -595,6 +595,49 @@ inline void validate(const PPOConfig& c, std::vector<std::string>& problems) {
                           arr.actor.strategy, arr.model.lora_rank));
     }
   }
+  // trainer.v1: verl's default sync mode, or separate_async (a rollout pool of its own generates
+  // while the trainer updates; the sampler's off-policy bound applies there and is a no-op in sync).
+  {
+    const auto& v1 = c.trainer.v1;
+    static constexpr std::array<std::string_view, 2> modes = {"sync", "separate_async"};
+    if (v1.trainer_mode == "colocate_async") {
+      problems.push_back(
+          "trainer.v1.trainer_mode: colocate_async is not supported by verl-cpp yet (partial rollouts on the trainer's "
+          "own ranks); expected sync or separate_async");
+    } else if (std::find(modes.begin(), modes.end(), v1.trainer_mode) == modes.end()) {
+      problems.push_back("trainer.v1.trainer_mode: " + suggestion(v1.trainer_mode, modes));
+    }
+    static constexpr std::array<std::string_view, 2> strategies = {"drop", "wait"};
+    if (std::find(strategies.begin(), strategies.end(), v1.sampler.max_off_policy_strategy) == strategies.end()) {
+      problems.push_back("trainer.v1.sampler.max_off_policy_strategy: " + suggestion(v1.sampler.max_off_policy_strategy, strategies));
+    }
+    if (v1.trainer_mode == "separate_async") {
+      const auto& arr = c.actor_rollout_ref;
+      const auto& sa = v1.separate_async;
+      require(!arr.hybrid_engine,
+              "trainer.v1.trainer_mode: separate_async generates on a rollout pool of its own: expected "
+              "actor_rollout_ref.hybrid_engine=False (with actor_rollout_ref.rollout.nnodes / n_gpus_per_node), got True");
+      require(c.data.train_batch_size == sa.parameter_sync_step * arr.actor.ppo_mini_batch_size,
+              fmt::format("data.train_batch_size: separate_async trains one PPO mini-batch per update as it arrives, so "
+                          "expected trainer.v1.separate_async.parameter_sync_step x actor_rollout_ref.actor.ppo_mini_batch_size "
+                          "= {} x {} = {}, got {}",
+                          sa.parameter_sync_step, arr.actor.ppo_mini_batch_size,
+                          sa.parameter_sync_step * arr.actor.ppo_mini_batch_size, c.data.train_batch_size));
+      // With wait nothing is dropped, so every batch sent ahead is trained num_warmup_batches
+      // steps after it was sent: beyond the bound no sample could ever be trained.
+      require(v1.sampler.max_off_policy_strategy != "wait" || sa.num_warmup_batches + 1 <= v1.sampler.max_off_policy_threshold,
+              fmt::format("trainer.v1.sampler.max_off_policy_threshold: with max_off_policy_strategy=wait every batch is "
+                          "trained trainer.v1.separate_async.num_warmup_batches + 1 = {} steps after it is sent; expected a "
+                          "threshold >= {}, got {}",
+                          sa.num_warmup_batches + 1, sa.num_warmup_batches + 1, v1.sampler.max_off_policy_threshold));
+      require(!c.algorithm.filter_groups.enable,
+              "algorithm.filter_groups.enable: dynamic sampling with trainer.v1.trainer_mode=separate_async is not "
+              "supported by verl-cpp yet; expected False, got True");
+      require(c.algorithm.adv_estimator != "remax",
+              "algorithm.adv_estimator: remax (a greedy baseline generation per prompt) with "
+              "trainer.v1.trainer_mode=separate_async is not supported by verl-cpp yet; expected another estimator, got 'remax'");
+    }
+  }
   require(c.critic.nnodes >= 0 && c.critic.n_gpus_per_node >= 0 && (c.critic.nnodes == 0) == (c.critic.n_gpus_per_node == 0),
           fmt::format("critic.nnodes / critic.n_gpus_per_node: expected both 0 (the critic shares the actor's ranks) or "
                       "both >= 1 (a pool of its own), got {} / {}",

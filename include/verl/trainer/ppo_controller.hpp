@@ -57,6 +57,7 @@
 #include "verl/trainer/config.hpp"
 #include "verl/trainer/controller_calls.hpp"
 #include "verl/trainer/placement_keys.hpp"
+#include "verl/trainer/separate_async.hpp"
 #include "verl/trainer/generations.hpp"
 #include "verl/trainer/logging/tracking.hpp"
 #include "verl/trainer/metrics.hpp"
@@ -150,6 +151,12 @@ class PPOController {
   static constexpr bool has_critic = !std::same_as<CriticWorker, NoCritic>;
   static constexpr bool can_roll_out_apart = !std::same_as<RolloutWorkerType, NoRolloutWorker>;
   static constexpr bool can_score_with_a_model = !std::same_as<RewardModelWorker, NoRewardModel>;
+  /// trainer.v1.trainer_mode=separate_async: a rollout pool of its own and an actor that keeps pi_old.
+  static constexpr bool can_run_separate_async =
+      can_roll_out_apart && requires(ActorWorker& w, const data::DataProto& b) {
+        w.save_old_policy();
+        w.compute_old_policy_log_prob(b);
+      };
   VERL_STATIC_ASSERT(reward::RewardFunction<Reward>,
                      REWARD_FUNCTION_MUST_TAKE_DATA_SOURCE_SOLUTION_STR_GROUND_TRUTH_AND_RETURN_A_SCORE);
   using ActorGroup = typename Runtime::template group_type<ActorWorker>;
@@ -251,6 +258,15 @@ class PPOController {
     }
     validate_setup();
     warn_unused_keys();
+    if (config_.trainer.v1.trainer_mode == "separate_async") {
+      if constexpr (can_run_separate_async) {
+        separate_async_.emplace(SeparateAsyncSettings::from_config(config_));
+      } else {
+        ::verl::detail::throw_invalid_argument(
+            "trainer.v1.trainer_mode: separate_async needs a rollout worker type and an actor worker that keeps its old "
+            "policy (save_old_policy, compute_old_policy_log_prob); this controller was built without them");
+      }
+    }
     const std::vector<std::string> overrides = to_overrides(config_);
     auto actor_ready = actor_.template call<&ActorWorker::init_model>(overrides, total_steps_);
     if constexpr (can_roll_out_apart) {
@@ -294,12 +310,17 @@ class PPOController {
       history.push_back(step());
       tracking.log(history.back(), global_step_);
     }
+    if (rollout_queue_) rollout_queue_->drain();  // generations sent ahead: awaited, not trained on
+    await_weights_loaded();
     return history;
   }
 
   /// One iteration of verl's training loop; returns its metrics (not logged). The program of
   /// HybridFlow's Figure: every model computation is a call on a worker group.
   Metrics step() {
+    if constexpr (can_run_separate_async) {
+      if (separate_async_) return separate_async_step();
+    }
     ++global_step_;
     TimingRaw timing;
     Metrics metrics;
@@ -459,6 +480,7 @@ class PPOController {
   struct StepPlan {
     bool actor_updates = true;      ///< past trainer.critic_warmup
     bool fold_old_log_prob = false; ///< the update's own forward gives the old log-probs (and actor/entropy)
+    bool old_policy_saved = false;  ///< separate_async: the old log-probs come from the step's saved pi_old
   };
 
   StepPlan plan_step(Index rows) const {
@@ -480,7 +502,12 @@ class PPOController {
     if (algorithm_.rollout.bypass) batch.set(std::string(keys::old_log_probs), float_column(batch, keys::rollout_log_probs));
     const data::DataProto sequences = sequence_columns(batch);
     std::optional<Future<data::DataProto>> old, ref, values;
-    if (!plan.fold_old_log_prob) old.emplace(actor_.template call<&ActorWorker::compute_log_prob>(sequences));
+    if (plan.old_policy_saved) {
+      if constexpr (can_run_separate_async)
+        old.emplace(actor_.template call<&ActorWorker::compute_old_policy_log_prob>(sequences));
+    } else if (!plan.fold_old_log_prob) {
+      old.emplace(actor_.template call<&ActorWorker::compute_log_prob>(sequences));
+    }
     if (algorithm_.needs_reference()) ref.emplace(actor_.template call<&ActorWorker::compute_ref_log_prob>(sequences));
     if constexpr (has_critic) values.emplace(critic_->template call<&CriticWorker::compute_values>(sequences));
     if (old) {
@@ -500,6 +527,11 @@ class PPOController {
 
   /// The critic's update, then the actor's (from trainer.critic_warmup on).
   void updates(const data::DataProto& batch, const StepPlan& plan, TimingRaw& timing, Metrics& metrics) {
+    update_models(batch, plan, timing, metrics);
+    skip_nonfinite_step(metrics);
+  }
+
+  void update_models(const data::DataProto& batch, const StepPlan& plan, TimingRaw& timing, Metrics& metrics) {
     if constexpr (has_critic) {
       ScopedTimer t("update_critic", timing);
       absorb_update(critic_->template call<&CriticWorker::update_critic>(critic_update_batch(batch)).get(), metrics);
@@ -510,7 +542,6 @@ class PPOController {
           actor_.template call<&ActorWorker::update_actor>(actor_update_batch(batch, plan.fold_old_log_prob)).get(), metrics);
       rollout_weights_stale_ = true;
     }
-    skip_nonfinite_step(metrics);
   }
 
   /// trainer.rollout_data_dir's dump, validation every trainer.test_freq steps, a checkpoint every
@@ -621,6 +652,142 @@ class PPOController {
     }
   }
 
+  // ---- separate_async (trainer.v1.trainer_mode=separate_async) ---------------------------------
+
+  /// A generate_sequences call in flight on the rollout pool, and how its answer becomes rows.
+  struct PendingRows {
+    std::shared_ptr<Future<data::DataProto>> future;
+    GenerationRequest request;
+    data::DataProto get() { return generated_rows(future->get(), request); }
+  };
+
+  /// verl's separate_async step: one batch of prompts sent to the rollout pool (beside the ones
+  /// sent earlier), then parameter_sync_step mini-batches, each trained as soon as the rollout
+  /// has it (gen: the wait), with its old log-probs from the step's saved pi_old; then the actor's
+  /// weights are sent to the rollout pool, behind the generations already queued there.
+  Metrics separate_async_step() {
+    ++global_step_;
+    TimingRaw timing;
+    Metrics metrics;
+    data::DataProto batch;
+    const SeparateAsyncSettings& settings = *separate_async_;
+    const std::int64_t version = global_step_ - 1;  // one weight sync per step: the actor now holds step - 1's
+    {
+      ScopedTimer step_timer("step", timing);
+      if (rollout_weights_stale_) {
+        ScopedTimer t("update_weights", timing);
+        send_weights_to_rollout(version);
+      }
+      if (!rollout_queue_) {
+        rollout_queue_.emplace(settings, [this] { return next_indices(); },
+                               [this](std::span<const std::int64_t> indices, std::uint64_t seed, std::int64_t first) {
+                                 return send_generation(indices, seed, first);
+                               },
+                               [this](std::int64_t step, std::int64_t k) { return generation_round_seed(config_.data, step, k); });
+        rollout_queue_->send_warmup(global_step_, rollout_weight_version_);
+      }
+      rollout_queue_->send_batch(global_step_, rollout_weight_version_);
+      if (!algorithm_.rollout.bypass) {
+        ScopedTimer t("old_log_prob", timing);
+        actor_.template call<&ActorWorker::save_old_policy>().get();
+      }
+      MetricsAggregator per_update;
+      Evictions evictions;
+      std::vector<std::int64_t> min_versions, max_versions;
+      for (std::int64_t update = 0; update < settings.parameter_sync_step; ++update) {
+        Metrics m;
+        data::DataProto part = take_generated(timing, evictions, version);
+        const auto& lo = part.non_tensor<std::int64_t>(keys::min_global_steps);
+        const auto& hi = part.non_tensor<std::int64_t>(keys::max_global_steps);
+        min_versions.insert(min_versions.end(), lo.begin(), lo.end());
+        max_versions.insert(max_versions.end(), hi.begin(), hi.end());
+        {
+          ScopedTimer t("reward", timing);
+          compute_rewards(part, m);
+        }
+        if (config_.trainer.balance_batch) merge(m, balance_batch(part, static_cast<int>(actor_.dp_size())));
+        StepPlan plan = plan_step(part.size());
+        plan.fold_old_log_prob = algorithm_.rollout.bypass;
+        plan.old_policy_saved = !algorithm_.rollout.bypass;
+        forward_passes(part, plan, timing, m);
+        {
+          ScopedTimer t("adv", timing);
+          if (algorithm_.rollout.compare && !algorithm_.rollout.bypass) correct_for_the_rollout(part, algorithm_, m);
+          compute_advantages(part, m);
+        }
+        update_models(part, plan, timing, m);
+        per_update.add(m, part.size());
+        batch = append_rows(std::move(batch), std::move(part));
+      }
+      metrics = per_update.aggregated();
+      skip_nonfinite_step(metrics);
+      evictions.add_to(metrics);
+      merge(metrics, trajectory_staleness_metrics(min_versions, max_versions, global_step_));
+      last_batch_ = batch;
+      if (rollout_weights_stale_) {
+        ScopedTimer t("update_weights", timing);
+        send_weights_to_rollout(global_step_);
+      }
+      after_updates(batch, timing, metrics);  // dumps, validation (queued behind the generations), checkpoint
+    }
+    step_metrics(batch, timing, metrics);
+    return metrics;
+  }
+
+  /// Waits for the last load_weights sent to the rollout pool (if any is still unanswered).
+  void await_weights_loaded() {
+    if (!await_weights_loading_) return;
+    auto wait = std::move(await_weights_loading_);
+    await_weights_loading_ = nullptr;
+    wait();
+  }
+
+  /// Sends dataset[indices] to the rollout pool (generate_sequences), without waiting.
+  PendingRows send_generation(std::span<const std::int64_t> indices, std::uint64_t seed, std::int64_t first) {
+    GenerationRequest request =
+        generation_request(train_, indices, sampling_params(), seed, first, rollout_->dp_size(), tokenizer_.pad_token_id);
+    auto future = std::make_shared<Future<data::DataProto>>(
+        rollout_->template call<&RolloutWorkerType::generate_sequences>(request.prompts));
+    return PendingRows{std::move(future), std::move(request)};
+  }
+
+  /// The next mini-batch of generations to train on (stale ones dropped and replaced), with
+  /// verl's uid per prompt; checks that the rollout generated it with the weights it was sent
+  /// behind. `version`: the weights the actor holds at the step's start.
+  data::DataProto take_generated(TimingRaw& timing, Evictions& evictions, std::int64_t version) {
+    ScopedTimer t("gen", timing);
+    auto chunk = rollout_queue_->take(global_step_, rollout_weight_version_, evictions);
+    data::DataProto part = chunk.pending.get();
+    for (const auto& column : {keys::min_global_steps, keys::max_global_steps}) {
+      for (const std::int64_t v : part.non_tensor<std::int64_t>(column)) {
+        VERL_CHECK_ARG(v == chunk.weight_version && v <= version,
+                       "separate_async: step {}: a generation sent at step {} behind the weights of step {} came back "
+                       "with {} = {} (the rollout pool ran its calls out of order)",
+                       global_step_, chunk.sent_at_step, chunk.weight_version, column, v);
+      }
+    }
+    const Index n = sampling_params().n;
+    std::vector<std::int64_t> uid;
+    for (Index r = 0; r < part.size(); ++r) uid.push_back(next_uid_ + r / n);
+    part.set_non_tensor(std::string(keys::uid), std::move(uid));
+    next_uid_ += static_cast<std::int64_t>(chunk.indices.size());
+    return part;
+  }
+
+  /// The actor's weights to the rollout pool as `version`, queued behind what the pool already
+  /// has to generate (calls run there in order); waits only for the previous load to be done.
+  void send_weights_to_rollout(std::int64_t version) {
+    if constexpr (can_roll_out_apart) {
+      await_weights_loaded();
+      const PolicyWeights weights = actor_.template call<&ActorWorker::actor_weights>().get();
+      auto loading = std::make_shared<decltype(rollout_->template call<&RolloutWorkerType::load_weights>(weights, version))>(
+          rollout_->template call<&RolloutWorkerType::load_weights>(weights, version));
+      await_weights_loading_ = [loading] { loading->get(); };
+      rollout_weight_version_ = version;
+      rollout_weights_stale_ = false;
+    }
+  }
+
   // ---- generation and reward ------------------------------------------------------------------
 
   rollout::SamplingParams sampling_params() const { return rollout_sampling_params(config_, tokenizer_); }
@@ -650,7 +817,8 @@ class PPOController {
     if constexpr (can_roll_out_apart) {
       if (!rollout_ || !rollout_weights_stale_) return;
       const PolicyWeights weights = actor_.template call<&ActorWorker::actor_weights>().get();
-      rollout_->template call<&RolloutWorkerType::load_weights>(weights).get();
+      rollout_->template call<&RolloutWorkerType::load_weights>(weights, global_step_).get();
+      rollout_weight_version_ = global_step_;
       rollout_weights_stale_ = false;
     }
   }
@@ -825,8 +993,11 @@ class PPOController {
   // ---- what each call sends -------------------------------------------------------------------
 
   data::DataProto actor_update_batch(const data::DataProto& batch, bool entropy_metric) const {
-    return trainer::actor_update_batch(batch, config_, algorithm_, actor_.dp_size(),
-                                       !actor_on_policy(batch.size()) || algorithm_.rollout.bypass, entropy_metric);
+    data::DataProto out = trainer::actor_update_batch(
+        batch, config_, algorithm_, actor_.dp_size(),
+        !actor_on_policy(batch.size()) || algorithm_.rollout.bypass || separate_async_.has_value(), entropy_metric);
+    if (separate_async_ && !algorithm_.rollout.bypass) out.meta_info()["old_policy_saved"] = true;
+    return out;
   }
 
   data::DataProto critic_update_batch(const data::DataProto& batch) const {
@@ -920,6 +1091,10 @@ class PPOController {
   std::optional<RewardModelGroup> reward_model_;  ///< with reward.reward_model.enable
   std::optional<RolloutGroup> rollout_;           ///< with actor_rollout_ref.hybrid_engine=False
   bool rollout_weights_stale_ = true;             ///< the actor changed since the rollout's last load_weights
+  std::int64_t rollout_weight_version_ = 0;       ///< the step of the weights last sent to the rollout pool
+  std::optional<SeparateAsyncSettings> separate_async_;             ///< trainer.v1.trainer_mode=separate_async
+  std::optional<RolloutQueue<PendingRows>> rollout_queue_;          ///< separate_async: prompts in flight
+  std::function<void()> await_weights_loading_;                      ///< separate_async: the last load_weights sent
   std::int64_t global_step_ = 0;
   std::int64_t updates_this_step_ = 0;
   std::int64_t nonfinite_updates_this_step_ = 0;

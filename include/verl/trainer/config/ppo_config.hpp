@@ -370,6 +370,31 @@ struct DataConfig {
 };
 
 /// trainer.
+/// trainer.v1.separate_async: a rollout pool of its own generates continuously while the
+/// trainer updates; data.train_batch_size = parameter_sync_step x ppo_mini_batch_size, one
+/// update per mini-batch as it arrives, the rollout's weights replaced after each step.
+struct SeparateAsyncConfig {
+  std::int64_t num_warmup_batches = 1;   ///< batches sent to the rollout before the first step
+  std::int64_t parameter_sync_step = 4;  ///< mini-batches (updates) per step, between weight syncs
+  friend bool operator==(const SeparateAsyncConfig&, const SeparateAsyncConfig&) = default;
+};
+
+/// trainer.v1.sampler: the off-policy bound of the asynchronous modes (a no-op in sync mode).
+struct V1SamplerConfig {
+  /// The most global steps a prompt may span from being sent to the rollout to being trained on.
+  std::int64_t max_off_policy_threshold = 8;
+  std::string max_off_policy_strategy = "drop";  ///< drop (evict and send fresh prompts) or wait
+  friend bool operator==(const V1SamplerConfig&, const V1SamplerConfig&) = default;
+};
+
+/// trainer.v1: verl 0.9.1's trainer modes (sync, or separate_async with a rollout pool of its own).
+struct TrainerV1Config {
+  std::string trainer_mode = "sync";
+  SeparateAsyncConfig separate_async;
+  V1SamplerConfig sampler;
+  friend bool operator==(const TrainerV1Config&, const TrainerV1Config&) = default;
+};
+
 struct TrainerConfig {
   bool balance_batch = true;
   std::int64_t total_epochs = 30;
@@ -398,6 +423,7 @@ struct TrainerConfig {
   /// such steps in a row end the run with an error instead of training on, or saving, a broken model.
   std::int64_t max_consecutive_nonfinite_steps = 3;
   std::string device = "cpu";
+  TrainerV1Config v1;
   friend bool operator==(const TrainerConfig&, const TrainerConfig&) = default;
 };
 
@@ -470,11 +496,14 @@ VERL_CONFIG_FIELDS(DataConfig, train_files, val_files, train_max_samples, val_ma
                    reward_fn_key, max_prompt_length, max_response_length, train_batch_size, val_batch_size,
                    gen_batch_size, shuffle, seed, validation_shuffle, filter_overlong_prompts, truncation,
                    apply_chat_template_kwargs)
+VERL_CONFIG_FIELDS(SeparateAsyncConfig, num_warmup_batches, parameter_sync_step)
+VERL_CONFIG_FIELDS(V1SamplerConfig, max_off_policy_threshold, max_off_policy_strategy)
+VERL_CONFIG_FIELDS(TrainerV1Config, trainer_mode, separate_async, sampler)
 VERL_CONFIG_FIELDS(TrainerConfig, balance_batch, total_epochs, total_training_steps, project_name, experiment_name,
                    logger, log_val_generations, rollout_data_dir, validation_data_dir, nnodes, n_gpus_per_node,
                    save_freq, resume_mode, resume_from_path, val_before_train, val_only, test_freq, critic_warmup,
                    del_local_ckpt_after_load, default_local_dir, max_actor_ckpt_to_keep, max_critic_ckpt_to_keep,
-                   device, max_consecutive_nonfinite_steps)
+                   device, max_consecutive_nonfinite_steps, v1)
 VERL_CONFIG_FIELDS(CostCriticModelSection, path)
 VERL_CONFIG_FIELDS(CostCriticConfig, model)
 VERL_CONFIG_FIELDS(PPOConfig, data, actor_rollout_ref, critic, cost_critic, reward_model, reward, algorithm, trainer)

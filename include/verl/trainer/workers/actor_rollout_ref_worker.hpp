@@ -200,10 +200,28 @@ class ActorRolloutRefWorker {
   /// rollout temperature, with the entropy (entropys) and, when
   /// actor.calculate_sum_pi_squared, sum_j pi_j^2 per token. Micro-batches of the rollout's
   /// log_prob_micro_batch_size(_per_gpu).
-  data::DataProto compute_log_prob(const data::DataProto& batch) {
+  data::DataProto compute_log_prob(const data::DataProto& batch) { return log_probs_of(require_model(), batch); }
+
+  /// separate_async's pi_old (verl's save_model_to_cpu(0)): keeps a copy of the actor's weights
+  /// now, so that every mini-batch of the step takes its old log-probs from the same policy while
+  /// the actor updates between them.
+  void save_old_policy() {
+    if (!old_policy_) old_policy_.emplace(models_.actor(config_));
+    trainer::load_weights(*old_policy_, weights_of(require_model()), "the actor's saved old policy");
+  }
+
+  /// compute_log_prob with the weights save_old_policy kept (verl's restore_model_from_cpu(0),
+  /// compute_log_prob, then the current weights back).
+  data::DataProto compute_old_policy_log_prob(const data::DataProto& batch) {
+    VERL_CHECK_ARG(old_policy_.has_value(), "compute_old_policy_log_prob: save_old_policy was never called");
+    return log_probs_of(*old_policy_, batch);
+  }
+
+ private:
+  data::DataProto log_probs_of(Policy& policy, const data::DataProto& batch) {
     const auto& rollout = config_.actor_rollout_ref.rollout;
     const bool sum_pi_squared = config_.actor_rollout_ref.actor.calculate_sum_pi_squared;
-    ResponseStatistics stats = response_statistics(require_model(), batch, {.entropy = true, .sum_pi_squared = sum_pi_squared},
+    ResponseStatistics stats = response_statistics(policy, batch, {.entropy = true, .sum_pi_squared = sum_pi_squared},
                                                    micro_batch(rollout.log_prob_micro_batch_size_per_gpu,
                                                                rollout.log_prob_micro_batch_size, batch.size()),
                                                    rollout_temperature());
@@ -213,6 +231,8 @@ class ActorRolloutRefWorker {
     if (sum_pi_squared) out.set(std::string(keys::sum_pi_squared), std::move(stats.sum_pi_squared));
     return out;
   }
+
+ public:
 
   /// verl's compute_ref_log_prob: the reference policy's log-probs (ref_log_prob).
   data::DataProto compute_ref_log_prob(const data::DataProto& batch) {
@@ -278,6 +298,9 @@ class ActorRolloutRefWorker {
                          "compute_log_prob">,
       hybridflow::Method<&ActorRolloutRefWorker::compute_ref_log_prob, hybridflow::Dispatch::dp_compute_proto,
                          "compute_ref_log_prob">,
+      hybridflow::Method<&ActorRolloutRefWorker::save_old_policy, hybridflow::Dispatch::one_to_all, "save_old_policy">,
+      hybridflow::Method<&ActorRolloutRefWorker::compute_old_policy_log_prob, hybridflow::Dispatch::dp_compute_proto,
+                         "compute_old_policy_log_prob">,
       hybridflow::Method<&ActorRolloutRefWorker::update_actor, hybridflow::Dispatch::dp_compute_proto, "update_actor">,
       hybridflow::Method<&ActorRolloutRefWorker::checkpoint_state, hybridflow::Dispatch::rank_zero, "checkpoint_state">,
       hybridflow::Method<&ActorRolloutRefWorker::load_checkpoint_state, hybridflow::Dispatch::one_to_all,
@@ -342,6 +365,7 @@ class ActorRolloutRefWorker {
   PPOAlgorithm algorithm_;
   std::optional<Policy> actor_;
   std::optional<Policy> reference_;
+  std::optional<Policy> old_policy_;  ///< separate_async's pi_old (save_old_policy)
   std::optional<optim::AdamW> optimizer_;
   std::optional<optim::LrScheduler<>> scheduler_;
 };

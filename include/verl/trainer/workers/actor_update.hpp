@@ -50,8 +50,11 @@ data::DataProto update_actor_rows(Policy& actor, const data::DataProto& batch, c
   MetricsAccumulator acc;
   const bool entropy_in_loss = algorithm.entropy_coeff != 0;
   // verl's dp_actor on_policy: one mini-batch, one epoch; in bypass mode the stored old
-  // log-probs are the rollout's, never the update's own.
-  const bool on_policy = cfg.ppo_epochs == 1 && global_rows <= cfg.ppo_mini_batch_size * n && !algorithm.rollout.bypass;
+  // log-probs are the rollout's, never the update's own; with meta_info "old_policy_saved"
+  // (separate_async) they are the step's pi_old, not the policy updating now.
+  const bool old_policy_saved = batch.meta_info().value("old_policy_saved", false);
+  const bool on_policy = cfg.ppo_epochs == 1 && global_rows <= cfg.ppo_mini_batch_size * n && !algorithm.rollout.bypass &&
+                         !old_policy_saved;
   const bool has_is_weights = batch.has_tensor(keys::rollout_is_weights);
   std::int64_t updates = 0, nonfinite = 0;
   for (std::int64_t epoch = 0; epoch < cfg.ppo_epochs; ++epoch) {

@@ -49,6 +49,9 @@ inline constexpr std::string_view rollout_is_weights = "rollout_is_weights";
 inline constexpr std::string_view reward_baselines = "reward_baselines";
 inline constexpr std::string_view uid = "uid";
 inline constexpr std::string_view index = "index";
+/// The weight versions (global steps) a row was generated with, oldest and newest (verl v1's tags).
+inline constexpr std::string_view min_global_steps = "min_global_steps";
+inline constexpr std::string_view max_global_steps = "max_global_steps";
 inline constexpr std::string_view reward_output = "reward_output";
 /// Per-prompt sampling seeds of a generation request (uint64 bits in an int64 column).
 inline constexpr std::string_view seed = "seed";

@@ -10,6 +10,7 @@
 // separated rollout receives from the trainer.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -44,12 +45,22 @@ class RolloutWorker {
     set_rollout_precision(*policy_, config_);
   }
 
-  data::DataProto generate_sequences(const data::DataProto& prompts) { return generate_with(require_model(), prompts); }
+  /// Every row carries the weight version it was generated with (verl's min_global_steps /
+  /// max_global_steps: equal, a response is generated with one version here).
+  data::DataProto generate_sequences(const data::DataProto& prompts) {
+    data::DataProto rows = generate_with(require_model(), prompts);
+    const std::vector<std::int64_t> versions(static_cast<std::size_t>(rows.size()), weight_version_);
+    rows.set_non_tensor(std::string(keys::min_global_steps), versions);
+    rows.set_non_tensor(std::string(keys::max_global_steps), versions);
+    return rows;
+  }
 
   /// The actor's weights after its update: every parameter replaced (each must be there, with its
-  /// shape, finite).
-  void load_weights(const PolicyWeights& weights) {
+  /// shape, finite). `version`: the global step they come from (0 for the initial weights).
+  void load_weights(const PolicyWeights& weights, std::int64_t version) {
+    VERL_CHECK_ARG(version >= 0, "load_weights: expected a weight version >= 0, got {}", version);
     trainer::load_weights(require_model(), weights, "actor_rollout_ref.rollout (a pool of its own)");
+    weight_version_ = version;
   }
 
   [[nodiscard]] const Policy& policy() const { return const_cast<RolloutWorker&>(*this).require_model(); }
@@ -70,6 +81,7 @@ class RolloutWorker {
   Models models_;
   PPOConfig config_;
   std::optional<Policy> policy_;
+  std::int64_t weight_version_ = 0;  ///< the global step of the weights held (0: as built)
 };
 
 }  // namespace verl::trainer
