@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <filesystem>
 #include <cmath>
 #include <string>
 #include <thread>
@@ -216,6 +217,41 @@ TEST(SeparateAsync, ASlowRolloutPoolChangesTheWaitNotTheTraining) {
   // Two chunks a step, each at least 300 ms late on the slow pool.
   EXPECT_GT(slow_wait, fast_wait);
   EXPECT_GT(slow_wait, 4 * 0.3);
+}
+
+TEST(SeparateAsync, ResumingTrainsOnTheSamplesTheUninterruptedRunTrainsOn) {
+  // A checkpoint holds the generations in flight (settled) and the queue's place in the prompt
+  // stream: the resumed steps are the uninterrupted run's, bit for bit.
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                                    ("verl_separate_async_resume_" + std::to_string(runtime->world_size()));
+  std::filesystem::remove_all(dir);
+  const std::vector<std::string> keys =
+      with(async_mode, {"trainer.v1.separate_async.num_warmup_batches=2", "trainer.v1.sampler.max_off_policy_threshold=2",
+                        "trainer.save_freq=2", "trainer.default_local_dir=" + dir.string()});
+  const auto uninterrupted = run(keys, 4);
+  ASSERT_TRUE(std::filesystem::exists(dir / "global_step_2" / "separate_async_in_flight.bin"));
+  auto resumed = controller(keys);
+  resumed.load_checkpoint(dir / "global_step_2");
+  for (int s = 3; s <= 4; ++s) {
+    const Metrics m = resumed.step();
+    const Metrics& expected = uninterrupted[static_cast<std::size_t>(s - 1)];
+    for (const char* key : {"critic/score/mean", "response_length/mean", "actor/pg_loss", "actor/kl_loss", "actor/grad_norm",
+                            "training/off_policy/trajectory_staleness/max"}) {
+      EXPECT_EQ(m.at(key), expected.at(key)) << key << " at step " << s;
+    }
+    EXPECT_EQ(m.contains("training/off_policy/evicted_samples"), expected.contains("training/off_policy/evicted_samples"));
+  }
+  // A damaged file is refused by name, never resumed quietly.
+  const auto file = dir / "global_step_2" / "separate_async_in_flight.bin";
+  std::filesystem::resize_file(file, std::filesystem::file_size(file) - 3);
+  auto damaged = controller(keys);
+  try {
+    damaged.load_checkpoint(dir / "global_step_2");
+    ADD_FAILURE() << "a truncated in-flight file was resumed";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("separate_async_in_flight.bin"), std::string::npos) << e.what();
+  }
+  std::filesystem::remove_all(dir);
 }
 
 TEST(SeparateAsync, RefusesABatchThatIsNotParameterSyncStepMiniBatches) {

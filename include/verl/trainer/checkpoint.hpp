@@ -94,6 +94,8 @@ struct CheckpointSnapshot {
   std::optional<data::DataLoaderState> data;
   std::map<std::string, std::string> rng;  ///< name -> serialize_rng(engine)
   nlohmann::json extra = nlohmann::json::object();
+  /// The controller's own binary state, one file each (separate_async's generations in flight).
+  std::map<std::string, std::vector<std::byte>> files;
 };
 
 struct LoadedRole {
@@ -115,6 +117,7 @@ struct LoadedCheckpoint {
   std::optional<data::DataLoaderState> data;
   std::map<std::string, std::string> rng;
   nlohmann::json extra = nlohmann::json::object();
+  std::map<std::string, std::vector<std::byte>> files;  ///< CheckpointSnapshot::files, sizes checked
 
   [[nodiscard]] const LoadedRole& role(std::string_view name) const {
     const auto found = roles.find(std::string(name));
@@ -292,10 +295,19 @@ class CheckpointManager {
         detail::fsync_path(staging / name);
       }
       if (snapshot.data) detail::write_json(staging / "data.json", data::to_json(*snapshot.data));
+      nlohmann::json files = nlohmann::json::object();
+      for (const auto& [name, bytes] : snapshot.files) {
+        VERL_CHECK_ARG(!name.empty() && name.find('/') == std::string::npos && name != "." && name != ".." &&
+                           !snapshot.roles.contains(name) && name != "data.json" && name != detail::trainer_state_name,
+                       "files: expected a plain file name not used by the checkpoint itself, got '{}'", name);
+        io::write_file_atomically(staging / name, std::span<const std::byte>(bytes));
+        files[name] = bytes.size();
+      }
       nlohmann::json state = {{"global_step", snapshot.global_step},
                               {"rng", snapshot.rng},
                               {"extra", snapshot.extra},
                               {"roles", nlohmann::json::array()}};
+      if (!snapshot.files.empty()) state["files"] = std::move(files);
       for (const auto& [name, role] : snapshot.roles) state["roles"].push_back(name);
       // Written last: its presence marks a complete checkpoint.
       detail::write_json(staging / detail::trainer_state_name, state);
@@ -389,6 +401,20 @@ class CheckpointManager {
         const std::string role = name.get<std::string>();
         // A role pruned by the retention policy is absent; the others must be complete.
         if (fs::is_directory(folder / role)) out.roles.emplace(role, detail::read_role(folder / role));
+      }
+      if (state.contains("files")) {
+        for (const auto& [name, size] : state.at("files").items()) {
+          const fs::path path = folder / name;
+          VERL_CHECK_ARG(name.find('/') == std::string::npos && fs::is_regular_file(path),
+                         "checkpoint folder '{}': file '{}' listed in {} is missing (a damaged checkpoint is not resumed)",
+                         folder.string(), name, detail::trainer_state_name);
+          const std::string text = io::read_text_file(path);
+          VERL_CHECK_ARG(text.size() == size.get<std::size_t>(),
+                         "checkpoint file '{}': expected {} bytes, got {} (a damaged checkpoint is not resumed)",
+                         path.string(), size.get<std::size_t>(), text.size());
+          const auto* begin = reinterpret_cast<const std::byte*>(text.data());
+          out.files.emplace(name, std::vector<std::byte>(begin, begin + text.size()));
+        }
       }
     } catch (const nlohmann::json::exception& error) {
       ::verl::detail::throw_invalid_argument("checkpoint file '{}': {}", state_path.string(), error.what());

@@ -404,6 +404,9 @@ class PPOController {
     if (critic) snapshot.roles["critic"] = critic->snapshot();
     snapshot.data = loader_.state();
     snapshot.extra = {{"kl_coef", algo::kl_coefficient(kl_ctrl_)}, {"next_uid", next_uid_}};
+    if constexpr (can_run_separate_async) {
+      if (rollout_queue_) snapshot.files[std::string(separate_async_file)] = separate_async_state();
+    }
     checkpoints_.save(snapshot);
   }
 
@@ -424,6 +427,14 @@ class PPOController {
     const double kl_coef = loaded.extra.value("kl_coef", algo::kl_coefficient(kl_ctrl_));
     std::visit([&](auto& controller) { controller.value = kl_coef; }, kl_ctrl_);
     next_uid_ = loaded.extra.value("next_uid", next_uid_);
+    const auto in_flight = loaded.files.find(std::string(separate_async_file));
+    VERL_CHECK_ARG(in_flight == loaded.files.end() || separate_async_,
+                   "trainer.v1.trainer_mode: checkpoint '{}' holds separate_async's generations in flight, which trainer_mode={} "
+                   "would drop; expected separate_async",
+                   folder.string(), config_.trainer.v1.trainer_mode);
+    if constexpr (can_run_separate_async) {
+      if (in_flight != loaded.files.end()) restore_separate_async_state(in_flight->second, folder);
+    }
   }
 
   /// trainer.resume_mode: resumes from the latest (auto) or the given (resume_path) checkpoint.
@@ -658,8 +669,87 @@ class PPOController {
   struct PendingRows {
     std::shared_ptr<Future<data::DataProto>> future;
     GenerationRequest request;
-    data::DataProto get() { return generated_rows(future->get(), request); }
+    std::optional<data::DataProto> rows;  ///< the answer once settled (or restored from a checkpoint)
+
+    data::DataProto get() {
+      settle();
+      data::DataProto out = std::move(*rows);
+      rows.reset();
+      return out;
+    }
+    /// Waits for the answer and keeps it.
+    const data::DataProto& settle() {
+      if (!rows) {
+        rows = generated_rows(future->get(), request);
+        future.reset();
+      }
+      return *rows;
+    }
   };
+
+  static constexpr std::string_view separate_async_file = "separate_async_in_flight.bin";
+
+  RolloutQueue<PendingRows> make_rollout_queue() {
+    return RolloutQueue<PendingRows>(
+        *separate_async_, [this] { return next_indices(); },
+        [this](std::span<const std::int64_t> indices, std::uint64_t seed, std::int64_t first) {
+          return send_generation(indices, seed, first);
+        },
+        [this](std::int64_t step, std::int64_t k) { return generation_round_seed(config_.data, step, k); });
+  }
+
+  /// The generations in flight, settled (a checkpoint waits for them: resuming then trains on the
+  /// very samples the uninterrupted run trains on), and the queue's place in the prompt stream.
+  std::vector<std::byte> separate_async_state() {
+    hybridflow::WireWriter w;
+    const auto position = rollout_queue_->position();
+    hybridflow::write(w, position.prompts);
+    hybridflow::write(w, position.seeding_step);
+    hybridflow::write(w, position.sent_this_step);
+    hybridflow::write(w, static_cast<std::int64_t>(rollout_queue_->chunks().size()));
+    for (auto& chunk : rollout_queue_->chunks()) {
+      hybridflow::write(w, chunk.indices);
+      hybridflow::write(w, chunk.sent_at_step);
+      hybridflow::write(w, chunk.weight_version);
+      hybridflow::write(w, static_cast<std::int64_t>(chunk.seed));
+      hybridflow::write(w, chunk.first);
+      hybridflow::write(w, chunk.pending.settle());
+    }
+    const hybridflow::Bytes bytes = w.take();
+    return std::vector<std::byte>(bytes.begin(), bytes.end());
+  }
+
+  void restore_separate_async_state(const std::vector<std::byte>& bytes, const std::filesystem::path& folder) {
+    try {
+      hybridflow::WireReader r(bytes);
+      typename RolloutQueue<PendingRows>::Position position;
+      position.prompts = hybridflow::read<std::vector<std::int64_t>>(r);
+      position.seeding_step = hybridflow::read<std::int64_t>(r);
+      position.sent_this_step = hybridflow::read<std::int64_t>(r);
+      const auto count = hybridflow::read<std::int64_t>(r);
+      VERL_CHECK_ARG(count >= 0 && count <= 1'000'000, "expected a chunk count, got {}", count);
+      std::deque<RolloutChunk<PendingRows>> chunks;
+      for (std::int64_t c = 0; c < count; ++c) {
+        RolloutChunk<PendingRows> chunk;
+        chunk.indices = hybridflow::read<std::vector<std::int64_t>>(r);
+        chunk.sent_at_step = hybridflow::read<std::int64_t>(r);
+        chunk.weight_version = hybridflow::read<std::int64_t>(r);
+        chunk.seed = static_cast<std::uint64_t>(hybridflow::read<std::int64_t>(r));
+        chunk.first = hybridflow::read<std::int64_t>(r);
+        chunk.pending.rows = hybridflow::read<data::DataProto>(r);
+        for (const std::int64_t i : chunk.indices)
+          VERL_CHECK_ARG(i >= 0 && i < static_cast<std::int64_t>(train_.size()), "a prompt index {} outside the {} training prompts",
+                         i, train_.size());
+        chunks.push_back(std::move(chunk));
+      }
+      VERL_CHECK_ARG(r.remaining() == 0, "{} bytes left over after the last chunk", r.remaining());
+      rollout_queue_.emplace(make_rollout_queue());
+      rollout_queue_->restore(std::move(chunks), position);
+    } catch (const std::exception& error) {
+      ::verl::detail::throw_invalid_argument("checkpoint file '{}': {} (a damaged checkpoint is not resumed)",
+                                             (folder / separate_async_file).string(), error.what());
+    }
+  }
 
   /// verl's separate_async step: one batch of prompts sent to the rollout pool (beside the ones
   /// sent earlier), then parameter_sync_step mini-batches, each trained as soon as the rollout
@@ -679,11 +769,7 @@ class PPOController {
         send_weights_to_rollout(version);
       }
       if (!rollout_queue_) {
-        rollout_queue_.emplace(settings, [this] { return next_indices(); },
-                               [this](std::span<const std::int64_t> indices, std::uint64_t seed, std::int64_t first) {
-                                 return send_generation(indices, seed, first);
-                               },
-                               [this](std::int64_t step, std::int64_t k) { return generation_round_seed(config_.data, step, k); });
+        rollout_queue_.emplace(make_rollout_queue());
         rollout_queue_->send_warmup(global_step_, rollout_weight_version_);
       }
       rollout_queue_->send_batch(global_step_, rollout_weight_version_);

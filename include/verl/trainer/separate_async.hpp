@@ -170,6 +170,24 @@ class RolloutQueue {
 
   [[nodiscard]] std::size_t chunks_in_flight() const { return chunks_.size(); }
   [[nodiscard]] const std::deque<Chunk>& chunks() const { return chunks_; }
+  /// The chunks in flight, oldest first (a checkpoint settles their answers).
+  [[nodiscard]] std::deque<Chunk>& chunks() { return chunks_; }
+
+  /// Where the queue stands in the prompt stream and the seeds (for a checkpoint).
+  struct Position {
+    std::vector<std::int64_t> prompts;  ///< loaded from the data loader, not yet sent
+    std::int64_t seeding_step = std::numeric_limits<std::int64_t>::min();
+    std::int64_t sent_this_step = 0;
+  };
+  [[nodiscard]] Position position() const { return {{prompts_.begin(), prompts_.end()}, seeding_step_, sent_this_step_}; }
+
+  /// Puts back a checkpoint's chunks (answers settled) and position.
+  void restore(std::deque<Chunk> chunks, const Position& position) {
+    chunks_ = std::move(chunks);
+    prompts_.assign(position.prompts.begin(), position.prompts.end());
+    seeding_step_ = position.seeding_step;
+    sent_this_step_ = position.sent_this_step;
+  }
   [[nodiscard]] const SeparateAsyncSettings& settings() const { return settings_; }
 
   /// Awaits every answer still coming (before the runtime shuts down).
