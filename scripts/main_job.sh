@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The main job: a tiny Qwen2 learns the built-in arithmetic task (sums of one-digit numbers,
-# graded by verl's gsm8k rule scorer) on the CPU: generate the task and the initial model
-# (verl_make_task), an SFT warm start (verl_sft), then GRPO (verl_train with
+# The toy job (scripts/verl.sh run-toy; the default main job until issue 27 made it SmolLM2's,
+# scripts/main_job_smollm2.sh): a tiny Qwen2 learns the built-in arithmetic task (sums of
+# one-digit numbers, graded by verl's gsm8k rule scorer) on the CPU: generate the task and the
+# initial model (verl_make_task), an SFT warm start (verl_sft), then GRPO (verl_train with
 # examples/config/main_job_grpo.yaml), validating greedily before and during GRPO. Writes the
 # JSONL metrics and the reward curve (SVG) and prints the accuracies after SFT and after GRPO.
 #

