@@ -1,21 +1,29 @@
 // GGUF files as models: the test models written in llama.cpp's layout
 // (tools/scripts/make_gguf_fixtures.py) load into the same transformer as their Hugging Face
 // folders (config, logits, greedy ids, tokenizer and chat template), llama's rope permutation
-// undone; a GGUF model saves as a Hugging Face folder; and, when VERL_SMOLLM2_GGUF names
+// undone; Llama 3.1's rope scaling, which llama.cpp stores as the tensor rope_freqs.weight, read
+// back as the llama3 rope_scaling that gives those factors (files written here byte by byte);
+// a GGUF model saves as a Hugging Face folder; and, when VERL_SMOLLM2_GGUF names
 // SmolLM2-135M-Instruct.Q4_1.gguf, the real model answers a chat prompt.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <numbers>
+#include <set>
+#include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "../support/error_message.hpp"
 #include "verl/model/checkpoint.hpp"
 #include "verl/model/gguf_model.hpp"
+#include "verl/model/transformer/rope.hpp"
 #include "verl/rollout/rollout.hpp"
 
 using namespace verl;
@@ -66,6 +74,142 @@ std::vector<TokenId> greedy(Transformer& model, const std::vector<TokenId>& prom
                                    {.temperature = 0.0f, .max_response_length = tokens, .pad_token_id = 0});
   const Index length = out.response_lengths[0];
   return {out.responses.row(0).data(), out.responses.row(0).data() + length};
+}
+
+/// A GGUF file written byte by byte (GGUF v3, alignment 32): metadata keys of three types and
+/// tensors as raw bytes, so tests can add what the gguf package fixtures leave out.
+class GgufBuilder {
+ public:
+  GgufBuilder& u32(std::string_view key, std::uint32_t value) { return kv(key, 4).put(kv_, value); }
+  GgufBuilder& f32(std::string_view key, float value) { return kv(key, 6).put(kv_, value); }
+  GgufBuilder& str(std::string_view key, std::string_view value) {
+    kv(key, 8);
+    string(kv_, value);
+    return *this;
+  }
+  GgufBuilder& tensor(std::string name, std::vector<std::uint64_t> dims, std::uint32_t type,
+                      std::span<const std::byte> bytes) {
+    tensors_.push_back({std::move(name), std::move(dims), type, {bytes.begin(), bytes.end()}});
+    return *this;
+  }
+  GgufBuilder& f32_tensor(std::string name, const std::vector<float>& values) {
+    return tensor(std::move(name), {values.size()}, 0, std::as_bytes(std::span(values)));
+  }
+  [[nodiscard]] GgufFile file(std::string name = "crafted.gguf") const {
+    std::vector<std::byte> out;
+    for (const char c : std::string_view("GGUF")) out.push_back(static_cast<std::byte>(c));
+    put(out, std::uint32_t{3}).put(out, std::uint64_t{tensors_.size()}).put(out, keys_);
+    out.insert(out.end(), kv_.begin(), kv_.end());
+    std::uint64_t offset = 0;
+    for (const auto& t : tensors_) {
+      string(out, t.name);
+      put(out, static_cast<std::uint32_t>(t.dims.size()));
+      for (const auto dim : t.dims) put(out, dim);
+      put(out, t.type).put(out, offset);
+      offset = (offset + t.bytes.size() + 31) / 32 * 32;
+    }
+    for (const auto& t : tensors_) {
+      out.resize((out.size() + 31) / 32 * 32);
+      out.insert(out.end(), t.bytes.begin(), t.bytes.end());
+    }
+    return GgufFile::from_bytes(std::move(out), std::move(name));
+  }
+
+ private:
+  struct Tensor {
+    std::string name;
+    std::vector<std::uint64_t> dims;
+    std::uint32_t type;
+    std::vector<std::byte> bytes;
+  };
+  template <class T>
+  const GgufBuilder& put(std::vector<std::byte>& out, T value) const {
+    const auto at = out.size();
+    out.resize(at + sizeof(T));
+    std::memcpy(out.data() + at, &value, sizeof(T));
+    return *this;
+  }
+  template <class T>
+  GgufBuilder& put(std::vector<std::byte>& out, T value) {
+    std::as_const(*this).put(out, value);
+    return *this;
+  }
+  static void string(std::vector<std::byte>& out, std::string_view text) {
+    const std::uint64_t size = text.size();
+    const auto at = out.size();
+    out.resize(at + sizeof(size));
+    std::memcpy(out.data() + at, &size, sizeof(size));
+    for (const char c : text) out.push_back(static_cast<std::byte>(c));
+  }
+  GgufBuilder& kv(std::string_view key, std::uint32_t type) {
+    ++keys_;
+    string(kv_, key);
+    return put(kv_, type);
+  }
+  std::vector<std::byte> kv_;
+  std::uint64_t keys_ = 0;
+  std::vector<Tensor> tensors_;
+};
+
+/// The llama.* keys of `config` (what gguf_model_config reads).
+GgufBuilder llama_metadata(const HfModelConfig& config) {
+  GgufBuilder builder;
+  builder.str("general.architecture", "llama")
+      .u32("llama.block_count", static_cast<std::uint32_t>(config.num_hidden_layers))
+      .u32("llama.embedding_length", static_cast<std::uint32_t>(config.hidden_size))
+      .u32("llama.feed_forward_length", static_cast<std::uint32_t>(config.intermediate_size))
+      .u32("llama.attention.head_count", static_cast<std::uint32_t>(config.num_attention_heads))
+      .u32("llama.attention.head_count_kv", static_cast<std::uint32_t>(config.num_key_value_heads))
+      .u32("llama.attention.key_length", static_cast<std::uint32_t>(config.head_dim))
+      .u32("llama.context_length", static_cast<std::uint32_t>(config.max_position_embeddings))
+      .f32("llama.attention.layer_norm_rms_epsilon", static_cast<float>(config.rms_norm_eps))
+      .f32("llama.rope.freq_base", static_cast<float>(config.rope_theta));
+  return builder;
+}
+
+/// rope_freqs.weight as llama.cpp's convert_hf_to_gguf.py computes it: in float32 (torch), with
+/// old_context_len = original_max_position_embeddings.
+std::vector<float> llama_cpp_rope_factors(float theta, int head_dim, float factor, float low, float high,
+                                          float old_context) {
+  const float low_freq_wavelen = old_context / low, high_freq_wavelen = old_context / high;
+  std::vector<float> factors;
+  for (int i = 0; i < head_dim; i += 2) {
+    const float freq = 1.0f / std::pow(theta, static_cast<float>(i) / static_cast<float>(head_dim));
+    const float wavelen = 2.0f * std::numbers::pi_v<float> / freq;
+    if (wavelen < high_freq_wavelen) {
+      factors.push_back(1.0f);
+    } else if (wavelen > low_freq_wavelen) {
+      factors.push_back(factor);
+    } else {
+      const float smooth = (old_context / wavelen - low) / (high - low);
+      factors.push_back(1.0f / ((1.0f - smooth) / factor + smooth));
+    }
+  }
+  return factors;
+}
+
+/// A tiny llama config for metadata-only files (the token embedding of `vocab` rows is all they need).
+HfModelConfig metadata_llama(std::int64_t head_dim, double theta, std::int64_t context) {
+  HfModelConfig config;
+  config.hidden_size = 2 * head_dim;
+  config.num_attention_heads = 2;
+  config.num_key_value_heads = 1;
+  config.head_dim = head_dim;
+  config.intermediate_size = 8;
+  config.num_hidden_layers = 1;
+  config.max_position_embeddings = context;
+  config.rms_norm_eps = 1e-5;
+  config.rope_theta = theta;
+  return config;
+}
+
+GgufFile metadata_file(const HfModelConfig& config, const std::vector<float>& rope_freqs) {
+  const std::vector<float> embedding(static_cast<std::size_t>(config.hidden_size) * 4, 0.5f);
+  auto builder = llama_metadata(config);
+  builder.tensor("token_embd.weight", {static_cast<std::uint64_t>(config.hidden_size), 4}, 0,
+                 std::as_bytes(std::span(embedding)));
+  if (!rope_freqs.empty()) builder.f32_tensor("rope_freqs.weight", rope_freqs);
+  return builder.file();
 }
 
 class GgufTinyModel : public ::testing::TestWithParam<std::string> {};
@@ -150,6 +294,93 @@ TEST(GgufModel, LlamaRopeRowsAreUnpermuted) {
     }
   }
   EXPECT_EQ(checked, 4u);
+}
+
+TEST(GgufModel, Llama31RopeFreqsAreReadAsLlama3RopeScaling) {
+  // Llama 3.1 8B's rope (head dim 128, theta 500000, factor 8, low 1, high 4, context 8192) and
+  // Llama 3.2 1B's (head dim 64, factor 32): seven and three frequencies on the ramp.
+  struct Case {
+    std::int64_t head_dim;
+    float factor;
+  };
+  for (const Case c : {Case{128, 8.0f}, Case{64, 32.0f}}) {
+    const HfModelConfig base = metadata_llama(c.head_dim, 500000.0, 131072);
+    const auto factors = llama_cpp_rope_factors(500000.0f, static_cast<int>(c.head_dim), c.factor, 1.0f, 4.0f, 8192.0f);
+    const HfModelConfig config = gguf_model_config(metadata_file(base, factors));
+    ASSERT_TRUE(config.rope_scaling.has_value()) << c.head_dim;
+    EXPECT_EQ(config.rope_scaling->rope_type, "llama3");
+    EXPECT_DOUBLE_EQ(config.rope_scaling->factor, c.factor);
+    EXPECT_NEAR(config.rope_scaling->low_freq_factor, 1.0, 1e-6);
+    EXPECT_NEAR(config.rope_scaling->high_freq_factor, 4.0, 1e-6);
+    EXPECT_EQ(config.rope_scaling->original_max_position_embeddings, 8192);
+    // The model's inverse frequencies are the unscaled ones divided by the file's factors.
+    const RotaryEmbedding<double> scaled(config), plain(base);
+    ASSERT_EQ(scaled.inv_freq().size(), static_cast<Index>(factors.size()));
+    for (Index i = 0; i < scaled.inv_freq().size(); ++i) {
+      const double expected = plain.inv_freq()[i] / factors[static_cast<std::size_t>(i)];
+      EXPECT_NEAR(scaled.inv_freq()[i] / expected, 1.0, 1e-5) << c.head_dim << " " << i;
+    }
+  }
+  // All ones: no scaling.
+  const HfModelConfig base = metadata_llama(64, 500000.0, 2048);
+  EXPECT_FALSE(gguf_model_config(metadata_file(base, std::vector<float>(32, 1.0f))).rope_scaling.has_value());
+}
+
+TEST(GgufModel, TinyLlamaWithRopeFreqsMatchesItsFolder) {
+  // tiny-llama.gguf plus the rope_freqs.weight llama.cpp would write for the folder's llama3 rope
+  // scaling (factor 8, low 1, high 4, original context 32; no frequency on the ramp): the model
+  // is the folder's, rope scaling included.
+  const GgufFile plain(gguf_dir / "tiny-llama.gguf");
+  const HfModelConfig folder = HfModelConfig::from_file(models_dir / "tiny-llama");
+  ASSERT_TRUE(folder.rope_scaling.has_value());
+  ASSERT_EQ(folder.rope_scaling->original_max_position_embeddings, 32);
+  auto builder = llama_metadata(folder);
+  for (const auto& info : plain.tensors()) {
+    builder.tensor(info.name, info.dims, static_cast<std::uint32_t>(info.type), plain.tensor_bytes(info.name));
+  }
+  builder.f32_tensor("rope_freqs.weight", llama_cpp_rope_factors(500000.0f, 16, 8.0f, 1.0f, 4.0f, 32.0f));
+  const GgufFile scaled = builder.file("tiny-llama-rope-freqs.gguf");
+  const HfModelConfig config = gguf_model_config(scaled);
+  ASSERT_TRUE(config.rope_scaling.has_value());
+  EXPECT_EQ(*config.rope_scaling, *folder.rope_scaling);
+
+  Transformer from_gguf = load_gguf_transformer(scaled);
+  HfModelConfig folder_config = HfModelConfig::from_file(models_dir / "tiny-llama");
+  Transformer from_folder(folder_config);
+  verl::model::detail::load_parameters(from_folder, SafetensorsCheckpoint(models_dir / "tiny-llama"),
+                                       std::set<std::string>{}, models_dir / "tiny-llama");
+  const std::vector<TokenId> prompt = read_golden("tiny-llama")["chat_prompt_ids"].get<std::vector<TokenId>>();
+  const MatrixF expected = logits_of(from_folder, prompt);
+  EXPECT_LE((logits_of(from_gguf, prompt) - expected).cwiseAbs().maxCoeff(), 1e-4f);
+  // Without the tensor the logits differ: the check sees the rope scaling.
+  Transformer unscaled = load_gguf_transformer(plain);
+  EXPECT_GT((logits_of(unscaled, prompt) - expected).cwiseAbs().maxCoeff(), 1e-3f);
+}
+
+TEST(GgufModel, RopeFreqsNoLlama3ScalingGivesAreRefusedByName) {
+  const HfModelConfig base = metadata_llama(64, 500000.0, 2048);
+  // Decreasing factors: no llama3 scaling gives them.
+  std::vector<float> factors(32, 1.0f);
+  factors[0] = 8.0f;
+  auto message = message_of<NotImplemented>([&] { (void)gguf_model_config(metadata_file(base, factors)); });
+  EXPECT_TRUE(contains(message, "tensor 'rope_freqs.weight': per-frequency rope factors that no llama3 rope scaling"))
+      << message;
+  // A ramp that is not llama3's curve.
+  factors = llama_cpp_rope_factors(500000.0f, 64, 32.0f, 1.0f, 4.0f, 8192.0f);
+  for (auto& value : factors) {
+    if (value > 1.0f && value < 32.0f) value = 2.0f;
+  }
+  message = message_of<NotImplemented>([&] { (void)gguf_model_config(metadata_file(base, factors)); });
+  EXPECT_TRUE(contains(message, "no llama3 rope scaling")) << message;
+  // The wrong length, and a factor that is not positive.
+  const std::vector<float> short_factors(31, 1.0f);
+  message = message_of<InvalidArgument>([&] { (void)gguf_model_config(metadata_file(base, short_factors)); });
+  EXPECT_TRUE(contains(message, "tensor 'rope_freqs.weight': expected dims [32] (half the head dim 64), got [31]"))
+      << message;
+  factors.assign(32, 1.0f);
+  factors[3] = 0.0f;
+  message = message_of<InvalidArgument>([&] { (void)gguf_model_config(metadata_file(base, factors)); });
+  EXPECT_TRUE(contains(message, "expected positive finite factors, got 0 at index 3")) << message;
 }
 
 TEST(GgufModel, SavesAsAHuggingFaceFolder) {

@@ -20,8 +20,9 @@ tiny-llama.gguf, tiny-qwen2.gguf, tiny-qwen3.gguf
                 float32 norms, the rows of q_proj and k_proj (and their biases) permuted for
                 llama's interleaved rope (not for qwen2/qwen3), no output.weight for a tied head,
                 and the tokenizer as tokenizer.ggml.* keys. Llama's llama3 rope scaling is left
-                out (llama.cpp would store it as a rope_freqs tensor, which the reader refuses),
-                so tiny-llama.gguf is tiny-llama without rope scaling.
+                out (llama.cpp would store it as a rope_freqs tensor; test_gguf_model adds one
+                byte by byte to check the reader), so tiny-llama.gguf is tiny-llama without rope
+                scaling.
 """
 from __future__ import annotations
 

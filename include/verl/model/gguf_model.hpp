@@ -7,8 +7,11 @@
 // `.attention.layer_norm_rms_epsilon`, `.context_length`; the vocabulary size from
 // token_embd.weight; a file without output.weight has a tied head. llama.cpp's converter
 // interleaves the rows of llama's q and k projections (and biases) for its rope; the loader puts
-// them back in Hugging Face's order (qwen2/qwen3 files are not permuted). Rope scaling stored as a
-// rope_freqs tensor (Llama 3.1) and partial rotary dimensions are refused by name.
+// them back in Hugging Face's order (qwen2/qwen3 files are not permuted). Rope scaling: none,
+// `<arch>.rope.scaling.type` "linear" with `.rope.scaling.factor`, or Llama 3.1's "llama3", which
+// llama.cpp's converter keeps only as the tensor rope_freqs.weight (what each inverse frequency is
+// divided by; no metadata keys): the loader recovers a llama3 rope_scaling that gives exactly those
+// factors, or refuses the tensor by name. Partial rotary dimensions are refused by name.
 //
 // The tokenizer: `tokenizer.ggml.model` "gpt2" (byte-level BPE) with the pre-tokenizer that
 // `tokenizer.ggml.pre` names (llama-bpe, smollm, qwen2, gpt-2; others are refused by name),
@@ -19,9 +22,12 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
+#include <limits>
+#include <numbers>
 #include <optional>
 #include <set>
 #include <string>
@@ -87,6 +93,135 @@ inline std::int64_t positive_size(const GgufFile& file, const std::string& key, 
     file.fail("key '{}': expected a positive size below 2^31, got {}", key, value);
   }
   return static_cast<std::int64_t>(value);
+}
+
+/// llama.cpp's rope_freqs.weight for a llama3 rope scaling (convert_hf_to_gguf.py,
+/// generate_extra_tensors): the factor each of the head_dim / 2 inverse frequencies is divided by
+/// (1 above the high-frequency wavelength, `factor` below the low-frequency one, the smooth
+/// interpolation between), which is transformers' llama3 inv_freq as a divisor.
+inline std::vector<double> llama3_rope_factors(double theta, std::int64_t head_dim, const RopeScaling& scaling) {
+  const double old_context = static_cast<double>(scaling.original_max_position_embeddings.value_or(8192));
+  const double low = scaling.low_freq_factor, high = scaling.high_freq_factor, factor = scaling.factor;
+  const double low_freq_wavelen = old_context / low, high_freq_wavelen = old_context / high;
+  std::vector<double> factors;
+  for (std::int64_t i = 0; i < head_dim / 2; ++i) {
+    const double exponent = static_cast<double>(2 * i) / static_cast<double>(head_dim);
+    const double wavelen = 2 * std::numbers::pi * std::pow(theta, exponent);
+    if (wavelen < high_freq_wavelen) {
+      factors.push_back(1.0);
+    } else if (wavelen > low_freq_wavelen) {
+      factors.push_back(factor);
+    } else {
+      const double smooth = (old_context / wavelen - low) / (high - low);
+      factors.push_back(1.0 / ((1.0 - smooth) / factor + smooth));
+    }
+  }
+  return factors;
+}
+
+/// The llama3 rope_scaling whose factors are the file's rope_freqs.weight (nullopt when they are
+/// all 1). Only the two wavelengths original_max_position_embeddings / low_freq_factor and
+/// / high_freq_factor matter, so low_freq_factor is taken as 1 (every Llama 3.x) unless that
+/// leaves original_max_position_embeddings far from an integer: with two or more frequencies on
+/// the ramp between the wavelengths, its straight line gives them; with fewer, llama.cpp's
+/// defaults (high 4, context 8192) are tried, then thresholds placed between the frequencies.
+/// Each candidate must reproduce every stored factor (relative 1e-3; the file holds float32
+/// computed in float32); none does: NotImplemented naming the tensor.
+inline std::optional<RopeScaling> llama3_scaling_from_rope_freqs(const GgufFile& file, const HfModelConfig& config) {
+  constexpr std::string_view name = "rope_freqs.weight";
+  const GgufTensorInfo& info = file.tensor(name);
+  const std::int64_t half = config.head_dim / 2;
+  if (info.dims.size() != 1 || info.dims[0] != static_cast<std::uint64_t>(half)) {
+    file.fail("tensor '{}': expected dims [{}] (half the head dim {}), got {}", name, half, config.head_dim,
+              format_dims(info.dims));
+  }
+  const std::vector<float> stored = file.dequantize(name);
+  for (std::size_t i = 0; i < stored.size(); ++i) {
+    if (!std::isfinite(stored[i]) || !(stored[i] > 0)) {
+      file.fail("tensor '{}': expected positive finite factors, got {} at index {}", name, stored[i], i);
+    }
+  }
+  const double factor = *std::ranges::max_element(stored);
+  if (std::ranges::all_of(stored, [](float value) { return value == 1.0f; })) return std::nullopt;
+
+  std::vector<double> wavelen(stored.size());
+  for (std::size_t i = 0; i < stored.size(); ++i) {
+    wavelen[i] = 2 * std::numbers::pi *
+                 std::pow(config.rope_theta, static_cast<double>(2 * i) / static_cast<double>(config.head_dim));
+  }
+  // On the ramp, 1 / r = (1 - s) / factor + s with s = (context / wavelen - low) / (high - low).
+  std::vector<std::size_t> ramp;
+  double ones_max = 0, factor_min = std::numeric_limits<double>::infinity();
+  for (std::size_t i = 0; i < stored.size(); ++i) {
+    if (stored[i] == 1.0f) {
+      ones_max = std::max(ones_max, wavelen[i]);
+    } else if (stored[i] == static_cast<float>(factor)) {
+      factor_min = std::min(factor_min, wavelen[i]);
+    } else {
+      ramp.push_back(i);
+    }
+  }
+  auto llama3 = [&](double low, double high, double context) {
+    RopeScaling scaling;
+    scaling.rope_type = "llama3";
+    scaling.factor = factor;
+    scaling.low_freq_factor = low;
+    scaling.high_freq_factor = high;
+    scaling.original_max_position_embeddings = std::llround(context);
+    return scaling;
+  };
+  std::vector<RopeScaling> candidates;
+  // (1, high, context) and the same thresholds with the context rounded: (k, k high, round(context)).
+  auto add = [&](double high, double context) {
+    if (!(high > 1) || !std::isfinite(high) || !(context >= 1) || !(context < 1e12)) return;
+    const double rounded = static_cast<double>(std::llround(context));
+    candidates.push_back(llama3(1.0, high, context));
+    const double k = rounded / context;
+    candidates.push_back(llama3(k, k * high, rounded));
+  };
+  if (ramp.size() >= 2) {
+    // s is a straight line in x = 1 / wavelen: s = a x + b, a = context / (high - low), b = -low / (high - low).
+    double sx = 0, sy = 0, sxx = 0, sxy = 0;
+    for (const std::size_t i : ramp) {
+      const double x = 1.0 / wavelen[i];
+      const double y = (1.0 / stored[i] - 1.0 / factor) / (1.0 - 1.0 / factor);
+      sx += x, sy += y, sxx += x * x, sxy += x * y;
+    }
+    const auto n = static_cast<double>(ramp.size());
+    const double a = (n * sxy - sx * sy) / (n * sxx - sx * sx), b = (sy - a * sx) / n;
+    if (b < 0) {
+      // low = 1: high - 1 = -1 / b, context = a (high - 1). Near-integer highs are snapped first.
+      const double high = 1.0 - 1.0 / b, context = -a / b;
+      const double snapped = std::round(high * 1000.0) / 1000.0;
+      if (snapped != high) add(snapped, context);
+      add(high, context);
+    }
+  } else {
+    add(4.0, 8192.0);  // llama.cpp's defaults
+    if (ramp.size() == 1) {
+      // low 1, high 4: s = (context / wavelen - 1) / 3.
+      const std::size_t i = ramp.front();
+      const double s = (1.0 / stored[i] - 1.0 / factor) / (1.0 - 1.0 / factor);
+      add(4.0, wavelen[i] * (3.0 * s + 1.0));
+    } else if (std::isfinite(factor_min) && factor_min > ones_max) {
+      // No frequency on the ramp: context / low just below the first scaled wavelength, context / high
+      // just above the last unscaled one (4 when that fits).
+      const double context = std::max(std::ceil(factor_min) - 1.0, 1.0);
+      if (context > 4.0 * ones_max) add(4.0, context);
+      if (context > ones_max) add(context / ((ones_max + context) / 2.0), context);
+    }
+  }
+  const std::vector<double> expected(stored.begin(), stored.end());
+  for (const RopeScaling& candidate : candidates) {
+    const std::vector<double> got = llama3_rope_factors(config.rope_theta, config.head_dim, candidate);
+    bool same = true;
+    for (std::size_t i = 0; i < got.size() && same; ++i) same = std::abs(got[i] - expected[i]) <= 1e-3 * expected[i];
+    if (same) return candidate;
+  }
+  ::verl::detail::throw_not_implemented(
+      "GGUF file '{}': tensor '{}': per-frequency rope factors that no llama3 rope scaling (factor, "
+      "low_freq_factor, high_freq_factor, original_max_position_embeddings) gives are not supported",
+      file.source(), name);
 }
 
 /// Undoes llama.cpp's rope permutation of q/k rows: within each head of `head_dim` rows, GGUF row
@@ -337,10 +472,12 @@ inline HfModelConfig gguf_model_config(const GgufFile& file) {
     config.rope_scaling = linear;
   }
   if (file.contains_tensor("rope_freqs.weight")) {
-    ::verl::detail::throw_not_implemented(
-        "GGUF file '{}': tensor 'rope_freqs.weight': per-frequency rope factors (Llama 3.1 rope scaling) are not "
-        "supported",
-        file.source());
+    if (config.rope_scaling) {
+      ::verl::detail::throw_not_implemented(
+          "GGUF file '{}': tensor 'rope_freqs.weight' together with key '{}' (two rope scalings) is not supported",
+          file.source(), key("rope.scaling.type"));
+    }
+    config.rope_scaling = detail::gguf::llama3_scaling_from_rope_freqs(file, config);
   }
   const GgufTensorInfo& embedding = file.tensor("token_embd.weight");
   if (embedding.dims.size() != 2 || embedding.dims[0] != static_cast<std::uint64_t>(config.hidden_size)) {
@@ -407,6 +544,8 @@ void load_gguf_parameters(Model& model, const GgufFile& file) {
     std::ranges::transform(values, p.value.begin(), [](float v) { return static_cast<std::remove_cvref_t<decltype(p.value[0])>>(v); });
     used.insert(name);
   });
+  // Llama 3.1's rope factors are the configuration's llama3 rope_scaling (gguf_model_config), not a parameter.
+  if (config.rope_scaling && config.rope_scaling->rope_type == "llama3") used.insert("rope_freqs.weight");
   for (const auto& info : file.tensors()) {
     if (!used.contains(info.name)) {
       file.fail("unexpected tensor '{}' (dims {}): the {} model with {} layers has no such parameter", info.name,
