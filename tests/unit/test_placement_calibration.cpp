@@ -1,5 +1,6 @@
 // Calibration of the placement cost model: least squares recovers known efficiency factors from
-// synthetic stage times, and refuses measurements that cannot determine them.
+// synthetic stage times (the strict fit and the non-negative one, the per-call overhead among
+// them), and refuses measurements that cannot determine them.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -7,6 +8,7 @@
 #include <vector>
 
 #include "../support/error_message.hpp"
+#include "verl/parallel/placement_calibration.hpp"
 #include "verl/parallel/placement_cost_model.hpp"
 
 using namespace verl;
@@ -18,7 +20,8 @@ namespace {
 /// Stage work of real layouts: forward, update, generation and reshard of a 7B model on a few
 /// meshes, so that the columns mix as they do in practice.
 std::vector<StageWork> stage_works(const ClusterSpec& cluster) {
-  RoleCostModel cm{model_preset("llama-7b"), BatchShape{64, 2, 256, 256, 1, 2, 2}, MemoryModel{}, cluster};
+  const RoleCostModel cm =
+      RoleCostModel::of(Role::actor, model_preset("llama-7b"), BatchShape{64, 2, 256, 256, 1, 2, 2}, MemoryModel{}, cluster);
   std::vector<StageWork> works;
   for (const TrainMesh mesh : {TrainMesh{1, 1, 16}, TrainMesh{2, 4, 2}, TrainMesh{1, 8, 2}, TrainMesh{4, 2, 2, true},
                                TrainMesh{1, 16, 1}}) {
@@ -37,7 +40,7 @@ std::vector<StageWork> stage_works(const ClusterSpec& cluster) {
 TEST(PlacementCalibration, RecoversKnownEfficiencyFromSyntheticMeasurements) {
   ClusterSpec cluster = cluster_preset("a100-80gb", 16);
   cluster.devices_per_node = 4;  // some groups cross nodes: every factor is exercised
-  const Efficiency truth{0.42, 0.66, 0.81, 0.37, 23e-6};
+  const Efficiency truth{0.42, 0.66, 0.81, 0.37, 23e-6, 3.7e-3};
   const DeviceModel device{cluster, truth};
   std::vector<StageMeasurement> measurements;
   for (const StageWork& w : stage_works(cluster)) measurements.push_back({w, device.seconds(w)});
@@ -47,6 +50,51 @@ TEST(PlacementCalibration, RecoversKnownEfficiencyFromSyntheticMeasurements) {
   EXPECT_NEAR(fitted.intra_node, truth.intra_node, 1e-9);
   EXPECT_NEAR(fitted.inter_node, truth.inter_node, 1e-9);
   EXPECT_NEAR(fitted.collective_latency, truth.collective_latency, 1e-12);
+  EXPECT_NEAR(fitted.call_overhead, truth.call_overhead, 1e-9 * truth.call_overhead);
+}
+
+TEST(PlacementCalibration, BothFitsRecoverAKnownCallOverheadExactly) {
+  // Synthetic times from the model itself, with a per-call overhead the size of the runtime's
+  // (2.2 ms) and one a thousand times smaller: both fits give it back to 1e-9 relative, with the
+  // other factors.
+  ClusterSpec cluster = cluster_preset("h100-80gb", 16);
+  cluster.devices_per_node = 4;
+  for (const double overhead : {2.2e-3, 2.2e-6}) {
+    const Efficiency truth{0.47, 0.71, 0.63, 0.29, 15e-6, overhead};
+    const DeviceModel device{cluster, truth};
+    std::vector<StageMeasurement> measurements;
+    for (const StageWork& w : stage_works(cluster)) measurements.push_back({w, device.seconds(w)});
+    // Every stage but the reshard makes calls (the reshard has none of its own).
+    for (const StageMeasurement& m : measurements) EXPECT_TRUE(m.work.calls > 0 || m.work.flops == 0);
+    const Efficiency initial{0.5, 0.5, 0.5, 0.5, 1e-5, 0.5};
+    for (const Efficiency& fitted :
+         {calibrate_efficiency(cluster, measurements, initial), calibrate_efficiency_nonnegative(cluster, measurements, initial)}) {
+      EXPECT_NEAR(fitted.call_overhead, overhead, 1e-9 * overhead);
+      EXPECT_NEAR(fitted.compute, truth.compute, 1e-9 * truth.compute);
+      EXPECT_NEAR(fitted.memory, truth.memory, 1e-9 * truth.memory);
+      EXPECT_NEAR(fitted.collective_latency, truth.collective_latency, 1e-9 * truth.collective_latency);
+    }
+  }
+  // Without any call in the measurements the overhead is not exercised: it keeps its initial value.
+  const std::vector<StageMeasurement> no_calls{{{1e15, 0, 0, 0, 0, 0}, 2.0}, {{0, 1e12, 0, 0, 0, 0}, 1.0}};
+  Efficiency initial;
+  initial.call_overhead = 4.2e-3;
+  EXPECT_EQ(calibrate_efficiency(cluster, no_calls, initial).call_overhead, 4.2e-3);
+  EXPECT_EQ(calibrate_efficiency_nonnegative(cluster, no_calls, initial).call_overhead, 4.2e-3);
+  // A negative fitted overhead (times that fall as the calls grow) is refused by the strict fit,
+  // and dropped (0, no time) by the non-negative one.
+  std::vector<StageMeasurement> falling;
+  for (int i = 1; i <= 4; ++i) {
+    falling.push_back({{1e14 * i, 0, 0, 0, 0, 10.0 * (5 - i)}, 1e14 * i / (0.5 * cluster.peak_flops) - 1e-4 * (5 - i)});
+  }
+  const std::string refused = message_of<InvalidArgument>([&] { (void)calibrate_efficiency(cluster, falling); });
+  EXPECT_NE(refused.find("the fitted efficiency.call_overhead is -"), std::string::npos) << refused;  // about -1e-5
+  EXPECT_NE(refused.find(" s, expected >= 0"), std::string::npos) << refused;
+  EXPECT_EQ(calibrate_efficiency_nonnegative(cluster, falling).call_overhead, 0);
+  // A non-finite call count is refused by name.
+  const std::vector<StageMeasurement> bad{{{1e15, 0, 0, 0, 0, std::nan("")}, 1.0}};
+  EXPECT_EQ(message_of<InvalidArgument>([&] { (void)calibrate_efficiency_nonnegative(cluster, bad); }),
+            "measurements[0].work: expected finite non-negative amounts, got nan for call_overhead");
 }
 
 TEST(PlacementCalibration, NoisyMeasurementsGiveCloseFactors) {

@@ -78,7 +78,9 @@ TEST(PlacementCalibrationFile, ParsesRecords) {
 
 TEST(PlacementCalibrationFile, WorkIsTheCostModels) {
   const CalibrationData data = parse_calibration(full_file(), "timings.txt");
-  const RoleCostModel cm{data.model("large"), data.runs[6].batch, data.memory, data.cluster};
+  const RoleCostModel cm = RoleCostModel::of(Role::actor, data.model("large"), data.runs[6].batch, data.memory, data.cluster);
+  const RoleCostModel critic =
+      RoleCostModel::of(Role::critic, data.model("large"), data.runs[6].batch, data.memory, data.cluster);
   for (const CalibrationStage& s : data.stages) {
     if (data.runs[s.run].name != "large-2-tp2") continue;
     const StageWork w = calibration_stage_work(data, s);
@@ -87,21 +89,36 @@ TEST(PlacementCalibrationFile, WorkIsTheCostModels) {
       EXPECT_DOUBLE_EQ(w.flops, expected.flops);
       EXPECT_DOUBLE_EQ(w.intra_node_bytes, expected.intra_node_bytes);
       EXPECT_GT(w.intra_node_bytes, 0);  // TP all-reduces
+      // 16 sequences, 2 mini-batches of 8 on one DP rank, micro-batches of 8: 1 + 2 x (1 + 1).
+      EXPECT_EQ(w.calls, 5);
+    }
+    if (s.stage == TimedStage::update_critic || s.stage == TimedStage::values) {
+      // The critic (DP=2 here) has a value head: 2 x (1.33e7 - 512 x 1408 + 512) FLOPs per
+      // token forward, 6x that in the update, 16 x 57 / 2 tokens per rank.
+      const double per_token = 2 * (1.33e7 - 512.0 * 1408 + 512);
+      const double tokens = 8 * 57;
+      EXPECT_DOUBLE_EQ(w.flops, (s.stage == TimedStage::values ? 1 : 3) * per_token * tokens);
+      const StageWork expected = s.stage == TimedStage::values ? critic.forward_work(TrainMesh{1, 1, 2})
+                                                               : critic.update_work(TrainMesh{1, 1, 2});
+      EXPECT_EQ(w.flops, expected.flops);
+      EXPECT_EQ(w.calls, s.stage == TimedStage::values ? 2 : 5);  // 1 + 1 micro-batch; 1 + 2 x (1 + 1)
     }
     if (s.stage == TimedStage::gen) {
       EXPECT_DOUBLE_EQ(w.flops, cm.generation_work(GenMesh{1, 1, 2}, 8).flops);
+      EXPECT_EQ(w.calls, 1 + 17);  // one wave of 8 sequences: the prefill and 16 decode steps
     }
     if (s.stage == TimedStage::reshard) {
       // tp=2 -> tg=1: each rank gathers the other half of the fp32 weights.
       EXPECT_NEAR(w.intra_node_bytes, 1.33e7 * 4 / 2, 4);
       EXPECT_EQ(w.collectives, 1);
+      EXPECT_EQ(w.calls, 0);
     }
   }
 }
 
 TEST(PlacementCalibrationFile, FitRecoversAKnownDeviceAndPredictsTheHeldOutRuns) {
   CalibrationData data = parse_calibration(full_file(), "timings.txt");
-  const Efficiency truth{0.6, 0.3, 0.4, 0.7, 2e-5};
+  const Efficiency truth{0.6, 0.3, 0.4, 0.7, 2e-5, 2.2e-3};
   const DeviceModel device{data.cluster, truth};
   for (CalibrationStage& s : data.stages) s.seconds = device.seconds(calibration_stage_work(data, s));
   const CalibrationResult r = calibrate_and_predict(data);
@@ -109,6 +126,7 @@ TEST(PlacementCalibrationFile, FitRecoversAKnownDeviceAndPredictsTheHeldOutRuns)
   EXPECT_NEAR(r.fitted.memory, truth.memory, 1e-9);
   EXPECT_NEAR(r.fitted.intra_node, truth.intra_node, 1e-9);
   EXPECT_NEAR(r.fitted.collective_latency, truth.collective_latency, 1e-12);
+  EXPECT_NEAR(r.fitted.call_overhead, truth.call_overhead, 1e-9 * truth.call_overhead);
   EXPECT_DOUBLE_EQ(r.fitted.inter_node, data.initial.inter_node);  // no measurement crosses nodes
   std::size_t held_out = 0;
   for (const CalibrationRow& row : r.rows) {
@@ -120,6 +138,32 @@ TEST(PlacementCalibrationFile, FitRecoversAKnownDeviceAndPredictsTheHeldOutRuns)
   const std::string table = format_calibration_table(r);
   EXPECT_NE(table.find("large-2-tp2"), std::string::npos);
   EXPECT_NE(table.find("held-out stages (13): 0.0%"), std::string::npos) << table;
+  EXPECT_NE(table.find("overhead 0.0022 s per call"), std::string::npos) << table;
+}
+
+TEST(PlacementCalibrationFile, TheOverheadIsReadFittedOrHeld) {
+  // device overhead= sets the initial value; held out of the fit (--fit without overhead) it
+  // stays, and the other factors are fitted on the times less its calls' share.
+  std::string text = full_file();
+  text.replace(text.find("latency=1e-5"), 12, "latency=1e-5 overhead=3e-3");
+  CalibrationData data = parse_calibration(text, "timings.txt");
+  EXPECT_DOUBLE_EQ(data.initial.call_overhead, 3e-3);
+  const Efficiency truth{0.6, 0.3, 0.4, 0.7, 2e-5, 3e-3};
+  const DeviceModel device{data.cluster, truth};
+  for (CalibrationStage& s : data.stages) s.seconds = device.seconds(calibration_stage_work(data, s));
+  CalibrationFactors factors;
+  factors.call_overhead = false;
+  const CalibrationResult held = calibrate_and_predict(data, factors);
+  EXPECT_EQ(held.fitted.call_overhead, 3e-3);
+  EXPECT_NEAR(held.fitted.compute, 0.6, 1e-9);
+  EXPECT_NEAR(held.fitted.collective_latency, 2e-5, 1e-12);
+  // Fitted from a wrong start, it is recovered.
+  data.initial.call_overhead = 0;
+  EXPECT_NEAR(calibrate_and_predict(data).fitted.call_overhead, 3e-3, 3e-12);
+  // Strict: the same.
+  factors = {};
+  factors.strict = true;
+  EXPECT_NEAR(calibrate_and_predict(data, factors).fitted.call_overhead, 3e-3, 3e-12);
 }
 
 TEST(PlacementCalibrationFile, FactorsHeldFixedKeepTheirValue) {
@@ -140,12 +184,12 @@ TEST(PlacementCalibrationFile, AReshardThatMovesNothingIsReportedNotFitted) {
                            "stage r reshard 0.001\nstage r gen 1\nstage r old_log_prob 1\nstage r update_actor 1\n";
   CalibrationData data = parse_calibration(text, "t");
   EXPECT_EQ(calibration_stage_work(data, data.stages[0]).intra_node_bytes, 0);
-  const DeviceModel truth{data.cluster, Efficiency{0.5, 0.5, 0.7, 0.7, 1e-5}};
+  const DeviceModel truth{data.cluster, Efficiency{0.5, 0.5, 0.7, 0.7, 1e-5, 1e-3}};
   for (std::size_t i = 1; i < data.stages.size(); ++i) {
     data.stages[i].seconds = truth.seconds(calibration_stage_work(data, data.stages[i]));
   }
   CalibrationFactors factors;  // three measurements: fit compute and memory only
-  factors.intra_node = factors.collective_latency = false;
+  factors.intra_node = factors.collective_latency = factors.call_overhead = false;
   const CalibrationResult r = calibrate_and_predict(data, factors);
   EXPECT_FALSE(r.rows[0].modelled);
   EXPECT_EQ(r.fit_measurements, 3u);
@@ -177,8 +221,12 @@ TEST(PlacementCalibrationFile, ErrorsNameTheFileAndTheLine) {
             "m.txt:2: device flops: expected a finite number, got 'inf'");
   EXPECT_EQ(error(header + "device flops=1 link=1\n"), "m.txt:2: device: expected bandwidth=, got none");
   EXPECT_EQ(error(header + "device flops=1 bandwidth=1 link=1 speed=3\n"),
-            "m.txt:2: device: expected keys among flops, bandwidth, link, internode, latency, memory, "
+            "m.txt:2: device: expected keys among flops, bandwidth, link, internode, latency, overhead, memory, "
             "devices_per_node, got 'speed'");
+  EXPECT_EQ(error(header + "device flops=1 bandwidth=1 link=1 overhead=nan\n"),
+            "m.txt:2: device overhead: expected a finite number, got 'nan'");
+  EXPECT_EQ(error(header + "device flops=1 bandwidth=1 link=1 overhead=-2e-3\n"),
+            "m.txt:2: device overhead: expected a number >= 0, got '-2e-3'");
   EXPECT_EQ(error(header + device + "model m params=1 layers=1 heads=3 kv_heads=1 hidden=32 ffn=1 vocab=1\n"),
             "m.txt:3: m.heads: expected a divisor of hidden 32, got 3");
   EXPECT_EQ(error(base + run_line("r", "small", 2, "fit", "actor=1x2 gen=1x1x2")),

@@ -144,6 +144,9 @@ PlacementProblem random_problem(std::mt19937_64& rng, std::int64_t devices) {
   p.cluster.memory_bytes = std::uniform_real_distribution<double>(4e9, 80e9)(rng);
   p.allow_recompute = rng() % 4 != 0;
   p.memory.distributed_optimizer = rng() % 3 != 0;
+  // From no fixed cost per call to one that dominates the stages (the bounds must include it
+  // exactly as the scores do).
+  p.efficiency.call_overhead = std::vector<double>{0.0, 1e-3, 0.05, 2.0}[rng() % 4];
   return p;
 }
 
@@ -215,10 +218,11 @@ TEST(PlacementSearch, PrunedSearchEqualsBruteForceOnSmallClusters) {
 }
 
 TEST(PlacementSearch, TiesAreBrokenByTheKeysSameEveryRun) {
-  // Actor and critic of one shape, reference and reward of one shape: placements that swap
-  // reference and reward between two pools tie exactly; the lower key comes first.
+  // Safe-RLHF without a reference: the reward and the cost model have one shape and one head
+  // (a value head), so placements that swap them between two pools tie exactly; the lower key
+  // comes first. (The reference has the language-model head: it does not tie with them.)
   PlacementProblem p;
-  for (Role r : {Role::actor, Role::critic, Role::reference, Role::reward}) p.roles.push_back({r, model_preset("llama-7b")});
+  for (Role r : {Role::actor, Role::critic, Role::reward, Role::cost}) p.roles.push_back({r, model_preset("llama-7b")});
   p.cluster = cluster_preset("a100-80gb", 16);
   const PlacementSearch search(p);
   const auto a = search.rank(8), b = search.rank(8);
@@ -239,8 +243,10 @@ namespace {
 
 /// Per-device memory of a described plan, from the formulas of the docs written out again:
 /// persistent = P/(tp pp) (2 + 4 + 12/dp) for training roles, 2 P/(tp pp) otherwise; transient
-/// = activations and logits (forward, or the 1F1B update), or for the actor's generation its
-/// extra weights P 2/(tg pg) - P 2/(tp pp) and the KV cache of the sequences in flight.
+/// = activations and the head's fp32 outputs (forward, or the 1F1B update: the vocabulary's
+/// logits over tp for the actor and the reference, one value per token for the value-head
+/// roles), or for the actor's generation its extra weights P 2/(tg pg) - P 2/(tp pp) and the KV
+/// cache of the sequences in flight.
 double recomputed_peak(const PlacementProblem& problem, const PlacementPlan& plan, std::size_t group) {
   double persistent = 0, transient = 0;
   const BatchShape& b = problem.batch;
@@ -257,7 +263,7 @@ double recomputed_peak(const PlacementProblem& problem, const PlacementPlan& pla
     persistent += trains ? shard * (2 + 4 + 12.0 / static_cast<double>(mesh.dp)) : shard * 2;
     const double per_token_layer =
         2.0 * (6.0 * m.hidden + 2.0 * m.kv_heads * (m.hidden / m.heads) + 3.0 * m.ffn_hidden) / mesh.tp;
-    const double logits = lm ? mb_tokens * m.vocab * 4.0 / mesh.tp : 0.0;
+    const double logits = lm ? mb_tokens * m.vocab * 4.0 / mesh.tp : mb_tokens * 4.0;
     transient = std::max(transient, mb_tokens * per_token_layer + logits);
     if (trains) {
       const double per_rank = std::ceil(static_cast<double>(b.sequences()) / (b.ppo_mini_batches * mesh.dp));

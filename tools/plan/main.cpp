@@ -5,7 +5,8 @@
 //   verl_plan --train pp=2,tp=4,dp=1 --gen pp=1,tp=2,dp=4 --params 7e9 [--dtype bf16] [--json]
 //   verl_plan --auto --actor llama-7b --critic llama-7b --ref llama-7b --reward llama-7b
 //             --cluster a100-80gb --devices 16 [--top 5] [--json] [--emit-keys FILE]
-//   verl_plan --calibrate TIMINGS [--fit compute,memory,link,latency] [--efficiency ...] [--strict] [--json]
+//   verl_plan --calibrate TIMINGS [--fit compute,memory,link,latency,overhead] [--efficiency ...]
+//             [--call-overhead S] [--strict] [--json]
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
@@ -43,6 +44,8 @@ constexpr const char* usage =
     "  --device-memory    bytes per device: 80GB, 80GiB, 8e10; --flops, --bandwidth, --nvlink, --internode:\n"
     "                     peak FLOP/s, HBM and per-direction link bytes/s (override a preset's)\n"
     "  --efficiency       achieved fractions, e.g. compute=0.45,memory=0.8,intra_node=0.7,inter_node=0.7,latency=1e-5\n"
+    "  --call-overhead S  fixed seconds per call (a worker-group call, a model pass, an optimizer step,\n"
+    "                     a decode step); default 1e-3, for both presets\n"
     "  --prompts 1024 --responses 1 --prompt-length 1024 --response-length 1024\n"
     "  --ppo-epochs 1 --mini-batches 4 --micro-batch 4   the PPO step the plan is sized for\n"
     "  --reserved 0.1     part of each device's memory kept free; --no-recompute: never recompute\n"
@@ -51,12 +54,14 @@ constexpr const char* usage =
     "  --emit-keys FILE   write the best plan as verl keys (key=value lines for verl_train)\n"
     "  --json             print JSON instead of a table\n"
     "\n"
-    "usage: verl_plan --calibrate TIMINGS [--fit compute,memory,link,latency] [--efficiency ...] [--strict]\n"
-    "                 [--fit-runs A,B,..] [--json]\n"
+    "usage: verl_plan --calibrate TIMINGS [--fit compute,memory,link,latency,overhead] [--efficiency ...]\n"
+    "                 [--call-overhead S] [--strict] [--fit-runs A,B,..] [--json]\n"
     "  TIMINGS            measured stage times (format: docs/placement_search.md, written by\n"
     "                     tools/scripts/calibrate_placement.py); fits the device's efficiency factors on\n"
     "                     the runs marked set=fit and prints every stage's predicted and measured time\n"
-    "  --fit              the factors to fit (default all four); the others keep --efficiency's values\n"
+    "  --fit              the factors to fit (default all five); the others keep --efficiency's values\n"
+    "                     (overhead: --call-overhead's, else the file's device overhead=, else 1e-3)\n"
+    "  --call-overhead S  the seconds per call held when overhead is not fitted\n"
     "  --strict           refuse a fitted factor outside (0, 1] (default: only non-negative terms)\n"
     "  --fit-runs A,B     fit on these runs, predict the others (instead of the file's set= marks)\n";
 
@@ -96,6 +101,21 @@ double parse_positive(std::string_view text, std::string_view argument) {
   const std::optional<double> value = positive_number(text);
   VERL_CHECK_ARG(value.has_value(), "{}: expected a positive finite number, got '{}'", argument, text);
   return *value;
+}
+
+/// Seconds >= 0 (a fixed cost that may be zero); non-finite values are refused.
+double parse_seconds(std::string_view text, std::string_view argument) {
+  if (text == "0") return 0.0;
+  std::size_t used = 0;
+  double value = -1;
+  try {
+    value = std::stod(std::string(text), &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  VERL_CHECK_ARG(used == text.size() && used > 0 && std::isfinite(value) && value >= 0,
+                 "{}: expected a finite number of seconds >= 0, got '{}'", argument, text);
+  return value;
 }
 
 std::int64_t parse_count(std::string_view text, std::string_view argument) {
@@ -211,6 +231,7 @@ int run_auto(int argc, char** argv) {
   std::optional<std::int64_t> devices, devices_per_node;
   std::optional<double> memory, flops, bandwidth, nvlink, internode;
   std::optional<std::string> efficiency;
+  std::optional<double> call_overhead;
   std::size_t top = 5;
   bool json = false, verl_pools = false;
   std::vector<std::pair<Role, ModelShape>> roles;
@@ -258,6 +279,8 @@ int run_auto(int argc, char** argv) {
       internode = parse_positive(value(), arg);
     } else if (arg == "--efficiency") {
       efficiency = value();
+    } else if (arg == "--call-overhead") {
+      call_overhead = parse_seconds(value(), arg);
     } else if (arg == "--prompts") {
       problem.batch.prompts = parse_count(value(), arg);
     } else if (arg == "--responses") {
@@ -318,6 +341,7 @@ int run_auto(int argc, char** argv) {
       if (name == "latency") problem.efficiency.collective_latency = v;
     }
   }
+  if (call_overhead) problem.efficiency.call_overhead = *call_overhead;
   std::sort(roles.begin(), roles.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   for (const auto& [r, shape] : roles) problem.roles.push_back({r, shape});
 
@@ -360,6 +384,7 @@ int run_auto(int argc, char** argv) {
 /// verl_plan --calibrate: arguments after the program name.
 int run_calibrate(int argc, char** argv) {
   std::optional<std::string> file, fit, efficiency, fit_runs;
+  std::optional<double> call_overhead;
   bool json = false, strict = false;
   for (int i = 1; i < argc; ++i) {
     const std::string_view arg = argv[i];
@@ -373,6 +398,8 @@ int run_calibrate(int argc, char** argv) {
       fit = value();
     } else if (arg == "--efficiency") {
       efficiency = value();
+    } else if (arg == "--call-overhead") {
+      call_overhead = parse_seconds(value(), arg);
     } else if (arg == "--json") {
       json = true;
     } else if (arg == "--strict") {
@@ -406,11 +433,12 @@ int run_calibrate(int argc, char** argv) {
       if (name == "link") data.initial.intra_node = data.initial.inter_node = v;
       if (name == "latency") data.initial.collective_latency = v;
     }
-    validate_efficiency(data.initial);
   }
+  if (call_overhead) data.initial.call_overhead = *call_overhead;
+  validate_efficiency(data.initial);
   CalibrationFactors factors;
   if (fit) {
-    factors = {false, false, false, false, false};
+    factors = {false, false, false, false, false, false};
     std::size_t start = 0;
     const std::string_view text = *fit;
     while (start <= text.size()) {
@@ -424,9 +452,11 @@ int run_calibrate(int argc, char** argv) {
         factors.intra_node = factors.inter_node = true;
       } else if (name == "latency") {
         factors.collective_latency = true;
+      } else if (name == "overhead") {
+        factors.call_overhead = true;
       } else {
-        verl::detail::throw_invalid_argument("--fit: expected names among compute, memory, link, latency, got '{}'",
-                                             name);
+        verl::detail::throw_invalid_argument(
+            "--fit: expected names among compute, memory, link, latency, overhead, got '{}'", name);
       }
       start = comma + 1;
     }
@@ -446,6 +476,7 @@ int run_calibrate(int argc, char** argv) {
                    {"memory", result.fitted.memory},
                    {"link", result.fitted.intra_node},
                    {"latency", result.fitted.collective_latency},
+                   {"overhead", result.fitted.call_overhead},
                    {"measurements", result.fit_measurements}};
   nlohmann::json rows = nlohmann::json::array();
   for (const CalibrationRow& row : result.rows) {
@@ -453,7 +484,7 @@ int run_calibrate(int argc, char** argv) {
                      {"measured_seconds", row.measured}, {"modelled", row.modelled},
                      {"work", {{"flops", row.work.flops}, {"hbm_bytes", row.work.hbm_bytes},
                                {"link_bytes", row.work.intra_node_bytes + row.work.inter_node_bytes},
-                               {"collectives", row.work.collectives}}}};
+                               {"collectives", row.work.collectives}, {"calls", row.work.calls}}}};
     if (row.modelled) {
       r["predicted_seconds"] = row.predicted;
       r["relative_error"] = row.relative_error();

@@ -8,7 +8,8 @@
 // record per line, `#` starts a comment, fields are `key=value` separated by blanks:
 //
 //   verl-placement-timings 1
-//   device flops=F bandwidth=B link=L [internode=L] [latency=S] [memory=BYTES] [devices_per_node=N]
+//   device flops=F bandwidth=B link=L [internode=L] [latency=S] [overhead=S] [memory=BYTES]
+//          [devices_per_node=N]
 //   memory [param=4] [grad=4] [optimizer=8] [activation=4] [kv=4] [distributed_optimizer=0|1]
 //   model NAME params=P layers=L heads=H kv_heads=K hidden=D ffn=F vocab=V
 //   run NAME model=NAME devices=N set=fit|predict prompts=.. responses=.. prompt_length=..
@@ -17,7 +18,8 @@
 //   stage RUN STAGE SECONDS
 //
 // `device` holds one device's peak figures (FLOP/s, memory bytes/s, link bytes/s per direction;
-// `latency` the initial collective latency, kept when no measurement exercises it) and
+// `latency` the initial collective latency and `overhead` the initial cost of one call, each kept
+// when no measurement exercises it or when it is held out of the fit) and
 // `devices_per_node` (default: all devices of the largest run, so every group is intra-node).
 // `memory` the bytes per element of the trainer measured (defaults: float32 everywhere, Adam's
 // two moments, no distributed optimizer: verl-cpp's CPU trainer). A `run` is one verl_train
@@ -231,7 +233,8 @@ inline CalibrationData parse_calibration(std::string_view text, std::string_view
       if (device) in.fail("device: expected one device record, got a second");
       device = true;
       const auto it = in.items(f, 1, "device",
-                               {"flops", "bandwidth", "link", "internode", "latency", "memory", "devices_per_node"},
+                               {"flops", "bandwidth", "link", "internode", "latency", "overhead", "memory",
+                                "devices_per_node"},
                                {"flops", "bandwidth", "link"});
       data.cluster.peak_flops = in.positive(it.at("flops"), "device flops");
       data.cluster.hbm_bandwidth = in.positive(it.at("bandwidth"), "device bandwidth");
@@ -240,6 +243,7 @@ inline CalibrationData parse_calibration(std::string_view text, std::string_view
                                                                    : data.cluster.intra_node_bandwidth;
       data.cluster.memory_bytes = it.contains("memory") ? in.positive(it.at("memory"), "device memory") : 1e12;
       if (it.contains("latency")) data.initial.collective_latency = in.non_negative(it.at("latency"), "device latency");
+      if (it.contains("overhead")) data.initial.call_overhead = in.non_negative(it.at("overhead"), "device overhead");
       if (it.contains("devices_per_node")) {
         devices_per_node = in.count(it.at("devices_per_node"), "device devices_per_node");
       }
@@ -382,13 +386,30 @@ inline CalibrationData read_calibration_file(const std::filesystem::path& path) 
   return parse_calibration(text.str(), path.string());
 }
 
+/// The role a timed stage runs: the actor (generation, reshard, old log-probs, its update), the
+/// reference, or the critic (values, its update).
+constexpr Role timed_stage_role(TimedStage s) noexcept {
+  switch (s) {
+    case TimedStage::gen:
+    case TimedStage::reshard:
+    case TimedStage::old_log_prob:
+    case TimedStage::update_actor: return Role::actor;
+    case TimedStage::ref: return Role::reference;
+    case TimedStage::values:
+    case TimedStage::update_critic: return Role::critic;
+  }
+  return Role::actor;
+}
+
 /// The cost model's work for a measured stage: the formulas `PlacementSearch` scores with, for
-/// the layout the run used. Generation keeps every sequence of a replica in flight (the CPU
-/// engine decodes its whole share of the batch at once); the reshard's bytes are the plan's.
+/// the layout the run used and the head of the stage's role (the run's model with the
+/// language-model head for the actor and the reference, with a value head for the critic).
+/// Generation keeps every sequence of a replica in flight (the CPU engine decodes its whole
+/// share of the batch at once); the reshard's bytes are the plan's.
 inline StageWork calibration_stage_work(const CalibrationData& data, const CalibrationStage& s) {
   const CalibrationRun& run = data.runs.at(s.run);
-  ClusterSpec cluster = data.cluster;
-  const RoleCostModel cm{data.model(run.model), run.batch, data.memory, cluster};
+  const RoleCostModel cm =
+      RoleCostModel::of(timed_stage_role(s.stage), data.model(run.model), run.batch, data.memory, data.cluster);
   switch (s.stage) {
     case TimedStage::gen: {
       const double per_replica =
@@ -410,42 +431,27 @@ inline StageWork calibration_stage_work(const CalibrationData& data, const Calib
 }
 
 /// Least squares on the same unknowns and relative-error rows as `calibrate_efficiency`, with
-/// the physical constraint only: every unknown x = (1/e_c, 1/e_m, 1/e_i, 1/e_x, lambda) >= 0,
+/// the physical constraint only: every unknown x = (1/e_c, 1/e_m, 1/e_i, 1/e_x, lambda, omega) >= 0,
 /// since a stage's time is a sum of non-negative terms. Factors may come out above 1 (the stages
 /// ran faster than the peak figures given say: peaks measured on a busy machine) or infinite (the
 /// term's unknown is 0: the data give that term no time). Exact: the optimum of this convex
 /// problem solves the unconstrained problem on the unknowns it leaves positive, so every subset
-/// of the exercised unknowns (at most 2^5) is solved and the best feasible one kept. Factors no
+/// of the exercised unknowns (at most 2^6) is solved and the best feasible one kept. Factors no
 /// measurement exercises keep their value in `initial`. Throws when no subset is determined.
 inline Efficiency calibrate_efficiency_nonnegative(const ClusterSpec& cluster,
                                                     std::span<const StageMeasurement> measurements,
                                                     const Efficiency& initial = {}) {
   validate_cluster(cluster);
-  auto columns = [&](const StageWork& w) {
-    return std::array<double, 5>{w.flops / cluster.peak_flops, w.hbm_bytes / cluster.hbm_bandwidth,
-                                 w.intra_node_bytes / cluster.intra_node_bandwidth,
-                                 w.inter_node_bytes / cluster.inter_node_bandwidth, w.collectives};
-  };
-  std::array<bool, 5> used{};
-  for (std::size_t i = 0; i < measurements.size(); ++i) {
-    const std::array<double, 5> a = columns(measurements[i].work);
-    for (std::size_t k = 0; k < 5; ++k) {
-      VERL_CHECK_ARG(std::isfinite(a[k]) && a[k] >= 0,
-                     "measurements[{}].work: expected finite non-negative amounts, got {} for factor {}", i, a[k], k);
-      used[k] = used[k] || a[k] > 0;
-    }
-    VERL_CHECK_ARG(std::isfinite(measurements[i].seconds) && measurements[i].seconds > 0,
-                   "measurements[{}].seconds: expected a positive finite time, got {}", i, measurements[i].seconds);
-  }
+  const std::array<bool, efficiency_unknowns> used = detail::exercised_unknowns(cluster, measurements);
   std::vector<std::size_t> exercised;
-  for (std::size_t k = 0; k < 5; ++k) {
+  for (std::size_t k = 0; k < efficiency_unknowns; ++k) {
     if (used[k]) exercised.push_back(k);
   }
   VERL_CHECK_ARG(!exercised.empty(), "measurements: expected at least one with non-zero work, got {}",
                  measurements.size());
   const auto rows = static_cast<Eigen::Index>(measurements.size());
   double best_residual = std::numeric_limits<double>::infinity();
-  std::array<double, 5> best{};
+  std::array<double, efficiency_unknowns> best{};
   for (std::uint32_t mask = 1; mask < (1u << exercised.size()); ++mask) {
     std::vector<std::size_t> free;
     for (std::size_t j = 0; j < exercised.size(); ++j) {
@@ -456,7 +462,7 @@ inline Efficiency calibrate_efficiency_nonnegative(const ClusterSpec& cluster,
     Eigen::VectorXd b = Eigen::VectorXd::Ones(rows);
     for (Eigen::Index i = 0; i < rows; ++i) {
       const StageMeasurement& m = measurements[static_cast<std::size_t>(i)];
-      const std::array<double, 5> row = columns(m.work);
+      const std::array<double, efficiency_unknowns> row = detail::fit_columns(cluster, m.work);
       for (std::size_t j = 0; j < free.size(); ++j) a(i, static_cast<Eigen::Index>(j)) = row[free[j]] / m.seconds;
     }
     Eigen::VectorXd norms = a.colwise().norm().transpose();
@@ -482,8 +488,10 @@ inline Efficiency calibrate_efficiency_nonnegative(const ClusterSpec& cluster,
   for (std::size_t k : exercised) {
     if (k < 4) {
       *factors[k] = best[k] > 0 ? 1 / best[k] : std::numeric_limits<double>::infinity();
-    } else {
+    } else if (k == 4) {
       fitted.collective_latency = best[k];
+    } else {
+      fitted.call_overhead = best[k];
     }
   }
   return fitted;
@@ -513,7 +521,8 @@ struct CalibrationResult {
 /// `calibrate_efficiency`, which refuses a factor outside (0, 1]; otherwise with
 /// `calibrate_efficiency_nonnegative`, which only keeps every term non-negative.
 struct CalibrationFactors {
-  bool compute = true, memory = true, intra_node = true, inter_node = true, collective_latency = true;
+  bool compute = true, memory = true, intra_node = true, inter_node = true, collective_latency = true,
+       call_overhead = true;
   bool strict = false;
 };
 
@@ -533,7 +542,7 @@ inline CalibrationResult calibrate_and_predict(const CalibrationData& data, cons
     row.work = calibration_stage_work(data, s);
     row.measured = s.seconds;
     const StageWork& w = row.work;
-    row.modelled = w.flops > 0 || w.hbm_bytes > 0 || w.intra_node_bytes > 0 || w.inter_node_bytes > 0 || w.collectives > 0;
+    row.modelled = w.any();
     if (row.fit && row.modelled) fit.push_back({w, s.seconds});
     out.rows.push_back(std::move(row));
   }
@@ -555,16 +564,14 @@ inline CalibrationResult calibrate_and_predict(const CalibrationData& data, cons
     hold(factors.intra_node, m.work.intra_node_bytes, 1 / (e0.intra_node * c.intra_node_bandwidth));
     hold(factors.inter_node, m.work.inter_node_bytes, 1 / (e0.inter_node * c.inter_node_bandwidth));
     hold(factors.collective_latency, m.work.collectives, e0.collective_latency);
+    hold(factors.call_overhead, m.work.calls, e0.call_overhead);
     VERL_CHECK_ARG(known < m.seconds,
                    "{}: a measured stage ({} s) is shorter than the terms of the factors held fixed ({} s); fit "
                    "more factors or lower the fixed ones",
                    data.source, m.seconds, known);
     m.seconds -= known;
   }
-  std::erase_if(fit, [](const StageMeasurement& m) {
-    return !(m.work.flops > 0 || m.work.hbm_bytes > 0 || m.work.intra_node_bytes > 0 || m.work.inter_node_bytes > 0 ||
-             m.work.collectives > 0);
-  });
+  std::erase_if(fit, [](const StageMeasurement& m) { return !m.work.any(); });
   out.fitted = factors.strict ? calibrate_efficiency(data.cluster, fit, data.initial)
                                : calibrate_efficiency_nonnegative(data.cluster, fit, data.initial);
   const DeviceModel device{data.cluster, out.fitted};
@@ -577,10 +584,11 @@ inline CalibrationResult calibrate_and_predict(const CalibrationData& data, cons
 inline std::string format_calibration_table(const CalibrationResult& r) {
   std::string out = fmt::format(
       "device: {:.3g} FLOP/s, {:.3g} B/s memory, {:.3g} B/s link\n"
-      "fitted on {} stages ({}): compute {:.3g}, memory {:.3g}, link {:.3g}, latency {:.3g} s per collective\n\n",
+      "fitted on {} stages ({}): compute {:.3g}, memory {:.3g}, link {:.3g}, latency {:.3g} s per collective, "
+      "overhead {:.3g} s per call\n\n",
       r.cluster.peak_flops, r.cluster.hbm_bandwidth, r.cluster.intra_node_bandwidth, r.fit_measurements,
       r.strict ? "every factor in (0, 1]" : "non-negative terms; a factor above 1 beats the peak given, inf: no time",
-      r.fitted.compute, r.fitted.memory, r.fitted.intra_node, r.fitted.collective_latency);
+      r.fitted.compute, r.fitted.memory, r.fitted.intra_node, r.fitted.collective_latency, r.fitted.call_overhead);
   out += fmt::format("{:<26} {:<14} {:<8} {:>12} {:>12} {:>9}\n", "run", "stage", "set", "measured_s", "predicted_s",
                      "error");
   std::array<double, 2> sum{}, count{};

@@ -32,10 +32,12 @@ inline std::string mesh_text(const TrainMesh& m) {
 inline std::string format_placement_table(const std::vector<PlacementPlan>& plans, const PlacementSearch& search) {
   const PlacementProblem& problem = search.problem();
   std::string out = fmt::format(
-      "{} devices ({} per node), {:.1f} GB per device ({:.1f} GB usable), {:.0f} TFLOP/s, {:.0f} GB/s HBM\n"
+      "{} devices ({} per node), {:.1f} GB per device ({:.1f} GB usable), {:.0f} TFLOP/s, {:.0f} GB/s HBM, "
+      "{:.3g} ms per call\n"
       "batch: {} prompts x {} responses, {} + {} tokens, {} epoch(s) x {} mini-batches, micro-batch {}\n\n",
       problem.cluster.devices, problem.cluster.devices_per_node, problem.cluster.memory_bytes / 1e9,
       search.memory_budget() / 1e9, problem.cluster.peak_flops / 1e12, problem.cluster.hbm_bandwidth / 1e9,
+      problem.efficiency.call_overhead * 1e3,
       problem.batch.prompts, problem.batch.responses_per_prompt, problem.batch.prompt_length,
       problem.batch.response_length, problem.batch.ppo_epochs, problem.batch.ppo_mini_batches,
       problem.batch.micro_batch_sequences);

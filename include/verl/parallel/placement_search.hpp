@@ -344,7 +344,10 @@ class PlacementSearch {
   ///  - per role and pool size, the minimum over its layouts of persistent memory, forward,
   ///    update and generation time (the generation bound gives the KV cache all the memory the
   ///    role leaves, which can only shrink when others share the group: generation time does
-  ///    not increase with the sequences in flight);
+  ///    not increase with the sequences in flight, since every term of it, the calls included,
+  ///    is a non-increasing function of the waves ceil(S_r / c));
+  ///  - every time above, bound and score alike, is `DeviceModel::seconds` of the same work
+  ///    vectors, so each includes its calls' overhead the same way;
   ///  - a partial assignment's bound is the step formula with each unassigned role's minimum;
   ///    the same sums in the same order as `score`, so with round-to-nearest arithmetic
   ///    (monotone) the bound never exceeds the score of any completion;
@@ -448,9 +451,10 @@ class PlacementSearch {
     return plan;
   }
 
-  /// The role's cost model (its shape on this batch, memory model and cluster).
+  /// The role's cost model (its shape and head on this batch, memory model and cluster).
   RoleCostModel cost_model(std::size_t role_index) const {
-    return {problem_.roles[role_index].model, problem_.batch, problem_.memory, problem_.cluster};
+    const RoleSpec& spec = problem_.roles[role_index];
+    return RoleCostModel::of(spec.role, spec.model, problem_.batch, problem_.memory, problem_.cluster);
   }
 
  private:
@@ -550,7 +554,6 @@ class PlacementSearch {
     const RoleSpec& spec = problem_.roles[r];
     const std::int64_t n = sizes_[s];
     const bool trains = role_trains(spec.role);
-    const bool lm_head = role_has_lm_head(spec.role);
     const RoleCostModel cm = cost_model(r);
     std::vector<RoleOption>& list = options_[r * sizes_.size() + s];
     Bounds& b = bounds_[r * sizes_.size() + s];
@@ -565,8 +568,8 @@ class PlacementSearch {
           RoleOption o;
           o.mesh = mesh;
           o.persistent_bytes = cm.persistent_bytes(mesh, trains);
-          o.transient_bytes = cm.forward_transient_bytes(mesh, lm_head);
-          if (trains) o.transient_bytes = std::max(o.transient_bytes, cm.update_transient_bytes(mesh, lm_head));
+          o.transient_bytes = cm.forward_transient_bytes(mesh);
+          if (trains) o.transient_bytes = std::max(o.transient_bytes, cm.update_transient_bytes(mesh));
           o.forward_seconds = device_model_.seconds(cm.forward_work(mesh));
           o.update_seconds = trains ? device_model_.seconds(cm.update_work(mesh)) : 0.0;
           if (o.persistent_bytes + o.transient_bytes > budget_) continue;
@@ -618,8 +621,8 @@ class PlacementSearch {
         if (spec.model.heads % tp != 0 || spec.model.kv_heads % tp != 0) continue;
         const TrainMesh mesh{pp, tp, n / (pp * tp), role_trains(spec.role) && problem_.allow_recompute};
         double need = cm.persistent_bytes(mesh, role_trains(spec.role)) +
-                      std::max(cm.forward_transient_bytes(mesh, role_has_lm_head(spec.role)),
-                               role_trains(spec.role) ? cm.update_transient_bytes(mesh, role_has_lm_head(spec.role)) : 0.0);
+                      std::max(cm.forward_transient_bytes(mesh),
+                               role_trains(spec.role) ? cm.update_transient_bytes(mesh) : 0.0);
         if (spec.role == Role::actor) {
           // The cheapest generation layout keeps the training one: no extra weights, one sequence.
           need = std::max(need, cm.persistent_bytes(mesh, true) + cm.kv_bytes_per_sequence(GenMesh{pp, tp, mesh.dp}));
