@@ -195,7 +195,9 @@ TEST(SeparateAsync, DropEvictsWhatIsOlderThanTheBoundAndTrainsOnFreshPrompts) {
     EXPECT_EQ(step.contains("training/off_policy/evicted_samples") ? step.at("training/off_policy/evicted_samples") : 0.0,
               expected)
         << "step " << s;
-    if (expected > 0) EXPECT_EQ(step.at("training/off_policy/evicted_samples_staleness/max"), 3.0) << "step " << s;
+    if (expected > 0) {
+      EXPECT_EQ(step.at("training/off_policy/evicted_samples_staleness/max"), 3.0) << "step " << s;
+    }
   }
 }
 

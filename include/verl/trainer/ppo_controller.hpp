@@ -834,7 +834,7 @@ class PPOController {
         generation_request(train_, indices, sampling_params(), seed, first, rollout_->dp_size(), tokenizer_.pad_token_id);
     auto future = std::make_shared<Future<data::DataProto>>(
         rollout_->template call<&RolloutWorkerType::generate_sequences>(request.prompts));
-    return PendingRows{std::move(future), std::move(request)};
+    return PendingRows{std::move(future), std::move(request), std::nullopt};
   }
 
   /// The next mini-batch of generations to train on (stale ones dropped and replaced), with
