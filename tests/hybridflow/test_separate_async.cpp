@@ -201,6 +201,23 @@ TEST(SeparateAsync, DropEvictsWhatIsOlderThanTheBoundAndTrainsOnFreshPrompts) {
   }
 }
 
+TEST(SeparateAsync, RolloutCorrectionSeesTheOffPolicyGap) {
+  // The rollout's own log-probs against pi_old: the same weights at step 1, two versions apart
+  // from step 3 on, and the importance weights of verl's rollout correction act on that gap.
+  const auto m = run(with(async_mode, {"trainer.v1.separate_async.num_warmup_batches=2",
+                                       "actor_rollout_ref.rollout.calculate_log_probs=True",
+                                       "algorithm.rollout_correction.rollout_is=token"}),
+                     4);
+  const double on_policy = m[0].at("training/rollout_probs_diff_max");
+  const double off_policy = m[2].at("training/rollout_probs_diff_max");
+  EXPECT_LT(on_policy, 1e-3);
+  EXPECT_GT(off_policy, 10 * on_policy);
+  EXPECT_GT(off_policy, 1e-3);
+  bool corrected = false;
+  for (const auto& [key, value] : m[2]) corrected = corrected || key.starts_with("rollout_corr/");
+  EXPECT_TRUE(corrected) << "no rollout_corr/ metric at step 3";
+}
+
 TEST(SeparateAsync, ASlowRolloutPoolChangesTheWaitNotTheTraining) {
   const std::vector<std::string> keys = with(async_mode, {"trainer.v1.separate_async.num_warmup_batches=1",
                                                           "trainer.v1.sampler.max_off_policy_threshold=2"});
