@@ -3,19 +3,20 @@
 # the synchronous step on the same two-rank placement (rank 0 trains, rank 1 is the rollout pool,
 # actor_rollout_ref.hybrid_engine=False), same model, prompts, seeds and keys otherwise.
 #
-#   tools/scripts/bench_separate_async.sh VERL_TRAIN MODEL_DIR [STEPS] [WARMUP_BATCHES]
+#   tools/scripts/bench_separate_async.sh VERL_TRAIN MODEL_DIR [STEPS] [WARMUP_BATCHES] [RESPONSE_LENGTH]
 #
 # MODEL_DIR: a Qwen2 folder sharing tiny-qwen2's tokenizer (tools/scripts/make_calibration_model.py
 # writes a 13.3M-parameter one; tests/data/models/tiny-qwen2 works but is all overhead). Prints,
 # per mode, the mean over the steps after the first of timing_s/gen (the trainer's wait for
-# generations), timing_s/step and the rest of the step, and the ratio of the waits.
+# generations), timing_s/step and the rest of the step, and the ratio of the waits. RESPONSE_LENGTH
+# (default 16) plus the longest prompt (44 tokens) must fit the model's context (64 for the calibration model).
 set -euo pipefail
-verl_train=$1 model=$2 steps=${3:-6} warmup=${4:-1}
+verl_train=$1 model=$2 steps=${3:-6} warmup=${4:-1} response=${5:-16}
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 out=$(mktemp -d /tmp/bench_separate_async.XXXXXX)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 VERL_NUM_THREADS=1
 common=(data.train_files="[$here/tests/data/trainer_regression/train.jsonl]" data.val_files="[$here/tests/data/trainer_regression/train.jsonl]"
-  actor_rollout_ref.model.path="$model" data.max_prompt_length=48 data.max_response_length=16
+  actor_rollout_ref.model.path="$model" data.max_prompt_length=48 data.max_response_length="$response"
   data.train_batch_size=8 actor_rollout_ref.rollout.n=4 actor_rollout_ref.actor.ppo_mini_batch_size=2
   trainer.v1.separate_async.parameter_sync_step=4 algorithm.adv_estimator=grpo actor_rollout_ref.actor.optim.lr=1e-4
   data.seed=7 trainer.total_training_steps="$steps" trainer.test_freq=-1 trainer.val_before_train=False
