@@ -51,7 +51,10 @@ LAYOUTS = {
     "2-tp2": (2, ["trainer.n_gpus_per_node=2", "actor_rollout_ref.actor.strategy=megatron",
                   "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2",
                   "actor_rollout_ref.actor.megatron.sequence_parallel=False",
-                  "actor_rollout_ref.actor.megatron.use_distributed_optimizer=False"],
+                  "actor_rollout_ref.actor.megatron.use_distributed_optimizer=False",
+                  # Generation dense (tg = 1), as the layout line says: the reshard all-gathers the
+                  # TP shards (verl's default rollout TP 2 would keep tg = 2 and move nothing).
+                  "actor_rollout_ref.rollout.tensor_model_parallel_size=1"],
               "actor=1x2x1 gen=1x1x2 ref=1x2x1 critic=1x1x2"),
 }
 # Fitted: both sizes at one rank and the small model at two; held out: the large model at two.
