@@ -3,20 +3,26 @@
 // folders (config, logits, greedy ids, tokenizer and chat template), llama's rope permutation
 // undone; Llama 3.1's rope scaling, which llama.cpp stores as the tensor rope_freqs.weight, read
 // back as the llama3 rope_scaling that gives those factors (files written here byte by byte);
-// a GGUF model saves as a Hugging Face folder; and, when VERL_SMOLLM2_GGUF names
+// a GGUF model saves as a Hugging Face folder; a tiny random llama of every weight type
+// (tiny-llama-<type>.gguf) gives transformers' own logits and greedy ids on the same file
+// (tools/scripts/make_gguf_quant_golden.py); and, when VERL_SMOLLM2_GGUF names
 // SmolLM2-135M-Instruct.Q4_1.gguf, the real model answers a chat prompt.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <numbers>
 #include <set>
 #include <span>
+#include <stdexcept>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -214,6 +220,49 @@ GgufFile metadata_file(const HfModelConfig& config, const std::vector<float>& ro
 
 class GgufTinyModel : public ::testing::TestWithParam<std::string> {};
 
+/// transformers' logits and greedy ids for the tiny one-type llamas (quant_models.json and
+/// quant_models_logits.bin, written by tools/scripts/make_gguf_quant_golden.py).
+struct QuantGolden {
+  nlohmann::json index;
+  std::vector<float> logits;
+
+  static const QuantGolden& get() {
+    static const QuantGolden golden = [] {
+      QuantGolden g;
+      std::ifstream index_file(gguf_dir / "quant_models.json");
+      g.index = nlohmann::json::parse(index_file);
+      std::ifstream in(gguf_dir / "quant_models_logits.bin", std::ios::binary);
+      const std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      g.logits.resize(bytes.size() / sizeof(float));
+      std::memcpy(g.logits.data(), bytes.data(), g.logits.size() * sizeof(float));  // little-endian hosts
+      return g;
+    }();
+    return golden;
+  }
+  [[nodiscard]] const nlohmann::json& model(std::string_view type) const {
+    for (const auto& entry : index["models"]) {
+      if (entry["type"].get<std::string>() == type) return entry;
+    }
+    throw std::runtime_error(fmt::format("quant_models.json: no model of type {}", type));
+  }
+  /// The (prompt length, vocab) logits of one entry.
+  [[nodiscard]] MatrixF logits_of(const nlohmann::json& entry) const {
+    const auto shape = entry["logits_shape"].get<std::vector<Index>>();
+    const auto offset = entry["logits_offset"].get<std::size_t>();
+    if (shape.size() != 2 || offset + static_cast<std::size_t>(shape[0] * shape[1]) > logits.size()) {
+      throw std::runtime_error(fmt::format("quant_models.json: {}: logits outside quant_models_logits.bin",
+                                           entry["file"].get<std::string>()));
+    }
+    MatrixF out(shape[0], shape[1]);
+    for (Index r = 0; r < shape[0]; ++r) {
+      for (Index c = 0; c < shape[1]; ++c) out(r, c) = logits[offset + static_cast<std::size_t>(r * shape[1] + c)];
+    }
+    return out;
+  }
+};
+
+class GgufQuantModel : public ::testing::TestWithParam<std::string> {};
+
 }  // namespace
 
 TEST_P(GgufTinyModel, ConfigMatchesTheFolder) {
@@ -277,6 +326,49 @@ TEST_P(GgufTinyModel, TokenizerAndChatTemplateMatchTheFolder) {
 }
 
 INSTANTIATE_TEST_SUITE_P(TinyModels, GgufTinyModel, ::testing::Values("tiny-llama", "tiny-qwen2", "tiny-qwen3"));
+
+TEST_P(GgufQuantModel, LogitsAndGreedyIdsMatchTransformers) {
+  // A random llama whose every matrix (token_embd and output included) is of this type, norms
+  // F32: the C++ loader and transformers (from_pretrained(..., gguf_file=...)) read the same file.
+  const QuantGolden& golden = QuantGolden::get();
+  const nlohmann::json& entry = golden.model(GetParam());
+  const GgufFile file(gguf_dir / entry["file"].get<std::string>());
+  std::size_t matrices = 0;
+  for (const auto& info : file.tensors()) {
+    EXPECT_EQ(ggml_type_name(info.type), info.dims.size() == 2 ? GetParam() : "F32") << info.name;
+    matrices += info.dims.size() == 2 ? 1 : 0;
+  }
+  EXPECT_EQ(matrices, 9u);  // token_embd, q, k, v, o, gate, up, down, output
+  Transformer model = load_gguf_transformer(file);
+  EXPECT_FALSE(model.config().tie_word_embeddings);
+  const std::vector<TokenId> prompt = golden.index["prompt_ids"].get<std::vector<TokenId>>();
+  const MatrixF expected = golden.logits_of(entry);
+  const MatrixF got = logits_of(model, prompt);
+  ASSERT_EQ(got.rows(), expected.rows());
+  ASSERT_EQ(got.cols(), expected.cols());
+  // Absolute difference, logits of magnitude up to about 5.
+  const float max_diff = (got - expected).cwiseAbs().maxCoeff();
+  std::printf("%s: max |logit - transformers'| = %.3g (max |logit| %.3g)\n", GetParam().c_str(), max_diff,
+              expected.cwiseAbs().maxCoeff());
+  EXPECT_LE(max_diff, 1e-4f);
+  EXPECT_EQ(greedy(model, prompt, 8), entry["greedy_new_tokens"].get<std::vector<TokenId>>());
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryType, GgufQuantModel,
+                         ::testing::Values("Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K", "F16",
+                                           "BF16"));
+
+TEST(GgufModel, QuantGoldenCoversEveryModelFile) {
+  // Each tiny-llama-<type>.gguf has transformers' golden, and the golden names no other file.
+  std::set<std::string> files, golden_files;
+  for (const auto& entry : fs::directory_iterator(gguf_dir)) {
+    const std::string name = entry.path().filename().string();
+    if (name.starts_with("tiny-llama-") && name.ends_with(".gguf")) files.insert(name);
+  }
+  for (const auto& entry : QuantGolden::get().index["models"]) golden_files.insert(entry["file"].get<std::string>());
+  EXPECT_EQ(files, golden_files);
+  EXPECT_EQ(files.size(), 10u);
+}
 
 TEST(GgufModel, LlamaRopeRowsAreUnpermuted) {
   // Loading without undoing the permutation would give other q/k weights: check the rows directly.

@@ -23,6 +23,21 @@ tiny-llama.gguf, tiny-qwen2.gguf, tiny-qwen3.gguf
                 out (llama.cpp would store it as a rope_freqs tensor; test_gguf_model adds one
                 byte by byte to check the reader), so tiny-llama.gguf is tiny-llama without rope
                 scaling.
+tiny-llama-q8_0.gguf, tiny-llama-q4_0.gguf, tiny-llama-q4_1.gguf, tiny-llama-q5_0.gguf,
+tiny-llama-q5_1.gguf, tiny-llama-q4_k.gguf, tiny-llama-q5_k.gguf, tiny-llama-q6_k.gguf,
+tiny-llama-f16.gguf, tiny-llama-bf16.gguf
+                one random llama per weight type (QUANT_MODEL_TYPES), every matrix in that type
+                (token_embd.weight and an untied output.weight included, as llama.cpp's --pure
+                quantization lays them out) and the norms float32: 1 layer, 4 heads of 64 with 2
+                KV heads (hidden 256; F16 and BF16: hidden 128, heads of 32, to keep them small),
+                intermediate 256, vocabulary 256, rope theta 10000, no tokenizer. For the types
+                gguf.quants can quantize, normal weights (std WEIGHT_STD) in Hugging Face's order,
+                q and k rows permuted for llama's rope, then quantized; gguf cannot quantize the
+                K-quants, so their matrices are random raw blocks (random_blocks, scales
+                K_QUANT_SCALES, Q4_K/Q5_K centred by centre_k_blocks) and the model is what those
+                blocks dequantize to. tools/scripts/make_gguf_quant_golden.py writes
+                transformers' logits and greedy ids for them (quant_models.json,
+                quant_models_logits.bin).
 """
 from __future__ import annotations
 
@@ -47,14 +62,17 @@ BLOCK_SCALES = {
 }
 
 
-def random_blocks(rng: np.random.Generator, qtype: Q) -> np.ndarray:
+def random_blocks(rng: np.random.Generator, qtype: Q, rows: int = ROWS, cols: int = COLS,
+                  scale_range: tuple[float, float] = (0.001, 0.2)) -> np.ndarray:
+    """(rows, bytes per row) random blocks of `qtype`: every quant bit random, the f16 scales of
+    random sign with magnitudes uniform in `scale_range`."""
     block_elements, block_bytes = gguf.GGML_QUANT_SIZES[qtype]
-    blocks_per_row = COLS // block_elements
-    raw = rng.integers(0, 256, size=(ROWS * blocks_per_row, block_bytes), dtype=np.uint8)
+    blocks_per_row = cols // block_elements
+    raw = rng.integers(0, 256, size=(rows * blocks_per_row, block_bytes), dtype=np.uint8)
     for at in BLOCK_SCALES[qtype]:
-        scales = (rng.uniform(0.001, 0.2, size=raw.shape[0]) * rng.choice([-1.0, 1.0], size=raw.shape[0]))
+        scales = (rng.uniform(*scale_range, size=raw.shape[0]) * rng.choice([-1.0, 1.0], size=raw.shape[0]))
         raw[:, at:at + 2] = scales.astype(np.float16).view(np.uint8).reshape(-1, 2)
-    return raw.reshape(ROWS, blocks_per_row * block_bytes)
+    return raw.reshape(rows, blocks_per_row * block_bytes)
 
 
 def write_quants() -> None:
@@ -236,6 +254,106 @@ def write_model(name: str, arch: str, pre: str, add_bos: bool) -> None:
     writer.close()
 
 
+# ---------------------------------------------------------------------------------------------
+# One tiny random llama per weight type
+
+
+# The types, llama.cpp's file type for a file all of that type, and its sizes: row lengths must
+# be multiples of the block (256 for the K-quants); F16 and BF16 use a narrower model to keep the
+# files small.
+QUANT_MODEL_TYPES = {
+    Q.Q8_0: gguf.LlamaFileType.MOSTLY_Q8_0, Q.Q4_0: gguf.LlamaFileType.MOSTLY_Q4_0,
+    Q.Q4_1: gguf.LlamaFileType.MOSTLY_Q4_1, Q.Q5_0: gguf.LlamaFileType.MOSTLY_Q5_0,
+    Q.Q5_1: gguf.LlamaFileType.MOSTLY_Q5_1, Q.Q4_K: gguf.LlamaFileType.MOSTLY_Q4_K_S,
+    Q.Q5_K: gguf.LlamaFileType.MOSTLY_Q5_K_S, Q.Q6_K: gguf.LlamaFileType.MOSTLY_Q6_K,
+    Q.F16: gguf.LlamaFileType.MOSTLY_F16, Q.BF16: gguf.LlamaFileType.MOSTLY_BF16,
+}
+QUANT_MODEL_SIZES = {"layers": 1, "heads": 4, "kv_heads": 2, "hidden": 256, "intermediate": 256, "vocab": 256}
+NARROW_TYPES = {Q.F16: 128, Q.BF16: 128}  # their hidden size
+WEIGHT_STD = 0.05
+# gguf.quants cannot quantize the K-quants: their matrices are random raw blocks whose f16 scales
+# are drawn so that the weights' standard deviation is about WEIGHT_STD (some of Q6_K's subnormal).
+K_QUANT_SCALES = {Q.Q4_K: (2e-4, 4e-4), Q.Q5_K: (1e-4, 2e-4), Q.Q6_K: (3.5e-5, 7e-5)}
+
+
+def centre_k_blocks(raw: np.ndarray, qtype: Q) -> np.ndarray:
+    """Q4_K and Q5_K blocks whose weights d * sc * q - dmin * m are centred, like quantized
+    weights: every sub-block's 6-bit min m equal to its scale sc (bytes 4-11 of the packed scales
+    derived from bytes 0-3 and random nibbles) and dmin = d * (levels - 1) / 2."""
+    blocks = raw.reshape(-1, gguf.GGML_QUANT_SIZES[qtype][1]).copy()
+    levels = 16 if qtype == Q.Q4_K else 32
+    d = blocks[:, 0:2].copy().view(np.float16).astype(np.float32)
+    blocks[:, 2:4] = (d * (levels - 1) / 2).astype(np.float16).view(np.uint8).reshape(-1, 2)
+    blocks[:, 8:12] = blocks[:, 4:8]  # low 6 bits: sc and m of sub-blocks 0-3; high 2 bits: of 4-7
+    nibbles = blocks[:, 12:16] & 0x0F
+    blocks[:, 12:16] = nibbles | (nibbles << 4)  # low 4 bits of sc and m of sub-blocks 4-7
+    return blocks.reshape(raw.shape)
+
+
+def quant_model_file(qtype: Q) -> str:
+    return f"tiny-llama-{qtype.name.lower()}.gguf"
+
+
+def write_quant_model(qtype: Q) -> None:
+    sizes = dict(QUANT_MODEL_SIZES, hidden=NARROW_TYPES.get(qtype, QUANT_MODEL_SIZES["hidden"]))
+    hidden, heads, kv_heads = sizes["hidden"], sizes["heads"], sizes["kv_heads"]
+    head_dim = hidden // heads
+    rng = np.random.default_rng([20261128, int(qtype)])
+    writer = gguf.GGUFWriter(str(OUT / quant_model_file(qtype)), "llama")
+    writer.add_name(quant_model_file(qtype).removesuffix(".gguf"))
+    writer.add_block_count(sizes["layers"])
+    writer.add_context_length(64)
+    writer.add_embedding_length(hidden)
+    writer.add_feed_forward_length(sizes["intermediate"])
+    writer.add_head_count(heads)
+    writer.add_head_count_kv(kv_heads)
+    writer.add_key_length(head_dim)
+    writer.add_value_length(head_dim)
+    writer.add_rope_dimension_count(head_dim)
+    writer.add_rope_freq_base(10000.0)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_vocab_size(sizes["vocab"])
+    writer.add_file_type(QUANT_MODEL_TYPES[qtype])
+
+    def norm(name: str) -> None:
+        writer.add_tensor(name, (1.0 + 0.1 * rng.normal(size=hidden)).astype(np.float32))
+
+    def matrix(name: str, rows: int, cols: int, rope_heads: int = 0) -> None:
+        if qtype in K_QUANT_SCALES:
+            # The raw blocks are the model (no Hugging Face order to permute from).
+            raw = random_blocks(rng, qtype, rows, cols, K_QUANT_SCALES[qtype])
+            if qtype in (Q.Q4_K, Q.Q5_K):
+                raw = centre_k_blocks(raw, qtype)
+            writer.add_tensor(name, raw, raw_dtype=qtype)
+            return
+        values = rng.normal(0.0, WEIGHT_STD, size=(rows, cols)).astype(np.float32)
+        if rope_heads:
+            values = interleave_rope_rows(values, rope_heads)
+        stored = gguf.quants.quantize(values, qtype)
+        if qtype == Q.F16:
+            writer.add_tensor(name, stored)
+        else:
+            writer.add_tensor(name, stored.view(np.uint8).reshape(rows, -1), raw_dtype=qtype)
+
+    matrix("token_embd.weight", sizes["vocab"], hidden)
+    for layer in range(sizes["layers"]):
+        norm(f"blk.{layer}.attn_norm.weight")
+        matrix(f"blk.{layer}.attn_q.weight", heads * head_dim, hidden, rope_heads=heads)
+        matrix(f"blk.{layer}.attn_k.weight", kv_heads * head_dim, hidden, rope_heads=kv_heads)
+        matrix(f"blk.{layer}.attn_v.weight", kv_heads * head_dim, hidden)
+        matrix(f"blk.{layer}.attn_output.weight", hidden, heads * head_dim)
+        norm(f"blk.{layer}.ffn_norm.weight")
+        matrix(f"blk.{layer}.ffn_gate.weight", sizes["intermediate"], hidden)
+        matrix(f"blk.{layer}.ffn_up.weight", sizes["intermediate"], hidden)
+        matrix(f"blk.{layer}.ffn_down.weight", hidden, sizes["intermediate"])
+    norm("output_norm.weight")
+    matrix("output.weight", sizes["vocab"], hidden)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
 def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     write_quants()
@@ -243,6 +361,8 @@ def main() -> None:
     write_model("tiny-llama", "llama", "llama-bpe", True)
     write_model("tiny-qwen2", "qwen2", "qwen2", False)
     write_model("tiny-qwen3", "qwen3", "qwen2", False)
+    for qtype in QUANT_MODEL_TYPES:
+        write_quant_model(qtype)
     for path in sorted(OUT.iterdir()):
         print(f"{path.relative_to(ROOT)}: {path.stat().st_size} bytes")
 
