@@ -100,6 +100,35 @@ TEST(Gemm, ResultsDoNotDependOnTheThreadCount) {
   }
 }
 
+TEST(Gemm, WideProductsGiveTheBitsOfTheirRowSlices) {
+  // A product whose C outgrows the caches (an LM head's logits) runs its NC blocks outside its KC
+  // blocks; a slice of its rows (small C) runs them inside. Each element must be the same chain
+  // of multiply-adds either way, so the slices give the same bits, with and without a pool.
+  std::mt19937 rng(9);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  ThreadPool pool(2);
+  const Index m = 300, n = 1100, slice = 50;
+  for (const Index k : {513, 600}) {
+    for (const bool b_transposed : {false, true}) {
+      std::vector<float> a(static_cast<std::size_t>(m * k)), b(static_cast<std::size_t>(k * n));
+      for (auto& x : a) x = uniform(rng);
+      for (auto& x : b) x = uniform(rng);
+      const cpu::Operand<float> b_op = b_transposed ? cpu::transpose_of(b.data(), k) : cpu::rows_of(b.data(), n);
+      for (ThreadPool* threads : {static_cast<ThreadPool*>(nullptr), &pool}) {
+        std::vector<float> whole(static_cast<std::size_t>(m * n), 0.5f), sliced(whole);
+        cpu::gemm<float>(threads, m, n, k, cpu::rows_of(a.data(), k), b_op, whole.data(), n, true);
+        for (Index r0 = 0; r0 < m; r0 += slice) {
+          cpu::gemm<float>(threads, slice, n, k, cpu::rows_of(a.data() + r0 * k, k), b_op, sliced.data() + r0 * n, n, true);
+        }
+        for (std::size_t i = 0; i < whole.size(); ++i) {
+          ASSERT_EQ(whole[i], sliced[i]) << "k " << k << " b_transposed " << b_transposed << " pool "
+                                         << (threads != nullptr) << " at " << i;
+        }
+      }
+    }
+  }
+}
+
 TEST(Gemm, FewRowsGiveTheBitsOfTheSameRowsInALargerProduct) {
   // Products of fewer than 8 rows (a decode step's attention) skip the blocked path; each element
   // must still be the same chain of multiply-adds, so a row's result never depends on how many

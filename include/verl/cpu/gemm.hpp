@@ -354,6 +354,10 @@ inline constexpr Index min_columns_per_task = 128;
 /// Row blocks whose packed A (rows x kc) is kept and reused by every NC block of B's columns when
 /// there are several (2.3 MiB at 196-row blocks and kc = 256: a share of L3).
 inline constexpr Index row_blocks_per_chunk = 12;
+/// C blocks larger than this (bytes; about an L2) are kept in cache across k blocks, when A packed
+/// for every k block at once stays under a_all_k_max_bytes (see blocked_gemm).
+inline constexpr std::size_t c_resident_min_bytes = std::size_t{1} << 20;
+inline constexpr std::size_t a_all_k_max_bytes = std::size_t{8} << 20;
 
 /// Runs fn(0) .. fn(count - 1), on the pool when there is one.
 template <class Fn>
@@ -407,71 +411,103 @@ inline void blocked_gemm(ThreadPool* pool, Index m, Index n, Index k, Operand<fl
   const Index chunk_rows = share_a ? row_blocks_per_chunk * mc_block : m;
   thread_local std::vector<float> packed_a_chunk;
   if (share_a) packed_a_chunk.resize(static_cast<std::size_t>((std::min(chunk_rows, m) + MR - 1) / MR * MR * kc_max));
+
+  // A chunk whose C block outgrows the caches while A (packed for every k block at once) stays
+  // small runs the NC blocks outside the k blocks: each C block (rows x NC) then stays in cache
+  // across its k blocks instead of C being swept from memory once per k block (the LM head's
+  // logits: 341 x 49152 floats, three times over k = 576). Per element the k blocks still come in
+  // sequence, so the results are the same bits in either order.
+  const Index k_blocks = (k + kc_block - 1) / kc_block;
+  const bool c_outgrows_cache = static_cast<double>(std::min(chunk_rows, m)) * static_cast<double>(n) * sizeof(float) >
+                                static_cast<double>(c_resident_min_bytes);
+  const bool a_fits_for_every_k = static_cast<double>(std::min(chunk_rows, m)) * static_cast<double>(k) * sizeof(float) <=
+                                  static_cast<double>(a_all_k_max_bytes);
+  const bool c_resident = share_a && k_blocks > 1 && c_outgrows_cache && a_fits_for_every_k;
+  // Packed A of one k block per row block (share_a), or of every k block (c_resident): block b of
+  // k block q at shared_a + q * a_k_stride + b * mc_block * kc.
+  const Index padded_chunk_rows = (std::min(chunk_rows, m) + mc_block - 1) / mc_block * mc_block;
+  const Index a_k_stride = c_resident ? padded_chunk_rows * kc_max : 0;
+  if (c_resident) packed_a_chunk.resize(static_cast<std::size_t>(a_k_stride * k_blocks));
   float* shared_a = packed_a_chunk.data();
 
   for (Index i0 = 0; i0 < m; i0 += chunk_rows) {
     const Index rows = std::min(chunk_rows, m - i0);
     const Index row_blocks = (rows + mc_block - 1) / mc_block;
-    for (Index pc = 0; pc < k; pc += kc_block) {
+    auto pack_a_block = [&](Index pc, Index block, float* out) {
+      const Index kc = std::min(kc_block, k - pc);
+      const Index ic = i0 + block * mc_block, mc = std::min(mc_block, i0 + rows - ic);
+      const Operand<float> a_block{a.data + ic * a.row_stride + pc * a.col_stride, a.row_stride, a.col_stride};
+      if (a.row_stride == 1 && a.col_stride != 1) {
+        pack_a_transposed<MR>(a_block, mc, kc, out);
+      } else {
+        pack_a<MR>(a_block, mc, kc, out);
+      }
+    };
+    auto shared_a_of = [&](Index pc) { return shared_a + (pc / kc_block) * a_k_stride; };
+    auto pack_shared_a = [&](Index pc) {
+      const Index kc = std::min(kc_block, k - pc);
+      for_each_task(pool, row_blocks, [&](Index block) { pack_a_block(pc, block, shared_a_of(pc) + block * mc_block * kc); });
+    };
+    // C[rows, jc : jc + NC] (+)= A[rows, pc : pc + KC] B[pc : pc + KC, jc : jc + NC].
+    auto multiply_block = [&](Index pc, Index jc) {
       const Index kc = std::min(kc_block, k - pc);
       const bool add = accumulate || pc > 0;
-      auto pack_a_block = [&](Index block, float* out) {
+      const Index nc = std::min(nc_block, n - jc);
+      const Index panels = (nc + NR - 1) / NR;
+      // Enough tasks for the pool: split the columns only when the rows alone do not suffice.
+      Index column_groups = 1;
+      if (row_blocks < 4 * threads) {
+        column_groups = std::clamp<Index>((4 * threads + row_blocks - 1) / row_blocks, 1,
+                                          std::max<Index>(1, nc / min_columns_per_task));
+      }
+      const Index panels_per_group = (panels + column_groups - 1) / column_groups;
+      column_groups = (panels + panels_per_group - 1) / panels_per_group;
+      const Operand<float> b_slab{b.data + pc * b.row_stride + jc * b.col_stride, b.row_stride, b.col_stride};
+      auto pack_panels = [&](Index group) {
+        const Index p0 = group * panels_per_group, p1 = std::min(panels, p0 + panels_per_group);
+        pack_b<NR>({b_slab.data + p0 * NR * b.col_stride, b.row_stride, b.col_stride}, kc,
+                   std::min(nc, p1 * NR) - p0 * NR, shared_b + p0 * kc * NR);
+      };
+      auto compute = [&](Index task) {
+        const Index block = task / column_groups, group = task % column_groups;
         const Index ic = i0 + block * mc_block, mc = std::min(mc_block, i0 + rows - ic);
-        const Operand<float> a_block{a.data + ic * a.row_stride + pc * a.col_stride, a.row_stride, a.col_stride};
-        if (a.row_stride == 1 && a.col_stride != 1) {
-          pack_a_transposed<MR>(a_block, mc, kc, out);
+        const float* a_packed = shared_a_of(pc) + block * mc_block * kc;
+        if (!share_a) {
+          thread_local std::vector<float> packed_a;
+          packed_a.resize(static_cast<std::size_t>((mc + MR - 1) / MR * MR * kc));
+          pack_a_block(pc, block, packed_a.data());
+          a_packed = packed_a.data();
+        }
+        const Index p0 = group * panels_per_group, p1 = std::min(panels, p0 + panels_per_group);
+        auto tile = [&](Index ir, Index p) {
+          const Index jr = p * NR;
+          const float* b_panel =
+              prepacked != nullptr ? prepacked->panel(pc, kc, jc / NR + p) : shared_b + p * kc * NR;
+          kernel(kc, a_packed + (ir / MR) * kc * MR, b_panel, c + (ic + ir) * ldc + jc + jr, ldc, add,
+                 std::min(MR, mc - ir), std::min(NR, nc - jr));
+        };
+        if constexpr (blocking.a_panel_in_l1) {
+          for (Index ir = 0; ir < mc; ir += MR) {
+            for (Index p = p0; p < p1; ++p) tile(ir, p);
+          }
         } else {
-          pack_a<MR>(a_block, mc, kc, out);
+          for (Index p = p0; p < p1; ++p) {
+            for (Index ir = 0; ir < mc; ir += MR) tile(ir, p);
+          }
         }
       };
-      if (share_a) for_each_task(pool, row_blocks, [&](Index block) { pack_a_block(block, shared_a + block * mc_block * kc); });
+      if (prepacked == nullptr) for_each_task(pool, column_groups, pack_panels);
+      for_each_task(pool, row_blocks * column_groups, compute);
+    };
+    if (c_resident) {
+      for (Index pc = 0; pc < k; pc += kc_block) pack_shared_a(pc);
       for (Index jc = 0; jc < n; jc += nc_block) {
-        const Index nc = std::min(nc_block, n - jc);
-        const Index panels = (nc + NR - 1) / NR;
-        // Enough tasks for the pool: split the columns only when the rows alone do not suffice.
-        Index column_groups = 1;
-        if (row_blocks < 4 * threads) {
-          column_groups = std::clamp<Index>((4 * threads + row_blocks - 1) / row_blocks, 1,
-                                            std::max<Index>(1, nc / min_columns_per_task));
-        }
-        const Index panels_per_group = (panels + column_groups - 1) / column_groups;
-        column_groups = (panels + panels_per_group - 1) / panels_per_group;
-        const Operand<float> b_slab{b.data + pc * b.row_stride + jc * b.col_stride, b.row_stride, b.col_stride};
-        auto pack_panels = [&](Index group) {
-          const Index p0 = group * panels_per_group, p1 = std::min(panels, p0 + panels_per_group);
-          pack_b<NR>({b_slab.data + p0 * NR * b.col_stride, b.row_stride, b.col_stride}, kc,
-                     std::min(nc, p1 * NR) - p0 * NR, shared_b + p0 * kc * NR);
-        };
-        auto compute = [&](Index task) {
-          const Index block = task / column_groups, group = task % column_groups;
-          const Index ic = i0 + block * mc_block, mc = std::min(mc_block, i0 + rows - ic);
-          const float* a_packed = shared_a + block * mc_block * kc;
-          if (!share_a) {
-            thread_local std::vector<float> packed_a;
-            packed_a.resize(static_cast<std::size_t>((mc + MR - 1) / MR * MR * kc));
-            pack_a_block(block, packed_a.data());
-            a_packed = packed_a.data();
-          }
-          const Index p0 = group * panels_per_group, p1 = std::min(panels, p0 + panels_per_group);
-          auto tile = [&](Index ir, Index p) {
-            const Index jr = p * NR;
-            const float* b_panel =
-                prepacked != nullptr ? prepacked->panel(pc, kc, jc / NR + p) : shared_b + p * kc * NR;
-            kernel(kc, a_packed + (ir / MR) * kc * MR, b_panel, c + (ic + ir) * ldc + jc + jr, ldc, add,
-                   std::min(MR, mc - ir), std::min(NR, nc - jr));
-          };
-          if constexpr (blocking.a_panel_in_l1) {
-            for (Index ir = 0; ir < mc; ir += MR) {
-              for (Index p = p0; p < p1; ++p) tile(ir, p);
-            }
-          } else {
-            for (Index p = p0; p < p1; ++p) {
-              for (Index ir = 0; ir < mc; ir += MR) tile(ir, p);
-            }
-          }
-        };
-        if (prepacked == nullptr) for_each_task(pool, column_groups, pack_panels);
-        for_each_task(pool, row_blocks * column_groups, compute);
+        for (Index pc = 0; pc < k; pc += kc_block) multiply_block(pc, jc);
+      }
+    } else {
+      for (Index pc = 0; pc < k; pc += kc_block) {
+        if (share_a) pack_shared_a(pc);
+        for (Index jc = 0; jc < n; jc += nc_block) multiply_block(pc, jc);
       }
     }
   }
