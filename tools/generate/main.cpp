@@ -6,8 +6,10 @@
 //   verl_generate --model DIR|FILE.gguf (--prompt TEXT | --prompt-ids 1,2,3) [--max-new-tokens N]
 //                 [--temperature T] [--top-k K] [--top-p P] [--seed S] [-n N] [--threads N]
 //                 [--dtype float32|bfloat16] [--no-chat-template] [--chat-template-kwargs JSON]
-//                 [--print-ids]
+//                 [--print-ids] [--batch B] [--ignore-eos] [--time ROUNDS]
+#include <algorithm>
 #include <charconv>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -47,6 +49,13 @@ or a GGUF file (llama, qwen2, qwen3; quantized weights are dequantized to float3
   --dtype D            weights the rollout decodes with: float32 (default) or bfloat16 (verl's
                        rollout.dtype: bfloat16 linear products, half the bytes per decode step)
   --print-ids          print the generated token ids, one sample per line
+  --batch B            generate for B copies of the prompt in one batch (default 1)
+  --ignore-eos         never stop at an end-of-sequence token (every sample runs to --max-new-tokens)
+  --time ROUNDS        also time the generation: ROUNDS alternating calls with 1 new token (prefill)
+                       and with --max-new-tokens; prints one JSON line with the medians, the decode
+                       time as the median of the paired differences, and decode tokens/s
+                       (batch x (max-new-tokens - 1) decode steps' tokens), as llama-batched-bench's
+                       S_TG
 )";
 
 struct Arguments {
@@ -56,6 +65,9 @@ struct Arguments {
   bool chat_template = true;
   nlohmann::ordered_json chat_template_kwargs = nlohmann::ordered_json::object();
   bool print_ids = false;
+  bool ignore_eos = false;
+  std::int64_t batch = 1;
+  std::int64_t time_rounds = 0;
   unsigned threads = 0;
   verl::model::DecodePrecision precision = verl::model::DecodePrecision::float32;
   verl::rollout::SamplingParams sampling{.max_response_length = 32};
@@ -143,6 +155,14 @@ Arguments parse(int argc, char** argv) {
       }
     } else if (flag == "--print-ids") {
       args.print_ids = true;
+    } else if (flag == "--batch") {
+      args.batch = parse_number<std::int64_t>(flag, value());
+      if (args.batch < 1) fail_usage(fmt::format("--batch: expected at least 1 prompt copy, got {}", args.batch));
+    } else if (flag == "--ignore-eos") {
+      args.ignore_eos = true;
+    } else if (flag == "--time") {
+      args.time_rounds = parse_number<std::int64_t>(flag, value());
+      if (args.time_rounds < 1) fail_usage(fmt::format("--time: expected at least 1 round, got {}", args.time_rounds));
     } else {
       fail_usage(fmt::format("unknown flag '{}' (see --help)", flag));
     }
@@ -152,6 +172,61 @@ Arguments parse(int argc, char** argv) {
     fail_usage("expected exactly one of --prompt TEXT and --prompt-ids IDS");
   }
   return args;
+}
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const std::size_t half = values.size() / 2;
+  return values.size() % 2 == 1 ? values[half] : 0.5 * (values[half - 1] + values[half]);
+}
+
+/// Decode time by difference, as llama-batched-bench separates prompt processing (PP) from text
+/// generation (TG): a call with one new token is the prefill and the first sample; a call with
+/// max-new-tokens adds (max-new-tokens - 1) decode steps of `batch` tokens each. The rounds
+/// alternate the two calls so that a change in the machine's load hits both.
+template <class Engine>
+void print_timing(const Arguments& args, Engine& engine, const verl::rollout::PromptBatch& batch,
+                  const verl::rollout::SamplingParams& sampling, verl::Index prompt_tokens, unsigned threads) {
+  using Clock = std::chrono::steady_clock;
+  const std::int64_t new_tokens = sampling.max_response_length;
+  if (new_tokens < 2) fail_usage(fmt::format("--time: expected --max-new-tokens of at least 2 (one prefill token "
+                                             "and one decode step), got {}", new_tokens));
+  verl::rollout::SamplingParams prefill_only = sampling;
+  prefill_only.max_response_length = 1;
+  const auto seconds_of = [&](const verl::rollout::SamplingParams& params) {
+    const auto start = Clock::now();
+    const verl::rollout::RolloutOutput out = engine.generate(batch, params);
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    for (const verl::Index length : out.response_lengths) {
+      if (length != params.max_response_length) {
+        throw verl::InvalidArgument(fmt::format("--time: a sample stopped after {} of {} tokens; pass --ignore-eos so "
+                                                "that every decode step runs the whole batch",
+                                                length, params.max_response_length));
+      }
+    }
+    return seconds;
+  };
+  std::vector<double> prefill, full, decode;
+  for (std::int64_t round = 0; round < args.time_rounds; ++round) {
+    prefill.push_back(seconds_of(prefill_only));
+    full.push_back(seconds_of(sampling));
+    decode.push_back(full.back() - prefill.back());
+  }
+  const verl::Index sequences = batch.input_ids.rows() * sampling.n;
+  const auto rows = static_cast<double>(sequences);
+  const double decode_s = median(decode), prefill_s = median(prefill);
+  nlohmann::ordered_json line = {{"batch", sequences},
+                                 {"prompt_tokens", prompt_tokens},
+                                 {"new_tokens", new_tokens},
+                                 {"threads", threads},
+                                 {"dtype", args.precision == verl::model::DecodePrecision::bfloat16 ? "bfloat16" : "float32"},
+                                 {"rounds", args.time_rounds},
+                                 {"prefill_s", prefill_s},
+                                 {"generate_s", median(full)},
+                                 {"decode_s", decode_s},
+                                 {"prefill_tokens_per_s", rows * static_cast<double>(prompt_tokens) / prefill_s},
+                                 {"decode_tokens_per_s", rows * static_cast<double>(new_tokens - 1) / decode_s}};
+  fmt::print(stderr, "timing: {}\n", line.dump());
 }
 
 int run(const Arguments& args) {
@@ -186,15 +261,18 @@ int run(const Arguments& args) {
   }
 
   rollout::SamplingParams sampling = args.sampling;
-  sampling.eos_token_ids = transformer.config().eos_token_ids;
+  if (!args.ignore_eos) sampling.eos_token_ids = transformer.config().eos_token_ids;
   if (tokenizer) {
     const auto special = tokenizer->tokenizer.special_ids();
-    if (special.eos) sampling.eos_token_ids.push_back(*special.eos);
+    if (special.eos && !args.ignore_eos) sampling.eos_token_ids.push_back(*special.eos);
     sampling.pad_token_id = special.pad.value_or(transformer.config().pad_token_id.value_or(0));
   }
   rollout::KvCacheRollout engine(transformer);
-  const std::vector<std::vector<model::TokenId>> prompts = {prompt};
-  const rollout::RolloutOutput out = engine.generate(rollout::PromptBatch::left_padded(prompts, 0), sampling);
+  const std::vector<std::vector<model::TokenId>> prompts(static_cast<std::size_t>(args.batch), prompt);
+  const rollout::PromptBatch batch = rollout::PromptBatch::left_padded(prompts, 0);
+  const rollout::RolloutOutput out = engine.generate(batch, sampling);
+  if (args.time_rounds > 0) print_timing(args, engine, batch, sampling, static_cast<Index>(prompt.size()),
+                                           static_cast<unsigned>(transformer.num_threads()));
 
   for (Index row = 0; row < out.responses.rows(); ++row) {
     const Index length = out.response_lengths[static_cast<std::size_t>(row)];
