@@ -1,0 +1,313 @@
+// One supervised fine-tuning step of a SmolLM2-135M-shaped model (Llama: 30 layers, hidden 576,
+// 9 query / 3 KV heads of 64, MLP 1536, 49152-token tied vocabulary; random weights, float32) on 8
+// packed sequences of 64 tokens, as verl_sft runs it: forward with the log-prob loss, backward,
+// gradient clipping and AdamW. In the same run, beside it:
+//   FmaPeak    the machine's float32 FMA peak at the same thread count: independent FMA chains in
+//              registers on every thread (AVX-512 and AVX2; the faster), the ceiling of any product;
+//   SftStep    the step with its parts timed (forward, backward, clip + AdamW), and every matrix
+//              product of its linear layers and LM head replayed alone with the shapes, operand
+//              layouts and LM-head chunks the model uses (attention's per-head products stay in
+//              the rest). Counters: the products' GFLOP/s and fraction of the peak measured in the
+//              same process, and the step split into products, optimizer and the rest (attention,
+//              RMSNorm, SwiGLU, rope, the log-softmax, gradient zeroing).
+// The PyTorch eager side (transformers' LlamaForCausalLM, same shapes and threads) is
+// tools/scripts/bench_sft_torch.py, which alternates rounds with this program.
+//
+//   VERL_BENCH_THREADS is not used: the thread count is the benchmark's argument (1 and 2).
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#include "verl/cpu/gemm.hpp"
+#include "verl/cpu/thread_pool.hpp"
+#include "verl/model/transformer/transformer.hpp"
+#include "verl/optim/adamw.hpp"
+#include "verl/optim/optimizer_step.hpp"
+
+namespace {
+
+using namespace verl::model;
+namespace cpu = verl::cpu;
+using verl::Index;
+using Clock = std::chrono::steady_clock;
+
+constexpr Index sequences = 8, sequence_length = 64;
+constexpr int fma_chains = 12;  // independent accumulators: more than FMA latency x FMA ports on x86 cores
+
+HfModelConfig smollm2_135m_config() {
+  return HfModelConfig::from_json({{"model_type", "llama"},
+                                   {"vocab_size", 49152},
+                                   {"hidden_size", 576},
+                                   {"intermediate_size", 1536},
+                                   {"num_hidden_layers", 30},
+                                   {"num_attention_heads", 9},
+                                   {"num_key_value_heads", 3},
+                                   {"max_position_embeddings", 8192},
+                                   {"rope_theta", 100000.0},
+                                   {"rms_norm_eps", 1e-5},
+                                   {"tie_word_embeddings", true}});
+}
+
+// ---- FMA peak -------------------------------------------------------------------------------
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+__attribute__((target("avx512f"))) float fma_chains_avx512(std::int64_t iterations) {
+  __m512 acc[fma_chains];
+  for (int j = 0; j < fma_chains; ++j) acc[j] = _mm512_set1_ps(static_cast<float>(j));
+  const __m512 scale = _mm512_set1_ps(0.9999999f), shift = _mm512_set1_ps(1e-7f);
+  for (std::int64_t i = 0; i < iterations; ++i) {
+    for (int j = 0; j < fma_chains; ++j) acc[j] = _mm512_fmadd_ps(acc[j], scale, shift);
+  }
+  __m512 total = acc[0];
+  for (int j = 1; j < fma_chains; ++j) total = _mm512_add_ps(total, acc[j]);
+  alignas(64) float lanes[16];
+  _mm512_store_ps(lanes, total);
+  float sum = 0.0f;
+  for (const float lane : lanes) sum += lane;
+  return sum;
+}
+
+__attribute__((target("avx2,fma"))) float fma_chains_avx2(std::int64_t iterations) {
+  __m256 acc[fma_chains];
+  for (int j = 0; j < fma_chains; ++j) acc[j] = _mm256_set1_ps(static_cast<float>(j));
+  const __m256 scale = _mm256_set1_ps(0.9999999f), shift = _mm256_set1_ps(1e-7f);
+  for (std::int64_t i = 0; i < iterations; ++i) {
+    for (int j = 0; j < fma_chains; ++j) acc[j] = _mm256_fmadd_ps(acc[j], scale, shift);
+  }
+  __m256 total = acc[0];
+  for (int j = 1; j < fma_chains; ++j) total = _mm256_add_ps(total, acc[j]);
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, total);
+  float sum = 0.0f;
+  for (const float lane : lanes) sum += lane;
+  return sum;
+}
+#endif
+
+/// GFLOP/s of `threads` threads each running FMA chains for `iterations` (the best of `repeats`).
+double fma_peak_gflops(cpu::ThreadPool& pool, std::int64_t iterations, int repeats) {
+  double best = 0.0;
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  const auto threads = static_cast<Index>(pool.size());
+  std::vector<float> sinks(static_cast<std::size_t>(threads));
+  for (const bool wide : {false, true}) {
+    if (wide && !__builtin_cpu_supports("avx512f")) continue;
+    if (!wide && !(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))) continue;
+    const double lanes = wide ? 16.0 : 8.0;
+    for (int r = 0; r < repeats; ++r) {
+      const auto start = Clock::now();
+      pool.parallel_for(threads, [&](Index t) {
+        sinks[static_cast<std::size_t>(t)] = wide ? fma_chains_avx512(iterations) : fma_chains_avx2(iterations);
+      });
+      const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+      benchmark::DoNotOptimize(sinks.data());
+      best = std::max(best, static_cast<double>(threads) * static_cast<double>(iterations) * fma_chains * lanes * 2.0 /
+                                seconds / 1e9);
+    }
+  }
+#endif
+  return best;
+}
+
+void BM_FmaPeak(benchmark::State& state) {
+  cpu::ThreadPool pool(static_cast<unsigned>(state.range(0)));
+  double gflops = 0.0;
+  for (auto _ : state) gflops = std::max(gflops, fma_peak_gflops(pool, 20'000'000, 1));
+  state.counters["GFLOP_per_s"] = gflops;
+  state.counters["threads"] = static_cast<double>(pool.size());
+}
+
+// ---- the step's matrix products ---------------------------------------------------------------
+
+/// One product as the model calls cpu::gemm: C (m, n) (+)= op(A) (m, k) op(B) (k, n).
+struct Product {
+  const char* part;
+  Index m, n, k;
+  bool a_transposed, b_transposed, accumulate;
+};
+
+/// Every product of one forward + backward of the linear layers and the LM head over `tokens`
+/// tokens (detail/linear.hpp's layouts: y = x W^T, dx = dy W, dW += dy^T x; the head in the
+/// model's chunks of rows, its logits saved by the forward pass for the backward).
+std::vector<Product> step_products(const HfModelConfig& config, Index tokens) {
+  const Index hidden = config.hidden_size, head_dim = config.head_dim;
+  const Index q_width = config.num_attention_heads * head_dim, kv_width = config.num_key_value_heads * head_dim;
+  struct Linear {
+    Index out, in;
+  };
+  const Linear linears[] = {{q_width, hidden},  {kv_width, hidden},          {kv_width, hidden},
+                            {hidden, q_width},  {config.intermediate_size, hidden}, {config.intermediate_size, hidden},
+                            {hidden, config.intermediate_size}};
+  std::vector<Product> products;
+  for (Index layer = 0; layer < config.num_hidden_layers; ++layer) {
+    for (const Linear& l : linears) {
+      products.push_back({"linear_forward", tokens, l.out, l.in, false, true, false});
+      products.push_back({"linear_backward_input", tokens, l.in, l.out, false, false, false});
+      products.push_back({"linear_backward_weight", l.out, l.in, tokens, true, false, true});
+    }
+  }
+  const Index chunk = verl::model::detail::lm_head_chunk_rows(config.vocab_size);
+  for (Index t0 = 0; t0 < tokens; t0 += chunk) {
+    const Index rows = std::min(chunk, tokens - t0);
+    products.push_back({"lm_head_forward", rows, config.vocab_size, hidden, false, true, false});
+    products.push_back({"lm_head_backward_input", rows, hidden, config.vocab_size, false, false, false});
+    products.push_back({"lm_head_backward_weight", config.vocab_size, hidden, rows, true, false, true});
+  }
+  return products;
+}
+
+double flops_of(const Product& p) { return 2.0 * static_cast<double>(p.m) * static_cast<double>(p.n) * static_cast<double>(p.k); }
+
+/// Runs every product once on buffers of the right sizes; returns the seconds.
+class ProductReplay {
+ public:
+  explicit ProductReplay(std::vector<Product> products) : products_(std::move(products)) {
+    std::size_t a = 0, b = 0, c = 0;
+    for (const Product& p : products_) {
+      a = std::max(a, static_cast<std::size_t>(p.m * p.k));
+      b = std::max(b, static_cast<std::size_t>(p.k * p.n));
+      c = std::max(c, static_cast<std::size_t>(p.m * p.n));
+    }
+    std::mt19937 rng(7);
+    std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+    a_.resize(a);
+    b_.resize(b);
+    c_.assign(c, 0.0f);
+    for (auto& x : a_) x = uniform(rng);
+    for (auto& x : b_) x = uniform(rng);
+  }
+
+  /// Seconds of the whole list; `seconds_by_part` gets each part's share added.
+  double run(cpu::ThreadPool& pool, std::map<std::string, double>* seconds_by_part = nullptr) {
+    cpu::ThreadPool* threads = pool.size() > 1 ? &pool : nullptr;
+    const auto start = Clock::now();
+    auto last = start;
+    for (const Product& p : products_) {
+      const auto a = p.a_transposed ? cpu::transpose_of(a_.data(), p.m) : cpu::rows_of(a_.data(), p.k);
+      const auto b = p.b_transposed ? cpu::transpose_of(b_.data(), p.k) : cpu::rows_of(b_.data(), p.n);
+      cpu::gemm<float>(threads, p.m, p.n, p.k, a, b, c_.data(), p.n, p.accumulate);
+      if (seconds_by_part != nullptr) {
+        const auto now = Clock::now();
+        (*seconds_by_part)[p.part] += std::chrono::duration<double>(now - last).count();
+        last = now;
+      }
+    }
+    benchmark::DoNotOptimize(c_.data());
+    return std::chrono::duration<double>(Clock::now() - start).count();
+  }
+
+  [[nodiscard]] std::map<std::string, double> flops_by_part() const {
+    std::map<std::string, double> flops;
+    for (const Product& p : products_) flops[p.part] += flops_of(p);
+    return flops;
+  }
+
+  [[nodiscard]] double flops() const {
+    double total = 0.0;
+    for (const Product& p : products_) total += flops_of(p);
+    return total;
+  }
+
+ private:
+  std::vector<Product> products_;
+  std::vector<float> a_, b_, c_;
+};
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const std::size_t half = values.size() / 2;
+  return values.size() % 2 == 1 ? values[half] : 0.5 * (values[half - 1] + values[half]);
+}
+
+void BM_SftStep(benchmark::State& state) {
+  const auto threads = static_cast<unsigned>(state.range(0));
+  const HfModelConfig config = smollm2_135m_config();
+  Transformer model = Transformer::random(config, {.seed = 1}, {.num_threads = threads});
+  cpu::ThreadPool pool(threads);
+
+  std::vector<TokenId> ids;
+  std::vector<std::int64_t> offsets = {0};
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<TokenId> token(0, static_cast<TokenId>(config.vocab_size - 1));
+  for (Index s = 0; s < sequences; ++s) {
+    for (Index t = 0; t < sequence_length; ++t) ids.push_back(token(rng));
+    offsets.push_back(static_cast<std::int64_t>(ids.size()));
+  }
+  const auto batch = TokenBatch::packed(ids, offsets);
+  const verl::MatrixI64 targets = next_token_targets(batch);
+  const auto tokens = static_cast<Index>(ids.size());
+  const std::vector<float> cotangent(ids.size(), -1.0f / static_cast<float>(ids.size()));  // mean NLL
+
+  verl::optim::AdamW optimizer(verl::optim::AdamWConfig{.lr = 1e-5});
+  std::vector<verl::optim::ParameterRef> parameters;
+  model.zero_grad();
+  model.for_each_parameter([&](const auto& p) { parameters.push_back({p.value, p.grad, p.name}); });
+
+  std::vector<double> forward_s, backward_s, optimizer_s, step_s;
+  auto one_step = [&] {
+    const auto t0 = Clock::now();
+    model.zero_grad();
+    const auto out = model.forward(batch, {.targets = {targets.data(), ids.size()}, .keep_activations = true});
+    const auto t1 = Clock::now();
+    model.backward({.log_probs = cotangent});
+    const auto t2 = Clock::now();
+    (void)verl::optim::clip_and_step(optimizer, parameters, 1.0);
+    const auto t3 = Clock::now();
+    benchmark::DoNotOptimize(out.log_probs.data());
+    forward_s.push_back(std::chrono::duration<double>(t1 - t0).count());
+    backward_s.push_back(std::chrono::duration<double>(t2 - t1).count());
+    optimizer_s.push_back(std::chrono::duration<double>(t3 - t2).count());
+    step_s.push_back(std::chrono::duration<double>(t3 - t0).count());
+  };
+  one_step();  // warm-up: the first step faults in activations and the optimizer's moments
+  forward_s.clear(), backward_s.clear(), optimizer_s.clear(), step_s.clear();
+
+  ProductReplay replay(step_products(config, tokens));
+  std::vector<double> products_s;
+  (void)replay.run(pool);  // warm-up: packing buffers
+  for (auto _ : state) {
+    one_step();
+    products_s.push_back(replay.run(pool));
+  }
+  // Each part's rate, from one more pass timed product by product (a clock read per product).
+  std::map<std::string, double> part_seconds;
+  (void)replay.run(pool, &part_seconds);
+  const double peak = fma_peak_gflops(pool, 20'000'000, 3);
+  for (const auto& [part, flops] : replay.flops_by_part()) {
+    state.counters[part + "_fraction_of_peak"] = flops / part_seconds[part] / 1e9 / peak;
+  }
+  const double step = median(step_s), products = median(products_s), optim = median(optimizer_s);
+  const double product_rate = replay.flops() / products / 1e9;
+  state.counters["threads"] = threads;
+  state.counters["tokens"] = static_cast<double>(tokens);
+  state.counters["step_s"] = step;
+  state.counters["forward_s"] = median(forward_s);
+  state.counters["backward_s"] = median(backward_s);
+  state.counters["clip_adamw_s"] = optim;
+  state.counters["products_s"] = products;
+  state.counters["rest_s"] = step - products - optim;
+  state.counters["products_GFLOP"] = replay.flops() / 1e9;
+  state.counters["products_GFLOP_per_s"] = product_rate;
+  state.counters["fma_peak_GFLOP_per_s"] = peak;
+  state.counters["products_fraction_of_peak"] = product_rate / peak;
+  state.counters["step_products_fraction_of_peak"] = replay.flops() / step / 1e9 / peak;
+  state.counters["tokens_per_s"] = static_cast<double>(tokens) / step;
+  state.counters["parameters"] = static_cast<double>(verl::model::parameter_count(model));
+}
+
+}  // namespace
+
+BENCHMARK(BM_FmaPeak)->Arg(1)->Arg(2)->Iterations(5)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_SftStep)->Arg(1)->Arg(2)->Iterations(5)->UseRealTime()->Unit(benchmark::kSecond);
+
+BENCHMARK_MAIN();
