@@ -223,12 +223,18 @@ inline void store_partial(const float* tile, float* c, Index ldc, Index mr, Inde
 
 /// How many k ahead kernel_avx512 prefetches its B panel when the panel streams from L2.
 inline constexpr Index kernel_b_prefetch_k = 4;
+/// ... and when prepacked weights stream from memory (a decode step of more than 8 rows): 64 k
+/// (4 KiB of a 16-column panel, running into the next panel) covers a DRAM miss; the hardware
+/// prefetcher alone left the 8 x 16 tile at 72% of the FMA peak on SmolLM2's decode products
+/// at batch 32 (an AMD EPYC core), 82% with it.
+inline constexpr Index kernel_b_memory_prefetch_k = 64;
 
 /// MR x (16 * NV) tile: MR * NV zmm accumulators, NV B loads and MR A broadcasts per k. Eight
 /// rows (16 accumulators) kept only about 60% of the FMA ports busy even from L1 (the broadcasts
 /// and loads outnumber the multiply-adds' issue slots); 14 rows (28) reach the ports' peak.
-/// `stream_b`: the B panel comes from L2 (Blocking::a_panel_in_l1), so prefetch it into L1.
-template <int NV, Index MR, bool stream_b>
+/// `b_prefetch_k` > 0: the B panel streams from L2 (Blocking::a_panel_in_l1) or from memory
+/// (prepacked weights), so prefetch it that many k ahead into L1.
+template <int NV, Index MR, Index b_prefetch_k>
 VERL_TARGET_AVX512 inline void kernel_avx512(Index kc, const float* a, const float* b, float* c, Index ldc,
                                              bool accumulate, Index mr, Index nr) {
   constexpr Index NR = 16 * NV;
@@ -247,10 +253,10 @@ VERL_TARGET_AVX512 inline void kernel_avx512(Index kc, const float* a, const flo
     __m512 bv[NV];
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) bv[v] = _mm512_loadu_ps(b + 16 * v);
-    if constexpr (stream_b) {
+    if constexpr (b_prefetch_k > 0) {
 #pragma GCC unroll 4
       for (int v = 0; v < NV; ++v) {
-        _mm_prefetch(reinterpret_cast<const char*>(b + kernel_b_prefetch_k * NR + 16 * v), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(b + b_prefetch_k * NR + 16 * v), _MM_HINT_T0);
       }
     }
 #pragma GCC unroll 16
@@ -907,7 +913,8 @@ VERL_TARGET_AVX512 inline void sgemm_avx512(ThreadPool* pool, Index m, Index n, 
                                             Operand<float> b, float* c, Index ldc, bool accumulate,
                                             const PackedPanels* prepacked = nullptr) {
   blocked_gemm<avx512_mr, avx512_nr, avx512_blocking>(pool, m, n, k, a, b, c, ldc, accumulate,
-                                                      kernel_avx512<avx512_vectors, avx512_mr, avx512_blocking.a_panel_in_l1>,
+                                                      kernel_avx512<avx512_vectors, avx512_mr,
+                                                                    avx512_blocking.a_panel_in_l1 ? kernel_b_prefetch_k : 0>,
                                                       prepacked);
 }
 /// Narrow products (an attention head of 16 or fewer dimensions): one zmm per row, no padding waste.
@@ -915,7 +922,21 @@ VERL_TARGET_AVX512 inline void sgemm_avx512_narrow(ThreadPool* pool, Index m, In
                                                    Operand<float> b, float* c, Index ldc, bool accumulate,
                                                    const PackedPanels* prepacked = nullptr) {
   blocked_gemm<8, 16, sixteen_column_blocking>(pool, m, n, k, a, b, c, ldc, accumulate,
-                                               kernel_avx512<1, 8, sixteen_column_blocking.a_panel_in_l1>, prepacked);
+                                               kernel_avx512<1, 8, 0>, prepacked);
+}
+/// Prepacked float32 weights times more than 8 rows (a decode step of a batch): the weights
+/// stream from memory, so the kernel prefetches them far ahead; 16-row tiles where the rows fill
+/// them (one B load per 16 multiply-adds), else 8. Each element is the same chain of multiply-adds
+/// as in every other path (tiles differ only in which elements they hold), so the bits are too.
+VERL_TARGET_AVX512 inline void sgemm_avx512_prepacked_blocked(ThreadPool* pool, Index m, Index n, Index k,
+                                                              Operand<float> a, Operand<float> b, float* c, Index ldc,
+                                                              bool accumulate, const PackedPanels& prepacked) {
+  if (m % 16 == 0 || m > 40) {
+    return blocked_gemm<16, 16, sixteen_column_blocking>(pool, m, n, k, a, b, c, ldc, accumulate,
+                                                         kernel_avx512<1, 16, kernel_b_memory_prefetch_k>, &prepacked);
+  }
+  blocked_gemm<8, 16, sixteen_column_blocking>(pool, m, n, k, a, b, c, ldc, accumulate,
+                                               kernel_avx512<1, 8, kernel_b_memory_prefetch_k>, &prepacked);
 }
 VERL_TARGET_AVX2 inline void sgemm_avx2(ThreadPool* pool, Index m, Index n, Index k, Operand<float> a,
                                         Operand<float> b, float* c, Index ldc, bool accumulate,
@@ -1182,7 +1203,7 @@ inline void gemm(ThreadPool* pool, Index m, Index n, Index k, Operand<float> a, 
       const bool bf16 = panels.bf16 != nullptr;
       // float32 products of many rows (a prefill) go through the blocked loops, whose packed A
       // blocks are reused across more columns; bfloat16 panels only through the streams kernel.
-      if (m > 8 && !bf16) return gemm_detail::sgemm_avx512_narrow(pool, m, n, k, a, b, c, ldc, accumulate, &panels);
+      if (m > 8 && !bf16) return gemm_detail::sgemm_avx512_prepacked_blocked(pool, m, n, k, a, b, c, ldc, accumulate, panels);
       auto run = [&](Index columns, const gemm_detail::PackedPanels& sub, float* out) {
 #if VERL_HAS_AMX_DISPATCH
         if (sub.tile_depth > 0) return gemm_detail::sgemm_amx_prepacked(m, columns, k, a, sub, out, ldc, accumulate);
