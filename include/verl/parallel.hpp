@@ -25,6 +25,7 @@
 #include "verl/parallel/resharder.hpp"
 #include "verl/parallel/bucketed_all_reduce.hpp"
 #include "verl/parallel/elementwise_optimizer.hpp"
+#include "verl/parallel/distributed_optimizer.hpp"
 #include "verl/parallel/zero_optimizer.hpp"
 #include "verl/parallel/tensor_parallel.hpp"
 #include "verl/parallel/vocab_parallel.hpp"

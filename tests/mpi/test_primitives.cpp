@@ -1,12 +1,15 @@
 // DP, TP, SP and PP primitives on real ranks, each against the unsharded computation.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <random>
 #include <vector>
 
+#include "verl/optim/adamw.hpp"
 #include "verl/parallel/bucketed_all_reduce.hpp"
+#include "verl/parallel/distributed_optimizer.hpp"
 #include "verl/parallel/mpi_communicator.hpp"
 #include "verl/parallel/pipeline_executor.hpp"
 #include "verl/parallel/tensor_parallel.hpp"
@@ -74,6 +77,61 @@ void check_zero_step(Optimizer optimizer) {
 TEST(DataParallel, ZeroShardedStepEqualsTheUnshardedStep) {
   check_zero_step(Sgd{.lr = 0.1, .momentum = 0.9, .weight_decay = 0.01});
   check_zero_step(AdamW{.lr = 0.01});
+}
+
+TEST(DataParallel, ReduceScatterInPlaceLeavesThisRanksBlockFirst) {
+  MpiCommunicator dp = MpiCommunicator::world();
+  const std::size_t block = 3, n = block * static_cast<std::size_t>(dp.size());
+  std::vector<float> data = integer_gradients(n, dp.rank(), 1), reference(n), expected(block);
+  reference = data;
+  dp.reduce_scatter(std::span<const float>(reference), std::span<float>(expected), ReduceOp::avg);
+  dp.reduce_scatter_in_place(std::span<float>(data), ReduceOp::avg);
+  EXPECT_EQ(std::vector<float>(data.begin(), data.begin() + static_cast<std::ptrdiff_t>(block)), expected);
+}
+
+// Megatron's distributed optimizer over tensors whose slices cross tensor boundaries (an empty
+// tensor, a one-element one, a padded last slice): its steps equal all-reducing the gradients and
+// stepping optim::AdamW on every rank, bit for bit (integer gradients: every sum is exact), with a
+// scaled (clipped) slice; each rank keeps only its slice of the moments, and gathering them gives
+// optim::AdamW's moments, which load back into the same slices.
+TEST(DataParallel, DistributedAdamWEqualsTheReplicatedAdamW) {
+  MpiCommunicator dp = MpiCommunicator::world();
+  const std::vector<std::int64_t> sizes{5, 0, 13, 1};  // 19 elements: padded for 2 and 4 ranks
+  std::vector<std::vector<float>> sharded, replicated, grads(sizes.size()), mean(sizes.size());
+  for (std::size_t k = 0; k < sizes.size(); ++k) {
+    sharded.emplace_back(static_cast<std::size_t>(sizes[k]));
+    for (std::size_t i = 0; i < sharded[k].size(); ++i) sharded[k][i] = 0.125f * static_cast<float>(i + k) - 1.0f;
+  }
+  replicated = sharded;
+  const optim::AdamWConfig config{.lr = 0.05, .weight_decay = 0.1};
+  DistributedAdamW zero(sizes, dp.rank(), dp.size());
+  optim::AdamW plain(config);
+  const auto refs = [&](std::vector<std::vector<float>>& values, std::vector<std::vector<float>>& g) {
+    std::vector<optim::ParameterRef> out;
+    for (std::size_t k = 0; k < values.size(); ++k) out.push_back({values[k], g[k]});
+    return out;
+  };
+  for (int step = 0; step < 3; ++step) {
+    for (std::size_t k = 0; k < sizes.size(); ++k) {
+      grads[k] = integer_gradients(static_cast<std::size_t>(sizes[k]), dp.rank(), step + static_cast<int>(k));
+      mean[k] = grads[k];
+      dp.all_reduce(std::span(mean[k]), ReduceOp::avg);
+      for (float& g : mean[k]) g *= 0.5f;  // the clip coefficient
+    }
+    const std::span<float> slice = zero.reduce_scatter_gradients(dp, refs(sharded, grads));
+    EXPECT_EQ(static_cast<std::int64_t>(slice.size()), zero.owned());
+    for (float& g : slice) g *= 0.5f;
+    zero.step(dp, refs(sharded, grads), config);
+    plain.step(refs(replicated, mean));
+  }
+  EXPECT_EQ(sharded, replicated);
+  const std::int64_t slice = (19 + dp.size() - 1) / dp.size();
+  EXPECT_EQ(static_cast<std::int64_t>(zero.state().exp_avg.size()), std::clamp<std::int64_t>(19 - dp.rank() * slice, 0, slice));
+  const optim::AdamW::State gathered = zero.gather_moments(dp);
+  EXPECT_EQ(gathered, plain.state());
+  DistributedAdamW restored(sizes, dp.rank(), dp.size());
+  restored.load_moments(gathered);
+  EXPECT_EQ(restored.state(), zero.state());
 }
 
 TEST(TensorParallel, ColumnAndRowParallelLayersEqualTheDenseLayer) {

@@ -365,6 +365,32 @@ TEST(ConfigYaml, VerlsMegatronConfigLoads) {
             std::string::npos);
 }
 
+// actor_rollout_ref.actor.megatron.use_distributed_optimizer (verl's default True) acts in the
+// Megatron worker (ZeRO-1 over the DP ranks); it loads either way, alone or with verl's other
+// Megatron defaults, and a value that is not a boolean names the key and the value.
+TEST(Config, MegatronDistributedOptimizerIsAccepted) {
+  const std::vector<std::string> megatron = {"actor_rollout_ref.actor.strategy=megatron",
+                                             "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2",
+                                             "actor_rollout_ref.actor.megatron.sequence_parallel=False"};
+  EXPECT_TRUE(with(megatron).actor_rollout_ref.actor.megatron.use_distributed_optimizer) << "verl's default";
+  for (const bool value : {true, false}) {
+    std::vector<std::string> overrides = megatron;
+    overrides.push_back(fmt::format("actor_rollout_ref.actor.megatron.use_distributed_optimizer={}", value ? "True" : "False"));
+    EXPECT_EQ(with(overrides).actor_rollout_ref.actor.megatron.use_distributed_optimizer, value);
+  }
+  // The ref's and the critic's copies load (read only with their strategy=megatron, refused by name).
+  EXPECT_TRUE(with({"actor_rollout_ref.ref.megatron.use_distributed_optimizer=True",
+                    "critic.megatron.use_distributed_optimizer=True"})
+                  .actor_rollout_ref.actor.megatron.use_distributed_optimizer);
+  EXPECT_NE(error_of({"actor_rollout_ref.actor.strategy=megatron", "critic.strategy=megatron"}).find("critic.strategy:"),
+            std::string::npos);
+  std::vector<std::string> bad = megatron;
+  bad.push_back("actor_rollout_ref.actor.megatron.use_distributed_optimizer=sometimes");
+  const std::string error = error_of(bad);
+  EXPECT_NE(error.find("actor_rollout_ref.actor.megatron.use_distributed_optimizer"), std::string::npos) << error;
+  EXPECT_NE(error.find("sometimes"), std::string::npos) << error;
+}
+
 // actor_rollout_ref.rollout.tensor_model_parallel_size: the generation layout's TP size tg acts
 // with the Megatron strategy (the 3D-HybridEngine's TP-sharded generation), where it must divide
 // the training TP size; impossible pairs are errors naming both keys and both numbers.
@@ -478,7 +504,6 @@ TEST(Config, KeysVerlActsOnAreActedOnOrRefused) {
       {"actor_rollout_ref.rollout.nnodes=1", "actor_rollout_ref.rollout.nnodes"},
       {"actor_rollout_ref.actor.checkpoint.save_contents=[model]", "actor_rollout_ref.actor.checkpoint.save_contents"},
       {"critic.checkpoint.load_contents=[model,optimizer,extra,hf_model]", "critic.checkpoint.load_contents"},
-      {"actor_rollout_ref.actor.strategy=megatron", "actor_rollout_ref.actor.megatron.use_distributed_optimizer"},
       {"actor_rollout_ref.ref.strategy=megatron", "actor_rollout_ref.ref.strategy"},
       {"actor_rollout_ref.rollout.dtype=float16", "actor_rollout_ref.rollout.dtype"},
       {"actor_rollout_ref.actor.fsdp_config.model_dtype=bf16", "actor_rollout_ref.actor.fsdp_config.model_dtype"},

@@ -7,7 +7,9 @@
 #include <string>
 #include <vector>
 
+#include "verl/optim/adamw.hpp"
 #include "verl/parallel/bucketed_all_reduce.hpp"
+#include "verl/parallel/distributed_optimizer.hpp"
 #include "verl/parallel/pipeline_schedule.hpp"
 #include "verl/parallel/self_communicator.hpp"
 #include "verl/parallel/tensor_parallel.hpp"
@@ -72,6 +74,50 @@ TEST(ZeroOptimizer, OneRankEqualsTheUnshardedStep) {
   EXPECT_EQ(params, reference);
   EXPECT_EQ(zero.shard_begin(), 0);
   EXPECT_EQ(zero.shard_end(), 4);
+}
+
+// Megatron's distributed optimizer on one rank is optim::AdamW over the same tensors, bit for bit;
+// a non-finite step skipped leaves the state; misuse names the argument.
+TEST(DistributedAdamW, OneRankEqualsOptimAdamW) {
+  SelfCommunicator comm;
+  std::vector<std::vector<float>> values{{1, -2, 3}, {}, {0.5f, 0.25f}}, reference = values;
+  std::vector<std::vector<float>> grads{{0.1f, 0.2f, -0.3f}, {}, {1.0f, -4.0f}};
+  const optim::AdamWConfig config{.lr = 0.1, .weight_decay = 0.05};
+  DistributedAdamW zero({3, 0, 2}, 0, 1);
+  optim::AdamW plain(config);
+  const auto refs = [&](std::vector<std::vector<float>>& v) {
+    std::vector<optim::ParameterRef> out;
+    for (std::size_t k = 0; k < v.size(); ++k) out.push_back({v[k], grads[k]});
+    return out;
+  };
+  for (int step = 0; step < 3; ++step) {
+    (void)zero.reduce_scatter_gradients(comm, refs(values));
+    zero.step(comm, refs(values), config);
+    plain.step(refs(reference));
+  }
+  EXPECT_EQ(values, reference);
+  (void)zero.reduce_scatter_gradients(comm, refs(values));
+  zero.skip();
+  EXPECT_EQ(values, reference);
+  EXPECT_EQ(zero.state().step, 3);
+  EXPECT_EQ(zero.gather_moments(comm), plain.state());
+  EXPECT_EQ(zero.segments().size(), 2u) << "the empty tensor owns no segment";
+  try {
+    zero.step(comm, refs(values), config);
+    FAIL();
+  } catch (const InvalidArgument& e) {
+    EXPECT_STREQ(e.what(), "step: call reduce_scatter_gradients first");
+  }
+  std::vector<std::vector<float>> short_values{{1, 2, 3}, {}, {1}};
+  std::vector<optim::ParameterRef> wrong = refs(values);
+  wrong[2].value = std::span<float>(short_values[2]);
+  wrong[2].grad = wrong[2].grad.first(1);
+  try {
+    (void)zero.reduce_scatter_gradients(comm, wrong);
+    FAIL();
+  } catch (const InvalidArgument& e) {
+    EXPECT_STREQ(e.what(), "parameters[2] (''): expected 2 elements (the optimizer's layout), got 1");
+  }
 }
 
 TEST(ElementwiseOptimizers, MatchTorchOnAHandComputedStep) {

@@ -90,6 +90,15 @@ concept GathersInPlace = Communicator<C> && requires(C& c, std::span<float> data
   c.all_gather_v_in_place(data, counts);
 };
 
+/// A communicator that also reduce-scatters in place (MPI_IN_PLACE): reduce_scatter_in_place(data,
+/// op) reduces the ranks' `data` (size() blocks back to back) and leaves this rank's reduced block
+/// in the first block of `data`. Megatron's distributed optimizer reduce-scatters its gradient
+/// buffer this way, so that no second buffer of the rank's slice exists.
+template <class C>
+concept ReduceScattersInPlace = Communicator<C> && requires(C& c, std::span<float> data) {
+  c.reduce_scatter_in_place(data, ReduceOp::avg);
+};
+
 namespace detail {
 
 /// Argument checks shared by the backends, so that every backend rejects the same misuse with
@@ -132,6 +141,13 @@ void check_all_gather_v_in_place(std::string_view call, std::span<T> data, std::
   }
   VERL_CHECK_ARG(static_cast<std::int64_t>(data.size()) == total, "{}: data: expected length {} (the sum of counts), got {}",
                  call, total, data.size());
+}
+
+/// reduce_scatter_in_place: `data` holds one block per rank (its length a multiple of the size).
+template <class T>
+void check_reduce_scatter_in_place(std::string_view call, std::span<T> data, int size) {
+  VERL_CHECK_ARG(data.size() % static_cast<std::size_t>(size) == 0,
+                 "{}: data: expected a length divisible by the {} ranks (one block each), got {}", call, size, data.size());
 }
 
 template <class T>

@@ -263,6 +263,21 @@ class MpiCommunicator {
     if (op == ReduceOp::avg) detail::divide_by(recv, size_);
   }
 
+  /// reduce_scatter with MPI_IN_PLACE: `data` holds the size() blocks this rank contributes; its
+  /// first block receives this rank's reduced block (the rest is left unspecified).
+  template <CommElement T>
+  void reduce_scatter_in_place(std::span<T> data, ReduceOp op) {
+    detail::check_reduce_op<T>("reduce_scatter_in_place", op);
+    detail::check_reduce_scatter_in_place("reduce_scatter_in_place", data, size_);
+    const std::span<T> block = data.first(data.size() / static_cast<std::size_t>(size_));
+    MPI_Request request = MPI_REQUEST_NULL;
+    check(MPI_Ireduce_scatter_block(MPI_IN_PLACE, data.data(), count("reduce_scatter_in_place", block.size()),
+                                    detail::mpi_datatype<T>(), detail::mpi_op<T>(op), comm_, &request),
+          "MPI_Ireduce_scatter_block");
+    complete(request, "reduce_scatter_in_place");
+    if (op == ReduceOp::avg) detail::divide_by(block, size_);
+  }
+
   template <CommElement T>
   void broadcast(std::span<T> data, int root) {
     detail::check_peer("broadcast", "root", root, size_);
@@ -421,6 +436,6 @@ class MpiCommunicator {
   std::vector<int> counts_, displacements_;
 };
 
-static_assert(Communicator<MpiCommunicator>);
+static_assert(Communicator<MpiCommunicator> && GathersInPlace<MpiCommunicator> && ReduceScattersInPlace<MpiCommunicator>);
 
 }  // namespace verl::parallel

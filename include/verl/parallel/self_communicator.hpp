@@ -47,6 +47,11 @@ class SelfCommunicator {
     copy(send, recv);
   }
   template <CommElement T>
+  void reduce_scatter_in_place(std::span<T> data, ReduceOp op) {
+    detail::check_reduce_op<T>("reduce_scatter_in_place", op);
+    detail::check_reduce_scatter_in_place("reduce_scatter_in_place", data, 1);
+  }
+  template <CommElement T>
   void broadcast(std::span<T> data, int root) {
     detail::check_peer("broadcast", "root", root, 1);
     (void)data;
@@ -100,6 +105,6 @@ class SelfCommunicator {
   std::deque<Message> mailbox_;
 };
 
-static_assert(Communicator<SelfCommunicator>);
+static_assert(Communicator<SelfCommunicator> && GathersInPlace<SelfCommunicator> && ReduceScattersInPlace<SelfCommunicator>);
 
 }  // namespace verl::parallel

@@ -471,10 +471,9 @@ inline void validate(const PPOConfig& c, std::vector<std::string>& problems) {
               fmt::format("{}.sequence_parallel: not supported by verl-cpp yet with tensor_model_parallel_size = {} > 1 "
                           "(Megatron's sequence parallelism); set it to False, got True",
                           k, m.tensor_model_parallel_size));
-      require(!m.use_distributed_optimizer,
-              fmt::format("{}.use_distributed_optimizer: not supported by verl-cpp yet (Megatron's distributed optimizer, "
-                          "AdamW state sharded over the DP ranks); set it to False, got True",
-                          k));
+      // use_distributed_optimizer acts (Megatron's distributed optimizer, ZeRO-1 over the DP
+      // ranks, in the Megatron worker; a no-op at dp = 1). The ref's and the critic's copies of the
+      // key are read only with their strategy=megatron, which is refused by name.
       require(c.actor_rollout_ref.model.lora_rank == 0,
               fmt::format("actor_rollout_ref.model.lora_rank: not supported by verl-cpp yet with "
                           "actor_rollout_ref.actor.strategy=megatron (LoRA on tensor-parallel shards), expected 0, got {}",

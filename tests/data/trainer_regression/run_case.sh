@@ -9,7 +9,9 @@
 # the first NP/2 ranks, the critic on a pool of its own, the other NP/2), which must give what a
 # colocated run over NP/2 ranks gives. tp2: the Megatron worker with tensor_model_parallel_size=2
 # (generation dense, tg = 1); tpTgenG: training TP T, generation TP G (the 3D-HybridEngine's
-# TP-sharded generation), e.g. tp2gen2, tp4gen2.
+# TP-sharded generation), e.g. tp2gen2, tp4gen2. tp2zero: tp2 with Megatron's distributed optimizer
+# (use_distributed_optimizer=True, verl's default: ZeRO-1 over the dp = NP / 2 ranks); must give
+# what tp2 gives.
 # separate: the rollout on a pool of its own (actor_rollout_ref.hybrid_engine=False), the first NP/2
 # ranks training and the other NP/2 generating with the actor's weights; must give what a colocated
 # run over NP/2 ranks gives.
@@ -48,20 +50,22 @@ case "$placement" in
     if [ $((np % 2)) -ne 0 ]; then echo "run_case.sh: separate placement needs an even NP, got $np" >&2; exit 2; fi
     extra+=(trainer.n_gpus_per_node=$((np / 2)) actor_rollout_ref.hybrid_engine=False actor_rollout_ref.rollout.nnodes=1
             actor_rollout_ref.rollout.n_gpus_per_node=$((np / 2))) ;;
-  tp2 | tp[0-9]gen[0-9])
+  tp2 | tp2zero | tp[0-9]gen[0-9])
     # The Megatron actor worker: tensor parallel over groups of T ranks (dp = NP / T), the reshard
     # to the generation layout every step (dense at tg = 1, TP-sharded at tg = G); must give what
     # the data-parallel run gives (losses within the comparison's --rtol: the TP sums run in
     # another order).
-    tp=${placement#tp}; tp=${tp%%gen*}; tg=1
-    if [ "$placement" != tp2 ]; then tg=${placement##*gen}; fi
+    tp=${placement#tp}; tp=${tp%%gen*}; tp=${tp%zero}; tg=1
+    if [[ "$placement" == *gen* ]]; then tg=${placement##*gen}; fi
+    distributed_optimizer=False
+    if [ "$placement" = tp2zero ]; then distributed_optimizer=True; fi
     if [ $((np % tp)) -ne 0 ]; then echo "run_case.sh: $placement needs NP divisible by $tp, got $np" >&2; exit 2; fi
     extra+=(trainer.n_gpus_per_node="$np" actor_rollout_ref.actor.strategy=megatron
             actor_rollout_ref.actor.megatron.tensor_model_parallel_size="$tp"
             actor_rollout_ref.rollout.tensor_model_parallel_size="$tg"
             actor_rollout_ref.actor.megatron.sequence_parallel=False
-            actor_rollout_ref.actor.megatron.use_distributed_optimizer=False) ;;
-  *) echo "run_case.sh: unknown placement '$placement' (colocated, split, separate, tp2 or tpTgenG)" >&2; exit 2 ;;
+            actor_rollout_ref.actor.megatron.use_distributed_optimizer="$distributed_optimizer") ;;
+  *) echo "run_case.sh: unknown placement '$placement' (colocated, split, separate, tp2, tp2zero or tpTgenG)" >&2; exit 2 ;;
 esac
 launch=("$verl_train")
 if [ "$np" -gt 1 ]; then

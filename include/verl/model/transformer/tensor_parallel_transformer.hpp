@@ -603,17 +603,21 @@ class BasicTensorParallelTransformer
     double local = 0;
     for_each_tensor([&](const ParameterTensor<Scalar>& t) {
       if (t.grad.size() == 0) return;
-      const double squares = t.grad.template cast<double>().squaredNorm();
-      if (shard_of(t.name).replicated()) {
-        local += squares / partition_.size;
-      } else if (partition_.partial_gradient(t.name) == TensorParallelPartition::PartialGradient::kv_replicas) {
-        local += squares / static_cast<double>(partition_.kv_replicas);
-      } else {
-        local += squares;
-      }
+      local += t.grad.template cast<double>().squaredNorm() / gradient_copies(t.name);
     });
     group_->communicator().all_reduce(std::span<double>(&local, 1), parallel::ReduceOp::sum);
     return local;
+  }
+
+  /// How many ranks of the TP group hold the same gradient of `tensor`: the group's size for a
+  /// replicated tensor, the KV replicas for a copied KV head, else 1. A rank adds its squared
+  /// gradient divided by this to a global norm, so that every element counts once (Megatron's
+  /// param_is_not_tensor_parallel_duplicate, as a share).
+  [[nodiscard]] double gradient_copies(std::string_view tensor) const {
+    if (shard_of(tensor).replicated()) return static_cast<double>(partition_.size);
+    if (partition_.partial_gradient(tensor) == TensorParallelPartition::PartialGradient::kv_replicas)
+      return static_cast<double>(partition_.kv_replicas);
+    return 1.0;
   }
 
   /// Collective: the full tensors (a Hugging Face state dict), on every rank.

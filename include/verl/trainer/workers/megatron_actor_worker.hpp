@@ -11,6 +11,15 @@
 // MLP, vocabulary-parallel embedding and LM head, log-probs and entropy without gathering the
 // logits. Gradients are averaged over the DP group, clipped with the TP-correct global norm
 // (gradient_squared_norm: every element of the full gradient once) and AdamW steps on the shards.
+// With actor_rollout_ref.actor.megatron.use_distributed_optimizer (verl's default) and dp > 1,
+// Megatron's distributed optimizer (ZeRO-1, parallel::DistributedAdamW): the TP shard's tensors
+// flattened and cut into dp slices, each DP rank keeping AdamW's moments for its slice only;
+// gradients reduce-scattered over the DP group (not all-reduced), the global norm summed from the
+// slices over DP and TP, the slice updated, the parameters all-gathered. The same numbers as
+// without it (the same AdamW element kernel; only sums may run in another order: the norm's
+// double sum, and MPI's reduction over dp > 2 ranks; at dp = 2 the runs are bit-identical).
+// Checkpoints hold the full moments either way (gathered over DP, then TP). At dp = 1 the key
+// does nothing (as in Megatron).
 // The batch methods use Dispatch::megatron_compute_proto: each DP group receives one chunk, every
 // TP rank of it the same rows, and tp rank 0's result is collected.
 //
@@ -76,6 +85,7 @@
 #include "verl/optim/adamw.hpp"
 #include "verl/optim/lr_scheduler.hpp"
 #include "verl/parallel/counting_communicator.hpp"
+#include "verl/parallel/distributed_optimizer.hpp"
 #include "verl/parallel/mesh.hpp"
 #include "verl/parallel/mpi_communicator.hpp"
 #include "verl/parallel/reshard_plan.hpp"
@@ -173,6 +183,11 @@ class MegatronActorRolloutRefWorker {
       generation_key_ = static_cast<int>(gen.tp);
     }
     optimizer_.emplace(adamw_config(config_.actor_rollout_ref.actor.optim));
+    if (config_.actor_rollout_ref.actor.megatron.use_distributed_optimizer && dp_size_ > 1) {
+      std::vector<std::int64_t> sizes;
+      for (const auto& p : parameter_refs(*actor_)) sizes.push_back(static_cast<std::int64_t>(p.value.size()));
+      distributed_optimizer_.emplace(std::move(sizes), dp_rank_, static_cast<int>(dp_size_));
+    }
     scheduler_.emplace(lr_scheduler(config_.actor_rollout_ref.actor.optim, total_training_steps));
     precision_ = cpu::parse_decode_precision(config_.actor_rollout_ref.rollout.dtype, "actor_rollout_ref.rollout.dtype");
   }
@@ -262,7 +277,8 @@ class MegatronActorRolloutRefWorker {
   /// returns it, the others an empty state (the controller keeps the first).
   [[nodiscard]] RoleState checkpoint_state() {
     Policy& actor = require_model();
-    const optim::AdamW::State& moments = optimizer_->state();
+    // This TP shard's moments: this rank's own, or gathered from the DP group's slices.
+    const optim::AdamW::State moments = distributed_optimizer_ ? distributed_optimizer_->gather_moments(*dp_) : optimizer_->state();
     RoleState state;
     std::size_t k = 0;
     actor.for_each_parameter([&](const auto& p) {
@@ -315,7 +331,11 @@ class MegatronActorRolloutRefWorker {
         ++k;
       });
     }
-    optimizer_->load_state(std::move(moments));
+    if (distributed_optimizer_) {
+      distributed_optimizer_->load_moments(moments);  // this rank's slice of its TP shard's moments
+    } else {
+      optimizer_->load_state(std::move(moments));
+    }
     VERL_CHECK_ARG(state.extra.contains("lr_scheduler_last_epoch"),
                    "checkpoint role 'actor': extra_state.json has no lr_scheduler_last_epoch");
     scheduler_->set_last_epoch(state.extra["lr_scheduler_last_epoch"].template get<std::int64_t>());
@@ -352,6 +372,16 @@ class MegatronActorRolloutRefWorker {
 
   // ---- in-process access and testing hooks ----------------------------------------------------
   [[nodiscard]] Policy& actor() { return require_model(); }
+  /// The AdamW moment elements (exp_avg's; exp_avg_sq holds as many) this rank keeps: its TP
+  /// shard's, or its 1/dp slice of them with the distributed optimizer.
+  [[nodiscard]] std::int64_t optimizer_state_elements() const {
+    if (distributed_optimizer_) return static_cast<std::int64_t>(distributed_optimizer_->state().exp_avg.size());
+    std::int64_t elements = 0;
+    for (const auto& m : optimizer_->state().exp_avg) elements += static_cast<std::int64_t>(m.size());
+    return elements;
+  }
+  /// Whether Megatron's distributed optimizer acts (use_distributed_optimizer with dp > 1).
+  [[nodiscard]] bool distributed_optimizer() const { return distributed_optimizer_.has_value(); }
   /// Testing hook: the reshard writes rank r's blocks where rank (r + k) % tp's belong (a wrong
   /// shard assignment; results must then differ). 0: correct.
   void set_misplaced_reshard_for_testing(int k) { misplace_blocks_ = k; }
@@ -468,13 +498,13 @@ class MegatronActorRolloutRefWorker {
   /// clip_grad_norm_ arithmetic on the TP-reduced norm) and steps (skipped, and counted, when the
   /// norm is not finite). Returns the norm.
   float optimizer_step(Policy& actor, double grad_clip, std::int64_t& updates, std::int64_t& nonfinite) {
-    std::vector<optim::ParameterRef> refs = parameter_refs(actor);
-    if (dp_size_ > 1) average_gradients(*dp_, refs);
-    const auto norm = static_cast<float>(std::sqrt(actor.gradient_squared_norm()));
     VERL_CHECK_ARG(grad_clip >= 0.0 && !std::isnan(grad_clip),
                    "actor_rollout_ref.actor.grad_clip: expected a value >= 0, got {}", grad_clip);
-    float coefficient = (1.0f / (norm + 1e-6f)) * static_cast<float>(grad_clip);
-    if (coefficient > 1.0f) coefficient = 1.0f;
+    std::vector<optim::ParameterRef> refs = parameter_refs(actor);
+    if (distributed_optimizer_) return distributed_optimizer_step(actor, refs, grad_clip, updates, nonfinite);
+    if (dp_size_ > 1) average_gradients(*dp_, refs);
+    const auto norm = static_cast<float>(std::sqrt(actor.gradient_squared_norm()));
+    const float coefficient = clip_coefficient(norm, grad_clip);
     if (coefficient != 1.0f) {
       for (auto& p : refs)
         for (float& g : p.grad) g *= coefficient;
@@ -488,6 +518,43 @@ class MegatronActorRolloutRefWorker {
     return norm;
   }
 
+  /// optimizer_step with Megatron's distributed optimizer: the gradients reduce-scattered over
+  /// the DP group, the global norm from every rank's slice (each element once: over DP by the
+  /// slices, over TP by gradient_copies, as gradient_squared_norm), the slice clipped and updated
+  /// with the hyper-parameters the scheduler set on optimizer_ (which keeps no moments here), the
+  /// parameters all-gathered.
+  float distributed_optimizer_step(Policy& actor, std::span<const optim::ParameterRef> refs, double grad_clip,
+                                   std::int64_t& updates, std::int64_t& nonfinite) {
+    parallel::DistributedAdamW& zero = *distributed_optimizer_;
+    const std::span<float> grads = zero.reduce_scatter_gradients(*dp_, refs);
+    double squares = 0;
+    for (const auto& segment : zero.segments()) {
+      const Eigen::Map<const Eigen::VectorXf> slice(grads.data() + segment.slice_offset, static_cast<Index>(segment.length));
+      squares += slice.cast<double>().squaredNorm() / actor.gradient_copies(refs[segment.tensor].name);
+    }
+    // The worker group is this model's DP x TP ranks: one sum over it is the whole model's.
+    context_->group->all_reduce(std::span<double>(&squares, 1), parallel::ReduceOp::sum);
+    const auto norm = static_cast<float>(std::sqrt(squares));
+    const float coefficient = clip_coefficient(norm, grad_clip);
+    if (coefficient != 1.0f) {
+      for (float& g : grads) g *= coefficient;
+    }
+    ++updates;
+    if (std::isfinite(norm)) {
+      zero.step(*dp_, refs, optimizer_->config());
+    } else {
+      zero.skip();
+      ++nonfinite;
+    }
+    return norm;
+  }
+
+  /// torch's clip_grad_norm_ coefficient: max_norm / (norm + 1e-6), at most 1.
+  static float clip_coefficient(float norm, double grad_clip) {
+    const float coefficient = (1.0f / (norm + 1e-6f)) * static_cast<float>(grad_clip);
+    return coefficient > 1.0f ? 1.0f : coefficient;
+  }
+
   hybridflow::WorkerContext* context_;
   PPOConfig config_;
   PPOAlgorithm algorithm_;
@@ -498,6 +565,9 @@ class MegatronActorRolloutRefWorker {
   std::optional<Policy> actor_;
   std::optional<Policy> reference_;
   std::optional<optim::AdamW> optimizer_;
+  /// Megatron's distributed optimizer (use_distributed_optimizer with dp > 1); optimizer_ then
+  /// only carries the hyper-parameters (the scheduler's learning rate).
+  std::optional<parallel::DistributedAdamW> distributed_optimizer_;
   std::optional<optim::LrScheduler<>> scheduler_;
   cpu::DecodePrecision precision_ = cpu::DecodePrecision::float32;
   int misplace_blocks_ = 0;
