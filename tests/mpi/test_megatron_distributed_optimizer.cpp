@@ -2,12 +2,13 @@
 // ZeRO-1) in the Megatron actor worker, on real ranks: the world is cut into jobs of tp x dp ranks
 // (tp fastest), each job one worker group driven SPMD (every rank calls the worker's methods, each
 // DP group with its chunk of the rows, as MEGATRON_COMPUTE_PROTO sends them). Checked at
-// (tp, dp) = (1, 2) and (2, 2) where the world has the ranks, (2, 1) and (1, 1) as the no-op:
+// (tp, dp) = (1, 2), (2, 2) and (1, 4) where the world has the ranks, (2, 1) and (1, 1) as the no-op:
 //   - three update_actor calls (two mini-batches each, one of them with a non-finite gradient) with
 //     the key on give the key off's losses, gradient norms, skipped steps, final weights and moments
 //     (1e-5 relative);
 //   - each rank keeps AdamW moments for its 1/dp slice of its TP shard only (element counts);
-//   - a checkpoint saved with the key on resumes with it on bit for bit.
+//   - a checkpoint saved with the key on resumes with it on bit for bit (and one saved with it off
+//     resumes with it on).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -248,6 +249,8 @@ void check_layout(int tp, int dp) {
 
 TEST(MegatronDistributedOptimizer, Tp1Dp2EqualsTheReplicatedOptimizer) { check_layout(1, 2); }
 TEST(MegatronDistributedOptimizer, Tp2Dp2EqualsTheReplicatedOptimizer) { check_layout(2, 2); }
+// Four slices of 2 rows' gradients: padded slices, MPI's sums over four ranks.
+TEST(MegatronDistributedOptimizer, Tp1Dp4EqualsTheReplicatedOptimizer) { check_layout(1, 4); }
 TEST(MegatronDistributedOptimizer, Tp2Dp1IsANoOp) { check_layout(2, 1); }
 TEST(MegatronDistributedOptimizer, OneRankIsANoOp) { check_layout(1, 1); }
 
@@ -266,7 +269,10 @@ TEST(MegatronDistributedOptimizer, CheckpointResumesExactly) {
   const TrainingRun first = train(job, true, 2);
   const RoleState saved = broadcast_state(group, first.final_state);
   const TrainingRun resumed = train(job, true, 1, &saved, 2);
-  ASSERT_TRUE(resumed.distributed);
+  // A checkpoint saved without the key holds the same layout: it resumes with the key on too.
+  const RoleState saved_replicated = broadcast_state(group, train(job, false, 2).final_state);
+  const TrainingRun crossed = train(job, true, 1, &saved_replicated, 2);
+  ASSERT_TRUE(resumed.distributed && crossed.distributed);
   EXPECT_EQ(resumed.state_elements, straight.state_elements);
   if (group.rank() == 0) {
     ASSERT_EQ(straight.final_state.model.size(), resumed.final_state.model.size());
@@ -275,6 +281,9 @@ TEST(MegatronDistributedOptimizer, CheckpointResumesExactly) {
     EXPECT_EQ(straight.final_state.optimizer, resumed.final_state.optimizer);
     EXPECT_EQ(straight.final_state.extra, resumed.final_state.extra);
     EXPECT_EQ(straight.metrics.back()["actor/grad_norm"], resumed.metrics.back()["actor/grad_norm"]);
+    for (std::size_t t = 0; t < straight.final_state.model.size(); ++t)
+      expect_close(straight.final_state.model[t].values, crossed.final_state.model[t].values, "resumed from a run without the key");
+    EXPECT_EQ(straight.final_state.optimizer.step, crossed.final_state.optimizer.step);
   }
 }
 
