@@ -57,7 +57,7 @@ def torch_step_seconds(threads: int) -> dict[str, float]:
 
 
 def our_step(binary: str, threads: int) -> dict[str, float]:
-    result = subprocess.run([binary, f"--benchmark_filter=BM_SftStep/{threads}$", "--benchmark_format=json"],
+    result = subprocess.run([binary, f"--benchmark_filter=BM_SftStep/{threads}/", "--benchmark_format=json"],
                             capture_output=True, text=True, check=True)
     benchmark = json.loads(result.stdout)["benchmarks"][0]
     return {key: float(value) for key, value in benchmark.items() if isinstance(value, (int, float))}
