@@ -15,6 +15,7 @@
 #include "verl/trainer/logging/tracking.hpp"
 #include "verl/trainer/logging/svg_plot.hpp"
 #include "verl/trainer/checkpoint.hpp"
+#include "verl/trainer/layouts.hpp"
 #include "verl/trainer/components_from_config.hpp"
 #include "verl/trainer/safe_rlhf_config.hpp"
 #include "verl/trainer/controller_calls.hpp"

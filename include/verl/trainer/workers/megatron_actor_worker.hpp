@@ -3,7 +3,16 @@
 // step. Same method names, result columns and metrics as ActorRolloutRefWorker (the FSDP one), so
 // PPOController runs either.
 //
-//   MegatronActorRolloutRefWorker<Models>
+//   MegatronActorRolloutRefWorker<Models>                                        // sizes from the keys
+//   MegatronActorRolloutRefWorker<Models, Mesh<TP<2>, DP<>>, Mesh<TP<1>, DP<>>>  // tp 2 -> tg 1 as types
+//
+// Layouts (trainer/layouts.hpp): the training and generation meshes are template parameters,
+// each axis static or dynamic (the defaults, Mesh<TP<>, DP<>>, take every size from the keys). The
+// rules on the pair (tg divides tp, one world size, pp = 1, tp within the model's heads when
+// model_heads<Models> knows them) are static asserts for static sizes; at run time the keys are
+// checked against them and against the static sizes (errors name the key, expected and got).
+// The worker's TP and DP groups are slices of the training mesh (Mesh::group), its generation
+// groups those of the reshard plan between the two meshes.
 //
 // Training layout: the group's ranks form Megatron's (tp, dp) mesh (tp fastest) from
 // actor_rollout_ref.actor.megatron.tensor_model_parallel_size (pipeline parallelism is refused).
@@ -93,6 +102,7 @@
 #include "verl/rollout/sampling.hpp"
 #include "verl/trainer/components_from_config.hpp"
 #include "verl/trainer/config.hpp"
+#include "verl/trainer/layouts.hpp"
 #include "verl/trainer/ppo_trainer_algorithm.hpp"
 #include "verl/trainer/ppo_trainer_roles.hpp"
 #include "verl/trainer/workers/actor_rollout_ref_worker.hpp"
@@ -102,10 +112,15 @@
 
 namespace verl::trainer {
 
-template <class Models>
+template <class Models, parallel::MeshType TrainMesh = parallel::Mesh<parallel::TP<>, parallel::DP<>>,
+          parallel::MeshType GenMesh = parallel::Mesh<parallel::TP<>, parallel::DP<>>>
   requires(check_actor_models<Models>())
 class MegatronActorRolloutRefWorker {
  public:
+  using models_type = Models;
+  /// The meshes' types, checked with the model's static heads (model_heads<Models>) if it has them.
+  using layouts_type = Layouts<TrainMesh, GenMesh, Models>;
+  static_assert(sizeof(layouts_type) > 0, "instantiating the layouts checks their rules");
   using Dense = typename Models::policy_type;
   VERL_STATIC_ASSERT((std::same_as<Dense, model::Transformer>),
                      THE_MEGATRON_WORKER_SHARDS_THE_REFERENCE_TRANSFORMER_ITS_MODELS_MUST_BUILD_A_MODEL_TRANSFORMER);
@@ -115,22 +130,31 @@ class MegatronActorRolloutRefWorker {
   static_assert(rollout::check_incremental_decoder<Policy>());
   static constexpr std::string_view name = "MegatronActorRolloutRefWorker";
 
-  explicit MegatronActorRolloutRefWorker(hybridflow::WorkerContext& context) : context_(&context) {}
+  /// A static mesh's world size is checked against the group's ranks here (the keys in init_model).
+  explicit MegatronActorRolloutRefWorker(hybridflow::WorkerContext& context) : context_(&context) {
+    layouts_type::check_ranks(context.world_size);
+  }
+
+  /// The sizes the configuration gives the meshes over `ranks` (the actor pool's ranks).
+  static LayoutSizes layout_sizes(const PPOConfig& config, std::int64_t ranks) {
+    const auto& megatron = config.actor_rollout_ref.actor.megatron;
+    return {.ranks = ranks,
+            .train_tp = megatron.tensor_model_parallel_size,
+            .train_pp = megatron.pipeline_model_parallel_size,
+            .gen_tp = config.actor_rollout_ref.rollout.tensor_model_parallel_size};
+  }
+
+  /// The training and generation meshes over `ranks` from the configuration (checked against the
+  /// static sizes and the pair's rules; errors name the keys).
+  static layouts_type layouts(const PPOConfig& config, std::int64_t ranks) {
+    return layouts_type::from_sizes(layout_sizes(config, ranks));
+  }
 
   /// The group's (tp, dp, pp) mesh over `ranks` from the configuration: tp from
-  /// actor_rollout_ref.actor.megatron.tensor_model_parallel_size, dp the ranks left over.
+  /// actor_rollout_ref.actor.megatron.tensor_model_parallel_size, dp the ranks left over (the
+  /// training mesh's sizes in the runtime's Megatron-order mesh).
   static hybridflow::GroupMesh group_mesh(const PPOConfig& config, int ranks) {
-    const auto& megatron = config.actor_rollout_ref.actor.megatron;
-    const std::int64_t tp = megatron.tensor_model_parallel_size;
-    VERL_CHECK_ARG(megatron.pipeline_model_parallel_size == 1,
-                   "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size: not supported by verl-cpp yet "
-                   "(pipeline parallelism in the trainer), expected 1, got {}",
-                   megatron.pipeline_model_parallel_size);
-    VERL_CHECK_ARG(tp >= 1 && ranks % tp == 0,
-                   "actor_rollout_ref.actor.megatron.tensor_model_parallel_size: expected a divisor of the actor pool's "
-                   "{} ranks (trainer.nnodes x trainer.n_gpus_per_node; data parallel size = ranks / tp), got {}",
-                   ranks, tp);
-    return hybridflow::GroupMesh(tp, ranks / tp, 1);
+    return group_mesh_of(layouts(config, ranks).train);
   }
 
   /// verl's init_model: the dense actor from Models, cut into this rank's TP shard (every rank
@@ -141,38 +165,41 @@ class MegatronActorRolloutRefWorker {
     algorithm_ = PPOAlgorithm::from_config(config_);
     VERL_CHECK_ARG(context_->group != nullptr, "{}: needs the worker group's communicator (run it under the HybridFlow runtime)",
                    name);
-    const hybridflow::GroupMesh mesh = context_->mesh.value_or(group_mesh(config_, context_->world_size));
-    const auto tp = static_cast<int>(mesh.size(parallel::AxisKind::tp));
-    VERL_CHECK_ARG(tp == config_.actor_rollout_ref.actor.megatron.tensor_model_parallel_size &&
-                       mesh.size(parallel::AxisKind::pp) == 1,
-                   "{}: the group's mesh {} does not match actor_rollout_ref.actor.megatron.tensor_model_parallel_size = "
-                   "{} (spawn the group with group_mesh(config, ranks))",
-                   name, mesh.to_string(), config_.actor_rollout_ref.actor.megatron.tensor_model_parallel_size);
-    tp_rank_ = static_cast<int>(mesh.coord(context_->rank, parallel::AxisKind::tp));
-    dp_rank_ = static_cast<int>(mesh.coord(context_->rank, parallel::AxisKind::dp));
-    dp_size_ = static_cast<Index>(mesh.size(parallel::AxisKind::dp));
+    layouts_.emplace(layouts(config_, context_->world_size));
+    const TrainMesh& train = layouts_->train;
+    const hybridflow::GroupMesh mesh = context_->mesh.value_or(group_mesh_of(train));
+    const auto tp = static_cast<int>(train.size(parallel::AxisKind::tp));
+    VERL_CHECK_ARG(mesh == group_mesh_of(train),
+                   "{}: the group's mesh {} does not match the training mesh {} ({}) from "
+                   "actor_rollout_ref.actor.megatron.tensor_model_parallel_size = {} (spawn the group with "
+                   "group_mesh(config, ranks))",
+                   name, mesh.to_string(), train.to_string(), layouts_type::describe(),
+                   config_.actor_rollout_ref.actor.megatron.tensor_model_parallel_size);
+    const std::int64_t rank = context_->rank;
+    tp_rank_ = static_cast<int>(train.coord(rank, parallel::AxisKind::tp));
+    dp_rank_ = static_cast<int>(train.coord(rank, parallel::AxisKind::dp));
+    dp_size_ = static_cast<Index>(train.size(parallel::AxisKind::dp));
     parallel::MpiCommunicator& group = *context_->group;
-    // Collective splits over the group, in the same order on every rank: the DP group (same tp
-    // coordinate), then one TP group per model (each model owns its communicator).
-    dp_.emplace(group.split(tp_rank_, dp_rank_));
+    // Collective splits over the group, in the same order on every rank: the DP group (the
+    // training mesh's slice along dp: same tp coordinate), then one TP group per model (its slice
+    // along tp; each model owns its communicator).
+    dp_.emplace(split_along(group, train, rank, parallel::AxisKind::dp));
     Dense dense = Models::actor(config_);
+    layouts_type::check_model_heads(dense.config().num_attention_heads, dense.config().num_key_value_heads,
+                                    "actor_rollout_ref.model.path");
     check_tensor_parallel_fits(config_, dense.config());
     facts_ = dense_facts(dense);
     std::optional<Dense> dense_reference;
     if (algorithm_.needs_reference()) dense_reference.emplace(Models::reference(config_, dense));
-    actor_.emplace(dense, Communicator(group.split(dp_rank_, tp_rank_)));
-    if (dense_reference) reference_.emplace(*dense_reference, Communicator(group.split(dp_rank_, tp_rank_)));
-    // The generation layout (tg > 1): the plan's micro-DP groups and generation TP groups.
+    actor_.emplace(dense, Communicator(split_along(group, train, rank, parallel::AxisKind::tp)));
+    if (dense_reference)
+      reference_.emplace(*dense_reference, Communicator(split_along(group, train, rank, parallel::AxisKind::tp)));
+    // The generation layout (tg > 1): the micro-DP groups and generation TP groups of the reshard
+    // plan between the two meshes (tg divides tp: checked by layouts()).
     tp_size_ = tp;
-    tg_ = static_cast<int>(config_.actor_rollout_ref.rollout.tensor_model_parallel_size);
+    tg_ = static_cast<int>(layouts_->generation.size(parallel::AxisKind::tp));
     if (tg_ > 1) {
-      VERL_CHECK_ARG(tp % tg_ == 0,
-                     "actor_rollout_ref.rollout.tensor_model_parallel_size: expected a divisor of "
-                     "actor_rollout_ref.actor.megatron.tensor_model_parallel_size = {}, got {}",
-                     tp, tg_);
-      using DynamicMesh = parallel::Mesh<parallel::TP<>, parallel::DP<>, parallel::PP<>>;
-      const auto plan = parallel::make_reshard_plan(DynamicMesh(tp, dp_size_, 1), DynamicMesh(tg_, context_->world_size / tg_, 1));
-      const std::int64_t rank = context_->rank;
+      const auto plan = parallel::make_reshard_plan(train, layouts_->generation);
       VERL_CHECK_ARG(plan.geometry().train_coords(rank) == (parallel::ParallelCoords{tp_rank_, 0, dp_rank_}),
                      "{}: rank {} is at tp={} dp={} in the group's mesh, the plan's training mesh puts it elsewhere", name,
                      rank, tp_rank_, dp_rank_);
@@ -372,6 +399,11 @@ class MegatronActorRolloutRefWorker {
 
   // ---- in-process access and testing hooks ----------------------------------------------------
   [[nodiscard]] Policy& actor() { return require_model(); }
+  /// The training and generation meshes (after init_model).
+  [[nodiscard]] const layouts_type& mesh_layouts() const {
+    VERL_CHECK_ARG(layouts_.has_value(), "{}: init_model must be called before any other method", name);
+    return *layouts_;
+  }
   /// The AdamW moment elements (exp_avg's; exp_avg_sq holds as many) this rank keeps: its TP
   /// shard's, or its 1/dp slice of them with the distributed optimizer.
   [[nodiscard]] std::int64_t optimizer_state_elements() const {
@@ -453,6 +485,21 @@ class MegatronActorRolloutRefWorker {
     gather(part.attention_mask, out.attention_mask);
     gather(part.position_ids, out.position_ids);
     return rollout_result(std::move(out), reshard_s, received, meter.peak());
+  }
+
+  /// The runtime's (tp, dp, pp) group mesh with the training mesh's sizes.
+  static hybridflow::GroupMesh group_mesh_of(const TrainMesh& train) {
+    using parallel::AxisKind;
+    return hybridflow::GroupMesh(train.size(AxisKind::tp), train.size(AxisKind::dp), train.size(AxisKind::pp));
+  }
+
+  /// This rank's communicator over its slice of `mesh` along `axes` (collective over `group`):
+  /// one colour per slice, ranks ordered by their place in it.
+  template <parallel::MeshType M>
+  static parallel::MpiCommunicator split_along(parallel::MpiCommunicator& group, const M& mesh, std::int64_t rank,
+                                               parallel::AxisSet axes) {
+    const parallel::RankGroup slice = mesh.group(rank, axes);
+    return group.split(static_cast<int>(mesh.group_index(rank, axes)), static_cast<int>(*slice.index_of(rank)));
   }
 
   Policy& require_model() {
@@ -556,6 +603,7 @@ class MegatronActorRolloutRefWorker {
   }
 
   hybridflow::WorkerContext* context_;
+  std::optional<layouts_type> layouts_;
   PPOConfig config_;
   PPOAlgorithm algorithm_;
   int tp_rank_ = 0, dp_rank_ = 0;

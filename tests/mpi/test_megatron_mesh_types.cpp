@@ -1,0 +1,224 @@
+// The Megatron actor worker with its meshes as types (MegatronActorRolloutRefWorker<Models,
+// TrainMesh, GenMesh>), on real ranks. A job of tp x dp ranks (tp fastest) runs the same calls
+// with the default dynamic meshes and with static ones, Mesh<TP<2>, DP<>> -> Mesh<TP<1>, DP<>> (the
+// dense generation) and, at 4 ranks, Mesh<TP<4>, DP<1>> -> Mesh<TP<2>, DP<2>> (TP-sharded generation
+// through the reshard plan of the two static meshes):
+//   - the worker's meshes are the ones the keys give, with the static sizes' types;
+//   - log-probs, generations and an update are bit-identical to the dynamic worker's (the groups
+//     are the same slices, made from the mesh);
+//   - keys that contradict a static size, and a group of another size than a static mesh, are
+//     errors naming the key (or the ranks), the mesh type, the expected and the given size.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "verl/model/hf_config.hpp"
+#include "verl/model/transformer/transformer.hpp"
+#include "verl/parallel/mpi_communicator.hpp"
+#include "verl/trainer/workers/megatron_actor_worker.hpp"
+
+namespace {
+
+using namespace verl;
+using parallel::DP;
+using parallel::Mesh;
+using parallel::MpiCommunicator;
+using parallel::TP;
+
+/// A user's model type with its heads as constants (4 attention, 2 KV heads).
+struct TinyLlama {
+  using policy_type = model::Transformer;
+  static constexpr std::int64_t num_attention_heads = 4;
+  static constexpr std::int64_t num_key_value_heads = 2;
+  static model::Transformer actor(const trainer::PPOConfig&) {
+    const nlohmann::json json = {{"model_type", "llama"},        {"hidden_size", 32},        {"intermediate_size", 64},
+                                 {"num_hidden_layers", 2},       {"num_attention_heads", 4}, {"num_key_value_heads", 2},
+                                 {"vocab_size", 48},             {"rms_norm_eps", 1e-6},     {"max_position_embeddings", 32},
+                                 {"eos_token_id", 1},            {"tie_word_embeddings", false}};
+    return model::Transformer::random(model::HfModelConfig::from_json(json, "tiny llama"),
+                                      {.initializer_range = 0.2, .seed = 5}, {.num_threads = 1});
+  }
+  static model::Transformer reference(const trainer::PPOConfig& config, const model::Transformer&) { return actor(config); }
+};
+/// The same model type claiming 8 heads: the loaded model's 4 contradict it.
+struct WrongHeads : TinyLlama {
+  static constexpr std::int64_t num_attention_heads = 8;
+  static constexpr std::int64_t num_key_value_heads = 2;
+};
+
+constexpr Index rows = 4, prompt = 4, response = 3;
+
+std::vector<std::string> overrides(int tp, int tg) {
+  return {"data.train_batch_size=4",
+          "actor_rollout_ref.rollout.n=1",
+          "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+          "actor_rollout_ref.actor.optim.lr=0.01",
+          "actor_rollout_ref.actor.strategy=megatron",
+          "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=" + std::to_string(tp),
+          "actor_rollout_ref.actor.megatron.sequence_parallel=False",
+          "actor_rollout_ref.actor.megatron.use_distributed_optimizer=False",
+          "actor_rollout_ref.rollout.tensor_model_parallel_size=" + std::to_string(tg)};
+}
+
+/// One job of tp x dp ranks of the world (none for the ranks past the last whole job).
+struct Job {
+  std::optional<MpiCommunicator> group;
+  hybridflow::WorkerContext context;
+  int tp = 1, dp = 1;
+};
+
+/// Collective over the world.
+void make_job(MpiCommunicator& world, int tp, int dp, Job& job) {
+  const int size = tp * dp, jobs = world.size() / size;
+  const bool member = world.rank() < jobs * size;
+  job.group.emplace(world.split(member ? world.rank() / size : jobs, world.rank() % size));
+  if (!member) return;
+  job.tp = tp;
+  job.dp = dp;
+  job.context.rank = job.group->rank();
+  job.context.world_size = job.group->size();
+  job.context.global_rank = world.rank();
+  job.context.group = &*job.group;
+  job.context.mesh = hybridflow::GroupMesh(tp, dp, 1);
+}
+
+/// This DP group's rows (every TP rank the same).
+data::DataProto chunk(int dp_rank, int dp) {
+  const Index mine = rows / dp, first = dp_rank * mine;
+  MatrixI64 input_ids(mine, prompt + response), position_ids(mine, prompt + response);
+  MatrixF attention_mask = MatrixF::Ones(mine, prompt + response), response_mask = MatrixF::Ones(mine, response);
+  MatrixF advantages(mine, response);
+  for (Index r = 0; r < mine; ++r) {
+    for (Index c = 0; c < prompt + response; ++c) {
+      input_ids(r, c) = ((first + r) * 7 + c * 3) % 46 + 2;
+      position_ids(r, c) = c;
+    }
+    for (Index c = 0; c < response; ++c) advantages(r, c) = static_cast<float>(((first + r) * response + c) % 5) - 2.0f;
+  }
+  data::DataProto batch;
+  batch.set(std::string(trainer::keys::input_ids), input_ids);
+  batch.set(std::string(trainer::keys::attention_mask), attention_mask);
+  batch.set(std::string(trainer::keys::position_ids), position_ids);
+  batch.set(std::string(trainer::keys::response_mask), response_mask);
+  batch.set(std::string(trainer::keys::advantages), advantages);
+  return batch;
+}
+
+data::DataProto prompts(int dp_rank, int dp) {
+  const Index mine = rows / dp, first = dp_rank * mine;
+  MatrixI64 input_ids(mine, prompt);
+  for (Index r = 0; r < mine; ++r)
+    for (Index c = 0; c < prompt; ++c) input_ids(r, c) = ((first + r) * 5 + c) % 40 + 3;
+  data::DataProto batch;
+  batch.set(std::string(trainer::keys::input_ids), input_ids);
+  batch.set(std::string(trainer::keys::attention_mask), MatrixF(MatrixF::Ones(mine, prompt)));
+  rollout::SamplingParams params;
+  params.temperature = 1.0f;
+  params.n = 1;
+  params.max_response_length = response;
+  params.eos_token_ids = {1};
+  params.pad_token_id = 0;
+  params.seed = 9;
+  batch.meta_info()["sampling_params"] = trainer::sampling_params_to_json(params);
+  std::vector<std::int64_t> seeds;
+  for (Index r = 0; r < mine; ++r) seeds.push_back(100 + first + r);
+  batch.set_non_tensor(std::string(trainer::keys::seed), std::move(seeds));
+  return batch;
+}
+
+struct Results {
+  MatrixF log_probs, after_update;
+  MatrixI64 responses;
+};
+
+template <class Worker>
+Results run(Job& job, int tg, std::string* meshes = nullptr) {
+  Worker worker(job.context);
+  worker.init_model(overrides(job.tp, tg), 2);
+  if (meshes != nullptr) {
+    *meshes = worker.mesh_layouts().train.to_string() + " -> " + worker.mesh_layouts().generation.to_string();
+  }
+  const int dp_rank = job.context.rank / job.tp;
+  Results out;
+  out.responses = trainer::int_column(worker.generate_sequences(prompts(dp_rank, job.dp)), trainer::keys::responses);
+  data::DataProto batch = chunk(dp_rank, job.dp);
+  out.log_probs = trainer::float_column(worker.compute_log_prob(batch), trainer::keys::old_log_probs);
+  batch.set(std::string(trainer::keys::old_log_probs), out.log_probs);
+  (void)worker.update_actor(batch);
+  out.after_update = trainer::float_column(worker.compute_log_prob(batch), trainer::keys::old_log_probs);
+  return out;
+}
+
+std::string error_of(auto&& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+template <class Static>
+void check_same_as_dynamic(int tp, int dp, int tg, const std::string& expected_meshes) {
+  MpiCommunicator world = MpiCommunicator::world();
+  if (world.size() < tp * dp) GTEST_SKIP() << "needs " << tp * dp << " ranks";
+  Job job;
+  make_job(world, tp, dp, job);
+  if (job.context.group == nullptr) return;
+  const Results dynamic = run<trainer::MegatronActorRolloutRefWorker<TinyLlama>>(job, tg);
+  std::string meshes;
+  const Results typed = run<Static>(job, tg, &meshes);
+  EXPECT_EQ(meshes, expected_meshes);
+  EXPECT_EQ(typed.responses, dynamic.responses);
+  EXPECT_EQ(typed.log_probs, dynamic.log_probs);        // bit for bit: the same groups
+  EXPECT_EQ(typed.after_update, dynamic.after_update);  // and the same update
+  EXPECT_NE(typed.after_update, typed.log_probs);       // (which moved the policy)
+}
+
+TEST(MegatronMeshTypes, StaticTp2DenseGenerationIsTheDynamicWorker) {
+  using Static = trainer::MegatronActorRolloutRefWorker<TinyLlama, Mesh<TP<2>, DP<>>, Mesh<TP<1>, DP<>>>;
+  const int dp = MpiCommunicator::world().size() >= 4 ? 2 : 1;
+  check_same_as_dynamic<Static>(2, dp, 1, dp == 2 ? "tp=2,dp=2 -> tp=1,dp=4" : "tp=2,dp=1 -> tp=1,dp=2");
+}
+
+TEST(MegatronMeshTypes, StaticTp4ShardedGenerationIsTheDynamicWorker) {
+  using Static = trainer::MegatronActorRolloutRefWorker<TinyLlama, Mesh<TP<4>, DP<1>>, Mesh<TP<2>, DP<2>>>;
+  check_same_as_dynamic<Static>(4, 1, 2, "tp=4,dp=1 -> tp=2,dp=2");
+}
+
+TEST(MegatronMeshTypes, KeysContradictingTheTypesAreNamed) {
+  MpiCommunicator world = MpiCommunicator::world();
+  if (world.size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  Job job;
+  make_job(world, 2, 1, job);
+  if (job.context.group == nullptr) return;
+  using Static = trainer::MegatronActorRolloutRefWorker<TinyLlama, Mesh<TP<2>, DP<>>, Mesh<TP<1>, DP<>>>;
+  EXPECT_EQ(error_of([&] { Static(job.context).init_model(overrides(2, 2), 2); }),
+            "actor_rollout_ref.rollout.tensor_model_parallel_size: the worker's generation mesh Mesh<TP<1>, DP<>> "
+            "fixes tp: expected 1, got 2");
+  // A static world size against the group's ranks: at construction.
+  using Four = trainer::MegatronActorRolloutRefWorker<TinyLlama, Mesh<TP<2>, DP<2>>, Mesh<TP<1>, DP<4>>>;
+  EXPECT_EQ(error_of([&] { Four worker(job.context); }),
+            "the actor pool's ranks (trainer.nnodes x trainer.n_gpus_per_node): the worker's training mesh "
+            "Mesh<TP<2>, DP<2>> fixes the world size: expected 4, got 2");
+  // The loaded model against the model type's static heads.
+  using Wrong = trainer::MegatronActorRolloutRefWorker<WrongHeads, Mesh<TP<2>, DP<>>, Mesh<TP<1>, DP<>>>;
+  const std::string wrong = error_of([&] { Wrong(job.context).init_model(overrides(2, 1), 2); });
+  EXPECT_NE(wrong.find("actor_rollout_ref.model.path: the model type declares num_attention_heads = 8 and "
+                       "num_key_value_heads = 2"),
+            std::string::npos)
+      << wrong;
+  EXPECT_NE(wrong.find("the loaded model has 4 and 2"), std::string::npos) << wrong;
+  // A dynamic worker names the same rules by key.
+  using Dynamic = trainer::MegatronActorRolloutRefWorker<TinyLlama>;
+  EXPECT_EQ(error_of([&] { (void)Dynamic::group_mesh(trainer::load_ppo_config(overrides(4, 1)), 2); }),
+            "actor_rollout_ref.actor.megatron.tensor_model_parallel_size: expected a divisor of the actor pool's 2 "
+            "ranks (trainer.nnodes x trainer.n_gpus_per_node; data parallel size = ranks / tp), got 4");
+}
+
+}  // namespace
