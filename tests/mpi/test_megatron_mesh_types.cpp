@@ -7,19 +7,31 @@
 //   - log-probs, generations and an update are bit-identical to the dynamic worker's (the groups
 //     are the same slices, made from the mesh);
 //   - keys that contradict a static size, and a group of another size than a static mesh, are
-//     errors naming the key (or the ranks), the mesh type, the expected and the given size.
+//     errors naming the key (or the ranks), the mesh type, the expected and the given size;
+//   - the reshard's per-step metrics (perf/reshard_bytes_received, perf/peak_param_bytes) reach the
+//     controller's step metrics through the runtime's collect (megatron_compute_proto: tp rank 0 of
+//     each DP group, concatenated) and detail::worker_meta_metrics at every layout: tp2 x dp1 -> tg1
+//     (2 ranks), tp2 x dp2 -> tg1 and tp4 -> tg2 x dg2 (4 ranks), equal to the reshard plan's
+//     comm_bytes_per_rank and peak_param_bytes_per_rank up to the documented share of the tensors
+//     not gathered (see megatron_actor_worker.hpp).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <array>
 #include <cstdint>
+#include <cstdlib>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "verl/hybridflow/dispatch.hpp"
 #include "verl/model/hf_config.hpp"
 #include "verl/model/transformer/transformer.hpp"
 #include "verl/parallel/mpi_communicator.hpp"
+#include "verl/parallel/reshard_plan.hpp"
+#include "verl/trainer/ppo_controller.hpp"
 #include "verl/trainer/workers/megatron_actor_worker.hpp"
 
 namespace {
@@ -220,5 +232,97 @@ TEST(MegatronMeshTypes, KeysContradictingTheTypesAreNamed) {
             "actor_rollout_ref.actor.megatron.tensor_model_parallel_size: expected a divisor of the actor pool's 2 "
             "ranks (trainer.nnodes x trainer.n_gpus_per_node; data parallel size = ranks / tp), got 4");
 }
+
+/// The reshard's metrics as the controller logs them: every rank of a tp x dp job generates, the
+/// answers are collected as the runtime's megatron_compute_proto collects them (tp rank 0 of each
+/// DP group, concatenated in dp order) and read by detail::worker_meta_metrics (what
+/// PPOController merges into the step's metrics). Expected: the plan's per-rank figures for the
+/// worker's meshes, less the tensors the reshard does not gather (replicated norms; KV heads the
+/// training TP copies) and, at tg = 1, plus the training shard kept beside the dense copy.
+void check_reshard_metrics(int tp, int dp, int tg) {
+  MpiCommunicator world = MpiCommunicator::world();
+  if (world.size() < tp * dp) GTEST_SKIP() << "needs " << tp * dp << " ranks";
+  SCOPED_TRACE(::testing::Message() << "tp=" << tp << " dp=" << dp << " tg=" << tg);
+  Job job;
+  make_job(world, tp, dp, job);
+  if (job.context.group == nullptr) return;
+  trainer::MegatronActorRolloutRefWorker<TinyLlama> worker(job.context);
+  worker.init_model(overrides(tp, tg), 2);
+  const int rank = job.context.rank, dp_rank = rank / tp;
+  const data::DataProto answer = worker.generate_sequences(prompts(dp_rank, dp));
+
+  // Each rank's answer carries its figures (on every rank: the worker reduces them over the group).
+  const nlohmann::json& mine = answer.meta_info().at("metrics");
+  ASSERT_TRUE(mine.contains("perf/reshard_bytes_received") && mine.contains("perf/peak_param_bytes")) << mine.dump();
+  const std::array<std::int64_t, 2> own{mine["perf/reshard_bytes_received"].get<std::int64_t>(),
+                                        mine["perf/peak_param_bytes"].get<std::int64_t>()};
+  std::vector<std::int64_t> every(static_cast<std::size_t>(2 * tp * dp));
+  job.group->all_gather(std::span<const std::int64_t>(own), std::span<std::int64_t>(every));
+
+  // The runtime's collect over the group's mesh, then the controller's reading.
+  const hybridflow::GroupMesh mesh(tp, dp, 1);
+  std::vector<data::DataProto> parts(static_cast<std::size_t>(dp));
+  for (int r = 0; r < tp * dp; ++r) {
+    const hybridflow::RankRole role = hybridflow::megatron_role(mesh, r);
+    if (!role.collect) continue;
+    data::DataProto& part = parts[static_cast<std::size_t>(role.dp_rank)];
+    part.meta_info()["metrics"] = {{"timing_s/reshard", 0.5},
+                                   {"perf/reshard_bytes_received", every[static_cast<std::size_t>(2 * r)]},
+                                   {"perf/peak_param_bytes", every[static_cast<std::size_t>(2 * r + 1)]}};
+  }
+  const Metrics logged =
+      trainer::detail::worker_meta_metrics(hybridflow::concat_and_unpad(std::move(parts), 0).meta_info());
+  ASSERT_TRUE(logged.contains("perf/reshard_bytes_received")) << "not in the step's metrics";
+  ASSERT_TRUE(logged.contains("perf/peak_param_bytes")) << "not in the step's metrics";
+  EXPECT_EQ(logged.at("timing_s/reshard"), 0.5);
+
+  // The plan for the worker's meshes, and the tensors the reshard does not gather.
+  const auto& layouts = worker.mesh_layouts();
+  const auto plan = parallel::make_reshard_plan(layouts.train, layouts.generation);
+  model::Transformer dense = TinyLlama::actor(trainer::load_ppo_config(overrides(tp, tg)));
+  std::int64_t model_bytes = 0, replicated = 0, kv_copied = 0;
+  const model::TensorParallelPartition& partition = worker.actor().partition();
+  dense.for_each_parameter([&](const auto& p) {
+    const auto bytes = static_cast<std::int64_t>(p.value.size_bytes());
+    model_bytes += bytes;
+    if (partition.shard(p.name, 0).replicated()) replicated += bytes;
+    else if (partition.kv_replicas > 1 && (p.name.find("k_proj") != std::string_view::npos ||
+                                           p.name.find("v_proj") != std::string_view::npos))
+      kv_copied += bytes;
+  });
+  std::int64_t received = 0, peak = 0;
+  for (int r = 0; r < tp * dp; ++r) {
+    const parallel::ReshardBytes figures = plan.cost(r).bytes(model_bytes);
+    std::int64_t expected_received = 0, expected_peak = 0;
+    if (tg == 1) {
+      expected_received = figures.comm_bytes_per_rank - replicated * (tp - 1) / tp;
+      expected_peak = figures.peak_param_bytes_per_rank + (model_bytes - replicated) / tp + replicated;
+    } else {
+      expected_received = figures.comm_bytes_per_rank - (replicated + kv_copied) * (tp - tg) / (tp * tg);
+      expected_peak = figures.peak_param_bytes_per_rank + replicated * (tg - 1) / tg;
+    }
+    // Balanced: every rank the same figures, each its own plan's.
+    EXPECT_EQ(every[static_cast<std::size_t>(2 * r)], expected_received) << "rank " << r << ", plan comm "
+                                                                          << figures.comm_bytes_per_rank;
+    EXPECT_EQ(every[static_cast<std::size_t>(2 * r + 1)], expected_peak) << "rank " << r << ", plan peak "
+                                                                         << figures.peak_param_bytes_per_rank;
+    received = std::max(received, expected_received);
+    peak = std::max(peak, expected_peak);
+  }
+  EXPECT_EQ(logged.at("perf/reshard_bytes_received"), static_cast<double>(received));
+  EXPECT_EQ(logged.at("perf/peak_param_bytes"), static_cast<double>(peak));
+  EXPECT_GT(received, 0);
+  if (world.rank() == 0 && std::getenv("VERL_TEST_VERBOSE") != nullptr) {
+    const parallel::ReshardBytes figures = plan.cost(0).bytes(model_bytes);
+    fmt::print("tp={} dp={} tg={}: logged perf/reshard_bytes_received {} (plan comm_bytes_per_rank {}), "
+               "perf/peak_param_bytes {} (plan peak_param_bytes_per_rank {}), M {}, replicated {}, kv copied {}\n",
+               tp, dp, tg, received, figures.comm_bytes_per_rank, peak, figures.peak_param_bytes_per_rank, model_bytes,
+               replicated, kv_copied);
+  }
+}
+
+TEST(MegatronReshardMetrics, Tp2Dp1DenseGenerationReachesTheStepMetrics) { check_reshard_metrics(2, 1, 1); }
+TEST(MegatronReshardMetrics, Tp2Dp2DenseGenerationReachesTheStepMetrics) { check_reshard_metrics(2, 2, 1); }
+TEST(MegatronReshardMetrics, Tp4ShardedGenerationTg2Dg2ReachesTheStepMetrics) { check_reshard_metrics(4, 1, 2); }
 
 }  // namespace

@@ -129,17 +129,45 @@ T first_rank_result(std::vector<T> values) {
   return std::move(values.front());
 }
 
-/// Per-rank metrics a worker returned in meta_info["metrics"] (one object, or one per collected
-/// rank after the concatenation): their mean.
+/// Per-rank metrics a worker returned in meta_info["metrics"], reduced over the collected ranks.
+/// They arrive in one of three shapes: one object of numbers (a single collected rank: the call
+/// went to one data-parallel group, no concatenation), the dict of lists DataProto::concat makes
+/// of the collected ranks' objects (verl's DataProto.concat: one value per collected rank, in rank
+/// order; dp > 1), or a list of per-rank objects. Every shape is read (a dict of lists used to be
+/// dropped, so the Megatron worker's reshard metrics vanished at dp > 1).
+/// perf/* entries are per-rank figures (the reshard's perf/reshard_bytes_received and
+/// perf/peak_param_bytes): equal on every rank when the reshard plan is balanced, and logged as
+/// the max over the ranks otherwise (the worst rank: what its memory and link must carry). Other
+/// entries (timing_s/reshard): the mean over the ranks.
 inline Metrics worker_meta_metrics(const nlohmann::json& meta) {
   Metrics out;
   if (!meta.is_object() || !meta.contains("metrics")) return out;
   const nlohmann::json& m = meta["metrics"];
-  const auto parts = m.is_array() ? m : nlohmann::json::array({m});
-  for (const auto& part : parts) {
-    if (!part.is_object()) continue;
-    for (const auto& [k, v] : part.items())
-      if (v.is_number()) out[k] += v.get<double>() / static_cast<double>(parts.size());
+  MetricLists lists;
+  const auto add = [&](const std::string& name, const nlohmann::json& value) {
+    if (value.is_number()) {
+      lists[name].push_back(value.get<double>());
+    } else if (value.is_array()) {
+      for (const auto& v : value)
+        if (v.is_number()) lists[name].push_back(v.get<double>());
+    }
+  };
+  if (m.is_array()) {
+    for (const auto& part : m)
+      if (part.is_object())
+        for (const auto& [k, v] : part.items()) add(k, v);
+  } else if (m.is_object()) {
+    for (const auto& [k, v] : m.items()) add(k, v);
+  }
+  for (const auto& [name, values] : lists) {
+    if (values.empty()) continue;
+    if (name.starts_with("perf/")) {
+      out[name] = *std::max_element(values.begin(), values.end());
+    } else {
+      double sum = 0.0;
+      for (const double v : values) sum += v;
+      out[name] = sum / static_cast<double>(values.size());
+    }
   }
   return out;
 }
@@ -1013,7 +1041,8 @@ class PPOController {
         part = generate(train_, indices, params, round_seed, 0);
       }
       // What the rollout reports of itself (the Megatron worker's reshard: timing_s/reshard and
-      // the bytes it moved and held), averaged over the collected ranks.
+      // the bytes it moved and held), one value per collected rank at any dp: the per-rank
+      // figure (detail::worker_meta_metrics).
       merge(metrics, detail::worker_meta_metrics(part.meta_info()));
       std::vector<std::int64_t> uid;
       for (Index r = 0; r < part.size(); ++r) uid.push_back(next_uid_ + r / n);

@@ -11,7 +11,8 @@
 # (generation dense, tg = 1); tpTgenG: training TP T, generation TP G (the 3D-HybridEngine's
 # TP-sharded generation), e.g. tp2gen2, tp4gen2. tp2zero: tp2 with Megatron's distributed optimizer
 # (use_distributed_optimizer=True, verl's default: ZeRO-1 over the dp = NP / 2 ranks); must give
-# what tp2 gives.
+# what tp2 gives. The Megatron placements also check that every step logs the reshard's metrics
+# (perf/reshard_bytes_received, perf/peak_param_bytes, timing_s/reshard).
 # separate: the rollout on a pool of its own (actor_rollout_ref.hybrid_engine=False), the first NP/2
 # ranks training and the other NP/2 generating with the actor's weights; must give what a colocated
 # run over NP/2 ranks gives.
@@ -75,3 +76,14 @@ VERL_FILE_LOGGER_PATH="$out/metrics.jsonl" "${launch[@]}" "${extra[@]}" "${commo
   cat "$out/stdout.txt" >&2
   exit 1
 }
+# The Megatron worker's reshard metrics are logged every step, at every layout (dp > 1 included).
+case "$placement" in
+  tp2 | tp2zero | tp[0-9]gen[0-9])
+    steps=$(wc -l < "$out/metrics.jsonl")
+    for key in perf/reshard_bytes_received perf/peak_param_bytes timing_s/reshard; do
+      logged=$(grep -c "\"$key\"" "$out/metrics.jsonl" || true)
+      if [ "$logged" -ne "$steps" ]; then
+        echo "run_case.sh: $key logged at $logged of $steps steps ($placement, NP $np)" >&2; exit 1
+      fi
+    done ;;
+esac

@@ -37,7 +37,9 @@
 // chunk with the dense KV-cache engine, and drops the dense copy. The result's meta_info["metrics"]
 // carries timing_s/reshard, perf/reshard_bytes_received (counted by the communicator in its
 // all-gathers as they happen) and perf/peak_param_bytes (the parameter buffers this rank held at
-// once: its training shard plus the dense copy, counted over the tensors allocated). Against
+// once: its training shard plus the dense copy, counted over the tensors allocated); both are
+// per-rank figures, reported as the max over the group's ranks (equal when the plan is balanced)
+// by every rank; the controller logs them at any dp (detail::worker_meta_metrics). Against
 // parallel::ReshardPlan<HybridFlow> (tp -> tg = 1) for a model of M bytes:
 //   - received = (t-1)/t * (M - R) where R are the replicated tensors (RMSNorm weights, row-parallel
 //     biases): they are not gathered, so the measured bytes are the plan's minus (t-1)/t * R. With
@@ -70,6 +72,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <concepts>
@@ -419,12 +422,18 @@ class MegatronActorRolloutRefWorker {
   void set_misplaced_reshard_for_testing(int k) { misplace_blocks_ = k; }
 
  private:
-  static data::DataProto rollout_result(rollout::RolloutOutput out, double reshard_s, std::int64_t received,
-                                        std::int64_t peak) {
+  /// The rows and the reshard's metrics. The byte figures are per-rank: every rank of the group
+  /// reports the max over the group's ranks (collective), so that the ranks the dispatch collects
+  /// (tp rank 0 of each DP group) carry the figure of every rank: equal on every rank when the
+  /// plan is balanced, otherwise the worst rank's (the controller also keeps the max over the
+  /// collected ranks: detail::worker_meta_metrics).
+  data::DataProto rollout_result(rollout::RolloutOutput out, double reshard_s, std::int64_t received, std::int64_t peak) {
+    std::array<std::int64_t, 2> figures{received, peak};
+    context_->group->all_reduce(std::span<std::int64_t>(figures), parallel::ReduceOp::max);
     data::DataProto result = rollout_rows(std::move(out));
     result.meta_info()["metrics"] = {{"timing_s/reshard", reshard_s},
-                                     {"perf/reshard_bytes_received", received},
-                                     {"perf/peak_param_bytes", peak}};
+                                     {"perf/reshard_bytes_received", figures[0]},
+                                     {"perf/peak_param_bytes", figures[1]}};
     return result;
   }
 
