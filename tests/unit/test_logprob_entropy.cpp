@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <algorithm>
 #include <cstdint>
 #include <limits>
@@ -415,3 +416,46 @@ TEST(LogprobEntropy, ErrorsNameTheArgument) {
 }
 
 }  // namespace
+
+TEST(LogprobEntropy, SimdLevelFromTheEnvironment) {
+  // VERL_SIMD picks the level (replaying a run recorded on a narrower CPU); unset or empty leaves
+  // the choice to the CPU; a name that is not a level, or a level the CPU lacks, names the variable.
+  using verl::cpu::simd::level_from_environment;
+  const char* saved = std::getenv("VERL_SIMD");
+  const std::string restore = saved != nullptr ? saved : "";
+  ::unsetenv("VERL_SIMD");
+  EXPECT_EQ(level_from_environment(), SimdLevel::automatic);
+  ::setenv("VERL_SIMD", "", 1);
+  EXPECT_EQ(level_from_environment(), SimdLevel::automatic);
+  ::setenv("VERL_SIMD", "baseline", 1);
+  EXPECT_EQ(level_from_environment(), SimdLevel::baseline);
+  for (const SimdLevel level : {SimdLevel::avx2, SimdLevel::avx512}) {
+    ::setenv("VERL_SIMD", std::string(verl::cpu::to_string(level)).c_str(), 1);
+    if (verl::cpu::simd::cpu_supports(level)) {
+      EXPECT_EQ(level_from_environment(), level);
+    } else {
+      EXPECT_THROW(
+          {
+            try {
+              (void)level_from_environment();
+            } catch (const verl::InvalidArgument& error) {
+              EXPECT_NE(std::string(error.what()).find("VERL_SIMD: this CPU cannot run"), std::string::npos) << error.what();
+              throw;
+            }
+          },
+          verl::InvalidArgument);
+    }
+  }
+  ::setenv("VERL_SIMD", "avx9", 1);
+  try {
+    (void)level_from_environment();
+    ADD_FAILURE() << "VERL_SIMD=avx9 was accepted";
+  } catch (const verl::InvalidArgument& error) {
+    EXPECT_EQ(std::string(error.what()), "VERL_SIMD: expected baseline, avx2 or avx512 (or unset), got 'avx9'");
+  }
+  if (saved != nullptr) {
+    ::setenv("VERL_SIMD", restore.c_str(), 1);
+  } else {
+    ::unsetenv("VERL_SIMD");
+  }
+}

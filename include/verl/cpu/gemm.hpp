@@ -755,6 +755,7 @@ inline bool amx_bf16_usable() {
     if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) == 0) return false;
     constexpr unsigned amx_bf16_bit = 1u << 22, amx_tile_bit = 1u << 24;
     if ((edx & amx_bf16_bit) == 0 || (edx & amx_tile_bit) == 0 || !__builtin_cpu_supports("avx512bw")) return false;
+    if (cpu::simd::best_level() != cpu::SimdLevel::avx512) return false;  // VERL_SIMD chose a narrower level
     constexpr long arch_req_xcomp_perm = 0x1023, xfeature_xtiledata = 18;
     return syscall(SYS_arch_prctl, arch_req_xcomp_perm, xfeature_xtiledata) == 0;
   }();

@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <string_view>
@@ -393,9 +394,28 @@ inline bool cpu_supports(SimdLevel level) {
   return false;
 }
 
-/// The widest level this CPU runs, detected once.
+/// The level the environment variable VERL_SIMD names (baseline, avx2, avx512), or automatic when
+/// it is unset or empty. Kernels whose sums run across vector lanes (softmax, log-softmax, norms)
+/// round differently at different widths, so a run is reproducible bit for bit only at one level:
+/// VERL_SIMD=avx2 replays, on an AVX-512 machine, a run recorded on an AVX2 one. A level the CPU
+/// cannot run, or an unknown name, is an error naming the variable, never silently replaced.
+inline SimdLevel level_from_environment() {
+  const char* value = std::getenv("VERL_SIMD");
+  if (value == nullptr || *value == '\0') return SimdLevel::automatic;
+  const std::string_view name(value);
+  for (const SimdLevel level : {SimdLevel::baseline, SimdLevel::avx2, SimdLevel::avx512}) {
+    if (name != to_string(level)) continue;
+    VERL_CHECK_ARG(cpu_supports(level), "VERL_SIMD: this CPU cannot run '{}' (expected baseline{}{})", name,
+                   cpu_supports(SimdLevel::avx2) ? ", avx2" : "", cpu_supports(SimdLevel::avx512) ? ", avx512" : "");
+    return level;
+  }
+  throw InvalidArgument(fmt::format("VERL_SIMD: expected baseline, avx2 or avx512 (or unset), got '{}'", name));
+}
+
+/// The widest level this CPU runs (or the one VERL_SIMD names), decided once.
 inline SimdLevel best_level() {
   static const SimdLevel best = [] {
+    if (const SimdLevel chosen = level_from_environment(); chosen != SimdLevel::automatic) return chosen;
     if (cpu_supports(SimdLevel::avx512)) return SimdLevel::avx512;
     if (cpu_supports(SimdLevel::avx2)) return SimdLevel::avx2;
     return SimdLevel::baseline;

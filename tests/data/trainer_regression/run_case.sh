@@ -17,6 +17,11 @@
 # ranks training and the other NP/2 generating with the actor's weights; must give what a colocated
 # run over NP/2 ranks gives.
 set -euo pipefail
+# The recorded runs were made on an AVX2 machine; the kernels' cross-lane sums round differently at
+# AVX-512's width, so replay them at AVX2's level wherever the CPU has it (VERL_SIMD, vector_math.hpp).
+if [ -z "${VERL_SIMD:-}" ] && grep -qw avx2 /proc/cpuinfo 2>/dev/null && grep -qw fma /proc/cpuinfo; then
+  export VERL_SIMD=avx2
+fi
 case_name=$1 verl_train=$2 out=$3 np=${4:-1} placement=${5:-colocated}
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../../.." && pwd)
