@@ -70,6 +70,8 @@ float naive_agg_loss(const MatrixF& loss, const MatrixF& mask, LossAggMode mode)
       const RowArray valid = (m != 0).select(loss.array(), 0.0f) * m;
       return valid.sum() / m.sum();
     }
+    case LossAggMode::token_sum:  // verl 0.9.1: the masked sum (times dp_size, 1 here)
+      return ((m != 0).select(loss.array(), 0.0f) * m).sum();
     case LossAggMode::seq_mean_token_sum:
     case LossAggMode::seq_mean_token_mean: {
       const RowArray product = loss.array() * m;
@@ -91,6 +93,7 @@ MatrixF naive_agg_loss_weights(const MatrixF& mask, LossAggMode mode) {
   const float nonempty = (lengths > 0).cast<float>().sum();
   switch (mode) {
     case LossAggMode::token_mean: return (m / m.sum()).matrix();
+    case LossAggMode::token_sum: return m.matrix();
     case LossAggMode::seq_mean_token_sum: return (m / nonempty).matrix();
     case LossAggMode::seq_mean_token_mean:
       return (m.colwise() / ((lengths + 1e-8f) * nonempty)).matrix();
@@ -292,8 +295,8 @@ class RatioReporter : public benchmark::ConsoleReporter {
 }  // namespace
 
 int main(int argc, char** argv) {
-  for (auto mode : {LossAggMode::token_mean, LossAggMode::seq_mean_token_sum, LossAggMode::seq_mean_token_mean,
-                    LossAggMode::seq_mean_token_sum_norm}) {
+  for (auto mode : {LossAggMode::token_mean, LossAggMode::token_sum, LossAggMode::seq_mean_token_sum,
+                    LossAggMode::seq_mean_token_mean, LossAggMode::seq_mean_token_sum_norm}) {
     const std::string m(to_string(mode));
     for (bool naive : {false, true}) {
       const std::string who = naive ? "naive" : "verl_cpp";
