@@ -27,6 +27,7 @@
 #include "verl/model/hf_config.hpp"
 #include "verl/model/transformer/transformer.hpp"
 #include "verl/parallel/mpi_communicator.hpp"
+#include "megatron_job.hpp"
 #include "verl/trainer/workers/megatron_actor_worker.hpp"
 
 namespace {
@@ -67,27 +68,8 @@ std::vector<std::string> overrides(bool distributed, int tp) {
           "actor_rollout_ref.rollout.tensor_model_parallel_size=1"};
 }
 
-/// One job of tp x dp ranks of the world (none for the ranks past the last whole job).
-struct Job {
-  std::optional<MpiCommunicator> group;
-  hybridflow::WorkerContext context;
-  int tp = 1, dp = 1;
-};
-
-/// Collective over the world: fills `storage` on the ranks of a whole job.
-void make_job(MpiCommunicator& world, int tp, int dp, Job& storage) {
-  const int size = tp * dp, jobs = world.size() / size;
-  const bool member = world.rank() < jobs * size;
-  storage.group.emplace(world.split(member ? world.rank() / size : jobs, world.rank() % size));
-  if (!member) return;
-  storage.tp = tp;
-  storage.dp = dp;
-  storage.context.rank = storage.group->rank();
-  storage.context.world_size = storage.group->size();
-  storage.context.global_rank = world.rank();
-  storage.context.group = &*storage.group;
-  storage.context.mesh = hybridflow::GroupMesh(tp, dp, 1);
-}
+using Job = test_support::MegatronJob;
+using test_support::make_job;
 
 /// The rows of update `step`: this DP group's chunk (every TP rank the same), with the worker's
 /// own log-probs as old_log_probs. At step 1 one row of the first mini-batch has a NaN advantage

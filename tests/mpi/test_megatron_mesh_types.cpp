@@ -30,6 +30,7 @@
 #include "verl/model/hf_config.hpp"
 #include "verl/model/transformer/transformer.hpp"
 #include "verl/parallel/mpi_communicator.hpp"
+#include "megatron_job.hpp"
 #include "verl/parallel/reshard_plan.hpp"
 #include "verl/trainer/ppo_controller.hpp"
 #include "verl/trainer/workers/megatron_actor_worker.hpp"
@@ -77,27 +78,8 @@ std::vector<std::string> overrides(int tp, int tg) {
           "actor_rollout_ref.rollout.tensor_model_parallel_size=" + std::to_string(tg)};
 }
 
-/// One job of tp x dp ranks of the world (none for the ranks past the last whole job).
-struct Job {
-  std::optional<MpiCommunicator> group;
-  hybridflow::WorkerContext context;
-  int tp = 1, dp = 1;
-};
-
-/// Collective over the world.
-void make_job(MpiCommunicator& world, int tp, int dp, Job& job) {
-  const int size = tp * dp, jobs = world.size() / size;
-  const bool member = world.rank() < jobs * size;
-  job.group.emplace(world.split(member ? world.rank() / size : jobs, world.rank() % size));
-  if (!member) return;
-  job.tp = tp;
-  job.dp = dp;
-  job.context.rank = job.group->rank();
-  job.context.world_size = job.group->size();
-  job.context.global_rank = world.rank();
-  job.context.group = &*job.group;
-  job.context.mesh = hybridflow::GroupMesh(tp, dp, 1);
-}
+using Job = test_support::MegatronJob;
+using test_support::make_job;
 
 /// This DP group's rows (every TP rank the same).
 data::DataProto chunk(int dp_rank, int dp) {
