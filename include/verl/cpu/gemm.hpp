@@ -365,6 +365,28 @@ inline constexpr Index row_blocks_per_chunk = 12;
 inline constexpr std::size_t c_resident_min_bytes = std::size_t{1} << 20;
 inline constexpr std::size_t a_all_k_max_bytes = std::size_t{8} << 20;
 
+/// How blocked_gemm cuts a block of C (rows x nc) into tasks: row ranges of whole micro-panels,
+/// and column groups.
+struct TaskSplit {
+  Index row_tasks;
+  Index column_groups;
+};
+
+/// One thread: one task per row block of at most `mc` rows (its packed A stays in cache), no
+/// column groups (each would pack the same A again). A pool: rows cut finer, into about four
+/// tasks per thread (claimed as threads free up, so that the last ones even the load out); the
+/// columns are split only when the rows alone give fewer than two tasks per thread. B streaming
+/// from memory (prepacked weights) keeps whole row blocks and splits columns, so that each thread
+/// reads its own share of the weights instead of every thread reading all of them.
+inline TaskSplit split_tasks(Index rows, Index nc, Index threads, bool b_streams_from_memory, Index mr, Index mc) {
+  const Index row_blocks = (rows + mc - 1) / mc;
+  if (threads <= 1) return {row_blocks, 1};
+  const Index wanted = 4 * threads, row_panels = (rows + mr - 1) / mr;
+  const Index row_tasks = b_streams_from_memory ? row_blocks : std::clamp(wanted, row_blocks, row_panels);
+  if (row_tasks >= 2 * threads) return {row_tasks, 1};
+  return {row_tasks, std::clamp<Index>((wanted + row_tasks - 1) / row_tasks, 1, std::max<Index>(1, nc / min_columns_per_task))};
+}
+
 /// Runs fn(0) .. fn(count - 1), on the pool when there is one.
 template <class Fn>
 void for_each_task(ThreadPool* pool, Index count, Fn&& fn) {
@@ -439,15 +461,19 @@ inline void blocked_gemm(ThreadPool* pool, Index m, Index n, Index k, Operand<fl
   for (Index i0 = 0; i0 < m; i0 += chunk_rows) {
     const Index rows = std::min(chunk_rows, m - i0);
     const Index row_blocks = (rows + mc_block - 1) / mc_block;
-    auto pack_a_block = [&](Index pc, Index block, float* out) {
+    // Packs rows [ic, ic + mc) of A's k block at pc.
+    auto pack_a_rows = [&](Index pc, Index ic, Index mc, float* out) {
       const Index kc = std::min(kc_block, k - pc);
-      const Index ic = i0 + block * mc_block, mc = std::min(mc_block, i0 + rows - ic);
       const Operand<float> a_block{a.data + ic * a.row_stride + pc * a.col_stride, a.row_stride, a.col_stride};
       if (a.row_stride == 1 && a.col_stride != 1) {
         pack_a_transposed<MR>(a_block, mc, kc, out);
       } else {
         pack_a<MR>(a_block, mc, kc, out);
       }
+    };
+    auto pack_a_block = [&](Index pc, Index block, float* out) {
+      const Index ic = i0 + block * mc_block;
+      pack_a_rows(pc, ic, std::min(mc_block, i0 + rows - ic), out);
     };
     auto shared_a_of = [&](Index pc) { return shared_a + (pc / kc_block) * a_k_stride; };
     auto pack_shared_a = [&](Index pc) {
@@ -460,28 +486,32 @@ inline void blocked_gemm(ThreadPool* pool, Index m, Index n, Index k, Operand<fl
       const bool add = accumulate || pc > 0;
       const Index nc = std::min(nc_block, n - jc);
       const Index panels = (nc + NR - 1) / NR;
-      // Enough tasks for the pool: split the columns only when the rows alone do not suffice.
-      Index column_groups = 1;
-      if (row_blocks < 4 * threads) {
-        column_groups = std::clamp<Index>((4 * threads + row_blocks - 1) / row_blocks, 1,
-                                          std::max<Index>(1, nc / min_columns_per_task));
-      }
-      const Index panels_per_group = (panels + column_groups - 1) / column_groups;
-      column_groups = (panels + panels_per_group - 1) / panels_per_group;
+      const TaskSplit split = split_tasks(rows, nc, threads, prepacked != nullptr, MR, mc_block);
+      const Index panels_per_group = (panels + split.column_groups - 1) / split.column_groups;
+      const Index column_groups = (panels + panels_per_group - 1) / panels_per_group;
+      const Index row_tasks = split.row_tasks;
+      const Index row_panels = (rows + MR - 1) / MR;
       const Operand<float> b_slab{b.data + pc * b.row_stride + jc * b.col_stride, b.row_stride, b.col_stride};
+      // B is packed in its own groups (every thread takes a share even when the tasks below split
+      // only rows).
+      const Index pack_groups = std::min<Index>(panels, threads > 1 ? 2 * threads : 1);
+      const Index panels_per_pack = (panels + pack_groups - 1) / pack_groups;
       auto pack_panels = [&](Index group) {
-        const Index p0 = group * panels_per_group, p1 = std::min(panels, p0 + panels_per_group);
+        const Index p0 = group * panels_per_pack, p1 = std::min(panels, p0 + panels_per_pack);
+        if (p0 >= p1) return;
         pack_b<NR>({b_slab.data + p0 * NR * b.col_stride, b.row_stride, b.col_stride}, kc,
                    std::min(nc, p1 * NR) - p0 * NR, shared_b + p0 * kc * NR);
       };
       auto compute = [&](Index task) {
-        const Index block = task / column_groups, group = task % column_groups;
-        const Index ic = i0 + block * mc_block, mc = std::min(mc_block, i0 + rows - ic);
-        const float* a_packed = shared_a_of(pc) + block * mc_block * kc;
+        const Index row_task = task / column_groups, group = task % column_groups;
+        // Whole MR-row panels, spread evenly over the row tasks.
+        const Index first = row_task * row_panels / row_tasks, last = (row_task + 1) * row_panels / row_tasks;
+        const Index ic = i0 + first * MR, mc = std::min(rows, last * MR) - first * MR;
+        const float* a_packed = shared_a_of(pc) + first * MR * kc;
         if (!share_a) {
           thread_local std::vector<float> packed_a;
           packed_a.resize(static_cast<std::size_t>((mc + MR - 1) / MR * MR * kc));
-          pack_a_block(pc, block, packed_a.data());
+          pack_a_rows(pc, ic, mc, packed_a.data());
           a_packed = packed_a.data();
         }
         const Index p0 = group * panels_per_group, p1 = std::min(panels, p0 + panels_per_group);
@@ -502,8 +532,8 @@ inline void blocked_gemm(ThreadPool* pool, Index m, Index n, Index k, Operand<fl
           }
         }
       };
-      if (prepacked == nullptr) for_each_task(pool, column_groups, pack_panels);
-      for_each_task(pool, row_blocks * column_groups, compute);
+      if (prepacked == nullptr) for_each_task(pool, pack_groups, pack_panels);
+      for_each_task(pool, row_tasks * column_groups, compute);
     };
     if (c_resident) {
       for (Index pc = 0; pc < k; pc += kc_block) pack_shared_a(pc);
