@@ -156,7 +156,10 @@ std::vector<Product> step_products(const HfModelConfig& config, Index tokens) {
       products.push_back({"linear_backward_weight", l.out, l.in, tokens, true, false, true});
     }
   }
-  const Index chunk = verl::model::detail::lm_head_chunk_rows(config.vocab_size);
+  // The model's chunks: all tokens at once when their logits fit the saving budget (they do here).
+  const bool logits_saved = static_cast<double>(tokens) * static_cast<double>(config.vocab_size) * sizeof(float) <=
+                            static_cast<double>(verl::model::TransformerOptions{}.max_saved_logits_bytes);
+  const Index chunk = verl::model::detail::lm_head_chunk_rows(config.vocab_size, tokens, logits_saved);
   for (Index t0 = 0; t0 < tokens; t0 += chunk) {
     const Index rows = std::min(chunk, tokens - t0);
     products.push_back({"lm_head_forward", rows, config.vocab_size, hidden, false, true, false});

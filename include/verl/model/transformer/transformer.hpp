@@ -44,6 +44,16 @@ inline Index lm_head_chunk_rows(Index vocab) {
   return std::clamp<Index>((Index{1} << 24) / std::max<Index>(vocab, 1), 16, 2048);
 }
 
+/// Tokens per LM-head chunk of a forward pass over `tokens` tokens that keeps its logits for
+/// backward (`logits_saved`): all of them, since every chunk's logits are held at once anyway; one
+/// chunk streams the head weight through its three products (logits, input gradient, weight
+/// gradient) once instead of once per chunk, and gives the weight gradient's product full-depth
+/// k blocks (the 341-token chunks of a 49152-token vocabulary left a block of 85). Otherwise the
+/// memory-bounded lm_head_chunk_rows(vocab).
+inline Index lm_head_chunk_rows(Index vocab, Index tokens, bool logits_saved) {
+  return logits_saved ? std::max<Index>(tokens, 1) : lm_head_chunk_rows(vocab);
+}
+
 /// Per-token statistics of softmax(logits / T) that the backward pass needs, for any scalar.
 /// float goes through verl::algo::fused_logprob_entropy; double (the finite-difference model)
 /// through the plain formulas below.
@@ -174,10 +184,10 @@ class BasicTransformer : public detail::ParameterModule<BasicTransformer<Scalar>
     statistics_.clear();
     saved_logits_.clear();
     const auto slots = batch.slots();
-    const Index chunk = detail::lm_head_chunk_rows(vocab);
     const bool save_logits = options.keep_activations && stats_wanted &&
                              static_cast<double>(n) * static_cast<double>(vocab) * sizeof(Scalar) <=
                                  static_cast<double>(body_.options().max_saved_logits_bytes);
+    const Index chunk = detail::lm_head_chunk_rows(vocab, n, save_logits);
     if (options.return_logits || stats_wanted) {
       RowMatrix<Scalar> logits;
       for (Index t0 = 0; t0 < n; t0 += chunk) {
@@ -206,6 +216,7 @@ class BasicTransformer : public detail::ParameterModule<BasicTransformer<Scalar>
       saved_slots_.assign(slots.begin(), slots.end());
       saved_layout_size_ = batch.layout_size();
       saved_temperature_ = options.temperature;
+      saved_chunk_rows_ = chunk;
       saved_entropy_ = options.return_entropy;
     }
     return out;
@@ -242,7 +253,7 @@ class BasicTransformer : public detail::ParameterModule<BasicTransformer<Scalar>
     RowMatrix<Scalar> d_hidden = RowMatrix<Scalar>::Zero(n, hidden.cols());
     const bool fused = !grad_log_probs.empty() || !grad_entropy.empty();
     if (fused || !cotangents.logits.empty()) {
-      const Index chunk = detail::lm_head_chunk_rows(vocab);
+      const Index chunk = saved_chunk_rows_;  // the forward pass's chunks (its statistics and saved logits)
       RowMatrix<Scalar> grad;
       for (Index t0 = 0, c = 0; t0 < n; t0 += chunk, ++c) {
         const Index rows = std::min(chunk, n - t0);
@@ -369,6 +380,7 @@ class BasicTransformer : public detail::ParameterModule<BasicTransformer<Scalar>
   std::vector<std::int64_t> saved_slots_;
   Index saved_layout_size_ = 0;
   float saved_temperature_ = 1.0f;
+  Index saved_chunk_rows_ = 1;
   bool saved_entropy_ = false;
 
   // Scratch of the KV-cache path.
