@@ -211,11 +211,11 @@ void expect_prepacked_products_match(verl::cpu::DecodePrecision precision, unsig
 TEST(Gemm, PrepackedWeightsGiveTheBitsOfTheUnpackedProduct) {
   // Decoding multiplies a few rows by weights packed once (PackedMatrix); products of up to 8 rows
   // read three panels at a time, larger ones go through the blocked loops (16-row tiles for 32 and
-  // 45 rows, 8-row ones for 20). Every element must be
+  // 45 rows, 8-row ones for 20; with a pool, 192 columns or more split over the threads). Every element must be
   // the chain of multiply-adds of the plain product, so that a KV-cache rollout's log-probs are
   // those of a full forward pass.
   expect_prepacked_products_match(verl::cpu::DecodePrecision::float32, 11, {1, 2, 5, 8, 9, 20, 32, 45},
-                                  {1, 15, 16, 17, 40, 48, 49, 300, 1000});
+                                  {1, 15, 16, 17, 40, 48, 49, 192, 300, 1000});
 }
 
 TEST(Gemm, Bfloat16PrepackedWeightsGiveTheBitsOfTheRoundedOperands) {

@@ -355,8 +355,10 @@ struct PackedPanels {
   }
 };
 
-/// Columns of C per task when a product has too few row blocks to occupy the pool.
+/// Columns of C per task when a product has too few row blocks to occupy the pool (each task
+/// packs its own copy of A), and when B is prepacked (a task packs nothing).
 inline constexpr Index min_columns_per_task = 128;
+inline constexpr Index min_prepacked_columns_per_task = 64;
 /// Row blocks whose packed A (rows x kc) is kept and reused by every NC block of B's columns when
 /// there are several (2.3 MiB at 196-row blocks and kc = 256: a share of L3).
 inline constexpr Index row_blocks_per_chunk = 12;
@@ -409,18 +411,26 @@ inline void blocked_gemm(ThreadPool* pool, Index m, Index n, Index k, Operand<fl
   static_assert(blocking.mc % MR == 0, "Blocking::mc must be a multiple of the micro-kernel's rows");
   constexpr Index mc_block = blocking.mc, nc_block = blocking.nc;
   const Index threads = pool != nullptr ? pool->size() : 1;
-  if (pool != nullptr && m <= mc_block && n >= 2 * min_columns_per_task) {
+  // Prepacked weights (a decode step) pack nothing per task, so their column ranges may be
+  // narrower: the k and v projections of a small model (192 columns) then use every thread.
+  const Index columns_per_task = prepacked != nullptr ? min_prepacked_columns_per_task : min_columns_per_task;
+  if (pool != nullptr && m <= mc_block && n >= 2 * columns_per_task) {
     // Few rows (a decode step): independent column ranges, one parallel region in all, each task
-    // packing only its own columns of B.
+    // packing only its own columns of B, the panels spread evenly. Prepacked weights stream from
+    // memory: one range per thread, so that each thread's stream (and the kernel's prefetch 64 k
+    // ahead) runs through one long stretch of panels (decode products at batch 8-48 on two threads
+    // 7-10% faster than with four shorter ranges per thread). Otherwise up to four per thread,
+    // a multiple of the threads where there are enough columns.
     const Index panels = (n + NR - 1) / NR;
-    const Index groups = std::min<Index>(4 * threads, std::max<Index>(1, n / min_columns_per_task));
-    const Index panels_per_group = (panels + groups - 1) / groups;
-    pool->parallel_for((panels + panels_per_group - 1) / panels_per_group, [&](Index g) {
-      const Index j0 = g * panels_per_group * NR, cols = std::min(n, j0 + panels_per_group * NR) - j0;
+    Index groups = std::min<Index>({(prepacked != nullptr ? 1 : 4) * threads, n / columns_per_task, panels});
+    if (groups >= threads) groups -= groups % threads;
+    pool->parallel_for(groups, [&](Index g) {
+      const Index p0 = g * panels / groups, p1 = (g + 1) * panels / groups;
+      const Index j0 = p0 * NR, cols = std::min(n, p1 * NR) - j0;
       PackedPanels sub;
       if (prepacked != nullptr) {
         sub = *prepacked;
-        sub.first_panel += g * panels_per_group;
+        sub.first_panel += p0;
       }
       blocked_gemm<MR, NR, blocking>(nullptr, m, cols, k, a, {b.data + j0 * b.col_stride, b.row_stride, b.col_stride},
                                      c + j0, ldc, accumulate, kernel, prepacked != nullptr ? &sub : nullptr);
