@@ -157,6 +157,45 @@ TEST_F(RolloutTest, KvCacheHoldsWhatTheShapesRequire) {
                                     sizeof(float));
 }
 
+TEST(KvCache, KeysAreStoredTransposedAndCopiedBetweenSequencesOfOtherCapacities) {
+  // Keys are held as (width, capacity) per sequence so that decoding reads each head's keys as
+  // rows of consecutive tokens; writes in two chunks and a copy into a longer sequence must keep
+  // every key where keys_transposed says it is, and the values as rows.
+  const Index width = 6;
+  const std::vector<Index> capacities = {5, 9};
+  verl::model::KvCache<float> cache(2, width, capacities);
+  auto key = [](Index layer, Index t, Index j) { return static_cast<float>(100 * layer + 10 * t + j); };
+  auto value = [](Index layer, Index t, Index j) { return -static_cast<float>(100 * layer + 10 * t + j) - 0.5f; };
+  for (const auto& [first, count] : {std::pair<Index, Index>{0, 3}, std::pair<Index, Index>{3, 2}}) {
+    for (Index layer = 0; layer < 2; ++layer) {
+      std::vector<float> k, v;
+      for (Index t = first; t < first + count; ++t) {
+        for (Index j = 0; j < width; ++j) {
+          k.push_back(key(layer, t, j));
+          v.push_back(value(layer, t, j));
+        }
+      }
+      cache.write(layer, 0, k.data(), v.data(), count);
+    }
+    cache.advance(0, count);
+  }
+  cache.copy_sequence(0, 1);
+  ASSERT_EQ(cache.length(1), 5);
+  for (const Index s : {0, 1}) {
+    for (Index layer = 0; layer < 2; ++layer) {
+      for (Index t = 0; t < 5; ++t) {
+        for (Index j = 0; j < width; ++j) {
+          EXPECT_EQ(cache.keys_transposed(layer, s)[j * capacities[static_cast<std::size_t>(s)] + t], key(layer, t, j))
+              << "sequence " << s << " layer " << layer << " token " << t << " key " << j;
+          EXPECT_EQ(cache.values(layer, s)[t * width + j], value(layer, t, j));
+        }
+      }
+    }
+  }
+  const std::vector<float> one(static_cast<std::size_t>(width), 1.0f);
+  EXPECT_THROW(cache.write(0, 0, one.data(), one.data(), 1), verl::InvalidArgument);  // sequence 0 is full
+}
+
 TEST_F(RolloutTest, BadInputIsNamed) {
   KvCacheRollout engine(model);
   auto message = [&](const PromptBatch& batch, const SamplingParams& params) {

@@ -718,7 +718,7 @@ TEST(Attention, SlidingWindowMatchesADenseMaskedSoftmax) {
       const MatrixD expected = p * v;
       MatrixD out(queries, d);
       std::vector<double> lse(static_cast<std::size_t>(queries)), scratch;
-      attention_forward_head<double>({q.data(), d}, {k.data(), d}, {v.data(), d}, queries, offset, d, scale,
+      attention_forward_head<double>({q.data(), d}, verl::cpu::transpose_of(k.data(), d), {v.data(), d}, queries, offset, d, scale,
                                      {out.data(), d}, lse.data(), 1, scratch, window);
       EXPECT_LT((out - expected).cwiseAbs().maxCoeff(), 1e-12) << "offset " << offset << " window " << window;
       if (offset != 0) continue;  // backward runs on whole sequences

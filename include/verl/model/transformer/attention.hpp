@@ -47,9 +47,10 @@ inline Index first_visible_key(Index end, Index window) { return window > 0 && e
 
 /// out = softmax(scale q k^T + causal mask) v for `queries` query rows; lse (if not null) gets
 /// the log-sum-exp of each query's scaled scores (lse_stride apart). `window` > 0: sliding-window
-/// attention over the last `window` keys.
+/// attention over the last `window` keys. The keys come as k^T (head_dim x keys), in whatever
+/// layout holds them: cpu::transpose_of(rows of keys, stride), or a KV cache's transposed keys.
 template <class S>
-void attention_forward_head(ConstHeadRows<S> q, ConstHeadRows<S> k, ConstHeadRows<S> v, Index queries, Index key_offset,
+void attention_forward_head(ConstHeadRows<S> q, cpu::Operand<S> keys_transposed, ConstHeadRows<S> v, Index queries, Index key_offset,
                             Index head_dim, S scale, HeadRows<S> out, S* lse, Index lse_stride,
                             std::vector<S>& scratch, Index window = 0) {
   for (Index i0 = 0; i0 < queries; i0 += attention_query_block) {
@@ -60,7 +61,8 @@ void attention_forward_head(ConstHeadRows<S> q, ConstHeadRows<S> k, ConstHeadRow
     scratch.resize(static_cast<std::size_t>(rows * keys));
     Eigen::Map<RowMatrix<S>> scores(scratch.data(), rows, keys);
     cpu::gemm<S>(rows, keys, head_dim, cpu::rows_of(q.data + i0 * q.stride, q.stride),
-            cpu::transpose_of(k.data + first * k.stride, k.stride), scores.data(), keys, false);
+            {keys_transposed.data + first * keys_transposed.col_stride, keys_transposed.row_stride, keys_transposed.col_stride},
+            scores.data(), keys, false);
     for (Index r = 0; r < rows; ++r) {
       const Index row_end = key_offset + i0 + r + 1 - first;  // within the block's keys
       const Index row_first = first_visible_key(key_offset + i0 + r + 1, window) - first;

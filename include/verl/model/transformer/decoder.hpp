@@ -370,9 +370,7 @@ class DecoderBody {
                               const Index s = sequences[static_cast<std::size_t>(i)];
                               const Index begin = chunk_offsets[static_cast<std::size_t>(i)];
                               const Index count = chunk_offsets[static_cast<std::size_t>(i) + 1] - begin;
-                              const Index at = cache.length(s) * kv_width;
-                              std::copy_n(a.k.data() + begin * kv_width, count * kv_width, cache.keys(layer, s) + at);
-                              std::copy_n(a.v.data() + begin * kv_width, count * kv_width, cache.values(layer, s) + at);
+                              cache.write(layer, s, a.k.data() + begin * kv_width, a.v.data() + begin * kv_width, count);
                             }
                             pool_->parallel_for(chunks * heads, [&](Index task) {
                               const Index i = task / heads, h = task % heads, kv = h / group;
@@ -382,7 +380,8 @@ class DecoderBody {
                               thread_local std::vector<Scalar> buffer;
                               detail::attention_forward_head<Scalar>(
                                   {a.q.data() + begin * a.q.cols() + h * d, a.q.cols()},
-                                  {cache.keys(layer, s) + kv * d, kv_width}, {cache.values(layer, s) + kv * d, kv_width},
+                                  cpu::rows_of(cache.keys_transposed(layer, s) + kv * d * cache.capacity(s), cache.capacity(s)),
+                                  {cache.values(layer, s) + kv * d, kv_width},
                                   count, cache.length(s), d, scale,
                                   {a.attn.data() + begin * a.attn.cols() + h * d, a.attn.cols()}, nullptr, 0, buffer,
                                   window);
@@ -525,7 +524,7 @@ class DecoderBody {
       if (length == 0) return;
       thread_local std::vector<Scalar> buffer;
       detail::attention_forward_head<Scalar>({act.q.data() + begin * act.q.cols() + h * d, act.q.cols()},
-                                             {act.k.data() + begin * act.k.cols() + kv * d, act.k.cols()},
+                                             cpu::transpose_of(act.k.data() + begin * act.k.cols() + kv * d, act.k.cols()),
                                              {act.v.data() + begin * act.v.cols() + kv * d, act.v.cols()}, length, 0,
                                              d, scale, {act.attn.data() + begin * act.attn.cols() + h * d, act.attn.cols()},
                                              act.lse.data() + begin * heads + h, heads, buffer, window);

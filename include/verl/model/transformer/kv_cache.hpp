@@ -1,5 +1,8 @@
 // The key/value cache of incremental decoding: per layer and per sequence, the rotated keys and
-// the values of every token seen so far, (capacity, kv_heads * head_dim) each. One allocation of
+// the values of every token seen so far. Values are rows, (capacity, kv_heads * head_dim); keys
+// are stored transposed, (kv_heads * head_dim, capacity): a decode step's scores q k^T read each
+// head's keys as rows of consecutive tokens in place (16 at a time), where rows of keys had to be
+// transposed into panels for every query head at every step. One allocation of
 // exactly sum(capacities) * layers * 2 * kv_heads * head_dim scalars: what the shapes require
 // (bytes()). It may also carry the model's weights packed for decoding (packed_weight_bytes()).
 #pragma once
@@ -41,11 +44,27 @@ class KvCache {
   /// Bytes held: the cache's whole memory footprint.
   [[nodiscard]] std::size_t bytes() const { return storage_.size() * sizeof(Scalar); }
 
-  /// Row 0 of a sequence's keys (or values) in a layer; rows are `width()` apart.
-  [[nodiscard]] Scalar* keys(Index layer, Index sequence) { return row0(layer, 0, sequence); }
+  /// A sequence's keys in a layer, transposed: key j of token t at keys_transposed(...)[j *
+  /// capacity(sequence) + t].
+  [[nodiscard]] Scalar* keys_transposed(Index layer, Index sequence) { return row0(layer, 0, sequence); }
+  [[nodiscard]] const Scalar* keys_transposed(Index layer, Index sequence) const { return row0(layer, 0, sequence); }
+  /// Row 0 of a sequence's values in a layer; rows are `width()` apart.
   [[nodiscard]] Scalar* values(Index layer, Index sequence) { return row0(layer, 1, sequence); }
-  [[nodiscard]] const Scalar* keys(Index layer, Index sequence) const { return row0(layer, 0, sequence); }
   [[nodiscard]] const Scalar* values(Index layer, Index sequence) const { return row0(layer, 1, sequence); }
+
+  /// Writes the keys and values of `count` tokens (rows `width()` apart) after the sequence's
+  /// cached ones; advance() records them.
+  void write(Index layer, Index sequence, const Scalar* keys, const Scalar* values, Index count) {
+    const auto s = checked(sequence);
+    const Index at = lengths_[s], capacity = capacities_[s];
+    VERL_CHECK_ARG(count >= 0 && at + count <= capacity, "KvCache: sequence {} holds {} of {} tokens, cannot write {}",
+                   sequence, at, capacity, count);
+    Scalar* const keys_t = keys_transposed(layer, sequence);
+    for (Index t = 0; t < count; ++t) {
+      for (Index j = 0; j < width_; ++j) keys_t[j * capacity + at + t] = keys[t * width_ + j];
+    }
+    std::copy_n(values, count * width_, this->values(layer, sequence) + at * width_);
+  }
 
   /// Records that `count` more tokens were written to a sequence.
   void advance(Index sequence, Index count) {
@@ -61,10 +80,12 @@ class KvCache {
     VERL_CHECK_ARG(lengths_[f] <= capacities_[t], "KvCache: sequence {} ({} tokens) does not fit sequence {} ({})",
                    from, lengths_[f], to, capacities_[t]);
     for (Index layer = 0; layer < layers_; ++layer) {
-      for (int kind = 0; kind < 2; ++kind) {
-        const Scalar* source = row0(layer, kind, from);
-        std::copy(source, source + lengths_[f] * width_, row0(layer, kind, to));
+      const Scalar* keys_from = row0(layer, 0, from);
+      Scalar* keys_to = row0(layer, 0, to);
+      for (Index j = 0; j < width_; ++j) {
+        std::copy_n(keys_from + j * capacities_[f], lengths_[f], keys_to + j * capacities_[t]);
       }
+      std::copy_n(row0(layer, 1, from), lengths_[f] * width_, row0(layer, 1, to));
     }
     lengths_[t] = lengths_[f];
   }
@@ -84,7 +105,7 @@ class KvCache {
                    num_sequences(), sequence);
     return static_cast<std::size_t>(sequence);
   }
-  // Layout: [layer][keys, values][sequence rows][width].
+  // Layout: [layer][keys, values][sequence][capacity x width]: values row-major, keys transposed.
   Scalar* row0(Index layer, int kind, Index sequence) {
     return storage_.data() + ((layer * 2 + kind) * offsets_.back() + offsets_[checked(sequence)]) * width_;
   }
