@@ -22,6 +22,14 @@ using verl::float_to_bf16_bits;
 
 class GemmTest : public ::testing::TestWithParam<std::tuple<Index, Index, Index>> {};
 
+// Bit-for-bit agreement between paths, and bfloat16 decoding, belong to the packed AVX2/AVX-512
+// kernels; below AVX2 (VERL_SIMD=baseline, or such a CPU) products go through Eigen, which sums
+// in its own order, and bfloat16 decoding is refused with a message.
+#define VERL_SKIP_BELOW_AVX2()                                                                             \
+  if (verl::cpu::simd::best_level() < verl::cpu::SimdLevel::avx2) {                                       \
+    GTEST_SKIP() << "the packed AVX2/AVX-512 kernels are off (level " << verl::cpu::to_string(verl::cpu::simd::best_level()) << ")"; \
+  }
+
 TEST_P(GemmTest, MatchesADoubleReferenceForEveryLayout) {
   const auto [m, n, k] = GetParam();
   std::mt19937 rng(static_cast<unsigned>(m * 1000 + n * 10 + k));
@@ -101,6 +109,7 @@ TEST(Gemm, ResultsDoNotDependOnTheThreadCount) {
 }
 
 TEST(Gemm, WideProductsGiveTheBitsOfTheirRowSlices) {
+  VERL_SKIP_BELOW_AVX2();
   // A product whose C outgrows the caches (an LM head's logits) runs its NC blocks outside its KC
   // blocks; a slice of its rows (small C) runs them inside. Each element must be the same chain
   // of multiply-adds either way, so the slices give the same bits, with and without a pool.
@@ -130,6 +139,7 @@ TEST(Gemm, WideProductsGiveTheBitsOfTheirRowSlices) {
 }
 
 TEST(Gemm, FewRowsGiveTheBitsOfTheSameRowsInALargerProduct) {
+  VERL_SKIP_BELOW_AVX2();
   // Products of fewer than 8 rows (a decode step's attention) skip the blocked path; each element
   // must still be the same chain of multiply-adds, so a row's result never depends on how many
   // other rows the product had (KV-cache decoding = a full forward pass, bit for bit).
@@ -219,6 +229,7 @@ TEST(Gemm, PrepackedWeightsGiveTheBitsOfTheUnpackedProduct) {
 }
 
 TEST(Gemm, Bfloat16PrepackedWeightsGiveTheBitsOfTheRoundedOperands) {
+  VERL_SKIP_BELOW_AVX2();
   // A bfloat16 rollout packs its weights rounded to nearest-even bfloat16 (stored in 16 bits on
   // AVX-512, through the three-stream kernel for every row count) and rounds the rows it
   // multiplies them with.
@@ -282,6 +293,7 @@ TEST(Gemm, Bfloat16TilesSumTheRoundedProductsInFloat32) {
 }
 
 TEST(Gemm, Bfloat16PackingRoundsToNearestEvenAndKeepsSpecialValues) {
+  VERL_SKIP_BELOW_AVX2();
   // Values on and around rounding ties, and infinities and NaN.
   const std::vector<float> w = {1.0f,
                                 std::bit_cast<float>(0x3f808000u),  // tie, rounds down to even
@@ -310,6 +322,7 @@ TEST(Gemm, Bfloat16PackingRoundsToNearestEvenAndKeepsSpecialValues) {
 }
 
 TEST(Gemm, Bfloat16ProductsRoundTheRowsTheyMultiplyAsTheScalarRoundingDoes) {
+  VERL_SKIP_BELOW_AVX2();
   // The rows of A are rounded 16 at a time where the CPU allows, the rest one by one: a value
   // on a tie, around it, infinite or NaN must round the same at every position of a row. A is
   // zero but for one value, and W is all ones, so the product is that value rounded.
