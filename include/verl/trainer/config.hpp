@@ -458,10 +458,13 @@ inline void validate(const PPOConfig& c, std::vector<std::string>& problems) {
               fmt::format("{}: expected a divisor of {}.tensor_model_parallel_size = {} (the 3D-HybridEngine makes each "
                           "generation TP shard by all-gathering tp / tg training shards), got {}",
                           rollout_tp, k, m.tensor_model_parallel_size, tg));
-      require(m.pipeline_model_parallel_size == 1,
-              fmt::format("{}.pipeline_model_parallel_size: not supported by verl-cpp yet (pipeline parallelism in the "
-                          "trainer), expected 1, got {}",
-                          k, m.pipeline_model_parallel_size));
+      // Pipeline parallelism (1F1B over the stages) with a dense generation copy (pg = 1, tg = 1).
+      require(m.pipeline_model_parallel_size >= 1,
+              fmt::format("{}.pipeline_model_parallel_size: expected a value >= 1, got {}", k, m.pipeline_model_parallel_size));
+      require(m.pipeline_model_parallel_size == 1 || tg == 1,
+              fmt::format("{}: expected 1 with {}.pipeline_model_parallel_size = {} > 1 (the generation gathers every "
+                          "stage's layers into a dense copy; TP-sharded generation from a pipeline is not built), got {}",
+                          rollout_tp, k, m.pipeline_model_parallel_size, tg));
       require(m.context_parallel_size == 1,
               fmt::format("{}.context_parallel_size: not supported by verl-cpp yet (context parallelism), expected 1, got {}",
                           k, m.context_parallel_size));

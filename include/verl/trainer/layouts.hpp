@@ -5,7 +5,9 @@
 //   - the meshes split tp, dp and pp only, have a tp and a dp axis (DP<> takes the ranks left
 //     over), and list their axes longer than one in Megatron's order (tp fastest, then dp, then
 //     pp: the worker group's rank layout);
-//   - training pp = 1 and generation pp = 1 (pipeline parallelism is not built in the trainer);
+//   - generation pp = 1 (the 3D-HybridEngine gathers every training stage's layers into each
+//     generation rank: HybridFlow's pg = 1); training pp may be more (the worker pipelines its
+//     layers with 1F1B; the model's layers must split evenly, checked when it is loaded);
 //   - the generation tp divides the training tp (HybridFlow's tg | t: a generation shard is the
 //     union of t / tg training shards);
 //   - both meshes cover the same ranks (the 3D-HybridEngine reshards in place);
@@ -16,14 +18,17 @@
 //
 //   using Checked = Layouts<Mesh<TP<4>, DP<>>, Mesh<TP<2>, DP<>>>;                // fine
 //   Layouts<Mesh<TP<4>, DP<>>, Mesh<TP<3>, DP<>>>         // TRAIN_TP_MUST_BE_A_MULTIPLE_OF_GEN_TP
-//   Layouts<Mesh<PP<2>, TP<2>, DP<>>, Mesh<TP<1>, DP<>>>  // PIPELINE_PARALLEL_TRAINING_IS_NOT_BUILT_YET_...
+//   using Piped = Layouts<Mesh<TP<2>, DP<>, PP<2>>, Mesh<TP<1>, DP<>>>;         // fine: pp 2 -> pg 1
+//   Layouts<Mesh<TP<2>, DP<>>, Mesh<TP<1>, DP<>, PP<2>>>  // PIPELINE_PARALLEL_GENERATION_IS_NOT_BUILT_...
+//   Layouts<Mesh<PP<2>, TP<2>, DP<>>, Mesh<TP<1>, DP<>>>  // THE_ACTOR_MESH_AXES_MUST_BE_IN_MEGATRON_ORDER_...
+//                                                         // (pp fastest is not the worker group's layout)
 //
 // The head counts are static when the model type says so: model_heads<Model> reads
 // Model::num_attention_heads (and Model::num_key_value_heads, else the same) when it has them as
 // constants, and a user may specialise it for a type they cannot edit. Dynamic sizes are checked at
 // run time by Layouts::from_sizes against the configuration's numbers, the errors naming the keys
-// (actor_rollout_ref.actor.megatron.tensor_model_parallel_size, ...rollout.tensor_model_parallel_size,
-// the actor pool's ranks) with the expected and the given values; a static size that the
+// (actor_rollout_ref.actor.megatron.tensor_model_parallel_size, ...pipeline_model_parallel_size,
+// ...rollout.tensor_model_parallel_size, the actor pool's ranks) with the expected and the given values; a static size that the
 // configuration contradicts is such an error too.
 #pragma once
 
@@ -175,13 +180,12 @@ struct layout_rules {
   static constexpr bool tp_dp_ok = Train::has_axis(parallel::AxisKind::tp) && Train::has_axis(parallel::AxisKind::dp) &&
                                    Gen::has_axis(parallel::AxisKind::tp) && Gen::has_axis(parallel::AxisKind::dp);
   VERL_STATIC_ASSERT(tp_dp_ok, THE_ACTOR_MESHES_NEED_A_TP_AND_A_DP_AXIS);
-  static constexpr bool train_pp_ok = p == 1 || p == ::verl::dynamic;
-  VERL_STATIC_ASSERT(train_pp_ok, PIPELINE_PARALLEL_TRAINING_IS_NOT_BUILT_YET_THE_TRAINING_MESH_NEEDS_PP_1);
+  // Training pp may be anything; generation pp must be 1 (a dynamic PP<> there is checked at run
+  // time: from_sizes makes it 1).
   static constexpr bool gen_pp_ok = pg == 1 || pg == ::verl::dynamic;
   VERL_STATIC_ASSERT(gen_pp_ok, PIPELINE_PARALLEL_GENERATION_IS_NOT_BUILT_YET_THE_GENERATION_MESH_NEEDS_PP_1);
-  // Reported only when no pipeline axis is refused (one message for Mesh<PP<2>, TP<2>, DP<>>).
-  static constexpr bool order_ok = !train_pp_ok || !gen_pp_ok ||
-                                   (detail::in_megatron_order<Train>() && detail::in_megatron_order<Gen>());
+  // Reported only when the generation pipeline axis is not refused (one message per mesh pair).
+  static constexpr bool order_ok = !gen_pp_ok || (detail::in_megatron_order<Train>() && detail::in_megatron_order<Gen>());
   VERL_STATIC_ASSERT(order_ok, THE_ACTOR_MESH_AXES_MUST_BE_IN_MEGATRON_ORDER_TP_DP_PP);
   static constexpr bool tp_ok = t == ::verl::dynamic || tg == ::verl::dynamic || t % tg == 0;
   VERL_STATIC_ASSERT(tp_ok, TRAIN_TP_MUST_BE_A_MULTIPLE_OF_GEN_TP);
@@ -213,7 +217,7 @@ struct layout_rules {
   VERL_STATIC_ASSERT(kv_ok, TENSOR_PARALLEL_SIZE_MUST_DIVIDE_OR_BE_A_MULTIPLE_OF_THE_MODELS_KV_HEADS);
 
   static constexpr bool value =
-      axes_ok && tp_dp_ok && train_pp_ok && gen_pp_ok && order_ok && tp_ok && world_ok && heads_ok && heads_divide_ok && kv_ok;
+      axes_ok && tp_dp_ok && gen_pp_ok && order_ok && tp_ok && world_ok && heads_ok && heads_divide_ok && kv_ok;
 };
 
 /// The actor's training and generation meshes: the types (checked by layout_rules, with Model's
@@ -227,7 +231,7 @@ struct Layouts {
   using train_mesh_type = TrainMesh;
   using generation_mesh_type = GenMesh;
 
-  TrainMesh train;       ///< Megatron's (tp, dp) layout of the actor's ranks
+  TrainMesh train;       ///< Megatron's (tp, dp, pp) layout of the actor's ranks
   GenMesh generation;    ///< the 3D-HybridEngine's generation layout (tg, dg = ranks / tg)
 
   /// "Mesh<TP<2>, DP<>> -> Mesh<TP<1>, DP<>>".
@@ -235,24 +239,28 @@ struct Layouts {
     return detail::mesh_type_name<TrainMesh>::get() + " -> " + detail::mesh_type_name<GenMesh>::get();
   }
 
-  /// The meshes over `sizes.ranks` ranks: dp = ranks / tp for training, ranks / tg for generation.
+  /// The meshes over `sizes.ranks` ranks: dp = ranks / (tp pp) for training, ranks / tg for generation.
   /// Throws verl::InvalidArgument naming the key (and the mesh type when it fixes the size) when
   /// the numbers break a rule or contradict a static size.
   static Layouts from_sizes(const LayoutSizes& sizes) {
     using parallel::AxisKind;
-    VERL_CHECK_ARG(sizes.train_pp == 1,
-                   "{}: not supported by verl-cpp yet (pipeline parallelism in the trainer), expected 1, got {}",
-                   detail::train_pp_key, sizes.train_pp);
     VERL_CHECK_ARG(sizes.ranks >= 1, "{}: expected at least 1, got {}", detail::ranks_key, sizes.ranks);
-    VERL_CHECK_ARG(sizes.train_tp >= 1 && sizes.ranks % sizes.train_tp == 0,
+    VERL_CHECK_ARG(sizes.train_pp >= 1 && sizes.ranks % sizes.train_pp == 0,
+                   "{}: expected a divisor of the actor pool's {} ranks (trainer.nnodes x trainer.n_gpus_per_node), got {}",
+                   detail::train_pp_key, sizes.ranks, sizes.train_pp);
+    VERL_CHECK_ARG(sizes.train_pp > 1 || (sizes.train_tp >= 1 && sizes.ranks % sizes.train_tp == 0),
                    "{}: expected a divisor of the actor pool's {} ranks (trainer.nnodes x trainer.n_gpus_per_node; data "
                    "parallel size = ranks / tp), got {}",
                    detail::train_tp_key, sizes.ranks, sizes.train_tp);
+    VERL_CHECK_ARG(sizes.train_tp >= 1 && (sizes.ranks / sizes.train_pp) % sizes.train_tp == 0,
+                   "{}: expected a divisor of the actor pool's {} ranks over {} = {} pipeline stages "
+                   "(trainer.nnodes x trainer.n_gpus_per_node; data parallel size = ranks / (tp pp)), got {}",
+                   detail::train_tp_key, sizes.ranks, detail::train_pp_key, sizes.train_pp, sizes.train_tp);
     VERL_CHECK_ARG(sizes.gen_tp >= 1 && sizes.train_tp % sizes.gen_tp == 0, "{}: expected a divisor of {} = {}, got {}",
                    detail::gen_tp_key, detail::train_tp_key, sizes.train_tp, sizes.gen_tp);
-    const std::int64_t dp = sizes.ranks / sizes.train_tp, dg = sizes.ranks / sizes.gen_tp;
+    const std::int64_t dp = sizes.ranks / (sizes.train_tp * sizes.train_pp), dg = sizes.ranks / sizes.gen_tp;
     check_static<TrainMesh>("training", sizes.ranks, {{AxisKind::tp, sizes.train_tp, detail::train_tp_key},
-                                                      {AxisKind::dp, dp, "the training data parallel size (ranks / tp)"},
+                                                      {AxisKind::dp, dp, "the training data parallel size (ranks / (tp pp))"},
                                                       {AxisKind::pp, sizes.train_pp, detail::train_pp_key}});
     check_static<GenMesh>("generation", sizes.ranks,
                           {{AxisKind::tp, sizes.gen_tp, detail::gen_tp_key},

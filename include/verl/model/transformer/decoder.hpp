@@ -101,6 +101,18 @@ inline S silu(S g) {
 
 }  // namespace detail
 
+/// The layers a pipeline stage's body holds (Megatron's pipeline parallelism): layers
+/// [first_layer, first_layer + layers) of the model, the embedding only on the first stage and
+/// the final norm only on the last. The default is the whole model.
+struct PipelineStageLayers {
+  Index first_layer = 0;
+  Index layers = -1;  ///< -1: every layer (num_hidden_layers)
+  bool embeds = true;
+  bool final_norm = true;
+  [[nodiscard]] bool whole_model() const { return first_layer == 0 && layers < 0 && embeds && final_norm; }
+  friend bool operator==(const PipelineStageLayers&, const PipelineStageLayers&) = default;
+};
+
 template <class Scalar>
 class DecoderBody {
  public:
@@ -116,9 +128,16 @@ class DecoderBody {
   /// A body over weights that already exist (no parameter buffer is allocated): the
   /// 3D-HybridEngine hands the training tensors, grown into generation shards, to a generation
   /// body this way. `weights` must have `config`'s shapes (checked); `pool` is shared.
+  /// A pipeline stage's body (`stage`: its layers, whether it embeds and norms) is built this way,
+  /// over the stage's tensors only.
   DecoderBody(HfModelConfig config, const TransformerOptions& options, DecoderWeights<Scalar> weights,
-              std::shared_ptr<cpu::ThreadPool> pool)
-      : config_(std::move(config)), options_(options), weights_(std::move(weights)), rope_(config_), pool_(std::move(pool)) {
+              std::shared_ptr<cpu::ThreadPool> pool, PipelineStageLayers stage = {})
+      : config_(std::move(config)),
+        options_(options),
+        weights_(std::move(weights)),
+        rope_(config_),
+        pool_(std::move(pool)),
+        stage_(stage) {
     detail::require_supported(config_);
     VERL_CHECK_ARG(pool_ != nullptr, "pool: expected a thread pool, got none");
     check_weight_shapes();
@@ -158,8 +177,14 @@ class DecoderBody {
     }
   }
 
+  /// The layers this body holds (the whole model unless it is a pipeline stage's).
+  [[nodiscard]] const PipelineStageLayers& pipeline_stage() const { return stage_; }
+
   /// The final hidden states (after the last norm) of the batch's valid tokens, (N, H).
-  const RowMatrix<Scalar>& forward(const TokenBatch& batch, bool keep_activations) {
+  /// A pipeline stage that does not embed starts from `stage_input` (the previous stage's output,
+  /// (N, H)), and one without the final norm returns its last layer's output (the residual stream).
+  const RowMatrix<Scalar>& forward(const TokenBatch& batch, bool keep_activations,
+                                   const RowMatrix<Scalar>* stage_input = nullptr) {
     require_tokens(batch.tokens(), "input_ids");
     saved_ = false;
     const Index n = batch.num_tokens(), hidden = config_.hidden_size;
@@ -170,14 +195,29 @@ class DecoderBody {
     const std::size_t layers = weights_.layers.size();
     activations_.resize(keep_activations ? layers : 1);
     RowMatrix<Scalar> x(n, hidden);
-    embed(tokens_, x);
+    if (stage_.embeds) {
+      embed(tokens_, x);
+    } else {
+      VERL_CHECK_ARG(stage_input != nullptr && stage_input->rows() == n && stage_input->cols() == hidden,
+                     "stage_input: pipeline stage from layer {}: expected the previous stage's ({}, {}) activations, "
+                     "got {}",
+                     stage_.first_layer, n, hidden,
+                     stage_input == nullptr ? std::string("none")
+                                            : fmt::format("({}, {})", stage_input->rows(), stage_input->cols()));
+      x = *stage_input;
+    }
     for (std::size_t l = 0; l < layers; ++l) {
       auto& act = activations_[keep_activations ? l : 0];
       act.x.swap(x);
       x.resize(n, hidden);
-      const Index window = config_.attention_window(static_cast<Index>(l));
+      const Index window = config_.attention_window(stage_.first_layer + static_cast<Index>(l));
       layer_forward(weights_.layers[l], act, x, cos_, sin_,
                     [&](detail::LayerActivations<Scalar>& a) { attend(a, window); });
+    }
+    if (!stage_.final_norm) {  // the next stage continues the residual stream
+      hidden_.swap(x);
+      saved_ = keep_activations;
+      return hidden_;
     }
     final_x_.swap(x);
     hidden_.resize(n, hidden);
@@ -185,6 +225,46 @@ class DecoderBody {
     saved_ = keep_activations;
     return hidden_;
   }
+
+  /// What a forward pass with keep_activations leaves for its backward pass, moved out so that
+  /// several passes can wait for their backward (a pipeline stage under 1F1B holds up to as many
+  /// micro-batches as stages follow it).
+  struct SavedPass {
+    bool saved = false;
+    std::vector<TokenId> tokens;
+    std::vector<std::int64_t> cu_seqlens;
+    RowMatrix<Scalar> cos, sin;
+    std::vector<detail::LayerActivations<Scalar>> activations;
+    RowMatrix<Scalar> final_x;
+    Vector<Scalar> final_inv_rms;
+    RowMatrix<Scalar> hidden;
+  };
+  /// Moves the last forward pass's saved state out (the body then holds none).
+  [[nodiscard]] SavedPass take_saved_pass() {
+    SavedPass pass{saved_, std::move(tokens_), std::move(cu_seqlens_), std::move(cos_), std::move(sin_),
+                   std::move(activations_), std::move(final_x_), std::move(final_inv_rms_), std::move(hidden_)};
+    saved_ = false;
+    tokens_.clear();
+    cu_seqlens_.clear();
+    activations_.clear();
+    return pass;
+  }
+  /// Makes a pass take_saved_pass() moved out the one backward runs from.
+  void restore_saved_pass(SavedPass pass) {
+    saved_ = pass.saved;
+    tokens_ = std::move(pass.tokens);
+    cu_seqlens_ = std::move(pass.cu_seqlens);
+    cos_ = std::move(pass.cos);
+    sin_ = std::move(pass.sin);
+    activations_ = std::move(pass.activations);
+    final_x_ = std::move(pass.final_x);
+    final_inv_rms_ = std::move(pass.final_inv_rms);
+    hidden_ = std::move(pass.hidden);
+  }
+
+  /// The gradient of the last backward's stage input (a pipeline stage that does not embed):
+  /// what it sends to the previous stage.
+  [[nodiscard]] const RowMatrix<Scalar>& stage_input_gradient() const { return stage_input_gradient_; }
 
   /// The last forward's final hidden states.
   [[nodiscard]] const RowMatrix<Scalar>& hidden() const { return hidden_; }
@@ -198,10 +278,20 @@ class DecoderBody {
     enable_grad();
     const Index n = hidden_.rows(), width = config_.hidden_size;
     RowMatrix<Scalar> dx(n, width);
-    detail::rms_norm_backward<Scalar>(final_x_, weights_.norm.value, final_inv_rms_, d_hidden, &weights_.norm.grad,
-                                      dx, false);
+    if (stage_.final_norm) {
+      detail::rms_norm_backward<Scalar>(final_x_, weights_.norm.value, final_inv_rms_, d_hidden, &weights_.norm.grad,
+                                        dx, false);
+    } else {
+      dx.swap(d_hidden);
+    }
     for (std::size_t l = weights_.layers.size(); l-- > 0;) {
-      layer_backward(weights_.layers[l], activations_[l], dx, config_.attention_window(static_cast<Index>(l)));
+      layer_backward(weights_.layers[l], activations_[l], dx,
+                     config_.attention_window(stage_.first_layer + static_cast<Index>(l)));
+    }
+    if (!stage_.embeds) {  // the previous stage's output gradient
+      stage_input_gradient_.swap(dx);
+      saved_ = false;
+      return;
     }
     // Embedding rows gather the gradient of their tokens; the padding token's row gets none
     // (nn.Embedding's padding_idx).
@@ -441,8 +531,12 @@ class DecoderBody {
 
  private:
   void check_weight_shapes() const {
-    VERL_CHECK_ARG(static_cast<Index>(weights_.layers.size()) == config_.num_hidden_layers,
-                   "weights: expected {} layers (num_hidden_layers), got {}", config_.num_hidden_layers,
+    const Index layers = stage_.layers < 0 ? config_.num_hidden_layers : stage_.layers;
+    VERL_CHECK_ARG(stage_.first_layer >= 0 && stage_.first_layer + layers <= config_.num_hidden_layers,
+                   "pipeline stage: layers [{}, {}) are not within num_hidden_layers = {}", stage_.first_layer,
+                   stage_.first_layer + layers, config_.num_hidden_layers);
+    VERL_CHECK_ARG(static_cast<Index>(weights_.layers.size()) == layers,
+                   "weights: expected {} layers (num_hidden_layers, or the pipeline stage's), got {}", layers,
                    weights_.layers.size());
     const Index h = config_.hidden_size, q = config_.num_attention_heads * config_.head_dim,
                 kv = config_.num_key_value_heads * config_.head_dim, inner = config_.intermediate_size;
@@ -452,8 +546,9 @@ class DecoderBody {
                      "weights: tensor '{}': expected shape [{}] with {} values (the config's), got [{}] with {}", t.name,
                      fmt::join(shape, ", "), values, fmt::join(t.shape, ", "), t.value.size());
     };
-    expect(weights_.embed_tokens, {config_.vocab_size, h});
-    expect(weights_.norm, {h});
+    // A pipeline stage holds the embedding only on the first stage, the final norm on the last.
+    if (stage_.embeds || weights_.embed_tokens.present()) expect(weights_.embed_tokens, {config_.vocab_size, h});
+    if (stage_.final_norm || weights_.norm.present()) expect(weights_.norm, {h});
     for (const auto& layer : weights_.layers) {
       expect(layer.q_proj, {q, h});
       expect(layer.k_proj, {kv, h});
@@ -649,7 +744,9 @@ class DecoderBody {
   RowMatrix<Scalar> final_x_;
   Vector<Scalar> final_inv_rms_;
   RowMatrix<Scalar> hidden_;
+  RowMatrix<Scalar> stage_input_gradient_;
   detail::LayerScratch<Scalar> scratch_;
+  PipelineStageLayers stage_;
 };
 
 }  // namespace verl::model

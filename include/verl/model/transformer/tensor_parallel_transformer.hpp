@@ -258,6 +258,39 @@ class TensorParallelGroup final : public TensorParallelRegions<Scalar> {
 
 }  // namespace detail
 
+/// Megatron's even split of the layers over `stages` pipeline stages: stage s holds layers
+/// [s L / stages, (s + 1) L / stages), the embedding on the first stage, the final norm and the LM
+/// head on the last. Throws verl::InvalidArgument when `stages` does not divide the layers, and
+/// for tied embeddings over several stages (their gradient would have to be summed between the
+/// first and the last stage's copies: not built).
+inline PipelineStageLayers pipeline_stage_layers(const HfModelConfig& config, int stage, int stages) {
+  VERL_CHECK_ARG(stages >= 1 && stage >= 0 && stage < stages,
+                 "pipeline stage: expected a stage in [0, {}) of {} >= 1 stages, got {}", stages, stages, stage);
+  if (stages == 1) return {};
+  VERL_CHECK_ARG(config.num_hidden_layers % stages == 0,
+                 "pipeline stages: expected a divisor of num_hidden_layers = {} (Megatron's even split), got {}",
+                 config.num_hidden_layers, stages);
+  VERL_CHECK_ARG(!config.tie_word_embeddings,
+                 "pipeline stages: tie_word_embeddings = true with {} stages is not supported (the embedding on the "
+                 "first stage and the LM head on the last would be copies whose gradients are summed between the "
+                 "stages); expected 1 stage",
+                 stages);
+  const Index per_stage = config.num_hidden_layers / stages;
+  return {.first_layer = per_stage * stage, .layers = per_stage, .embeds = stage == 0, .final_norm = stage == stages - 1};
+}
+
+/// Which pipeline stage holds the Hugging Face parameter `name` (pipeline_stage_layers' split).
+inline int pipeline_stage_of(const HfModelConfig& config, int stages, std::string_view name) {
+  if (stages == 1 || name == "model.embed_tokens.weight") return 0;
+  if (name == "model.norm.weight" || name == "lm_head.weight") return stages - 1;
+  constexpr std::string_view prefix = "model.layers.";
+  VERL_CHECK_ARG(name.starts_with(prefix), "pipeline stages: parameter '{}' is not a layer, the embedding, the final norm "
+                 "or the LM head", name);
+  Index layer = 0;
+  for (std::size_t i = prefix.size(); i < name.size() && name[i] >= '0' && name[i] <= '9'; ++i) layer = layer * 10 + (name[i] - '0');
+  return static_cast<int>(layer / (config.num_hidden_layers / stages));
+}
+
 template <class Scalar, parallel::Communicator Comm>
 class BasicTensorParallelTransformer
     : public detail::ParameterModule<BasicTensorParallelTransformer<Scalar, Comm>, Scalar> {
@@ -267,21 +300,24 @@ class BasicTensorParallelTransformer
 
   /// This rank's shard, zero-initialized, for `config` over the ranks of `tp`. Collective: with
   /// fewer KV heads than ranks it splits `tp` into the groups of each KV head's copies.
-  BasicTensorParallelTransformer(HfModelConfig config, Comm tp, const TransformerOptions& options = {})
+  /// Under pipeline parallelism `stage` (pipeline_stage_layers) says which layers this rank's
+  /// stage holds: the embedding only on the first stage, the final norm and LM head on the last.
+  BasicTensorParallelTransformer(HfModelConfig config, Comm tp, const TransformerOptions& options = {},
+                                 PipelineStageLayers stage = {})
       : config_(std::move(config)),
         partition_(TensorParallelPartition::of(config_, tp.size(), tp.rank())),
-        body_(partition_.local_config(config_), options),
+        body_(make_body(partition_.local_config(config_), options, stage)),
         group_(std::make_unique<detail::TensorParallelGroup<Scalar, Comm>>(std::move(tp), partition_)) {
     body_.set_tensor_parallel(group_.get());
-    if (!config_.tie_word_embeddings) {
+    if (!config_.tie_word_embeddings && stage.final_norm) {
       lm_head_ = ParameterTensor<Scalar>::matrix("lm_head.weight", partition_.vocab_rows(partition_.rank),
                                                  config_.hidden_size);
     }
   }
 
-  /// This rank's shard of `dense`'s weights (its options too). Collective, as above.
-  BasicTensorParallelTransformer(const BasicTransformer<Scalar>& dense, Comm tp)
-      : BasicTensorParallelTransformer(dense.config(), std::move(tp), dense.body().options()) {
+  /// This rank's shard of `dense`'s weights (its options too), of `stage`'s layers. Collective, as above.
+  BasicTensorParallelTransformer(const BasicTransformer<Scalar>& dense, Comm tp, PipelineStageLayers stage = {})
+      : BasicTensorParallelTransformer(dense.config(), std::move(tp), dense.body().options(), stage) {
     std::map<std::string_view, const ParameterTensor<Scalar>*> full;
     dense.for_each_tensor([&](const ParameterTensor<Scalar>& t) { full.emplace(t.name, &t); });
     for_each_tensor([&](ParameterTensor<Scalar>& t) {
@@ -312,6 +348,7 @@ class BasicTensorParallelTransformer
     requires parallel::GathersInPlace<Comm>
   {
     require_weights("lend_to_generation");
+    require_whole_model("lend_to_generation");
     const int kt = micro_dp.size(), tg = generation_tp.size(), j = micro_dp.rank(), g = generation_tp.rank();
     VERL_CHECK_ARG(kt * tg == partition_.size,
                    "lend_to_generation: generation tensor-parallel size {} times the micro-DP group's {} ranks: expected "
@@ -387,6 +424,7 @@ class BasicTensorParallelTransformer
   RowMatrix<Scalar> extend(KvCache<Scalar>& cache, std::span<const Index> sequences, std::span<const TokenId> tokens,
                            std::span<const std::int64_t> chunk_offsets, std::span<const std::int64_t> positions) {
     require_weights("extend");
+    require_whole_model("extend");
     require_same_batch_tokens(tokens);
     const detail::PackedDecoderWeights* packed = nullptr;
     if constexpr (std::same_as<Scalar, float>) packed = cache.packed_weights();
@@ -411,14 +449,63 @@ class BasicTensorParallelTransformer
   [[nodiscard]] const DecoderBody<Scalar>& body() const { return body_; }
   /// What this rank holds of the parameter `name`.
   [[nodiscard]] TensorParallelShard shard_of(std::string_view name) const { return partition_.shard(name, partition_.rank); }
+  /// The layers this rank's pipeline stage holds (the whole model without pipeline parallelism).
+  [[nodiscard]] const PipelineStageLayers& pipeline_stage() const { return body_.pipeline_stage(); }
+  [[nodiscard]] bool first_stage() const { return pipeline_stage().embeds; }
+  [[nodiscard]] bool last_stage() const { return pipeline_stage().final_norm; }
+
+  // ---- pipeline stages (Megatron's pipeline parallelism) ---------------------------------------
+
+  /// A stage before the last: its layers over the batch, from the previous stage's activations
+  /// `input` ((N, H), none on the first stage, which embeds the tokens); returns the (N, H)
+  /// activations for the next stage (valid until the next pass). Collective over the TP group.
+  const RowMatrix<Scalar>& forward_stage(const TokenBatch& batch, const RowMatrix<Scalar>* input, bool keep_activations) {
+    require_weights("forward_stage");
+    VERL_CHECK_ARG(!last_stage(), "forward_stage: the last pipeline stage computes the head: call forward");
+    require_same_batch(batch);
+    saved_ = false;
+    const RowMatrix<Scalar>& out = body_.forward(batch, keep_activations, input);
+    saved_ = keep_activations;
+    return out;
+  }
+
+  /// A stage before the last: accumulates its parameters' gradients from the gradient of its
+  /// output activations (`d_output`, overwritten); stage_input_gradient() is then what the
+  /// previous stage receives (none on the first stage). Collective over the TP group.
+  void backward_stage(RowMatrix<Scalar>& d_output) {
+    VERL_CHECK_ARG(saved_, "backward_stage: no saved activations (call forward_stage with keep_activations = true first)");
+    VERL_CHECK_ARG(!last_stage(), "backward_stage: the last pipeline stage starts from its loss: call backward");
+    saved_ = false;
+    body_.enable_grad();
+    body_backward(d_output);
+  }
+
+  /// A stage before the last under 1F1B keeps several forward passes for their backward: the
+  /// last forward_stage's saved state moved out, and put back before its backward_stage.
+  [[nodiscard]] typename DecoderBody<Scalar>::SavedPass take_saved_pass() {
+    VERL_CHECK_ARG(saved_, "take_saved_pass: no saved activations (call forward_stage with keep_activations = true first)");
+    saved_ = false;
+    return body_.take_saved_pass();
+  }
+  void restore_saved_pass(typename DecoderBody<Scalar>::SavedPass pass) {
+    VERL_CHECK_ARG(pass.saved, "restore_saved_pass: the pass holds no saved activations");
+    body_.restore_saved_pass(std::move(pass));
+    saved_ = true;
+  }
+
+  /// The gradient of the last backward pass's stage input (a stage after the first).
+  [[nodiscard]] const RowMatrix<Scalar>& stage_input_gradient() const { return body_.stage_input_gradient(); }
 
   // ---- CausalLM ------------------------------------------------------------------------------
 
-  /// Collective: every rank of the group passes the same batch and options.
-  CausalLMOutput<Scalar> forward(const TokenBatch& batch, const ForwardOptions& options) {
+  /// Collective: every rank of the group passes the same batch and options. The last of several
+  /// pipeline stages starts from the previous stage's activations `stage_input` ((N, H)).
+  CausalLMOutput<Scalar> forward(const TokenBatch& batch, const ForwardOptions& options,
+                                 const RowMatrix<Scalar>* stage_input = nullptr) {
     VERL_CHECK_ARG(std::isfinite(options.temperature) && options.temperature > 0,
                    "temperature: expected a finite value > 0, got {}", options.temperature);
     require_weights("forward");
+    VERL_CHECK_ARG(last_stage(), "forward: a pipeline stage before the last has no head: call forward_stage");
     require_same_batch(batch);
     std::vector<TokenId> targets;
     if (!options.targets.empty()) {
@@ -426,7 +513,7 @@ class BasicTensorParallelTransformer
       body_.require_tokens(targets, "targets");
     }
     saved_ = false;
-    const RowMatrix<Scalar>& hidden = body_.forward(batch, options.keep_activations);
+    const RowMatrix<Scalar>& hidden = body_.forward(batch, options.keep_activations, stage_input);
     const Index n = hidden.rows(), local_vocab = head_weight().rows();
     const bool stats_wanted = !targets.empty() || options.return_entropy || options.return_sum_pi_squared;
 
@@ -541,7 +628,11 @@ class BasicTensorParallelTransformer
     release_head();
     // The LM head is column-parallel over a replicated input: sum the input gradient (f).
     group_->all_reduce_sum(d_hidden);
+    body_backward(d_hidden);
+  }
 
+  /// The body's backward from d(hidden), with the shares of partial gradients summed.
+  void body_backward(RowMatrix<Scalar>& d_hidden) {
     // Tensors whose gradient each rank computes only a share of: this pass's contribution is
     // summed over the ranks apart from what the buffers already held (earlier micro-batches).
     std::vector<std::pair<ParameterTensor<Scalar>*, RowMatrix<Scalar>>> partial;
@@ -578,9 +669,38 @@ class BasicTensorParallelTransformer
       used.insert(found->first);
     });
     for (const auto& [name, tensor] : dict) {
-      VERL_CHECK_ARG(used.contains(name) || (config_.tie_word_embeddings && name == "lm_head.weight"),
+      VERL_CHECK_ARG(used.contains(name) || (config_.tie_word_embeddings && name == "lm_head.weight") ||
+                         (!pipeline_stage().whole_model() && other_stage_tensor(name)),
                      "state_dict: unexpected tensor '{}' (shape {})", name, detail::shape_string(tensor.shape));
     }
+  }
+
+  /// Collective over the TP group and `pipeline` (rank s: stage s, of this rank's TP coordinate):
+  /// the dense model every stage's shards make up, on every rank (weights only), the pipeline
+  /// all-gather of the 3D-HybridEngine with pg = 1: each tensor gathered over its stage's TP
+  /// group, then broadcast from that stage. `misplace_blocks` as gather_dense's.
+  [[nodiscard]] BasicTransformer<Scalar> gather_dense_over_stages(Comm& pipeline, int misplace_blocks = 0) {
+    require_weights("gather_dense_over_stages");
+    const int stages = pipeline.size(), stage = pipeline.rank();
+    VERL_CHECK_ARG(pipeline_stage() == pipeline_stage_layers(config_, stage, stages),
+                   "gather_dense_over_stages: this rank holds layers [{}, {}), the pipeline communicator puts it at "
+                   "stage {} of {}",
+                   pipeline_stage().first_layer, pipeline_stage().first_layer + pipeline_stage().layers, stage, stages);
+    BasicTransformer<Scalar> dense(config_, body_.options());
+    std::map<std::string_view, ParameterTensor<Scalar>*> mine;
+    for_each_tensor([&](ParameterTensor<Scalar>& t) { mine.emplace(t.name, &t); });
+    dense.for_each_tensor([&](ParameterTensor<Scalar>& target) {
+      const int owner = pipeline_stage_of(config_, stages, target.name);
+      if (owner == stage) {
+        ParameterTensor<Scalar>& t = *mine.at(target.name);
+        const RowMatrix<Scalar> value = gather(t, t.value, full_shape(t), misplace_blocks);
+        std::copy(value.data(), value.data() + value.size(), target.value.data());
+      }
+      if (stages > 1) {
+        pipeline.broadcast(std::span<Scalar>(target.value.data(), static_cast<std::size_t>(target.value.size())), owner);
+      }
+    });
+    return dense;
   }
 
   /// Collective: visits every parameter gathered whole, as Parameter<const Scalar> (full shape,
@@ -638,6 +758,7 @@ class BasicTensorParallelTransformer
   /// rank (r + k) % size's belongs (a deliberately wrong shard assignment, which tests must catch;
   /// only for blocks of equal sizes).
   [[nodiscard]] BasicTransformer<Scalar> gather_dense(int misplace_blocks = 0) {
+    require_whole_model("gather_dense");
     BasicTransformer<Scalar> dense(config_, body_.options());
     std::map<std::string_view, ParameterTensor<Scalar>*> targets;
     dense.for_each_tensor([&](ParameterTensor<Scalar>& t) { targets.emplace(t.name, &t); });
@@ -722,6 +843,41 @@ class BasicTensorParallelTransformer
                      partition_.vocab_rows(partition_.rank), config_.hidden_size, lm_head_.value.rows(),
                      lm_head_.value.cols());
     }
+  }
+
+  static DecoderBody<Scalar> make_body(const HfModelConfig& local, const TransformerOptions& options,
+                                       PipelineStageLayers stage) {
+    if (stage.whole_model()) return DecoderBody<Scalar>(local, options);
+    VERL_CHECK_ARG(!local.tie_word_embeddings || (stage.embeds && stage.final_norm),
+                   "pipeline stage: tie_word_embeddings = true over several stages is not supported");
+    DecoderWeights<Scalar> weights;
+    if (stage.embeds) {
+      weights.embed_tokens = ParameterTensor<Scalar>::matrix("model.embed_tokens.weight", local.vocab_size, local.hidden_size);
+    }
+    weights.layers.reserve(static_cast<std::size_t>(stage.layers));
+    for (Index l = stage.first_layer; l < stage.first_layer + stage.layers; ++l) weights.layers.emplace_back(local, l);
+    if (stage.final_norm) weights.norm = ParameterTensor<Scalar>::vector("model.norm.weight", local.hidden_size);
+    return DecoderBody<Scalar>(local, options, std::move(weights), std::make_shared<cpu::ThreadPool>(options.num_threads),
+                               stage);
+  }
+
+  void require_whole_model(std::string_view call) const {
+    VERL_CHECK_ARG(pipeline_stage().whole_model(),
+                   "{}: this model is a pipeline stage (layers [{}, {})); generation needs every layer (gather them "
+                   "with gather_dense_over_stages)",
+                   call, pipeline_stage().first_layer, pipeline_stage().first_layer + pipeline_stage().layers);
+  }
+
+  /// A Hugging Face tensor another pipeline stage holds.
+  bool other_stage_tensor(std::string_view name) const {
+    if (name == "model.embed_tokens.weight") return !first_stage();
+    if (name == "model.norm.weight" || name == "lm_head.weight") return !last_stage();
+    constexpr std::string_view prefix = "model.layers.";
+    if (!name.starts_with(prefix)) return false;
+    Index layer = 0;
+    for (std::size_t i = prefix.size(); i < name.size() && name[i] >= '0' && name[i] <= '9'; ++i) layer = layer * 10 + (name[i] - '0');
+    const PipelineStageLayers& stage = pipeline_stage();
+    return layer < config_.num_hidden_layers && (layer < stage.first_layer || layer >= stage.first_layer + stage.layers);
   }
 
   void require_weights(std::string_view call) const {

@@ -123,9 +123,10 @@ struct DecoderWeights {
 
   template <class Self, class Fn>
   static void for_each(Self& self, Fn&& fn) {
-    fn(self.embed_tokens);
+    // A pipeline stage's weights hold the embedding only on the first stage, the norm on the last.
+    if (self.embed_tokens.present()) fn(self.embed_tokens);
     for (auto& layer : self.layers) DecoderLayerWeights<Scalar>::for_each(layer, fn);
-    fn(self.norm);
+    if (self.norm.present()) fn(self.norm);
   }
 };
 

@@ -77,6 +77,7 @@
 #include <cmath>
 #include <concepts>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <span>
 #include <string>
@@ -100,6 +101,8 @@
 #include "verl/parallel/distributed_optimizer.hpp"
 #include "verl/parallel/mesh.hpp"
 #include "verl/parallel/mpi_communicator.hpp"
+#include "verl/parallel/pipeline_executor.hpp"
+#include "verl/parallel/pipeline_schedule.hpp"
 #include "verl/parallel/reshard_plan.hpp"
 #include "verl/rollout/kv_cache_rollout.hpp"
 #include "verl/rollout/sampling.hpp"
@@ -187,20 +190,31 @@ class MegatronActorRolloutRefWorker {
     // training mesh's slice along dp: same tp coordinate), then one TP group per model (its slice
     // along tp; each model owns its communicator).
     dp_.emplace(split_along(group, train, rank, parallel::AxisKind::dp));
+    // The pipeline group (the slice along pp: same tp and dp coordinates), rank s at stage s.
+    pp_size_ = static_cast<int>(train.size(parallel::AxisKind::pp));
+    pp_rank_ = static_cast<int>(train.coord(rank, parallel::AxisKind::pp));
+    if (pp_size_ > 1) pp_.emplace(split_along(group, train, rank, parallel::AxisKind::pp));
     Dense dense = Models::actor(config_);
     layouts_type::check_model_heads(dense.config().num_attention_heads, dense.config().num_key_value_heads,
                                     "actor_rollout_ref.model.path");
     check_tensor_parallel_fits(config_, dense.config());
     facts_ = dense_facts(dense);
+    facts_hidden_ = dense.config().hidden_size;
     std::optional<Dense> dense_reference;
     if (algorithm_.needs_reference()) dense_reference.emplace(Models::reference(config_, dense));
-    actor_.emplace(dense, Communicator(split_along(group, train, rank, parallel::AxisKind::tp)));
+    const model::PipelineStageLayers stage = pipeline_stage(config_, dense.config(), pp_rank_, pp_size_);
+    actor_.emplace(dense, Communicator(split_along(group, train, rank, parallel::AxisKind::tp)), stage);
     if (dense_reference)
-      reference_.emplace(*dense_reference, Communicator(split_along(group, train, rank, parallel::AxisKind::tp)));
+      reference_.emplace(*dense_reference, Communicator(split_along(group, train, rank, parallel::AxisKind::tp)), stage);
     // The generation layout (tg > 1): the micro-DP groups and generation TP groups of the reshard
     // plan between the two meshes (tg divides tp: checked by layouts()).
     tp_size_ = tp;
     tg_ = static_cast<int>(layouts_->generation.size(parallel::AxisKind::tp));
+    VERL_CHECK_ARG(pp_size_ == 1 || tg_ == 1,
+                   "{}: expected 1 with actor_rollout_ref.actor.megatron.pipeline_model_parallel_size = {} > 1 (the "
+                   "generation gathers every stage's layers into a dense copy; TP-sharded generation from a pipeline is "
+                   "not built), got {}",
+                   detail::gen_tp_key, pp_size_, tg_);
     if (tg_ > 1) {
       const auto plan = parallel::make_reshard_plan(train, layouts_->generation);
       VERL_CHECK_ARG(plan.geometry().train_coords(rank) == (parallel::ParallelCoords{tp_rank_, 0, dp_rank_}),
@@ -240,8 +254,9 @@ class MegatronActorRolloutRefWorker {
 
     const auto start = std::chrono::steady_clock::now();
     actor.communicator().reset_counts();
-    std::optional<Dense> dense(actor.gather_dense(misplace_blocks_));
-    const std::int64_t received = actor.communicator().received_bytes();
+    if (pp_) pp_->reset_counts();
+    std::optional<Dense> dense(pp_ ? actor.gather_dense_over_stages(*pp_, misplace_blocks_) : actor.gather_dense(misplace_blocks_));
+    const std::int64_t received = actor.communicator().received_bytes() + (pp_ ? pp_->received_bytes() : 0);
     if (precision_ != cpu::DecodePrecision::float32) dense->set_decode_precision(precision_);
     const double reshard_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     const std::int64_t peak = parameter_bytes(actor) + parameter_bytes(*dense);
@@ -260,10 +275,10 @@ class MegatronActorRolloutRefWorker {
     const auto& rollout = config_.actor_rollout_ref.rollout;
     const bool sum_pi_squared = config_.actor_rollout_ref.actor.calculate_sum_pi_squared;
     ResponseStatistics stats =
-        response_statistics(require_model(), batch, {.entropy = true, .sum_pi_squared = sum_pi_squared},
-                            forward_micro_batch_size(rollout.log_prob_micro_batch_size_per_gpu,
-                                                     rollout.log_prob_micro_batch_size, dp_size_, batch.size()),
-                            rollout_temperature());
+        statistics(require_model(), batch, {.entropy = true, .sum_pi_squared = sum_pi_squared},
+                   forward_micro_batch_size(rollout.log_prob_micro_batch_size_per_gpu, rollout.log_prob_micro_batch_size,
+                                            dp_size_, batch.size()));
+    if (!require_model().last_stage()) return {};  // the last stage's rows are collected
     data::DataProto out;
     out.set(std::string(keys::old_log_probs), std::move(stats.log_probs));
     out.set(std::string(keys::entropys), std::move(stats.entropy));
@@ -278,10 +293,10 @@ class MegatronActorRolloutRefWorker {
                    "compute_ref_log_prob: this actor worker has no reference policy (no KL term in the configuration "
                    "needs one)");
     const auto& ref = config_.actor_rollout_ref.ref;
-    ResponseStatistics stats = response_statistics(
+    ResponseStatistics stats = statistics(
         *reference_, batch, {},
-        forward_micro_batch_size(ref.log_prob_micro_batch_size_per_gpu, ref.log_prob_micro_batch_size, dp_size_, batch.size()),
-        rollout_temperature());
+        forward_micro_batch_size(ref.log_prob_micro_batch_size_per_gpu, ref.log_prob_micro_batch_size, dp_size_, batch.size()));
+    if (!reference_->last_stage()) return {};
     data::DataProto out;
     out.set(std::string(keys::ref_log_prob), std::move(stats.log_probs));
     return out;
@@ -290,6 +305,7 @@ class MegatronActorRolloutRefWorker {
   /// verl's update_actor, as ActorRolloutRefWorker's with the DP reductions over the DP group and
   /// the gradient norm over the whole (TP-sharded) model.
   data::DataProto update_actor(const data::DataProto& batch) {
+    if (pp_) return update_actor_pipelined(batch);
     return update_actor_rows(
         require_model(), batch, config_, algorithm_, *optimizer_, *scheduler_, dp_size_,
         [&](double value) { return dp_sum(value); },
@@ -371,10 +387,11 @@ class MegatronActorRolloutRefWorker {
     scheduler_->set_last_epoch(state.extra["lr_scheduler_last_epoch"].template get<std::int64_t>());
   }
 
-  /// Writes the actor as a Hugging Face folder (Models::save) from the gathered dense weights:
-  /// every rank gathers (collective), the group's first rank writes and returns the path.
+  /// Writes the actor as a Hugging Face folder (Models::save) from the gathered dense weights
+  /// (every stage's layers under pipeline parallelism): every rank gathers (collective), the
+  /// group's first rank writes and returns the path.
   std::string export_actor(const std::string& folder, const std::string& adapter_folder) {
-    Dense dense = require_model().gather_dense();
+    Dense dense = pp_ ? require_model().gather_dense_over_stages(*pp_) : require_model().gather_dense();
     if (context_->rank != 0) return {};
     if constexpr (requires(const Dense& p) { Models::save(p, folder, adapter_folder, config_); }) {
       return Models::save(dense, folder, adapter_folder, config_);
@@ -417,6 +434,9 @@ class MegatronActorRolloutRefWorker {
   }
   /// Whether Megatron's distributed optimizer acts (use_distributed_optimizer with dp > 1).
   [[nodiscard]] bool distributed_optimizer() const { return distributed_optimizer_.has_value(); }
+  /// This rank's pipeline stage and the stages (1 without pipeline parallelism).
+  [[nodiscard]] int pipeline_rank() const { return pp_rank_; }
+  [[nodiscard]] int pipeline_size() const { return pp_size_; }
   /// Testing hook: the reshard writes rank r's blocks where rank (r + k) % tp's belong (a wrong
   /// shard assignment; results must then differ). 0: correct.
   void set_misplaced_reshard_for_testing(int k) { misplace_blocks_ = k; }
@@ -496,6 +516,195 @@ class MegatronActorRolloutRefWorker {
     return rollout_result(std::move(out), reshard_s, received, meter.peak());
   }
 
+  // ---- pipeline parallelism (actor_rollout_ref.actor.megatron.pipeline_model_parallel_size > 1) ----
+
+  /// This rank's stage of the model's layers (Megatron's even split), the errors naming the keys.
+  static model::PipelineStageLayers pipeline_stage(const PPOConfig& config, const model::HfModelConfig& shape, int stage,
+                                                   int stages) {
+    if (stages == 1) return {};
+    VERL_CHECK_ARG(shape.num_hidden_layers % stages == 0,
+                   "{}: expected a divisor of the model's num_hidden_layers = {} (Megatron splits the layers evenly over "
+                   "the stages; actor_rollout_ref.model.path = '{}'), got {}",
+                   detail::train_pp_key, shape.num_hidden_layers, config.actor_rollout_ref.model.path, stages);
+    VERL_CHECK_ARG(!shape.tie_word_embeddings,
+                   "{}: expected 1 for a model with tie_word_embeddings = true (actor_rollout_ref.model.path = '{}': the "
+                   "first stage's embedding and the last stage's LM head would be one tensor on two stages, which this "
+                   "worker does not build), got {}",
+                   detail::train_pp_key, config.actor_rollout_ref.model.path, stages);
+    return model::pipeline_stage_layers(shape, stage, stages);
+  }
+
+  /// One pipeline pass over a batch: the schedule's steps on this stage, each micro-batch's rows
+  /// and message size (its tokens x hidden size: micro-batches differ).
+  struct PipelinePass {
+    std::vector<parallel::PipelineStep> steps;
+    std::vector<std::pair<Index, Index>> rows;
+    std::vector<std::int64_t> message_sizes;
+  };
+  PipelinePass pipeline_pass(const data::DataProto& batch, std::vector<std::pair<Index, Index>> rows, bool forward_only) const {
+    PipelinePass pass;
+    const Index hidden = facts_hidden_;
+    for (const auto& [b, e] : rows) pass.message_sizes.push_back(token_batch(batch, b, e).num_tokens() * hidden);
+    const auto m = static_cast<std::int64_t>(rows.size());
+    pass.steps = forward_only ? parallel::forward_only_steps(pp_rank_, pp_size_, m)
+                              : parallel::OneFOneB::steps(pp_rank_, pp_size_, m);
+    pass.rows = std::move(rows);
+    return pass;
+  }
+
+  /// The last stage as the model update_actor_rows and response_statistics drive: each forward
+  /// receives the previous stage's activations and each backward sends its input gradient, in the
+  /// order of the schedule's steps for this stage (PipelineStageRunner checks it), one pass after
+  /// the other (finish_pass between them).
+  class LastStage {
+   public:
+    LastStage(Policy& model, Communicator& pp, std::vector<PipelinePass> passes)
+        : model_(&model), pp_(&pp), passes_(std::move(passes)) {}
+    void zero_grad() { model_->zero_grad(); }
+    model::CausalLMOutput<float> forward(const model::TokenBatch& tokens, const model::ForwardOptions& options) {
+      if (!runner_) {
+        VERL_CHECK_ARG(pass_ < passes_.size(), "pipeline: more passes than planned ({})", passes_.size());
+        runner_.emplace(*pp_, passes_[pass_].steps, passes_[pass_].message_sizes);
+        forwards_ = backwards_ = 0;
+      }
+      const std::int64_t mb = forwards_++;
+      const auto& sizes = passes_[pass_].message_sizes;
+      const Index hidden = model_->config().hidden_size;
+      VERL_CHECK_ARG(mb < static_cast<std::int64_t>(sizes.size()) && tokens.num_tokens() * hidden == sizes[static_cast<std::size_t>(mb)],
+                     "pipeline: micro-batch {} of pass {} has {} tokens, the stages planned {} micro-batches of sizes {}", mb,
+                     pass_, tokens.num_tokens(), sizes.size(), fmt::join(sizes, ", "));
+      const std::span<const float> in = runner_->begin(parallel::PipelineAction::forward, mb);
+      input_ = Eigen::Map<const RowMatrix<float>>(in.data(), tokens.num_tokens(), hidden);
+      model::CausalLMOutput<float> out = model_->forward(tokens, options, &input_);
+      runner_->end({});
+      return out;
+    }
+    void backward(const model::CausalLMCotangents<float>& cotangents) {
+      VERL_CHECK_ARG(runner_.has_value(), "pipeline: backward before any forward");
+      runner_->begin(parallel::PipelineAction::backward, backwards_++);
+      model_->backward(cotangents);
+      const RowMatrix<float>& grad = model_->stage_input_gradient();
+      runner_->end(std::span<const float>(grad.data(), static_cast<std::size_t>(grad.size())));
+    }
+    /// Runs the pass's last messages (the last gradient to the previous stage).
+    void finish_pass() {
+      if (!runner_) return;
+      runner_->finish();
+      runner_.reset();
+      ++pass_;
+    }
+    [[nodiscard]] bool finished() const { return !runner_ && pass_ == passes_.size(); }
+
+   private:
+    Policy* model_;
+    Communicator* pp_;
+    std::vector<PipelinePass> passes_;
+    std::size_t pass_ = 0;
+    std::int64_t forwards_ = 0, backwards_ = 0;
+    std::optional<parallel::PipelineStageRunner<Communicator>> runner_;
+    RowMatrix<float> input_;
+  };
+
+  /// A stage before the last as run_pipeline_stage drives it: its layers over each micro-batch's
+  /// tokens; under 1F1B each forward pass's saved state waits for its backward (take_saved_pass).
+  struct EarlierStage {
+    Policy* model;
+    const data::DataProto* batch;
+    const PipelinePass* pass;
+    bool keep_activations;
+    std::map<std::int64_t, typename model::DecoderBody<float>::SavedPass> waiting;
+    std::vector<float> output;
+    RowMatrix<float> input, grad_output;
+
+    std::span<const float> forward(std::int64_t mb, std::span<const float> in) {
+      const auto& [b, e] = pass->rows.at(static_cast<std::size_t>(mb));
+      const model::TokenBatch tokens = token_batch(*batch, b, e);
+      const Index hidden = model->config().hidden_size;
+      const RowMatrix<float>* x = nullptr;
+      if (!model->first_stage()) {
+        input = Eigen::Map<const RowMatrix<float>>(in.data(), tokens.num_tokens(), hidden);
+        x = &input;
+      }
+      const RowMatrix<float>& out = model->forward_stage(tokens, x, keep_activations);
+      output.assign(out.data(), out.data() + out.size());
+      if (keep_activations) waiting.emplace(mb, model->take_saved_pass());
+      return output;
+    }
+    std::span<const float> backward(std::int64_t mb, std::span<const float> grad) {
+      const auto found = waiting.find(mb);
+      VERL_CHECK_ARG(found != waiting.end(), "pipeline: backward of micro-batch {} without its forward", mb);
+      model->restore_saved_pass(std::move(found->second));
+      waiting.erase(found);
+      grad_output = Eigen::Map<const RowMatrix<float>>(grad.data(), static_cast<Index>(grad.size()) / model->config().hidden_size,
+                                                       model->config().hidden_size);
+      model->backward_stage(grad_output);
+      if (model->first_stage()) return {};
+      const RowMatrix<float>& g = model->stage_input_gradient();
+      return {g.data(), static_cast<std::size_t>(g.size())};
+    }
+  };
+
+  /// response_statistics, through the pipeline (forward only) when there are stages: the last
+  /// stage's statistics (the other stages' are empty).
+  ResponseStatistics statistics(Policy& model, const data::DataProto& batch, StatisticsWanted wanted, Index micro) {
+    if (!pp_) return response_statistics(model, batch, wanted, micro, rollout_temperature());
+    std::vector<std::pair<Index, Index>> rows;
+    for (Index b = 0; b < batch.size(); b += micro) rows.emplace_back(b, std::min(batch.size(), b + micro));
+    PipelinePass pass = pipeline_pass(batch, std::move(rows), /*forward_only=*/true);
+    if (model.last_stage()) {
+      LastStage last(model, *pp_, {std::move(pass)});
+      ResponseStatistics stats = response_statistics(last, batch, wanted, micro, rollout_temperature());
+      last.finish_pass();
+      return stats;
+    }
+    EarlierStage stage{&model, &batch, &pass, false, {}, {}, {}, {}};
+    parallel::run_pipeline_stage(*pp_, std::span<const parallel::PipelineStep>(pass.steps), stage,
+                                 std::span<const std::int64_t>(pass.message_sizes));
+    return {};
+  }
+
+  /// update_actor with pipeline stages: every stage runs the same micro-batches of each optimizer
+  /// step (update_micro_batches) with the 1F1B schedule; the last stage computes the losses
+  /// (update_actor_rows over LastStage) and returns the metrics, the others run their layers;
+  /// every stage steps its own parameters with the global norm (optimizer_step sums it over the
+  /// stages).
+  data::DataProto update_actor_pipelined(const data::DataProto& batch) {
+    Policy& actor = require_model();
+    std::vector<PipelinePass> passes;
+    for (auto& rows : update_micro_batches(batch.size(), config_, dp_size_)) {
+      passes.push_back(pipeline_pass(batch, std::move(rows), /*forward_only=*/false));
+    }
+    const auto step = [&](double grad_clip, std::int64_t& updates, std::int64_t& nonfinite) {
+      return optimizer_step(actor, grad_clip, updates, nonfinite);
+    };
+    if (actor.last_stage()) {
+      LastStage last(actor, *pp_, std::move(passes));
+      data::DataProto result = update_actor_rows(
+          last, batch, config_, algorithm_, *optimizer_, *scheduler_, dp_size_, [&](double value) { return dp_sum(value); },
+          [&](double grad_clip, std::int64_t& updates, std::int64_t& nonfinite) {
+            last.finish_pass();  // the last gradient goes out before the stages reduce the norm
+            return step(grad_clip, updates, nonfinite);
+          },
+          [&](Metrics& metrics) {
+            if (dp_size_ > 1) reduce_metrics_over_ranks(*dp_, metrics);
+          });
+      VERL_CHECK_ARG(last.finished(), "pipeline: the last stage ran fewer passes than planned");
+      return result;
+    }
+    // The learning rate as update_actor_rows sets it; the metrics are the last stage's.
+    scheduler_->apply(*optimizer_);
+    std::int64_t updates = 0, nonfinite = 0;
+    for (const PipelinePass& pass : passes) {
+      actor.zero_grad();
+      EarlierStage stage{&actor, &batch, &pass, true, {}, {}, {}, {}};
+      parallel::run_pipeline_stage(*pp_, std::span<const parallel::PipelineStep>(pass.steps), stage,
+                                   std::span<const std::int64_t>(pass.message_sizes));
+      (void)step(config_.actor_rollout_ref.actor.grad_clip, updates, nonfinite);
+    }
+    scheduler_->step();
+    return {};
+  }
+
   /// The runtime's (tp, dp, pp) group mesh with the training mesh's sizes.
   static hybridflow::GroupMesh group_mesh_of(const TrainMesh& train) {
     using parallel::AxisKind;
@@ -559,7 +768,10 @@ class MegatronActorRolloutRefWorker {
     std::vector<optim::ParameterRef> refs = parameter_refs(actor);
     if (distributed_optimizer_) return distributed_optimizer_step(actor, refs, grad_clip, updates, nonfinite);
     if (dp_size_ > 1) average_gradients(*dp_, refs);
-    const auto norm = static_cast<float>(std::sqrt(actor.gradient_squared_norm()));
+    // Over TP (gradient_squared_norm), then over the stages (each holds other tensors).
+    double squares = actor.gradient_squared_norm();
+    if (pp_) pp_->all_reduce(std::span<double>(&squares, 1), parallel::ReduceOp::sum);
+    const auto norm = static_cast<float>(std::sqrt(squares));
     const float coefficient = clip_coefficient(norm, grad_clip);
     if (coefficient != 1.0f) {
       for (auto& p : refs)
@@ -588,7 +800,7 @@ class MegatronActorRolloutRefWorker {
       const Eigen::Map<const Eigen::VectorXf> slice(grads.data() + segment.slice_offset, static_cast<Index>(segment.length));
       squares += slice.cast<double>().squaredNorm() / actor.gradient_copies(refs[segment.tensor].name);
     }
-    // The worker group is this model's DP x TP ranks: one sum over it is the whole model's.
+    // The worker group is this model's DP x TP x PP ranks: one sum over it is the whole model's.
     context_->group->all_reduce(std::span<double>(&squares, 1), parallel::ReduceOp::sum);
     const auto norm = static_cast<float>(std::sqrt(squares));
     const float coefficient = clip_coefficient(norm, grad_clip);
@@ -618,6 +830,9 @@ class MegatronActorRolloutRefWorker {
   int tp_rank_ = 0, dp_rank_ = 0;
   Index dp_size_ = 1;
   std::optional<parallel::MpiCommunicator> dp_;
+  int pp_rank_ = 0, pp_size_ = 1;
+  std::optional<Communicator> pp_;  ///< the pipeline group (pp > 1): stage s is rank s; counts the reshard's bytes
+  Index facts_hidden_ = 0;
   PolicyFacts facts_;
   std::optional<Policy> actor_;
   std::optional<Policy> reference_;
