@@ -320,6 +320,12 @@ void check_pipeline(int tp, int dp, int pp, bool distributed_optimizer = false) 
   expect_close(piped, flat, fmt::format("pp=1 tp={} dp={}", tp, dp));
   expect_close(piped, one, "one process");
   EXPECT_NE(piped.log_probs[0], piped.log_probs[steps * rows * response]);  // the updates moved the policy
+  // The collected ranks are the ones with the rows: every valid response token has a log-prob.
+  const data::DataProto all = chunk(0, 1);
+  const MatrixF& mask = trainer::float_column(all, trainer::keys::response_mask);
+  for (Index r = 0; r < rows; ++r)
+    for (Index c = 0; c < response; ++c)
+      EXPECT_EQ(piped.log_probs[static_cast<std::size_t>(r * response + c)] != 0.0, mask(r, c) != 0.0f) << r << ", " << c;
   expect_reshard_figures(piped, tp, dp, pp);
 }
 

@@ -688,7 +688,13 @@ class BasicTensorParallelTransformer
                    pipeline_stage().first_layer, pipeline_stage().first_layer + pipeline_stage().layers, stage, stages);
     BasicTransformer<Scalar> dense(config_, body_.options());
     std::map<std::string_view, ParameterTensor<Scalar>*> mine;
-    for_each_tensor([&](ParameterTensor<Scalar>& t) { mine.emplace(t.name, &t); });
+    for_each_tensor([&](ParameterTensor<Scalar>& t) {
+      // Checked before any message: a rank holding another stage's tensor would wait forever.
+      VERL_CHECK_ARG(pipeline_stage_of(config_, stages, t.name) == stage,
+                     "gather_dense_over_stages: tensor '{}' belongs to stage {} of {}, this rank (stage {}) holds it",
+                     t.name, pipeline_stage_of(config_, stages, t.name), stages, stage);
+      mine.emplace(t.name, &t);
+    });
     dense.for_each_tensor([&](ParameterTensor<Scalar>& target) {
       const int owner = pipeline_stage_of(config_, stages, target.name);
       if (owner == stage) {
