@@ -22,6 +22,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,7 @@
 
 #include "megatron_job.hpp"
 #include "verl/hybridflow/dispatch.hpp"
+#include "verl/hybridflow/wire.hpp"
 #include "verl/model/hf_config.hpp"
 #include "verl/model/transformer/tensor_parallel_transformer.hpp"
 #include "verl/model/transformer/transformer.hpp"
@@ -351,6 +353,98 @@ TEST(MegatronPipeline, StaticMeshTypeIsTheDynamicWorkerAndRunsAreDeterministic) 
   EXPECT_EQ(typed.log_probs, dynamic.log_probs);
   EXPECT_EQ(typed.metrics, dynamic.metrics);
   EXPECT_EQ(typed.responses, dynamic.responses);
+}
+
+/// Rank 0's checkpoint_state() on every rank of the group (what a resume hands every rank).
+trainer::RoleState share(MpiCommunicator& group, const trainer::RoleState& mine) {
+  hybridflow::Bytes bytes = group.rank() == 0 ? hybridflow::to_bytes(mine) : hybridflow::Bytes{};
+  std::int64_t size = static_cast<std::int64_t>(bytes.size());
+  group.broadcast(std::span<std::int64_t>(&size, 1), 0);
+  std::vector<std::int64_t> words(static_cast<std::size_t>((size + 7) / 8));
+  if (group.rank() == 0) std::memcpy(words.data(), bytes.data(), bytes.size());
+  group.broadcast(std::span<std::int64_t>(words), 0);
+  bytes.resize(static_cast<std::size_t>(size));
+  std::memcpy(bytes.data(), words.data(), bytes.size());
+  return hybridflow::from_bytes<trainer::RoleState>(bytes);
+}
+
+/// One training step on the DP group's rows: log-probs, reference log-probs, update.
+template <class Worker>
+void train_step(Worker& worker, int dp_rank, int dp) {
+  data::DataProto batch = chunk(dp_rank, dp);
+  const data::DataProto old = worker.compute_log_prob(batch);
+  const data::DataProto ref = worker.compute_ref_log_prob(batch);
+  if (old.has_tensor(trainer::keys::old_log_probs)) {
+    batch.set(std::string(trainer::keys::old_log_probs), trainer::float_column(old, trainer::keys::old_log_probs));
+    batch.set(std::string(trainer::keys::ref_log_prob), trainer::float_column(ref, trainer::keys::ref_log_prob));
+  }
+  (void)worker.update_actor(batch);
+}
+
+// Checkpoints at the same mesh: the state holds the whole model (every stage's tensors, in the
+// dense worker's order, with their moments), equal to the pp = 1 worker's after the same step,
+// and a worker resumed from it continues bit for bit as the one that saved it.
+TEST(MegatronPipeline, CheckpointsHoldEveryStageAndResumeExactly) {
+  MpiCommunicator world = MpiCommunicator::world();
+  if (world.size() < 4) GTEST_SKIP() << "needs 4 ranks";
+  constexpr int tp = 2, dp = 1, pp = 2;
+  test_support::MegatronJob job;
+  test_support::make_job(world, tp, dp, job, pp);
+  trainer::RoleState piped_state;
+  if (job.context.group != nullptr) {
+    const int rank = job.context.rank, dp_rank = (rank / tp) % dp;
+    Dynamic saver(job.context);
+    saver.init_model(overrides(tp, pp), steps);
+    train_step(saver, dp_rank, dp);
+    piped_state = saver.checkpoint_state();
+    const trainer::RoleState saved = share(*job.group, piped_state);
+    train_step(saver, dp_rank, dp);
+    train_step(saver, dp_rank, dp);
+    const data::DataProto continued = saver.compute_log_prob(chunk(dp_rank, dp));
+
+    Dynamic resumed(job.context);
+    resumed.init_model(overrides(tp, pp), steps);
+    resumed.load_checkpoint_state(saved);
+    train_step(resumed, dp_rank, dp);
+    train_step(resumed, dp_rank, dp);
+    const data::DataProto again = resumed.compute_log_prob(chunk(dp_rank, dp));
+    EXPECT_EQ(again.has_tensor(trainer::keys::old_log_probs), continued.has_tensor(trainer::keys::old_log_probs));
+    if (continued.has_tensor(trainer::keys::old_log_probs)) {
+      EXPECT_EQ(trainer::float_column(again, trainer::keys::old_log_probs),
+                trainer::float_column(continued, trainer::keys::old_log_probs));
+    }
+  }
+  // The pp = 1 worker of the same tp x dp after the same step.
+  test_support::MegatronJob flat_job;
+  test_support::make_job(world, tp, dp, flat_job);
+  trainer::RoleState flat_state;
+  if (flat_job.context.group != nullptr) {
+    Dynamic flat(flat_job.context);
+    flat.init_model(overrides(tp, 1), steps);
+    train_step(flat, (flat_job.context.rank / tp) % dp, dp);
+    flat_state = flat.checkpoint_state();
+  }
+  if (world.rank() != 0) return;
+  ASSERT_EQ(piped_state.model.size(), flat_state.model.size());
+  ASSERT_EQ(piped_state.optimizer.exp_avg.size(), piped_state.model.size());
+  ASSERT_EQ(flat_state.optimizer.exp_avg.size(), flat_state.model.size());
+  EXPECT_EQ(piped_state.optimizer.step, flat_state.optimizer.step);
+  EXPECT_EQ(piped_state.extra, flat_state.extra);
+  double worst = 0;
+  const auto relative = [&](const std::vector<float>& a, const std::vector<float>& b) {
+    ASSERT_EQ(a.size(), b.size());
+    for (std::size_t j = 0; j < a.size(); ++j)
+      worst = std::max(worst, std::abs(double(a[j]) - double(b[j])) / std::max({std::abs(double(a[j])), std::abs(double(b[j])), 1e-6}));
+  };
+  for (std::size_t i = 0; i < flat_state.model.size(); ++i) {
+    EXPECT_EQ(piped_state.model[i].name, flat_state.model[i].name) << i;
+    EXPECT_EQ(piped_state.model[i].shape, flat_state.model[i].shape) << flat_state.model[i].name;
+    relative(piped_state.model[i].values, flat_state.model[i].values);
+    relative(piped_state.optimizer.exp_avg[i], flat_state.optimizer.exp_avg[i]);
+    relative(piped_state.optimizer.exp_avg_sq[i], flat_state.optimizer.exp_avg_sq[i]);
+  }
+  EXPECT_LE(worst, 1e-4) << "weights and moments against the pp = 1 worker's";
+  if (std::getenv("VERL_TEST_VERBOSE") != nullptr) fmt::print("  checkpoint vs pp=1: max relative difference {:.3g}\n", worst);
 }
 
 std::string init_error(auto&& make_worker, int tp, int dp, int pp, std::vector<std::string> keys) {

@@ -359,9 +359,19 @@ TEST(ConfigYaml, VerlsMegatronConfigLoads) {
                   "actor_rollout_ref.actor.megatron.use_distributed_optimizer=False"})
                 .actor_rollout_ref.actor.megatron.tensor_model_parallel_size,
             2);
+  // Pipeline parallelism acts in the Megatron worker, with the dense generation (tg = 1).
+  EXPECT_EQ(with({"actor_rollout_ref.actor.strategy=megatron", "actor_rollout_ref.actor.megatron.use_distributed_optimizer=False",
+                  "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size=2",
+                  "actor_rollout_ref.rollout.tensor_model_parallel_size=1"})
+                .actor_rollout_ref.actor.megatron.pipeline_model_parallel_size,
+            2);
   EXPECT_NE(error_of({"actor_rollout_ref.actor.strategy=megatron", "actor_rollout_ref.actor.megatron.use_distributed_optimizer=False",
-                      "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size=2"})
-                .find("actor_rollout_ref.actor.megatron.pipeline_model_parallel_size: not supported by verl-cpp yet"),
+                      "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2",
+                      "actor_rollout_ref.actor.megatron.sequence_parallel=False",
+                      "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size=2",
+                      "actor_rollout_ref.rollout.tensor_model_parallel_size=2"})
+                .find("actor_rollout_ref.rollout.tensor_model_parallel_size: expected 1 with "
+                      "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size = 2 > 1"),
             std::string::npos);
 }
 

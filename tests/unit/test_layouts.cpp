@@ -46,6 +46,7 @@ static_assert(layout_rules<Mesh<TP<4>, DP<2>>, Mesh<TP<2>, DP<4>>>::value);
 static_assert(layout_rules<Mesh<TP<4>, DP<>, PP<1>>, Mesh<TP<2>, DP<>>>::value);  // PP<1> is no pipeline
 static_assert(layout_rules<Mesh<TP<>, DP<>, PP<>>, Mesh<TP<>, DP<>>>::value);    // PP<>: checked at run time
 static_assert(layout_rules<Mesh<PP<1>, TP<2>, DP<>>, Mesh<TP<1>, DP<>>>::value);  // order matters only past size 1
+static_assert(layout_rules<Mesh<TP<2>, DP<>, PP<2>>, Mesh<TP<1>, DP<>>>::value);  // pipeline training, pg = 1
 static_assert(layout_rules<Mesh<TP<4>, DP<>>, Mesh<TP<2>, DP<>>, FourHeadsTwoKv>::value);
 static_assert(layout_rules<Mesh<TP<8>, DP<>>, Mesh<TP<1>, DP<>>, EightHeads>::value);
 static_assert(layout_rules<Mesh<TP<6>, DP<>>, Mesh<TP<3>, DP<>>, Specialised>::value);  // KV copied (6 % 1)
@@ -70,14 +71,14 @@ constexpr std::string_view tg_key = "actor_rollout_ref.rollout.tensor_model_para
 
 TEST(Layouts, DynamicMeshesFromTheKeys) {
   const auto l = Layouts<>::from_sizes({.ranks = 8, .train_tp = 4, .train_pp = 1, .gen_tp = 2});
-  EXPECT_EQ(l.train.to_string(), "tp=4,dp=2");
+  EXPECT_EQ(l.train.to_string(), "tp=4,dp=2,pp=1");  // the default training mesh takes pp from the keys too
   EXPECT_EQ(l.generation.to_string(), "tp=2,dp=4");
   // The worker's groups are the mesh's slices: tp fastest, as Megatron lays ranks out.
   EXPECT_EQ(l.train.group(5, AxisKind::tp).to_vector(), (std::vector<std::int64_t>{4, 5, 6, 7}));
   EXPECT_EQ(l.train.group(5, AxisKind::dp).to_vector(), (std::vector<std::int64_t>{1, 5}));
   EXPECT_EQ(l.train.group_index(5, AxisKind::dp), 1);  // the colour: rank 5's tp coordinate
   EXPECT_EQ(l.train.group_index(5, AxisKind::tp), 1);  // its dp coordinate
-  EXPECT_EQ(Layouts<>::describe(), "Mesh<TP<>, DP<>> -> Mesh<TP<>, DP<>>");
+  EXPECT_EQ(Layouts<>::describe(), "Mesh<TP<>, DP<>, PP<>> -> Mesh<TP<>, DP<>>");
 }
 
 TEST(Layouts, StaticSizesMustAgreeWithTheKeys) {
@@ -108,10 +109,30 @@ TEST(Layouts, TheRulesAtRunTimeNameTheKeys) {
   EXPECT_NE(error_of<Layouts<>>({.ranks = 6, .train_tp = 4, .train_pp = 1, .gen_tp = 1})
                 .find(std::string(tp_key) + ": expected a divisor of the actor pool's 6 ranks"),
             std::string::npos);
+  // Pipeline parallel training: dp = ranks / (tp pp), the generation over every rank (pg = 1).
   using Pipelined = Layouts<Mesh<TP<>, DP<>, PP<>>>;
-  EXPECT_NE(error_of<Pipelined>({.ranks = 4, .train_tp = 2, .train_pp = 2, .gen_tp = 1})
-                .find("actor_rollout_ref.actor.megatron.pipeline_model_parallel_size: not supported by verl-cpp yet"),
+  const Pipelined piped = Pipelined::from_sizes({.ranks = 8, .train_tp = 2, .train_pp = 2, .gen_tp = 1});
+  EXPECT_EQ(piped.train.size(verl::parallel::AxisKind::tp), 2);
+  EXPECT_EQ(piped.train.size(verl::parallel::AxisKind::dp), 2);
+  EXPECT_EQ(piped.train.size(verl::parallel::AxisKind::pp), 2);
+  EXPECT_EQ(piped.train.coord(5, verl::parallel::AxisKind::pp), 1);  // Megatron's order: pp slowest
+  EXPECT_EQ(piped.generation.size(verl::parallel::AxisKind::dp), 8);
+  EXPECT_NE(error_of<Pipelined>({.ranks = 3, .train_tp = 1, .train_pp = 2, .gen_tp = 1})
+                .find("actor_rollout_ref.actor.megatron.pipeline_model_parallel_size: expected a divisor of the actor "
+                      "pool's 3 ranks"),
             std::string::npos);
+  EXPECT_NE(error_of<Pipelined>({.ranks = 6, .train_tp = 2, .train_pp = 2, .gen_tp = 1})
+                .find(std::string(tp_key) + ": expected a divisor of the actor pool's 6 ranks over "
+                      "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size = 2 pipeline stages"),
+            std::string::npos);
+  // A static PP<2> the keys contradict.
+  using FixedPp = Layouts<Mesh<TP<>, DP<>, PP<2>>>;
+  EXPECT_NE(error_of<FixedPp>({.ranks = 4, .train_tp = 1, .train_pp = 1, .gen_tp = 1})
+                .find("actor_rollout_ref.actor.megatron.pipeline_model_parallel_size: the worker's training mesh "
+                      "Mesh<TP<>, DP<>, PP<2>> fixes pp: expected 2, got 1"),
+            std::string::npos);
+  // The default meshes take pp from the keys too.
+  EXPECT_EQ(Layouts<>::from_sizes({.ranks = 4, .train_tp = 1, .train_pp = 2, .gen_tp = 1}).train.size(verl::parallel::AxisKind::pp), 2);
 }
 
 TEST(Layouts, TheLoadedModelMustHaveTheDeclaredHeads) {

@@ -223,7 +223,7 @@ struct layout_rules {
 /// The actor's training and generation meshes: the types (checked by layout_rules, with Model's
 /// static heads when it has them, when this is instantiated) and, once the configuration is read,
 /// the meshes themselves.
-template <parallel::MeshType TrainMesh = parallel::Mesh<parallel::TP<>, parallel::DP<>>,
+template <parallel::MeshType TrainMesh = parallel::Mesh<parallel::TP<>, parallel::DP<>, parallel::PP<>>,
           parallel::MeshType GenMesh = parallel::Mesh<parallel::TP<>, parallel::DP<>>, class Model = void>
 struct Layouts {
   using rules = layout_rules<TrainMesh, GenMesh, Model>;

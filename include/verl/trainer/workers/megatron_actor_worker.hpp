@@ -118,7 +118,7 @@
 
 namespace verl::trainer {
 
-template <class Models, parallel::MeshType TrainMesh = parallel::Mesh<parallel::TP<>, parallel::DP<>>,
+template <class Models, parallel::MeshType TrainMesh = parallel::Mesh<parallel::TP<>, parallel::DP<>, parallel::PP<>>,
           parallel::MeshType GenMesh = parallel::Mesh<parallel::TP<>, parallel::DP<>>>
   requires(check_actor_models<Models>())
 class MegatronActorRolloutRefWorker {
@@ -327,6 +327,10 @@ class MegatronActorRolloutRefWorker {
     const optim::AdamW::State moments = distributed_optimizer_ ? distributed_optimizer_->gather_moments(*dp_) : optimizer_->state();
     RoleState state;
     std::size_t k = 0;
+    // Under pipeline parallelism each stage's (tp 0, dp 0) rank gathers its stage, and the later
+    // stages send theirs to the first (rank 0) after it, in stage order: the whole model's
+    // parameter order (embedding, layers, norm, head), as the dense worker saves it.
+    const bool keeps = pp_ ? tp_rank_ == 0 && dp_rank_ == 0 : context_->rank == 0;
     actor.for_each_parameter([&](const auto& p) {
       std::vector<float> value = actor.gather_full(p.name, std::span<const float>(p.value.data(), p.value.size()));
       std::vector<float> m, v;
@@ -334,7 +338,7 @@ class MegatronActorRolloutRefWorker {
         m = actor.gather_full(p.name, moments.exp_avg[k]);
         v = actor.gather_full(p.name, moments.exp_avg_sq[k]);
       }
-      if (context_->rank == 0) {
+      if (keeps) {
         state.model.push_back(NamedTensor{std::string(p.name), full_shape(actor, p.name, p.shape), std::move(value)});
         if (k < moments.exp_avg.size()) {
           state.optimizer.exp_avg.push_back(std::move(m));
@@ -343,6 +347,7 @@ class MegatronActorRolloutRefWorker {
       }
       ++k;
     });
+    if (pp_ && keeps) collect_stages(state);
     if (context_->rank != 0) return {};
     state.optimizer.step = moments.step;
     state.extra = {{"lr_scheduler_last_epoch", scheduler_->last_epoch()}};
@@ -362,13 +367,14 @@ class MegatronActorRolloutRefWorker {
               t.name, t.values[j], j);
       dict[t.name] = model::StateTensor{t.shape, t.values};
     }
-    actor.load_full_state_dict(dict);
+    actor.load_full_state_dict(dict);  // this stage's tensors (the others' are skipped)
     optim::AdamW::State moments;
     moments.step = state.optimizer.step;
     if (!state.optimizer.exp_avg.empty()) {
-      // The moments are in the parameters' order (for_each_parameter, as AdamW holds them), not
-      // the checkpoint's tensor order (by name).
-      std::size_t k = 0;
+      // The moments are in the whole model's parameters' order (for_each_parameter, as AdamW
+      // holds them), not the checkpoint's tensor order (by name); a stage's start at the
+      // parameters of the stages before it.
+      std::size_t k = pp_ ? parameters_before_stage() : 0;
       actor.for_each_parameter([&](const auto& p) {
         VERL_CHECK_ARG(k < state.optimizer.exp_avg.size() && k < state.optimizer.exp_avg_sq.size(),
                        "checkpoint role 'actor': no optimizer moments for '{}' (parameter {})", p.name, k);
@@ -532,6 +538,80 @@ class MegatronActorRolloutRefWorker {
                    "worker does not build), got {}",
                    detail::train_pp_key, config.actor_rollout_ref.model.path, stages);
     return model::pipeline_stage_layers(shape, stage, stages);
+  }
+
+  /// The parameter tensors of the stages before this rank's (collective over the pipeline group).
+  std::size_t parameters_before_stage() {
+    std::int64_t mine = 0;
+    require_model().for_each_parameter([&](const auto&) { ++mine; });
+    std::vector<std::int64_t> counts(static_cast<std::size_t>(pp_size_));
+    pp_->all_gather(std::span<const std::int64_t>(&mine, 1), std::span<std::int64_t>(counts));
+    std::int64_t before = 0;
+    for (int s = 0; s < pp_rank_; ++s) before += counts[static_cast<std::size_t>(s)];
+    return static_cast<std::size_t>(before);
+  }
+
+  /// checkpoint_state's stages to the first: each later stage's (tp 0, dp 0) rank sends its
+  /// gathered tensors (and moments) over its pipeline group, in stage order; stage 0 appends them.
+  void collect_stages(RoleState& state) {
+    constexpr int tag = 1;
+    if (pp_rank_ > 0) {
+      // Header: tensors, moments per tensor (0 or 1), then per tensor its name's length, rank and shape.
+      std::vector<std::int64_t> header{static_cast<std::int64_t>(state.model.size()),
+                                       state.optimizer.exp_avg.empty() ? 0 : 1};
+      std::vector<std::int64_t> names;
+      for (const NamedTensor& t : state.model) {
+        header.push_back(static_cast<std::int64_t>(t.name.size()));
+        header.push_back(static_cast<std::int64_t>(t.shape.size()));
+        header.insert(header.end(), t.shape.begin(), t.shape.end());
+        for (const char c : t.name) names.push_back(static_cast<unsigned char>(c));
+      }
+      std::array<std::int64_t, 2> sizes{static_cast<std::int64_t>(header.size()), static_cast<std::int64_t>(names.size())};
+      pp_->send(std::span<std::int64_t>(sizes), 0, tag);
+      pp_->send(std::span<std::int64_t>(header), 0, tag);
+      pp_->send(std::span<std::int64_t>(names), 0, tag);
+      for (std::size_t i = 0; i < state.model.size(); ++i) {
+        pp_->send(std::span<float>(state.model[i].values), 0, tag);
+        if (header[1] == 1) {
+          pp_->send(std::span<float>(state.optimizer.exp_avg[i]), 0, tag);
+          pp_->send(std::span<float>(state.optimizer.exp_avg_sq[i]), 0, tag);
+        }
+      }
+      state = {};
+      return;
+    }
+    for (int stage = 1; stage < pp_size_; ++stage) {
+      std::array<std::int64_t, 2> sizes{};
+      pp_->recv(std::span<std::int64_t>(sizes), stage, tag);
+      std::vector<std::int64_t> header(static_cast<std::size_t>(sizes[0])), names(static_cast<std::size_t>(sizes[1]));
+      pp_->recv(std::span<std::int64_t>(header), stage, tag);
+      pp_->recv(std::span<std::int64_t>(names), stage, tag);
+      const bool with_moments = header[1] == 1;
+      VERL_CHECK_ARG(with_moments == !state.optimizer.exp_avg.empty() || state.model.empty(),
+                     "checkpoint role 'actor': pipeline stage {} {} optimizer moments, stage 0 {}", stage,
+                     with_moments ? "has" : "has no", with_moments ? "has none" : "has them");
+      std::size_t at = 2, name_at = 0;
+      for (std::int64_t i = 0; i < header[0]; ++i) {
+        NamedTensor t;
+        const auto name_length = static_cast<std::size_t>(header[at++]);
+        const auto rank = static_cast<std::size_t>(header[at++]);
+        for (std::size_t c = 0; c < name_length; ++c) t.name.push_back(static_cast<char>(names[name_at++]));
+        t.shape.assign(header.begin() + static_cast<std::ptrdiff_t>(at), header.begin() + static_cast<std::ptrdiff_t>(at + rank));
+        at += rank;
+        std::int64_t numel = 1;
+        for (const auto extent : t.shape) numel *= extent;
+        t.values.resize(static_cast<std::size_t>(numel));
+        pp_->recv(std::span<float>(t.values), stage, tag);
+        if (with_moments) {
+          std::vector<float> m(t.values.size()), v(t.values.size());
+          pp_->recv(std::span<float>(m), stage, tag);
+          pp_->recv(std::span<float>(v), stage, tag);
+          state.optimizer.exp_avg.push_back(std::move(m));
+          state.optimizer.exp_avg_sq.push_back(std::move(v));
+        }
+        state.model.push_back(std::move(t));
+      }
+    }
   }
 
   /// One pipeline pass over a batch: the schedule's steps on this stage, each micro-batch's rows

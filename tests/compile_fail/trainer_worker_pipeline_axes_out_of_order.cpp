@@ -1,8 +1,10 @@
-// expect: PIPELINE_PARALLEL_TRAINING_IS_NOT_BUILT_YET_THE_TRAINING_MESH_NEEDS_PP_1
+// expect: THE_ACTOR_MESH_AXES_MUST_BE_IN_MEGATRON_ORDER_TP_DP_PP
 // needs: mpi
-// The example as a worker type: a user's model trained on Mesh<PP<2>, TP<2>, DP<>> and
-// generating on Mesh<TP<1>, DP<>>. The Megatron actor worker does not pipeline yet, so naming the
-// type is a compile error (examples/mesh_types.cpp runs the supported TP<2> -> TP<1> pair).
+// A user's model trained with pipeline stages as the worker type: Mesh<PP<2>, TP<2>, DP<>> lists
+// pp first, which makes pp the fastest axis (a mesh lays its first axis out fastest), while the
+// worker group's ranks are in Megatron's order (tp fastest, then dp, then pp: the dispatch of
+// MEGATRON_COMPUTE_PROTO collects tp rank 0 of the last stage by that order). The same layout in
+// Megatron's order, Mesh<TP<2>, DP<>, PP<2>>, is what examples/mesh_types.cpp trains.
 #include <cstdint>
 
 #include "verl/model/transformer/transformer.hpp"
