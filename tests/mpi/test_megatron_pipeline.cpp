@@ -12,8 +12,10 @@
 //     plan's (p t - 1)/(p t) M and M corrected as the worker's header comment documents;
 //   - the static mesh type Mesh<TP<2>, DP<>, PP<2>> is the dynamic worker, bit for bit; two runs are
 //     bit-identical (same-seed determinism);
-//   - a layer count the stages do not divide, tied embeddings over stages and a TP-sharded
-//     generation under a pipeline are errors naming the key, expected and actual values.
+//   - checkpoints hold every stage's tensors and moments (the pp = 1 worker's state) and resume
+//     bit for bit;
+//   - a layer count the stages do not divide, tied embeddings over stages, a TP-sharded generation
+//     under a pipeline and interleaved stages are errors naming the key, expected and actual values.
 // np 4: pp2 x tp2 x dp1, pp2 x tp1 x dp2 (with the distributed optimizer too), pp4 x tp1 x dp1; np 8
 // (the `long` label): pp2 x tp2 x dp2.
 #include <gtest/gtest.h>
@@ -478,6 +480,18 @@ TEST(MegatronPipeline, WhatIsNotBuiltIsRefusedByName) {
   error = init_error([&](auto& c) { return worker_of.template operator()<Tied>(c); }, 1, 1, 2, overrides(1, 2));
   if (error != "not a member") {
     EXPECT_NE(error.find(pp_key + ": expected 1 for a model with tie_word_embeddings = true"), std::string::npos) << error;
+  }
+  // Interleaved stages (virtual pipeline) are not built: refused by name.
+  try {
+    (void)trainer::load_ppo_config({"actor_rollout_ref.actor.strategy=megatron", pp_key + "=2",
+                                    "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+                                    "actor_rollout_ref.actor.megatron.virtual_pipeline_model_parallel_size=2"});
+    ADD_FAILURE() << "expected an error";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("actor_rollout_ref.actor.megatron.virtual_pipeline_model_parallel_size: not "
+                                         "supported by verl-cpp yet"),
+              std::string::npos)
+        << e.what();
   }
   // TP-sharded generation from a pipeline: the configuration names the generation key.
   try {

@@ -5,17 +5,20 @@
 //
 //   MegatronActorRolloutRefWorker<Models>                                        // sizes from the keys
 //   MegatronActorRolloutRefWorker<Models, Mesh<TP<2>, DP<>>, Mesh<TP<1>, DP<>>>  // tp 2 -> tg 1 as types
+//   MegatronActorRolloutRefWorker<Models, Mesh<TP<2>, DP<>, PP<2>>, Mesh<TP<1>, DP<>>>  // 2 stages
 //
 // Layouts (trainer/layouts.hpp): the training and generation meshes are template parameters,
-// each axis static or dynamic (the defaults, Mesh<TP<>, DP<>>, take every size from the keys). The
-// rules on the pair (tg divides tp, one world size, pp = 1, tp within the model's heads when
+// each axis static or dynamic (the defaults, Mesh<TP<>, DP<>, PP<>> and Mesh<TP<>, DP<>>, take every
+// size from the keys). The rules on the pair (tg divides tp, one world size, generation pp = 1,
+// axes in Megatron's order, tp within the model's heads when
 // model_heads<Models> knows them) are static asserts for static sizes; at run time the keys are
 // checked against them and against the static sizes (errors name the key, expected and got).
 // The worker's TP and DP groups are slices of the training mesh (Mesh::group), its generation
 // groups those of the reshard plan between the two meshes.
 //
-// Training layout: the group's ranks form Megatron's (tp, dp) mesh (tp fastest) from
-// actor_rollout_ref.actor.megatron.tensor_model_parallel_size (pipeline parallelism is refused).
+// Training layout: the group's ranks form Megatron's (tp, dp, pp) mesh (tp fastest, then dp, then
+// pp) from actor_rollout_ref.actor.megatron.tensor_model_parallel_size and
+// pipeline_model_parallel_size (pipeline parallelism: see below).
 // Each rank holds a TensorParallelTransformer over its TP group: column/row-parallel attention and
 // MLP, vocabulary-parallel embedding and LM head, log-probs and entropy without gathering the
 // logits. Gradients are averaged over the DP group, clipped with the TP-correct global norm
@@ -66,7 +69,43 @@
 // gathered) and K the KV tensors when the training TP copies KV heads (their training block is
 // already their generation block); redundancy 0. Not counted: the packed decode copy of the
 // weights the KV cache carries (as the dense engine's) and the KV cache itself.
-// The reference policy is a TP copy over its own TP communicator.
+// The reference policy is a TP copy over its own TP communicator (and the same pipeline stage).
+//
+// Pipeline parallelism (actor_rollout_ref.actor.megatron.pipeline_model_parallel_size = p > 1):
+// the layers split evenly over the p stages (Megatron's split; a layer count p does not divide is
+// an error naming the key, expected and given values), the embedding on the first stage, the final
+// norm and the vocabulary-parallel LM head on the last; tied embeddings over stages are refused by
+// name (Megatron would keep a copy of the embedding on the last stage and all-reduce the two
+// copies' gradients: not built). Each stage is a TensorParallelTransformer of its layers over its
+// TP group; a stage's pipeline group is the mesh's slice along pp (same tp and dp coordinates).
+// The batch methods run the micro-batches of the dense worker (update_micro_batches, the log-prob
+// micro-batch keys) through the stages: log-probs forward only, update_actor with 1F1B
+// (parallel::OneFOneB: warm-up forwards, one forward / one backward, cool-down backwards; each
+// stage keeps the saved passes of its micro-batches in flight). The last stage computes the losses
+// with update_actor_rows, whose forward and backward calls drive the schedule's steps there
+// (PipelineStageRunner checks the order); the other stages run their layers
+// (run_pipeline_stage). Activations and their gradients travel between neighbouring stages as
+// (tokens x hidden) messages whose sizes every stage knows from the micro-batch's tokens (micro-
+// batches differ). Every stage steps its own parameters: the DP reduction (or the distributed
+// optimizer) per stage as without stages, the gradient norm summed over TP and then over the
+// stages (each element once), so clipping and the skipped non-finite steps agree everywhere. The
+// results are the last stage's (megatron_compute_proto collects tp rank 0 of the last stage of
+// each DP group; the other stages return nothing). Generation needs every layer (tg = 1 with
+// stages; actor_rollout_ref.rollout.tensor_model_parallel_size > 1 is refused by name): each
+// tensor is all-gathered over its stage's TP group, then broadcast from its stage over the
+// pipeline group (gather_dense_over_stages), so that every rank holds the dense copy. Against
+// parallel::ReshardPlan<HybridFlow> (t, p -> tg = pg = 1: comm (t p - 1)/(t p) M, peak M) for a
+// rank of stage s whose tensors take F_s bytes of the model's M (R_s of them replicated):
+//   - received = M - F_s + (t-1)/t (F_s - R_s) = plan + (M/p - F_s)/t - (t-1)/t R_s: the stages are
+//     not equal (the embedding on the first, the head on the last), and replicated tensors are not
+//     gathered over TP;
+//   - peak = M + (F_s - R_s)/t + R_s (the shard kept beside the dense copy, as without stages);
+// both reported as the max over the group's ranks. Checkpoints: checkpoint_state gathers each
+// stage's tensors (and moments) over TP (and DP), the later stages send theirs to the first stage
+// (tensor names, shapes, values), and rank 0 returns the whole model in the dense order: the same
+// state as the worker without stages (hence resumable at any mesh); load_checkpoint_state keeps
+// each stage's share. export_actor writes the gathered dense model. virtual_pipeline_model_
+// parallel_size (interleaving) is not built.
 #pragma once
 
 #include <fmt/format.h>
