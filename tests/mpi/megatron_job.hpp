@@ -3,11 +3,18 @@
 // test_megatron_mesh_types, test_megatron_pipeline).
 #pragma once
 
+#include <cstdint>
 #include <optional>
+#include <string>
+#include <vector>
 
+#include "verl/core/tensor.hpp"
+#include "verl/data/data_proto.hpp"
 #include "verl/hybridflow/dispatch.hpp"
 #include "verl/hybridflow/worker.hpp"
 #include "verl/parallel/mpi_communicator.hpp"
+#include "verl/trainer/workers/batch_keys.hpp"
+#include "verl/trainer/workers/role_state.hpp"
 
 namespace verl::test_support {
 
@@ -32,6 +39,31 @@ inline void make_job(parallel::MpiCommunicator& world, int tp, int dp, MegatronJ
   job.context.global_rank = world.rank();
   job.context.group = &*job.group;
   job.context.mesh = hybridflow::GroupMesh(tp, dp, pp);
+}
+
+/// The prompts of DP group `dp_rank` of `dp` (its share of `rows`, each `prompt` tokens), with
+/// sampling parameters for `response` new tokens and one seed per row: what the Megatron worker
+/// tests feed generate_sequences.
+inline data::DataProto megatron_prompts(int dp_rank, int dp, Index rows, Index prompt, Index response) {
+  const Index mine = rows / dp, first = dp_rank * mine;
+  MatrixI64 input_ids(mine, prompt);
+  for (Index r = 0; r < mine; ++r)
+    for (Index c = 0; c < prompt; ++c) input_ids(r, c) = ((first + r) * 5 + c) % 40 + 3;
+  data::DataProto batch;
+  batch.set(std::string(trainer::keys::input_ids), input_ids);
+  batch.set(std::string(trainer::keys::attention_mask), MatrixF(MatrixF::Ones(mine, prompt)));
+  rollout::SamplingParams params;
+  params.temperature = 1.0f;
+  params.n = 1;
+  params.max_response_length = response;
+  params.eos_token_ids = {1};
+  params.pad_token_id = 0;
+  params.seed = 9;
+  batch.meta_info()["sampling_params"] = trainer::sampling_params_to_json(params);
+  std::vector<std::int64_t> seeds;
+  for (Index r = 0; r < mine; ++r) seeds.push_back(100 + first + r);
+  batch.set_non_tensor(std::string(trainer::keys::seed), std::move(seeds));
+  return batch;
 }
 
 }  // namespace verl::test_support

@@ -125,27 +125,7 @@ data::DataProto chunk(int dp_rank, int dp) {
   return batch;
 }
 
-data::DataProto prompts(int dp_rank, int dp) {
-  const Index mine = rows / dp, first = dp_rank * mine;
-  MatrixI64 input_ids(mine, prompt);
-  for (Index r = 0; r < mine; ++r)
-    for (Index c = 0; c < prompt; ++c) input_ids(r, c) = ((first + r) * 5 + c) % 40 + 3;
-  data::DataProto batch;
-  batch.set(std::string(trainer::keys::input_ids), input_ids);
-  batch.set(std::string(trainer::keys::attention_mask), MatrixF(MatrixF::Ones(mine, prompt)));
-  rollout::SamplingParams params;
-  params.temperature = 1.0f;
-  params.n = 1;
-  params.max_response_length = response;
-  params.eos_token_ids = {1};
-  params.pad_token_id = 0;
-  params.seed = 9;
-  batch.meta_info()["sampling_params"] = trainer::sampling_params_to_json(params);
-  std::vector<std::int64_t> seeds;
-  for (Index r = 0; r < mine; ++r) seeds.push_back(100 + first + r);
-  batch.set_non_tensor(std::string(trainer::keys::seed), std::move(seeds));
-  return batch;
-}
+data::DataProto prompts(int dp_rank, int dp) { return test_support::megatron_prompts(dp_rank, dp, rows, prompt, response); }
 
 /// One run's results on every rank of the world, as the dispatch collects them (tp rank 0 of the
 /// last stage of each DP group), from the world's first job.
