@@ -559,9 +559,38 @@ inline void blocked_gemm(ThreadPool* pool, Index m, Index n, Index k, Operand<fl
   }
 }
 
-/// Products with fewer rows than a micro-tile and too little work for the pool (an attention head
-/// of a decode step: one query against the cached keys). The blocked path would pad A to 8 rows
-/// and pack it, and its setup costs more than the product. Each element is the same chain of
+/// R rows of A (rows `a_row_stride` apart) times one 16-column panel of B over kc depths: R
+/// independent chains of multiply-adds interleaved, so that the FMA latency of one row hides
+/// behind the others (one row alone waits four cycles per depth). B's rows are read masked to
+/// `lanes`, in place or from a packed panel.
+template <Index R>
+[[gnu::always_inline]] VERL_TARGET_AVX512 inline void few_rows_panel(Index kc, const float* a, Index a_row_stride,
+                                                                     Index a_col_stride, const float* rows_of_b,
+                                                                     Index b_step, __mmask16 lanes, float* c, Index ldc,
+                                                                     bool add) {
+  __m512 acc[R];
+#pragma GCC unroll 4
+  for (Index i = 0; i < R; ++i) acc[i] = _mm512_setzero_ps();
+  for (Index kk = 0; kk < kc; ++kk) {
+    const __m512 b_k = _mm512_maskz_loadu_ps(lanes, rows_of_b + kk * b_step);
+#pragma GCC unroll 4
+    for (Index i = 0; i < R; ++i) {
+      acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(a[i * a_row_stride + kk * a_col_stride]), b_k, acc[i]);
+    }
+  }
+#pragma GCC unroll 4
+  for (Index i = 0; i < R; ++i) {
+    float* out = c + i * ldc;
+    if (add) acc[i] = _mm512_add_ps(acc[i], _mm512_maskz_loadu_ps(lanes, out));
+    _mm512_mask_storeu_ps(out, lanes, acc[i]);
+  }
+}
+
+/// Products with fewer rows than a micro-tile and too little work for the pool (a decode step's
+/// attention: the query heads that share a key/value head against the cached keys). The blocked
+/// path would pad A to 8 rows and pack it, and its setup costs more than the product. Rows of B
+/// that hold the columns contiguously are read in place, a partial panel through a mask (packing
+/// it cost more than the product at a few dozen keys). Each element is the same chain of
 /// multiply-adds as in kernel_avx512 (from zero over a KC block, then added to C), so the results
 /// are bit-identical to the blocked path's.
 VERL_TARGET_AVX512 inline void sgemm_avx512_few_rows(Index m, Index n, Index k, Operand<float> a, Operand<float> b,
@@ -574,21 +603,20 @@ VERL_TARGET_AVX512 inline void sgemm_avx512_few_rows(Index m, Index n, Index k, 
     for (Index pc = 0; pc < k; pc += kc_block) {
       const Index kc = std::min(kc_block, k - pc);
       const Operand<float> b_slab{b.data + pc * b.row_stride + j0 * b.col_stride, b.row_stride, b.col_stride};
-      // Rows of B already hold 16 contiguous columns: read them in place; else pack the panel.
-      const bool in_place = b.col_stride == 1 && cols == NR;
+      const bool in_place = b.col_stride == 1;
       if (!in_place) pack_b<NR>(b_slab, kc, cols, panel);
       const float* rows_of_b = in_place ? b_slab.data : panel;
       const Index step = in_place ? b.row_stride : NR;
       const bool add = accumulate || pc > 0;
-      for (Index i = 0; i < m; ++i) {
-        const float* a_row = a.data + i * a.row_stride + pc * a.col_stride;
-        __m512 acc = _mm512_setzero_ps();
-        for (Index kk = 0; kk < kc; ++kk) {
-          acc = _mm512_fmadd_ps(_mm512_set1_ps(a_row[kk * a.col_stride]), _mm512_loadu_ps(rows_of_b + kk * step), acc);
+      for (Index i0 = 0; i0 < m; i0 += 4) {
+        const float* a_rows = a.data + i0 * a.row_stride + pc * a.col_stride;
+        float* c_rows = c + i0 * ldc + j0;
+        switch (std::min<Index>(4, m - i0)) {
+          case 1: few_rows_panel<1>(kc, a_rows, a.row_stride, a.col_stride, rows_of_b, step, lanes, c_rows, ldc, add); break;
+          case 2: few_rows_panel<2>(kc, a_rows, a.row_stride, a.col_stride, rows_of_b, step, lanes, c_rows, ldc, add); break;
+          case 3: few_rows_panel<3>(kc, a_rows, a.row_stride, a.col_stride, rows_of_b, step, lanes, c_rows, ldc, add); break;
+          default: few_rows_panel<4>(kc, a_rows, a.row_stride, a.col_stride, rows_of_b, step, lanes, c_rows, ldc, add); break;
         }
-        float* out = c + i * ldc + j0;
-        if (add) acc = _mm512_add_ps(acc, _mm512_maskz_loadu_ps(lanes, out));
-        _mm512_mask_storeu_ps(out, lanes, acc);
       }
     }
   }

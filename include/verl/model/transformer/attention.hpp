@@ -45,6 +45,17 @@ struct ConstHeadRows {
 /// sliding window (0: all).
 inline Index first_visible_key(Index end, Index window) { return window > 0 && end > window ? end - window : 0; }
 
+/// The `visible` raw scores of one query, in place, -> softmax(scale * scores); returns their
+/// log-sum-exp. One definition for every attention path, so that they agree bit for bit.
+template <class S>
+S softmax_scores(S* scores, Index visible, S scale) {
+  Eigen::Map<Eigen::Matrix<S, 1, Eigen::Dynamic>> row(scores, visible);
+  const S shift = scale * row.maxCoeff();
+  const auto sum = static_cast<S>(cpu::exp_shifted_row<S>(scores, visible, scale, shift));
+  row /= sum;
+  return shift + std::log(sum);
+}
+
 /// out = softmax(scale q k^T + causal mask) v for `queries` query rows; lse (if not null) gets
 /// the log-sum-exp of each query's scaled scores (lse_stride apart). `window` > 0: sliding-window
 /// attention over the last `window` keys. The keys come as k^T (head_dim x keys), in whatever
@@ -67,17 +78,35 @@ void attention_forward_head(ConstHeadRows<S> q, cpu::Operand<S> keys_transposed,
       const Index row_end = key_offset + i0 + r + 1 - first;  // within the block's keys
       const Index row_first = first_visible_key(key_offset + i0 + r + 1, window) - first;
       const Index visible = row_end - row_first;
-      S* row = scores.data() + r * keys + row_first;
-      const S shift = scale * scores.row(r).segment(row_first, visible).maxCoeff();
-      const auto sum = static_cast<S>(cpu::exp_shifted_row<S>(row, visible, scale, shift));
-      scores.row(r).segment(row_first, visible) /= sum;
+      const S row_lse = softmax_scores(scores.data() + r * keys + row_first, visible, scale);
       scores.row(r).head(row_first).setZero();
       scores.row(r).tail(keys - row_end).setZero();
-      if (lse != nullptr) lse[(i0 + r) * lse_stride] = shift + std::log(sum);
+      if (lse != nullptr) lse[(i0 + r) * lse_stride] = row_lse;
     }
     cpu::gemm<S>(rows, head_dim, keys, cpu::rows_of(scores.data(), keys), cpu::rows_of(v.data + first * v.stride, v.stride),
             out.data + i0 * out.stride, out.stride, false);
   }
+}
+
+/// One query token for each of `heads` heads that share their keys and values (the query heads of
+/// one key/value head in a decode step), against `key_count` cached keys (the query's own
+/// included): q and out hold one row per head. Each head's result is attention_forward_head's for
+/// one query at key_offset = key_count - 1, bit for bit (the same chains of multiply-adds per
+/// element and the same softmax), but the group reads the keys and values once, and the heads'
+/// chains interleave instead of each waiting on its own.
+template <class S>
+void attention_decode_heads(ConstHeadRows<S> q, cpu::Operand<S> keys_transposed, ConstHeadRows<S> v, Index heads,
+                            Index key_count, Index head_dim, S scale, HeadRows<S> out, std::vector<S>& scratch,
+                            Index window = 0) {
+  const Index first = first_visible_key(key_count, window), keys = key_count - first;
+  scratch.resize(static_cast<std::size_t>(heads * keys));
+  cpu::gemm<S>(heads, keys, head_dim, cpu::rows_of(q.data, q.stride),
+               {keys_transposed.data + first * keys_transposed.col_stride, keys_transposed.row_stride,
+                keys_transposed.col_stride},
+               scratch.data(), keys, false);
+  for (Index h = 0; h < heads; ++h) softmax_scores(scratch.data() + h * keys, keys, scale);
+  cpu::gemm<S>(heads, head_dim, keys, cpu::rows_of(scratch.data(), keys), cpu::rows_of(v.data + first * v.stride, v.stride),
+               out.data, out.stride, false);
 }
 
 /// Backward of attention_forward_head (key_offset 0, the same window) for one query head: dq =

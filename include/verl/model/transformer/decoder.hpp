@@ -445,7 +445,9 @@ class DecoderBody {
     }
     const Index m = static_cast<Index>(tokens.size()), width = c.hidden_size;
     const Index heads = c.num_attention_heads, group = heads / c.num_key_value_heads, d = c.head_dim;
-    const Index kv_width = cache.width();
+    const Index kv_width = cache.width(), kv_groups = heads / group;
+    // (float only: Eigen's double products may sum a one-row product in another order than a wider one.)
+    const bool one_token_per_chunk = std::same_as<Scalar, float> && m == chunks;
     const auto scale = static_cast<Scalar>(1.0 / std::sqrt(static_cast<double>(d)));
     rope_.tables(positions, cos, sin);
     RowMatrix<Scalar> x(m, width);
@@ -461,6 +463,20 @@ class DecoderBody {
                               const Index begin = chunk_offsets[static_cast<std::size_t>(i)];
                               const Index count = chunk_offsets[static_cast<std::size_t>(i) + 1] - begin;
                               cache.write(layer, s, a.k.data() + begin * kv_width, a.v.data() + begin * kv_width, count);
+                            }
+                            if (one_token_per_chunk) {
+                              // A decode step: the query heads of a key/value head attend together.
+                              pool_->parallel_for(chunks * kv_groups, [&](Index task) {
+                                const Index i = task / kv_groups, kv = task % kv_groups;
+                                const Index s = sequences[static_cast<std::size_t>(i)];
+                                thread_local std::vector<Scalar> buffer;
+                                detail::attention_decode_heads<Scalar>(
+                                    {a.q.data() + i * a.q.cols() + kv * group * d, d},
+                                    cpu::rows_of(cache.keys_transposed(layer, s) + kv * d * cache.capacity(s), cache.capacity(s)),
+                                    {cache.values(layer, s) + kv * d, kv_width}, group, cache.length(s) + 1, d, scale,
+                                    {a.attn.data() + i * a.attn.cols() + kv * group * d, d}, buffer, window);
+                              });
+                              return;
                             }
                             pool_->parallel_for(chunks * heads, [&](Index task) {
                               const Index i = task / heads, h = task % heads, kv = h / group;
