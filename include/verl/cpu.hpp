@@ -8,5 +8,6 @@
 #include "verl/cpu/decode_precision.hpp"
 #include "verl/cpu/gemm.hpp"
 #include "verl/cpu/softmax.hpp"
+#include "verl/cpu/argmax.hpp"
 #include "verl/cpu/rms_norm.hpp"
 #include "verl/cpu/swiglu.hpp"

@@ -4,12 +4,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <random>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "verl/cpu/argmax.hpp"
 #include "verl/cpu/softmax.hpp"
 #include "verl/rollout/sampling.hpp"
 
@@ -234,6 +236,48 @@ TEST(Sampling, DoubleSumKernelWritesTheSameExponentialsAndSumsThemInDouble) {
     // Below 4 packs a group is at most 4 floats added in float (~1 float ulp of the total).
     EXPECT_NEAR(total, sequential, (n == kQwenVocab ? 2e-8 : 1.2e-7) * sequential) << "n " << n;
   }
+}
+
+TEST(Sampling, VectorizedArgmaxIsTheScalarScanForEveryLevelAndRow) {
+  // Greedy sampling's argmax runs vectorized; each compiled width must give the scalar scan's
+  // answer (the first largest, NaN skipped unless it is first) on rows with ties, NaN, infinities,
+  // signed zeros and every tail length.
+  auto scalar = [](const std::vector<float>& x) {
+    std::size_t best = 0;
+    for (std::size_t i = 1; i < x.size(); ++i) {
+      if (x[i] > x[best]) best = i;
+    }
+    return static_cast<verl::Index>(best);
+  };
+  std::vector<std::pair<std::string, verl::Index (*)(const float*, verl::Index)>> kernels = {
+      {"baseline", &verl::cpu::argmax_detail::first_argmax_baseline}};
+#if VERL_HAS_X86_DISPATCH
+  if (verl::cpu::simd::cpu_supports(verl::cpu::SimdLevel::avx2)) kernels.emplace_back("avx2", &verl::cpu::argmax_detail::first_argmax_avx2);
+  if (verl::cpu::simd::cpu_supports(verl::cpu::SimdLevel::avx512)) {
+    kernels.emplace_back("avx512", &verl::cpu::argmax_detail::first_argmax_avx512);
+  }
+#endif
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> specials = {nan, inf, -inf, 0.0f, -0.0f, 1.0f, 1.0f, -1.0f};
+  std::mt19937_64 generator(11);
+  std::uniform_int_distribution<int> pick(0, 9);
+  for (int trial = 0; trial < 4000; ++trial) {
+    const std::size_t n = trial < 100 ? static_cast<std::size_t>(trial) : 1 + generator() % 300;
+    std::vector<float> x(n);
+    for (float& v : x) {
+      const int kind = pick(generator);
+      // Few distinct values, so that ties of the largest are common.
+      v = kind < 8 ? static_cast<float>(static_cast<int>(generator() % 7) - 3) : specials[generator() % specials.size()];
+    }
+    for (const auto& [name, kernel] : kernels) {
+      ASSERT_EQ(kernel(x.data(), static_cast<verl::Index>(n)), scalar(x)) << name << " n " << n << " trial " << trial;
+    }
+  }
+  EXPECT_EQ(verl::cpu::first_argmax(nullptr, 0), 0);
+  std::vector<float> vocabulary(kQwenVocab, -2.0f);
+  vocabulary[kQwenVocab - 1] = 5.0f;
+  vocabulary[kQwenVocab - 7] = 5.0f;
+  EXPECT_EQ(verl::cpu::first_argmax(vocabulary.data(), static_cast<verl::Index>(kQwenVocab)), static_cast<verl::Index>(kQwenVocab - 7));
 }
 
 TEST(Sampling, InvalidParametersNameTheKnob) {

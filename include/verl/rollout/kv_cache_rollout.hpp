@@ -20,6 +20,7 @@
 #include "verl/config.hpp"
 #include "verl/core/error.hpp"
 #include "verl/core/tensor.hpp"
+#include "verl/cpu/thread_pool.hpp"
 #include "verl/rollout/rollout_engine.hpp"
 #include "verl/rollout/sampling.hpp"
 
@@ -42,6 +43,12 @@ concept makes_kv_cache = requires { typename kv_cache_of<M>; } &&
                            cache.copy_sequence(sequence, sequence);
                            { cache.bytes() } -> std::convertible_to<std::size_t>;
                          };
+
+/// A model that lends its thread pool (the rollout samples its rows on it between passes).
+template <class M>
+concept lends_thread_pool = requires(const M& model) {
+  { model.thread_pool() } -> std::same_as<cpu::ThreadPool&>;
+};
 
 template <class M>
 concept extends_kv_cache = makes_kv_cache<M> && requires(M& model, kv_cache_of<M>& cache,
@@ -136,7 +143,7 @@ class KvCacheRollout {
     for (Index r = 0; r < rows; ++r) active[static_cast<std::size_t>(r)] = r;
     MatrixF logits(rows, vocab);
     for (Index r = 0; r < rows; ++r) logits.row(r) = prompt_logits.row(r / n);
-    SamplerScratch scratch;
+    std::vector<SampledToken> sampled(static_cast<std::size_t>(rows));
     std::vector<Index> still_running;
     std::vector<TokenId> step_tokens;
     std::vector<std::int64_t> step_offsets, step_positions;
@@ -144,23 +151,35 @@ class KvCacheRollout {
       still_running.clear();
       step_tokens.clear();
       step_positions.clear();
-      for (std::size_t i = 0; i < active.size(); ++i) {
-        const Index r = active[i], b = r / n, j = r % n;
+      // Each row's draw depends only on its seed, sample index and step, so the rows are sampled
+      // independently, on the model's threads when it lends them.
+      const auto sample_row = [&](Index i) {
+        const Index r = active[static_cast<std::size_t>(i)], b = r / n, j = r % n;
         const std::uint64_t seed = prompts.seeds.empty() ? derive_seed(params.seed, static_cast<std::uint64_t>(b))
                                                          : prompts.seeds[static_cast<std::size_t>(b)];
         const double u = counter_uniform(seed, static_cast<std::uint64_t>(j), static_cast<std::uint64_t>(step));
-        const SampledToken sampled = sample_token(
-            std::span<const float>(logits.data() + static_cast<Index>(i) * vocab, static_cast<std::size_t>(vocab)),
-            params, u, scratch);
-        out.responses(r, step) = sampled.token;
+        thread_local SamplerScratch scratch;
+        sampled[static_cast<std::size_t>(i)] = sample_token(
+            std::span<const float>(logits.data() + i * vocab, static_cast<std::size_t>(vocab)), params, u, scratch);
+      };
+      const auto sampling_rows = static_cast<Index>(active.size());
+      if constexpr (detail::lends_thread_pool<Model>) {
+        model_->thread_pool().parallel_for(sampling_rows, sample_row);
+      } else {
+        for (Index i = 0; i < sampling_rows; ++i) sample_row(i);
+      }
+      for (std::size_t i = 0; i < active.size(); ++i) {
+        const Index r = active[i], b = r / n;
+        const SampledToken token = sampled[i];
+        out.responses(r, step) = token.token;
         out.response_mask(r, step) = 1.0f;
-        out.rollout_log_probs(r, step) = sampled.log_prob;
+        out.rollout_log_probs(r, step) = token.log_prob;
         out.response_lengths[static_cast<std::size_t>(r)] = step + 1;
-        if (params.is_stop_token(sampled.token)) {
+        if (params.is_stop_token(token.token)) {
           out.finish_reasons[static_cast<std::size_t>(r)] = FinishReason::stop;
         } else if (step + 1 < response) {
           still_running.push_back(r);
-          step_tokens.push_back(sampled.token);
+          step_tokens.push_back(token.token);
           step_positions.push_back(prompt_lengths[static_cast<std::size_t>(b)] + step);
         }
       }

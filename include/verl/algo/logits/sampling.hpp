@@ -26,6 +26,7 @@
 
 #include "verl/core/error.hpp"
 #include "verl/core/tensor.hpp"
+#include "verl/cpu/argmax.hpp"
 #include "verl/cpu/softmax.hpp"
 
 namespace verl::algo {
@@ -97,13 +98,9 @@ inline void require_logits(std::span<const float> logits) {
   VERL_CHECK_ARG(!logits.empty(), "logits: expected at least one vocabulary entry, got none");
 }
 
-/// The first index of the largest value (NaN never wins).
+/// The first index of the largest value (NaN never wins, unless it is the first).
 inline TokenId first_argmax(std::span<const float> x) {
-  std::size_t best = 0;
-  for (std::size_t i = 1; i < x.size(); ++i) {
-    if (x[i] > x[best]) best = i;
-  }
-  return static_cast<TokenId>(best);
+  return static_cast<TokenId>(cpu::first_argmax(x.data(), static_cast<Index>(x.size())));
 }
 
 }  // namespace detail

@@ -358,8 +358,12 @@ class DecoderBody {
       if (adapter_ != nullptr) adapter_->forward(layer, module, in, out);
     };
     auto& s = scratch_;
+    const double eps = config_.rms_norm_eps;
     s.h.resize(n, width);
-    detail::rms_norm_forward<Scalar>(act.x, w.input_layernorm.value, config_.rms_norm_eps, s.h, act.inv_rms_in);
+    act.inv_rms_in.resize(n);
+    for_row_blocks(n, width, [&](Index begin, Index end) {
+      detail::rms_norm_forward_rows<Scalar>(act.x, w.input_layernorm.value, eps, s.h, act.inv_rms_in.data(), begin, end);
+    });
     act.q.resize(n, heads * d);
     act.k.resize(n, kv_heads * d);
     act.v.resize(n, kv_heads * d);
@@ -378,8 +382,10 @@ class DecoderBody {
       head_norm_forward(act.q_raw, w.q_norm.value, act.q, act.inv_rms_q);
       head_norm_forward(act.k_raw, w.k_norm.value, act.k, act.inv_rms_k);
     }
-    RotaryEmbedding<Scalar>::apply(act.q.data(), act.q.cols(), n, heads, d, cos, sin);
-    RotaryEmbedding<Scalar>::apply(act.k.data(), act.k.cols(), n, kv_heads, d, cos, sin);
+    for_row_blocks(n, (heads + kv_heads) * d, [&](Index begin, Index end) {
+      RotaryEmbedding<Scalar>::apply_rows(act.q.data(), act.q.cols(), begin, end, heads, d, cos, sin);
+      RotaryEmbedding<Scalar>::apply_rows(act.k.data(), act.k.cols(), begin, end, kv_heads, d, cos, sin);
+    });
     act.attn.resize(n, heads * d);
     attend(act);
     s.y.resize(n, width);
@@ -387,9 +393,13 @@ class DecoderBody {
                                    pack(&detail::PackedLayerWeights::o));
     adapt(LinearModule::o_proj, act.attn, s.y);
     reduce_row_parallel_output(w.o_bias, s.y);
-    act.x_mid = act.x + s.y;
-    detail::rms_norm_forward<Scalar>(act.x_mid, w.post_attention_layernorm.value, config_.rms_norm_eps, s.h,
-                                     act.inv_rms_post);
+    act.x_mid.resize(n, width);
+    act.inv_rms_post.resize(n);
+    for_row_blocks(n, width, [&](Index begin, Index end) {
+      act.x_mid.middleRows(begin, end - begin) = act.x.middleRows(begin, end - begin) + s.y.middleRows(begin, end - begin);
+      detail::rms_norm_forward_rows<Scalar>(act.x_mid, w.post_attention_layernorm.value, eps, s.h, act.inv_rms_post.data(),
+                                            begin, end);
+    });
     const Index inner = config_.intermediate_size;
     act.gate.resize(n, inner);
     act.up.resize(n, inner);
@@ -399,12 +409,29 @@ class DecoderBody {
                                    pack(&detail::PackedLayerWeights::up));
     adapt(LinearModule::gate_proj, s.h, act.gate);
     adapt(LinearModule::up_proj, s.h, act.up);
-    swiglu(act.gate, act.up, s.act);
+    s.act.resize(n, inner);
+    for_row_blocks(n, inner, [&](Index begin, Index end) { swiglu_rows(act.gate, act.up, s.act, begin, end); });
     detail::linear_forward<Scalar>(pool, s.act, w.down_proj.value, row_parallel_bias(w.down_bias), s.y,
                                    pack(&detail::PackedLayerWeights::down));
     adapt(LinearModule::down_proj, s.act, s.y);
     reduce_row_parallel_output(w.down_bias, s.y);
-    x_out = act.x_mid + s.y;
+    x_out.resize(n, width);
+    for_row_blocks(n, width, [&](Index begin, Index end) {
+      x_out.middleRows(begin, end - begin) = act.x_mid.middleRows(begin, end - begin) + s.y.middleRows(begin, end - begin);
+    });
+  }
+
+  /// fn(begin, end) over blocks of rows of `row_width` values, on the pool when there are enough
+  /// of them to share: the row-wise steps between a layer's products (norms, rotations, residual
+  /// adds, the gated activation) would otherwise leave the other threads waiting. Every row is
+  /// computed alone, so the split changes no bits.
+  template <class Fn>
+  void for_row_blocks(Index rows, Index row_width, const Fn& fn) const {
+    // About 8k values per task: below that, handing a block to another thread costs more than it.
+    constexpr Index values_per_task = 8192;
+    const Index block = std::max<Index>(1, (values_per_task + row_width - 1) / std::max<Index>(row_width, 1));
+    const Index tasks = (rows + block - 1) / block;
+    pool_->parallel_for(tasks, [&](Index t) { fn(t * block, std::min(rows, (t + 1) * block)); });
   }
 
   /// The KV-cache pass of extend(), shared by the dense and the tensor-parallel models: checks the
@@ -458,26 +485,31 @@ class DecoderBody {
       x.resize(m, width);
       layer_forward(weights_.layers[static_cast<std::size_t>(layer)], act, x, cos, sin,
                     [&](detail::LayerActivations<Scalar>& a) {
-                            for (Index i = 0; i < chunks; ++i) {
+                            if (one_token_per_chunk) {
+                              // A decode step, one task per sequence: its token's keys and values
+                              // into the cache (the keys' transposed stores touch a cache line per
+                              // value, as costly as the attention here), then the query heads of
+                              // each key/value head attend together.
+                              pool_->parallel_for(chunks, [&](Index i) {
+                                const Index s = sequences[static_cast<std::size_t>(i)];
+                                cache.write(layer, s, a.k.data() + i * kv_width, a.v.data() + i * kv_width, 1);
+                                thread_local std::vector<Scalar> buffer;
+                                for (Index kv = 0; kv < kv_groups; ++kv) {
+                                  detail::attention_decode_heads<Scalar>(
+                                      {a.q.data() + i * a.q.cols() + kv * group * d, d},
+                                      cpu::rows_of(cache.keys_transposed(layer, s) + kv * d * cache.capacity(s), cache.capacity(s)),
+                                      {cache.values(layer, s) + kv * d, kv_width}, group, cache.length(s) + 1, d, scale,
+                                      {a.attn.data() + i * a.attn.cols() + kv * group * d, d}, buffer, window);
+                                }
+                              });
+                              return;
+                            }
+                            pool_->parallel_for(chunks, [&](Index i) {  // distinct sequences: disjoint memory
                               const Index s = sequences[static_cast<std::size_t>(i)];
                               const Index begin = chunk_offsets[static_cast<std::size_t>(i)];
                               const Index count = chunk_offsets[static_cast<std::size_t>(i) + 1] - begin;
                               cache.write(layer, s, a.k.data() + begin * kv_width, a.v.data() + begin * kv_width, count);
-                            }
-                            if (one_token_per_chunk) {
-                              // A decode step: the query heads of a key/value head attend together.
-                              pool_->parallel_for(chunks * kv_groups, [&](Index task) {
-                                const Index i = task / kv_groups, kv = task % kv_groups;
-                                const Index s = sequences[static_cast<std::size_t>(i)];
-                                thread_local std::vector<Scalar> buffer;
-                                detail::attention_decode_heads<Scalar>(
-                                    {a.q.data() + i * a.q.cols() + kv * group * d, d},
-                                    cpu::rows_of(cache.keys_transposed(layer, s) + kv * d * cache.capacity(s), cache.capacity(s)),
-                                    {cache.values(layer, s) + kv * d, kv_width}, group, cache.length(s) + 1, d, scale,
-                                    {a.attn.data() + i * a.attn.cols() + kv * group * d, d}, buffer, window);
-                              });
-                              return;
-                            }
+                            });
                             pool_->parallel_for(chunks * heads, [&](Index task) {
                               const Index i = task / heads, h = task % heads, kv = h / group;
                               const Index s = sequences[static_cast<std::size_t>(i)];
@@ -612,12 +644,16 @@ class DecoderBody {
     if (bias_tensor.present()) y.rowwise() += bias_tensor.value.row(0);
   }
 
-  static void swiglu(const RowMatrix<Scalar>& gate, const RowMatrix<Scalar>& up, RowMatrix<Scalar>& out) {
-    out.resize(gate.rows(), gate.cols());
+  /// Rows [begin, end) of out = silu(gate) * up (out already sized).
+  static void swiglu_rows(const RowMatrix<Scalar>& gate, const RowMatrix<Scalar>& up, RowMatrix<Scalar>& out, Index begin,
+                          Index end) {
+    const Index cols = gate.cols(), count = end - begin;
     if constexpr (std::is_same_v<Scalar, float>) {
-      cpu::swiglu_forward(gate.data(), up.data(), out.data(), gate.size());
+      cpu::swiglu_forward(gate.data() + begin * cols, up.data() + begin * cols, out.data() + begin * cols, count * cols);
     } else {
-      out.array() = gate.array() / (Scalar(1) + (-gate.array()).exp()) * up.array();
+      out.middleRows(begin, count).array() = gate.middleRows(begin, count).array() /
+                                             (Scalar(1) + (-gate.middleRows(begin, count).array()).exp()) *
+                                             up.middleRows(begin, count).array();
     }
   }
 
@@ -655,24 +691,34 @@ class DecoderBody {
     };
 
     // ---- MLP: dx is d(x_out) = d(down) ----
-    swiglu(act.gate, act.up, s.act);
+    s.act.resize(n, inner);
+    for_row_blocks(n, inner, [&](Index begin, Index end) { swiglu_rows(act.gate, act.up, s.act, begin, end); });
     detail::linear_backward_weight<Scalar>(pool, dx, s.act, w.down_proj.grad, bias_grad(w.down_bias));
     s.d_act.resize(n, inner);
     detail::linear_backward_input<Scalar>(pool, dx, w.down_proj.value, s.d_act, false);
     adapt(LinearModule::down_proj, s.act, dx, s.d_act);
     s.d_gate.resize(n, inner);
     s.d_up.resize(n, inner);
-    if constexpr (std::is_same_v<Scalar, float>) {
-      cpu::swiglu_backward(s.d_act.data(), act.gate.data(), act.up.data(), s.d_gate.data(), s.d_up.data(),
-                              act.gate.size());
-    } else {
-      const auto g = act.gate.array();
-      const auto sig = (Scalar(1) + (-g).exp()).inverse();
-      s.d_up.array() = s.d_act.array() * g * sig;
-      s.d_gate.array() = s.d_act.array() * act.up.array() * sig * (Scalar(1) + g * (Scalar(1) - sig));
-    }
+    for_row_blocks(n, inner, [&](Index begin, Index end) {
+      const Index count = end - begin;
+      if constexpr (std::is_same_v<Scalar, float>) {
+        const Index at = begin * inner;
+        cpu::swiglu_backward(s.d_act.data() + at, act.gate.data() + at, act.up.data() + at, s.d_gate.data() + at,
+                             s.d_up.data() + at, count * inner);
+      } else {
+        const auto g = act.gate.middleRows(begin, count).array();
+        const auto sig = (Scalar(1) + (-g).exp()).inverse();
+        const auto d_act = s.d_act.middleRows(begin, count).array();
+        s.d_up.middleRows(begin, count).array() = d_act * g * sig;
+        s.d_gate.middleRows(begin, count).array() =
+            d_act * act.up.middleRows(begin, count).array() * sig * (Scalar(1) + g * (Scalar(1) - sig));
+      }
+    });
     s.h.resize(n, width);
-    detail::rms_norm_recompute<Scalar>(act.x_mid, w.post_attention_layernorm.value, act.inv_rms_post, s.h);
+    for_row_blocks(n, width, [&](Index begin, Index end) {
+      detail::rms_norm_recompute_rows<Scalar>(act.x_mid, w.post_attention_layernorm.value, act.inv_rms_post.data(), s.h,
+                                              begin, end);
+    });
     detail::linear_backward_weight<Scalar>(pool, s.d_gate, s.h, w.gate_proj.grad, bias_grad(w.gate_bias));
     detail::linear_backward_weight<Scalar>(pool, s.d_up, s.h, w.up_proj.grad, bias_grad(w.up_bias));
     s.d_h.resize(n, width);
@@ -694,13 +740,17 @@ class DecoderBody {
     s.dk.setZero(n, kv_heads * d);
     s.dv.setZero(n, kv_heads * d);
     attend_backward(act, window);
-    RotaryEmbedding<Scalar>::apply(s.dq.data(), s.dq.cols(), n, heads, d, cos_, sin_, true);
-    RotaryEmbedding<Scalar>::apply(s.dk.data(), s.dk.cols(), n, kv_heads, d, cos_, sin_, true);
+    for_row_blocks(n, (heads + kv_heads) * d, [&](Index begin, Index end) {
+      RotaryEmbedding<Scalar>::apply_rows(s.dq.data(), s.dq.cols(), begin, end, heads, d, cos_, sin_, true);
+      RotaryEmbedding<Scalar>::apply_rows(s.dk.data(), s.dk.cols(), begin, end, kv_heads, d, cos_, sin_, true);
+    });
     if (config_.qk_norm) {
       head_norm_backward(act.q_raw, w.q_norm, act.inv_rms_q, s.dq);
       head_norm_backward(act.k_raw, w.k_norm, act.inv_rms_k, s.dk);
     }
-    detail::rms_norm_recompute<Scalar>(act.x, w.input_layernorm.value, act.inv_rms_in, s.h);
+    for_row_blocks(n, width, [&](Index begin, Index end) {
+      detail::rms_norm_recompute_rows<Scalar>(act.x, w.input_layernorm.value, act.inv_rms_in.data(), s.h, begin, end);
+    });
     detail::linear_backward_weight<Scalar>(pool, s.dq, s.h, w.q_proj.grad, bias_grad(w.q_bias));
     detail::linear_backward_weight<Scalar>(pool, s.dk, s.h, w.k_proj.grad, bias_grad(w.k_bias));
     detail::linear_backward_weight<Scalar>(pool, s.dv, s.h, w.v_proj.grad, bias_grad(w.v_bias));

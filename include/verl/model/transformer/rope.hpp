@@ -94,8 +94,13 @@ class RotaryEmbedding {
   /// the transposed rotation (the backward pass of the forward rotation).
   static void apply(Scalar* x, Index x_stride, Index rows, Index heads, Index head_dim, const RowMatrix<Scalar>& cos,
                     const RowMatrix<Scalar>& sin, bool inverse = false) {
+    apply_rows(x, x_stride, 0, rows, heads, head_dim, cos, sin, inverse);
+  }
+  /// Rows [begin, end) of apply (row blocks may run on separate threads).
+  static void apply_rows(Scalar* x, Index x_stride, Index begin, Index end, Index heads, Index head_dim,
+                         const RowMatrix<Scalar>& cos, const RowMatrix<Scalar>& sin, bool inverse = false) {
     const Index half = head_dim / 2;
-    for (Index t = 0; t < rows; ++t) {
+    for (Index t = begin; t < end; ++t) {
       const Scalar* c = cos.data() + t * half;
       const Scalar* s = sin.data() + t * half;
       for (Index h = 0; h < heads; ++h) {

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "verl/cpu/huge_pages.hpp"
+#include "verl/cpu/thread_pool.hpp"
 #include "verl/algo/logits/logprob_entropy.hpp"
 #include "verl/config.hpp"
 #include "verl/core/error.hpp"
@@ -154,6 +155,8 @@ class BasicTransformer : public detail::ParameterModule<BasicTransformer<Scalar>
   /// prompt + response length.
   [[nodiscard]] Index context_length() const { return body_.config().max_position_embeddings; }
   [[nodiscard]] unsigned num_threads() const { return body_.pool().size(); }
+  /// The model's threads, for work beside its passes (a rollout samples its rows on them).
+  [[nodiscard]] cpu::ThreadPool& thread_pool() const { return body_.pool(); }
   [[nodiscard]] DecoderBody<Scalar>& body() { return body_; }
   [[nodiscard]] const DecoderBody<Scalar>& body() const { return body_; }
   /// The (V, H) output projection: lm_head.weight, or the embedding when tied.
