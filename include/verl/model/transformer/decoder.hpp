@@ -8,6 +8,13 @@
 // (LM head, value head) live in the model classes that own a DecoderBody.
 // Under tensor parallelism (set_tensor_parallel) the body holds one rank's shard and sums the
 // row-parallel outputs, the embedding and the column-parallel input gradients over the ranks.
+// Under Ulysses sequence parallelism (set_sequence_parallel) every rank of the group is given the
+// same batch and computes a contiguous 1/sp slice of its packed tokens (padded to a multiple of sp
+// with token 0 at positions 0, 1, ..., a sequence of its own, as verl's ulysses_pad does): the
+// rotary tables are those of the slice's global positions, and attention switches to all tokens x
+// 1/sp of the heads (KV heads repeated sp / num_key_value_heads times when fewer than sp), so that
+// the causal mask of each packed sequence is the one of sp = 1. Parameter gradients are then this
+// rank's tokens' share: their sum over the group is the whole batch's.
 #pragma once
 
 #include <Eigen/Core>
@@ -40,6 +47,7 @@
 #include "verl/cpu/thread_pool.hpp"
 #include "verl/model/transformer/rms_norm.hpp"
 #include "verl/model/transformer/rope.hpp"
+#include "verl/model/transformer/sequence_parallel_regions.hpp"
 #include "verl/model/transformer/tensor_parallel_regions.hpp"
 #include "verl/model/transformer/weights.hpp"
 
@@ -85,6 +93,9 @@ struct LayerActivations {
   RowMatrix<S> x_mid;    ///< residual stream after attention (N, H)
   Vector<S> inv_rms_post;
   RowMatrix<S> gate, up;  ///< (N, I)
+  /// Sequence parallelism only: q, k, v (KV heads repeated when fewer than sp) and the attention
+  /// output as every token x this rank's heads; lse is then (tokens, heads / sp).
+  RowMatrix<S> q_heads, k_heads, v_heads, attn_heads;
 };
 
 /// Buffers a forward or backward pass reuses from layer to layer.
@@ -100,6 +111,16 @@ inline S silu(S g) {
 }
 
 }  // namespace detail
+
+/// The packed tokens a sequence-parallel rank computes: rows [begin, begin + rows) of the batch's
+/// `total` tokens padded to a multiple of sp, of which the first `real_rows` are real tokens.
+/// Without sequence parallelism, every token: {0, total, total, total}.
+struct SequenceSlice {
+  Index begin = 0;
+  Index rows = 0;
+  Index real_rows = 0;
+  Index total = 0;
+};
 
 /// The layers a pipeline stage's body holds (Megatron's pipeline parallelism): layers
 /// [first_layer, first_layer + layers) of the model, the embedding only on the first stage and
@@ -167,6 +188,27 @@ class DecoderBody {
   /// heads, intermediate size and vocabulary rows), or none; not owned.
   void set_tensor_parallel(TensorParallelRegions<Scalar>* regions) { regions_ = regions; }
   [[nodiscard]] TensorParallelRegions<Scalar>* tensor_parallel() const { return regions_; }
+  /// The sequence-parallel group the next passes split their tokens over, or none; not owned.
+  /// The heads must split over it: num_attention_heads a multiple of its size, and
+  /// num_key_value_heads a multiple or a divisor of it (verl's check; KV heads are then repeated).
+  void set_sequence_parallel(SequenceParallelRegions<Scalar>* regions) {
+    if (regions != nullptr) require_sequence_parallel_heads(config_, regions->size());
+    sequence_parallel_ = regions;
+  }
+  [[nodiscard]] SequenceParallelRegions<Scalar>* sequence_parallel() const { return sequence_parallel_; }
+  /// The tokens of the last forward pass this rank computed.
+  [[nodiscard]] const SequenceSlice& sequence_slice() const { return slice_; }
+
+  /// Throws unless `config`'s heads split over `size` sequence-parallel ranks.
+  static void require_sequence_parallel_heads(const HfModelConfig& config, Index size) {
+    VERL_CHECK_ARG(size > 0 && config.num_attention_heads % size == 0,
+                   "sequence parallelism: num_attention_heads {} must be a multiple of the sequence-parallel size {}",
+                   config.num_attention_heads, size);
+    VERL_CHECK_ARG(config.num_key_value_heads % size == 0 || size % config.num_key_value_heads == 0,
+                   "sequence parallelism: num_key_value_heads {} must be a multiple or a divisor of the sequence-parallel "
+                   "size {}",
+                   config.num_key_value_heads, size);
+  }
 
   /// Checks token ids against the vocabulary.
   void require_tokens(std::span<const TokenId> tokens, std::string_view argument) const {
@@ -187,10 +229,19 @@ class DecoderBody {
                                    const RowMatrix<Scalar>* stage_input = nullptr) {
     require_tokens(batch.tokens(), "input_ids");
     saved_ = false;
-    const Index n = batch.num_tokens(), hidden = config_.hidden_size;
-    tokens_.assign(batch.tokens().begin(), batch.tokens().end());
+    const Index hidden = config_.hidden_size;
     cu_seqlens_.assign(batch.cu_seqlens().begin(), batch.cu_seqlens().end());
-    rope_.tables(batch.positions(), cos_, sin_);
+    if (sequence_parallel_active()) {
+      VERL_CHECK_ARG(stage_.embeds && stage_.final_norm,
+                     "sequence parallelism: a pipeline stage's body cannot split its tokens (got the stage from layer {})",
+                     stage_.first_layer);
+      take_sequence_slice(batch);
+    } else {
+      tokens_.assign(batch.tokens().begin(), batch.tokens().end());
+      rope_.tables(batch.positions(), cos_, sin_);
+      slice_ = {0, batch.num_tokens(), batch.num_tokens(), batch.num_tokens()};
+    }
+    const Index n = static_cast<Index>(tokens_.size());
 
     const std::size_t layers = weights_.layers.size();
     activations_.resize(keep_activations ? layers : 1);
@@ -211,8 +262,13 @@ class DecoderBody {
       act.x.swap(x);
       x.resize(n, hidden);
       const Index window = config_.attention_window(stage_.first_layer + static_cast<Index>(l));
-      layer_forward(weights_.layers[l], act, x, cos_, sin_,
-                    [&](detail::LayerActivations<Scalar>& a) { attend(a, window); });
+      layer_forward(weights_.layers[l], act, x, cos_, sin_, [&](detail::LayerActivations<Scalar>& a) {
+        if (sequence_parallel_active()) {
+          attend_sequence_parallel(a, window);
+        } else {
+          attend(a, window);
+        }
+      });
     }
     if (!stage_.final_norm) {  // the next stage continues the residual stream
       hidden_.swap(x);
@@ -298,7 +354,9 @@ class DecoderBody {
     // Under tensor parallelism only this rank's rows (dx is the same on every rank).
     auto& grad = weights_.embed_tokens.grad;
     const Index first_row = vocab_begin();
-    for (Index t = 0; t < n && grad.size() > 0; ++t) {
+    // Sequence parallelism's padding tokens are no input of the batch.
+    const Index real_tokens = sequence_parallel_active() ? slice_.real_rows : n;
+    for (Index t = 0; t < real_tokens && grad.size() > 0; ++t) {
       const TokenId id = tokens_[static_cast<std::size_t>(t)];
       if (config_.pad_token_id && id == *config_.pad_token_id) continue;
       if (id < first_row || id >= first_row + grad.rows()) continue;
@@ -660,22 +718,88 @@ class DecoderBody {
   /// Causal attention within each sequence of the batch (over the last `window` keys when > 0),
   /// one task per (sequence, head).
   void attend(detail::LayerActivations<Scalar>& act, Index window) {
-    const Index heads = config_.num_attention_heads, d = config_.head_dim;
-    const Index group = heads / config_.num_key_value_heads;
+    const Index heads = config_.num_attention_heads;
+    attend_heads(act.q, act.k, act.v, act.attn, act.lse, heads, heads / config_.num_key_value_heads, window);
+  }
+
+  /// attend over `heads` query heads of q (tokens, heads * D), `group` of them per key/value head.
+  void attend_heads(const RowMatrix<Scalar>& q, const RowMatrix<Scalar>& k, const RowMatrix<Scalar>& v,
+                    RowMatrix<Scalar>& attn, RowMatrix<Scalar>& lse, Index heads, Index group, Index window) {
+    const Index d = config_.head_dim;
     const auto scale = static_cast<Scalar>(1.0 / std::sqrt(static_cast<double>(d)));
     const Index sequences = static_cast<Index>(cu_seqlens_.size()) - 1;
-    act.lse.resize(act.q.rows(), heads);
+    lse.resize(q.rows(), heads);
     pool_->parallel_for(sequences * heads, [&](Index task) {
       const Index s = task / heads, h = task % heads, kv = h / group;
       const Index begin = cu_seqlens_[static_cast<std::size_t>(s)], length = cu_seqlens_[static_cast<std::size_t>(s) + 1] - begin;
       if (length == 0) return;
       thread_local std::vector<Scalar> buffer;
-      detail::attention_forward_head<Scalar>({act.q.data() + begin * act.q.cols() + h * d, act.q.cols()},
-                                             cpu::transpose_of(act.k.data() + begin * act.k.cols() + kv * d, act.k.cols()),
-                                             {act.v.data() + begin * act.v.cols() + kv * d, act.v.cols()}, length, 0,
-                                             d, scale, {act.attn.data() + begin * act.attn.cols() + h * d, act.attn.cols()},
-                                             act.lse.data() + begin * heads + h, heads, buffer, window);
+      detail::attention_forward_head<Scalar>({q.data() + begin * q.cols() + h * d, q.cols()},
+                                             cpu::transpose_of(k.data() + begin * k.cols() + kv * d, k.cols()),
+                                             {v.data() + begin * v.cols() + kv * d, v.cols()}, length, 0, d, scale,
+                                             {attn.data() + begin * attn.cols() + h * d, attn.cols()},
+                                             lse.data() + begin * heads + h, heads, buffer, window);
     });
+  }
+
+  [[nodiscard]] bool sequence_parallel_active() const {
+    return sequence_parallel_ != nullptr && sequence_parallel_->size() > 1;
+  }
+  /// Copies of each KV head so that the KV heads split over the sequence-parallel ranks (verl's
+  /// repeats = max(sp / num_key_value_heads, 1)).
+  [[nodiscard]] Index kv_head_copies() const {
+    const Index size = sequence_parallel_->size(), kv = config_.num_key_value_heads;
+    return kv % size == 0 ? 1 : size / kv;
+  }
+
+  /// This rank's slice of the batch's packed tokens (padded as verl's ulysses_pad does): its
+  /// tokens, the rotary tables of their global positions, and the sequences attention sees (the
+  /// padding, if any, one more).
+  void take_sequence_slice(const TokenBatch& batch) {
+    const Index size = sequence_parallel_->size(), total = batch.num_tokens();
+    const Index rows = (total + size - 1) / size, padded = rows * size, begin = sequence_parallel_->rank() * rows;
+    slice_ = {begin, rows, std::clamp<Index>(total - begin, 0, rows), total};
+    const auto tokens = batch.tokens();
+    const auto positions = batch.positions();
+    tokens_.resize(static_cast<std::size_t>(rows));
+    std::vector<std::int64_t> slice_positions(static_cast<std::size_t>(rows));
+    for (Index t = 0; t < rows; ++t) {
+      const Index i = begin + t;
+      tokens_[static_cast<std::size_t>(t)] = i < total ? tokens[static_cast<std::size_t>(i)] : 0;
+      slice_positions[static_cast<std::size_t>(t)] = i < total ? positions[static_cast<std::size_t>(i)] : i - total;
+    }
+    if (padded > total) cu_seqlens_.push_back(padded);
+    rope_.tables(slice_positions, cos_, sin_);
+  }
+
+  /// The KV heads of x (tokens, kv * D), each copied `copies` times in a row (repeat_kv).
+  RowMatrix<Scalar> repeat_kv_heads(const RowMatrix<Scalar>& x, Index copies) const {
+    const Index d = config_.head_dim, kv = x.cols() / d;
+    RowMatrix<Scalar> out(x.rows(), x.cols() * copies);
+    for (Index j = 0; j < kv; ++j)
+      for (Index c = 0; c < copies; ++c) out.middleCols((j * copies + c) * d, d) = x.middleCols(j * d, d);
+    return out;
+  }
+  /// The backward of repeat_kv_heads: the copies' gradients summed into `out` (tokens, kv * D).
+  void sum_kv_head_copies(const RowMatrix<Scalar>& repeated, Index copies, RowMatrix<Scalar>& out) const {
+    const Index d = config_.head_dim, kv = out.cols() / d;
+    for (Index j = 0; j < kv; ++j)
+      for (Index c = 0; c < copies; ++c) out.middleCols(j * d, d) += repeated.middleCols((j * copies + c) * d, d);
+  }
+
+  /// Ulysses attention: this rank's tokens x every head -> every token x this rank's heads, the
+  /// sequences' causal attention, and back.
+  void attend_sequence_parallel(detail::LayerActivations<Scalar>& act, Index window) {
+    auto& sp = *sequence_parallel_;
+    const Index heads = config_.num_attention_heads, copies = kv_head_copies();
+    const Index kv_heads = config_.num_key_value_heads * copies;
+    act.q_heads = sp.gather_seq_scatter_heads(act.q, heads);
+    act.k_heads = sp.gather_seq_scatter_heads(copies == 1 ? act.k : repeat_kv_heads(act.k, copies), kv_heads);
+    act.v_heads = sp.gather_seq_scatter_heads(copies == 1 ? act.v : repeat_kv_heads(act.v, copies), kv_heads);
+    act.attn_heads.resize(act.q_heads.rows(), act.q_heads.cols());
+    attend_heads(act.q_heads, act.k_heads, act.v_heads, act.attn_heads, act.lse, heads / sp.size(), heads / kv_heads,
+                 window);
+    act.attn = sp.gather_heads_scatter_seq(act.attn_heads, heads);
   }
 
   void layer_backward(DecoderLayerWeights<Scalar>& w, const detail::LayerActivations<Scalar>& act,
@@ -739,7 +863,11 @@ class DecoderBody {
     s.dq.resize(n, heads * d);
     s.dk.setZero(n, kv_heads * d);
     s.dv.setZero(n, kv_heads * d);
-    attend_backward(act, window);
+    if (sequence_parallel_active()) {
+      attend_backward_sequence_parallel(act, window);
+    } else {
+      attend_backward(act, window);
+    }
     for_row_blocks(n, (heads + kv_heads) * d, [&](Index begin, Index end) {
       RotaryEmbedding<Scalar>::apply_rows(s.dq.data(), s.dq.cols(), begin, end, heads, d, cos_, sin_, true);
       RotaryEmbedding<Scalar>::apply_rows(s.dk.data(), s.dk.cols(), begin, end, kv_heads, d, cos_, sin_, true);
@@ -769,8 +897,17 @@ class DecoderBody {
   /// dk and dv contributions add up deterministically.
   void attend_backward(const detail::LayerActivations<Scalar>& act, Index window) {
     auto& s = scratch_;
-    const Index heads = config_.num_attention_heads, kv_heads = config_.num_key_value_heads, d = config_.head_dim;
-    const Index group = heads / kv_heads;
+    attend_backward_heads(act.q, act.k, act.v, act.attn, s.d_attn, act.lse, s.dq, s.dk, s.dv,
+                          config_.num_attention_heads, config_.num_key_value_heads, window);
+  }
+
+  /// attend_backward over `heads` query heads and `kv_heads` key/value heads: dq overwritten, dk
+  /// and dv accumulated.
+  void attend_backward_heads(const RowMatrix<Scalar>& q, const RowMatrix<Scalar>& k, const RowMatrix<Scalar>& v,
+                             const RowMatrix<Scalar>& attn, const RowMatrix<Scalar>& d_attn, const RowMatrix<Scalar>& lse,
+                             RowMatrix<Scalar>& dq, RowMatrix<Scalar>& dk, RowMatrix<Scalar>& dv, Index heads,
+                             Index kv_heads, Index window) {
+    const Index d = config_.head_dim, group = heads / kv_heads;
     const auto scale = static_cast<Scalar>(1.0 / std::sqrt(static_cast<double>(d)));
     const Index sequences = static_cast<Index>(cu_seqlens_.size()) - 1;
     pool_->parallel_for(sequences * kv_heads, [&](Index task) {
@@ -781,16 +918,38 @@ class DecoderBody {
       thread_local std::vector<Scalar> buffer;
       for (Index h = kv * group; h < (kv + 1) * group; ++h) {
         detail::attention_backward_head<Scalar>(
-            {act.q.data() + begin * act.q.cols() + h * d, act.q.cols()},
-            {act.k.data() + begin * act.k.cols() + kv * d, act.k.cols()},
-            {act.v.data() + begin * act.v.cols() + kv * d, act.v.cols()},
-            {act.attn.data() + begin * act.attn.cols() + h * d, act.attn.cols()},
-            {s.d_attn.data() + begin * s.d_attn.cols() + h * d, s.d_attn.cols()}, act.lse.data() + begin * heads + h,
-            heads, length, d, scale, {s.dq.data() + begin * s.dq.cols() + h * d, s.dq.cols()},
-            {s.dk.data() + begin * s.dk.cols() + kv * d, s.dk.cols()},
-            {s.dv.data() + begin * s.dv.cols() + kv * d, s.dv.cols()}, buffer, window);
+            {q.data() + begin * q.cols() + h * d, q.cols()}, {k.data() + begin * k.cols() + kv * d, k.cols()},
+            {v.data() + begin * v.cols() + kv * d, v.cols()}, {attn.data() + begin * attn.cols() + h * d, attn.cols()},
+            {d_attn.data() + begin * d_attn.cols() + h * d, d_attn.cols()}, lse.data() + begin * heads + h, heads,
+            length, d, scale, {dq.data() + begin * dq.cols() + h * d, dq.cols()},
+            {dk.data() + begin * dk.cols() + kv * d, dk.cols()}, {dv.data() + begin * dv.cols() + kv * d, dv.cols()},
+            buffer, window);
       }
     });
+  }
+
+  /// The backward of attend_sequence_parallel: d(attention output) to every token x this rank's
+  /// heads, the heads' backward, and dq, dk, dv back to this rank's tokens (the KV copies summed).
+  void attend_backward_sequence_parallel(const detail::LayerActivations<Scalar>& act, Index window) {
+    auto& s = scratch_;
+    auto& sp = *sequence_parallel_;
+    const Index heads = config_.num_attention_heads, copies = kv_head_copies(), d = config_.head_dim;
+    const Index kv_heads = config_.num_key_value_heads * copies;
+    const Index local_heads = heads / sp.size(), local_kv_heads = kv_heads / sp.size(), tokens = act.q_heads.rows();
+    const RowMatrix<Scalar> d_attn_heads = sp.gather_seq_scatter_heads(s.d_attn, heads);
+    RowMatrix<Scalar> dq_heads(tokens, local_heads * d);
+    RowMatrix<Scalar> dk_heads = RowMatrix<Scalar>::Zero(tokens, local_kv_heads * d);
+    RowMatrix<Scalar> dv_heads = RowMatrix<Scalar>::Zero(tokens, local_kv_heads * d);
+    attend_backward_heads(act.q_heads, act.k_heads, act.v_heads, act.attn_heads, d_attn_heads, act.lse, dq_heads,
+                          dk_heads, dv_heads, local_heads, local_kv_heads, window);
+    s.dq = sp.gather_heads_scatter_seq(dq_heads, heads);
+    if (copies == 1) {
+      s.dk = sp.gather_heads_scatter_seq(dk_heads, kv_heads);
+      s.dv = sp.gather_heads_scatter_seq(dv_heads, kv_heads);
+    } else {  // s.dk and s.dv are zero (n, num_key_value_heads * D)
+      sum_kv_head_copies(sp.gather_heads_scatter_seq(dk_heads, kv_heads), copies, s.dk);
+      sum_kv_head_copies(sp.gather_heads_scatter_seq(dv_heads, kv_heads), copies, s.dv);
+    }
   }
 
   HfModelConfig config_;
@@ -800,6 +959,8 @@ class DecoderBody {
   std::shared_ptr<cpu::ThreadPool> pool_;
   LinearAdapter<Scalar>* adapter_ = nullptr;
   TensorParallelRegions<Scalar>* regions_ = nullptr;
+  SequenceParallelRegions<Scalar>* sequence_parallel_ = nullptr;
+  SequenceSlice slice_;
 
   // The last forward pass.
   bool saved_ = false;

@@ -6,6 +6,13 @@
 // tokens, feeding each chunk's logits to the fused log-prob/entropy kernel and keeping only the
 // per-token statistics; backward recomputes the chunk's logits (as verl's fused linear
 // cross-entropy does).
+//
+// Under Ulysses sequence parallelism (set_sequence_parallel) every rank of the group is given the
+// same batch and computes the LM head over its slice of the packed tokens only; the per-token
+// log-probs, entropy and sum_j pi_j^2 (and logits, when asked) are gathered over the group (verl's
+// gather_outputs_and_unpad), so forward returns the whole batch's on every rank. backward takes the
+// whole batch's cotangents and propagates this rank's tokens' share: parameter gradients are to be
+// summed over the group.
 #pragma once
 
 #include <Eigen/Core>
@@ -33,6 +40,7 @@
 #include "verl/model/transformer/decoder.hpp"
 #include "verl/model/transformer/detail/parameter_module.hpp"
 #include "verl/model/transformer/kv_cache.hpp"
+#include "verl/model/transformer/sequence_parallel_regions.hpp"
 #include "verl/model/transformer/weights.hpp"
 
 namespace verl::model {
@@ -159,6 +167,8 @@ class BasicTransformer : public detail::ParameterModule<BasicTransformer<Scalar>
   [[nodiscard]] cpu::ThreadPool& thread_pool() const { return body_.pool(); }
   [[nodiscard]] DecoderBody<Scalar>& body() { return body_; }
   [[nodiscard]] const DecoderBody<Scalar>& body() const { return body_; }
+  /// The sequence-parallel group of the next passes, or none (DecoderBody::set_sequence_parallel).
+  void set_sequence_parallel(SequenceParallelRegions<Scalar>* regions) { body_.set_sequence_parallel(regions); }
   /// The (V, H) output projection: lm_head.weight, or the embedding when tied.
   [[nodiscard]] const RowMatrix<Scalar>& head_weight() const {
     return lm_head_.present() ? lm_head_.value : body_.weights().embed_tokens.value;
@@ -177,7 +187,15 @@ class BasicTransformer : public detail::ParameterModule<BasicTransformer<Scalar>
     }
     saved_ = false;
     const RowMatrix<Scalar>& hidden = body_.forward(batch, options.keep_activations);
-    const Index n = hidden.rows();
+    const Index n = hidden.rows();  // this rank's slice of the tokens under sequence parallelism
+    const SequenceSlice slice = body_.sequence_slice();
+    const bool split = body_.sequence_parallel() != nullptr && body_.sequence_parallel()->size() > 1;
+    if (split && !targets.empty()) {  // this slice's targets (padding tokens: 0, their results are dropped)
+      std::vector<TokenId> mine(static_cast<std::size_t>(n), 0);
+      for (Index t = 0; t < slice.real_rows; ++t)
+        mine[static_cast<std::size_t>(t)] = targets[static_cast<std::size_t>(slice.begin + t)];
+      targets = std::move(mine);
+    }
     const bool stats_wanted = !targets.empty() || options.return_entropy || options.return_sum_pi_squared;
 
     CausalLMOutput<Scalar> out;
@@ -187,6 +205,8 @@ class BasicTransformer : public detail::ParameterModule<BasicTransformer<Scalar>
     statistics_.clear();
     saved_logits_.clear();
     const auto slots = batch.slots();
+    RowMatrix<Scalar> slice_logits;  // sequence parallelism: this slice's, gathered after the chunks
+    if (split && options.return_logits) slice_logits.resize(n, vocab);
     const bool save_logits = options.keep_activations && stats_wanted &&
                              static_cast<double>(n) * static_cast<double>(vocab) * sizeof(Scalar) <=
                                  static_cast<double>(body_.options().max_saved_logits_bytes);
@@ -196,7 +216,9 @@ class BasicTransformer : public detail::ParameterModule<BasicTransformer<Scalar>
       for (Index t0 = 0; t0 < n; t0 += chunk) {
         const Index rows = std::min(chunk, n - t0);
         chunk_logits(hidden.middleRows(t0, rows), logits);
-        if (options.return_logits) {
+        if (options.return_logits && split) {
+          slice_logits.middleRows(t0, rows) = logits;
+        } else if (options.return_logits) {
           for (Index r = 0; r < rows; ++r) out.logits.row(slots[static_cast<std::size_t>(t0 + r)]) = logits.row(r);
         }
         if (stats_wanted) {
@@ -210,13 +232,40 @@ class BasicTransformer : public detail::ParameterModule<BasicTransformer<Scalar>
         if (save_logits) saved_logits_.push_back(std::move(logits));
       }
     }
+    if (split && options.return_logits) {
+      const RowMatrix<Scalar> all = body_.sequence_parallel()->all_gather_rows(slice_logits);
+      for (Index i = 0; i < slice.total; ++i) out.logits.row(slots[static_cast<std::size_t>(i)]) = all.row(i);
+    }
+    if (split && stats_wanted) {  // every rank's slice, in token order; the padding cut
+      RowMatrix<Scalar> mine(n, 3);
+      for (Index t = 0; t < n; ++t) {
+        const auto at = static_cast<std::size_t>(t);
+        mine.row(t) << (targets.empty() ? Scalar(0) : log_probs[at]), entropy[at], sum_pi_squared[at];
+      }
+      const RowMatrix<Scalar> all = body_.sequence_parallel()->all_gather_rows(mine);
+      log_probs.resize(static_cast<std::size_t>(slice.total));
+      entropy.resize(log_probs.size());
+      sum_pi_squared.resize(log_probs.size());
+      for (Index i = 0; i < slice.total; ++i) {
+        const auto at = static_cast<std::size_t>(i);
+        log_probs[at] = all(i, 0);
+        entropy[at] = all(i, 1);
+        sum_pi_squared[at] = all(i, 2);
+      }
+    }
     if (!targets.empty()) out.log_probs = batch.scatter<Scalar>(log_probs);
     if (options.return_entropy) out.entropy = batch.scatter<Scalar>(entropy);
     if (options.return_sum_pi_squared) out.sum_pi_squared = batch.scatter<Scalar>(sum_pi_squared);
     if (options.keep_activations) {
       saved_ = true;
       saved_targets_ = std::move(targets);
-      saved_slots_.assign(slots.begin(), slots.end());
+      if (split) {  // this slice's tokens; padding tokens (-1) take no cotangent
+        saved_slots_.assign(static_cast<std::size_t>(n), -1);
+        for (Index t = 0; t < slice.real_rows; ++t)
+          saved_slots_[static_cast<std::size_t>(t)] = slots[static_cast<std::size_t>(slice.begin + t)];
+      } else {
+        saved_slots_.assign(slots.begin(), slots.end());
+      }
       saved_layout_size_ = batch.layout_size();
       saved_temperature_ = options.temperature;
       saved_chunk_rows_ = chunk;
@@ -235,7 +284,10 @@ class BasicTransformer : public detail::ParameterModule<BasicTransformer<Scalar>
       std::vector<Scalar> out;
       if (values.empty()) return out;
       out.resize(static_cast<std::size_t>(n));
-      for (Index t = 0; t < n; ++t) out[static_cast<std::size_t>(t)] = values[static_cast<std::size_t>(saved_slots_[static_cast<std::size_t>(t)])];
+      for (Index t = 0; t < n; ++t) {
+        const std::int64_t slot = saved_slots_[static_cast<std::size_t>(t)];
+        out[static_cast<std::size_t>(t)] = slot < 0 ? Scalar(0) : values[static_cast<std::size_t>(slot)];
+      }
       return out;
     };
     const std::vector<Scalar> grad_log_probs = per_token(cotangents.log_probs, "cotangents.log_probs");
@@ -279,6 +331,7 @@ class BasicTransformer : public detail::ParameterModule<BasicTransformer<Scalar>
         if (!cotangents.logits.empty()) {
           for (Index r = 0; r < rows; ++r) {
             const auto slot = saved_slots_[static_cast<std::size_t>(t0 + r)];
+            if (slot < 0) continue;
             grad.row(r) += Eigen::Map<const RowMatrix<Scalar>>(cotangents.logits.data() + slot * vocab, 1, vocab);
           }
         }
