@@ -159,9 +159,10 @@ struct KeyChoices {
 inline const KeyChoices machinery_key_choices[] = {
     {"**.strategy", {"fsdp", "fsdp2"}, "verl-cpp trains with its own data-parallel engine (FSDP's results)"},
     {"**.fsdp_config.model_dtype", {"fp32", "float32"}, "verl-cpp keeps float32 weights"},
-    {"**.fsdp_config.ulysses_sequence_parallel_size", {"1"}, "sequence parallelism is not in the trainer yet"},
+    {"**.fsdp_config.ulysses_sequence_parallel_size", {"1"},
+     "the new engine's copy of the key; the fsdp worker reads actor_rollout_ref.actor.ulysses_sequence_parallel_size"},
     {"**.fsdp.model_dtype", {"fp32", "float32"}, "verl-cpp keeps float32 weights"},
-    {"**.fsdp.ulysses_sequence_parallel_size", {"1"}, "sequence parallelism is not in the trainer yet"},
+    {"**.fsdp.ulysses_sequence_parallel_size", {"1"}, "the critic does not split sequences yet"},
 };
 
 inline bool pattern_matches(std::span<const std::string> pattern, std::span<const std::string> path) {
@@ -468,6 +469,12 @@ inline void validate(const PPOConfig& c, std::vector<std::string>& problems) {
       require(m.context_parallel_size == 1,
               fmt::format("{}.context_parallel_size: not supported by verl-cpp yet (context parallelism), expected 1, got {}",
                           k, m.context_parallel_size));
+      // verl's Megatron workers read megatron.context_parallel_size, not the fsdp worker's Ulysses key.
+      require(actor.ulysses_sequence_parallel_size == 1,
+              fmt::format("actor_rollout_ref.actor.ulysses_sequence_parallel_size: acts only with "
+                          "actor_rollout_ref.actor.strategy=fsdp or fsdp2 (the Megatron worker does not split sequences), "
+                          "expected 1 with strategy=megatron, got {}",
+                          actor.ulysses_sequence_parallel_size));
       // Megatron turns sequence parallelism off at tp = 1 itself; with tp > 1 it would change the
       // layout of the activations, which the trainer does not build yet.
       require(!m.sequence_parallel || m.tensor_model_parallel_size == 1,

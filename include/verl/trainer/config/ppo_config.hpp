@@ -127,6 +127,9 @@ struct ActorConfig {
   std::int64_t ppo_epochs = 1;
   CheckpointContentsConfig checkpoint;
   double grad_clip = 1.0;
+  /// Ulysses sequence parallelism of the fsdp worker: the ranks that share one data-parallel
+  /// rank's rows and split their tokens (ActorRolloutRefWorker; the reference follows it).
+  std::int64_t ulysses_sequence_parallel_size = 1;
   friend bool operator==(const ActorConfig&, const ActorConfig&) = default;
 };
 
@@ -467,7 +470,8 @@ VERL_CONFIG_FIELDS(MegatronSection, tensor_model_parallel_size, pipeline_model_p
 VERL_CONFIG_FIELDS(ActorConfig, strategy, megatron, optim, ppo_mini_batch_size, ppo_micro_batch_size, ppo_micro_batch_size_per_gpu,
                    use_dynamic_bsz, clip_ratio, clip_ratio_low, clip_ratio_high, tau_pos, tau_neg, policy_loss,
                    clip_ratio_c, loss_agg_mode, loss_scale_factor, entropy_coeff, calculate_sum_pi_squared,
-                   use_kl_loss, kl_loss_coef, kl_loss_type, ppo_epochs, checkpoint, grad_clip)
+                   use_kl_loss, kl_loss_coef, kl_loss_type, ppo_epochs, checkpoint, grad_clip,
+                   ulysses_sequence_parallel_size)
 VERL_CONFIG_FIELDS(RefConfig, log_prob_micro_batch_size, log_prob_micro_batch_size_per_gpu, log_prob_use_dynamic_bsz)
 VERL_CONFIG_FIELDS(ValidationSamplingConfig, top_k, top_p, temperature, n, do_sample)
 VERL_CONFIG_FIELDS(RolloutConfig, name, temperature, top_k, top_p, prompt_length, response_length, do_sample, n,
