@@ -495,12 +495,46 @@ TEST(Config, LegacyRewardKeysMigrateToReward) {
             std::string::npos);
 }
 
+// Ulysses sequence parallelism acts in the fsdp actor worker (and its reference, which follows
+// the actor's size); the Megatron worker, the critic and the new engine's copies of the key refuse
+// it by name.
+TEST(Config, UlyssesSequenceParallelSizeActsForTheFsdpActor) {
+  EXPECT_EQ(with({}).actor_rollout_ref.actor.ulysses_sequence_parallel_size, 1);
+  EXPECT_EQ(with({"actor_rollout_ref.actor.ulysses_sequence_parallel_size=2"}).actor_rollout_ref.actor.ulysses_sequence_parallel_size, 2);
+  EXPECT_EQ(with({"actor_rollout_ref.actor.strategy=fsdp2", "actor_rollout_ref.actor.ulysses_sequence_parallel_size=4",
+                  "actor_rollout_ref.ref.ulysses_sequence_parallel_size=4"})
+                .actor_rollout_ref.actor.ulysses_sequence_parallel_size,
+            4);
+  const std::string ref_differs = error_of({"actor_rollout_ref.actor.ulysses_sequence_parallel_size=2",
+                                            "actor_rollout_ref.ref.ulysses_sequence_parallel_size=1"});
+  EXPECT_NE(ref_differs.find("actor_rollout_ref.ref.ulysses_sequence_parallel_size:"), std::string::npos) << ref_differs;
+  EXPECT_NE(error_of({"actor_rollout_ref.actor.ulysses_sequence_parallel_size=0"})
+                .find("actor_rollout_ref.actor.ulysses_sequence_parallel_size"),
+            std::string::npos);
+  const std::string megatron = error_of({"actor_rollout_ref.actor.strategy=megatron",
+                                         "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+                                         "actor_rollout_ref.actor.ulysses_sequence_parallel_size=2"});
+  EXPECT_NE(megatron.find("actor_rollout_ref.actor.ulysses_sequence_parallel_size: acts only with "
+                          "actor_rollout_ref.actor.strategy=fsdp or fsdp2"),
+            std::string::npos)
+      << megatron;
+  EXPECT_NE(megatron.find("got 2"), std::string::npos) << megatron;
+  const std::string critic = error_of({"critic.ulysses_sequence_parallel_size=2"});
+  EXPECT_NE(critic.find("critic.ulysses_sequence_parallel_size: not supported by verl-cpp yet"), std::string::npos) << critic;
+  const std::string engine = error_of({"actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size=2"});
+  EXPECT_NE(engine.find("actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size: not supported by verl-cpp "
+                        "yet (the new engine's copy of the key; the fsdp worker reads "
+                        "actor_rollout_ref.actor.ulysses_sequence_parallel_size"),
+            std::string::npos)
+      << engine;
+}
+
 // Every key verl acts on is acted on or refused: these were accepted and never read.
 TEST(Config, KeysVerlActsOnAreActedOnOrRefused) {
   const std::pair<std::string, std::string> refused[] = {
       {"actor_rollout_ref.rollout.tensor_model_parallel_size=4", "actor_rollout_ref.rollout.tensor_model_parallel_size"},
       {"actor_rollout_ref.rollout.data_parallel_size=2", "actor_rollout_ref.rollout.data_parallel_size"},
-      {"actor_rollout_ref.actor.ulysses_sequence_parallel_size=2", "actor_rollout_ref.actor.ulysses_sequence_parallel_size"},
+      // The ref follows the actor's sequence parallel size (verl's default interpolates it).
       {"actor_rollout_ref.ref.ulysses_sequence_parallel_size=2", "actor_rollout_ref.ref.ulysses_sequence_parallel_size"},
       {"critic.ulysses_sequence_parallel_size=2", "critic.ulysses_sequence_parallel_size"},
       {"actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size=2",
