@@ -80,11 +80,14 @@ std::vector<float> parameters(const RoleState& state) {
   return out;
 }
 
+/// `ranks_only`: overrides for the run on the ranks alone (parallel layouts one process lacks).
 template <class C, class CriticW>
 void expect_same_as_one_process(const std::vector<std::string>& overrides, C critic_single,
-                                const std::vector<std::string>& compared) {
+                                const std::vector<std::string>& compared, const std::vector<std::string>& ranks_only = {}) {
   auto single = one_process(overrides, std::move(critic_single));
-  auto dp = on_the_ranks<CriticW>(overrides);
+  std::vector<std::string> on_ranks = overrides;
+  on_ranks.insert(on_ranks.end(), ranks_only.begin(), ranks_only.end());
+  auto dp = on_the_ranks<CriticW>(on_ranks);
   for (int s = 0; s < 3; ++s) {
     const Metrics a = single.step();
     const Metrics b = dp.step();
@@ -117,6 +120,17 @@ TEST(PPOTrainerDataParallel, GrpoWithKLLossMatchesOneProcess) {
   expect_same_as_one_process<NoCritic, NoCritic>(
       {"trainer.balance_batch=False", "algorithm.adv_estimator=grpo", "actor_rollout_ref.actor.use_kl_loss=True"}, NoCritic{},
       {"actor/pg_loss", "actor/grad_norm", "actor/kl_loss", "actor/entropy"});
+}
+
+// Ulysses sequence parallelism through the controller's DP_COMPUTE_PROTO dispatch: sp 2 over the
+// job's ranks (dp = ranks / 2; the tiny policy's single KV head is repeated), two mini-batches per
+// step, the same run as one process.
+TEST(PPOTrainerDataParallel, UlyssesSequenceParallelMatchesOneProcess) {
+  if (runtime->world_size() < 2) GTEST_SKIP() << "needs 2 ranks (sp = 2)";
+  expect_same_as_one_process<NoCritic, NoCritic>(
+      {"trainer.balance_batch=False", "algorithm.adv_estimator=grpo", "actor_rollout_ref.actor.use_kl_loss=True"}, NoCritic{},
+      {"actor/pg_loss", "actor/grad_norm", "actor/kl_loss", "actor/entropy"},
+      {"actor_rollout_ref.actor.ulysses_sequence_parallel_size=2"});
 }
 
 TEST(PPOTrainerDataParallel, GaeWithCriticMatchesOneProcess) {
