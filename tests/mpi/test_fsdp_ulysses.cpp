@@ -302,8 +302,8 @@ TEST(FsdpUlysses, SpThatDoesNotDivideTheGroupIsRefusedByName) {
   if (MpiCommunicator::world().size() < 2) GTEST_SKIP() << "needs 2 ranks";
   const std::string error = init_error<TinyLlama>(2, 4);
   if (MpiCommunicator::world().rank() >= 2) return;
-  EXPECT_NE(error.find("actor_rollout_ref.actor.ulysses_sequence_parallel_size: expected a divisor of the actor worker "
-                       "group's world size 2 (dp = world / sp), got 4"),
+  EXPECT_NE(error.find("actor_rollout_ref.actor.ulysses_sequence_parallel_size: expected a divisor of the worker group's "
+                       "world size 2 (dp = world / sp), got 4"),
             std::string::npos)
       << error;
 }

@@ -20,8 +20,9 @@
 // only): DP_COMPUTE_PROTO hands each rank 1/world of the rows, and the sp group all-gathers its
 // ranks' chunks, which together are dp rank d's (for update_actor, re-interleaved per mini-batch,
 // as mini_batch_major_order over dp would have ordered them); each rank returns its own chunk's
-// rows of the result. The actor and reference then compute each micro-batch together: each rank holds a contiguous 1/sp slice
-// of its packed tokens outside attention and all tokens x 1/sp of the heads inside it
+// rows of the result (SequenceParallelGroups). The actor, reference and old policy then compute
+// each micro-batch together: each rank holds a contiguous 1/sp slice of its packed tokens outside
+// attention and all tokens x 1/sp of the heads inside it
 // (model::UlyssesRegions over the sp group); log-probs and entropy are gathered over sp, so every
 // rank sees the whole rows' values. Gradients are summed over the sp group (each rank saw other
 // tokens), then averaged over the dp group as without sp; token counts and metrics are reduced
@@ -36,8 +37,6 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
-#include <numeric>
-#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -53,11 +52,8 @@
 #include "verl/core/metrics.hpp"
 #include "verl/cpu/decode_precision.hpp"
 #include "verl/data/data_proto.hpp"
-#include "verl/hybridflow/wire.hpp"
 #include "verl/hybridflow/worker.hpp"
 #include "verl/model/causal_lm.hpp"
-#include "verl/model/transformer/sequence_parallel_regions.hpp"
-#include "verl/model/transformer/ulysses_regions.hpp"
 #include "verl/optim/adamw.hpp"
 #include "verl/optim/clip_grad_norm.hpp"
 #include "verl/optim/lr_scheduler.hpp"
@@ -70,6 +66,7 @@
 #include "verl/trainer/workers/actor_update.hpp"
 #include "verl/trainer/workers/batch_keys.hpp"
 #include "verl/trainer/workers/role_state.hpp"
+#include "verl/trainer/workers/sequence_parallel_groups.hpp"
 
 namespace verl::trainer {
 
@@ -191,12 +188,13 @@ class ActorRolloutRefWorker {
   void init_model(const std::vector<std::string>& config_overrides, std::int64_t total_training_steps) {
     config_ = load_ppo_config(config_overrides);
     algorithm_ = algorithm_override_ ? *algorithm_override_ : PPOAlgorithm::from_config(config_);
-    split_sequence_parallel_groups();
+    sequence_parallel_.split(context_->process_group, group_size(),
+                             config_.actor_rollout_ref.actor.ulysses_sequence_parallel_size, sequence_parallel_key);
     actor_.emplace(models_.actor(config_));
-    use_sequence_parallel(*actor_);
+    sequence_parallel_.use(*actor_, sequence_parallel_key);
     if (algorithm_.needs_reference()) {
       reference_.emplace(models_.reference(config_, *actor_));
-      use_sequence_parallel(*reference_);
+      sequence_parallel_.use(*reference_, sequence_parallel_key);
     }
     optimizer_.emplace(adamw_config(config_.actor_rollout_ref.actor.optim));
     scheduler_.emplace(lr_scheduler(config_.actor_rollout_ref.actor.optim, total_training_steps));
@@ -225,7 +223,7 @@ class ActorRolloutRefWorker {
   /// actor.calculate_sum_pi_squared, sum_j pi_j^2 per token. Micro-batches of the rollout's
   /// log_prob_micro_batch_size(_per_gpu).
   data::DataProto compute_log_prob(const data::DataProto& batch) {
-    return own_rows(log_probs_of(require_model(), sequence_parallel_rows(batch)), batch.size());
+    return sequence_parallel_.own_rows(log_probs_of(require_model(), sequence_parallel_.rows(batch)), batch.size());
   }
 
   /// separate_async's pi_old (verl's save_model_to_cpu(0)): keeps a copy of the actor's weights
@@ -234,7 +232,7 @@ class ActorRolloutRefWorker {
   void save_old_policy() {
     if (!old_policy_) {
       old_policy_.emplace(models_.actor(config_));
-      use_sequence_parallel(*old_policy_);
+      sequence_parallel_.use(*old_policy_, sequence_parallel_key);
     }
     trainer::load_weights(*old_policy_, weights_of(require_model()), "the actor's saved old policy");
   }
@@ -243,7 +241,7 @@ class ActorRolloutRefWorker {
   /// compute_log_prob, then the current weights back).
   data::DataProto compute_old_policy_log_prob(const data::DataProto& batch) {
     VERL_CHECK_ARG(old_policy_.has_value(), "compute_old_policy_log_prob: save_old_policy was never called");
-    return own_rows(log_probs_of(*old_policy_, sequence_parallel_rows(batch)), batch.size());
+    return sequence_parallel_.own_rows(log_probs_of(*old_policy_, sequence_parallel_.rows(batch)), batch.size());
   }
 
  private:
@@ -265,7 +263,7 @@ class ActorRolloutRefWorker {
 
   /// verl's compute_ref_log_prob: the reference policy's log-probs (ref_log_prob).
   data::DataProto compute_ref_log_prob(const data::DataProto& chunk) {
-    const data::DataProto batch = sequence_parallel_rows(chunk);
+    const data::DataProto batch = sequence_parallel_.rows(chunk);
     VERL_CHECK_ARG(reference_.has_value(),
                    "compute_ref_log_prob: this actor worker has no reference policy (no KL term in the configuration "
                    "needs one)");
@@ -275,7 +273,7 @@ class ActorRolloutRefWorker {
         rollout_temperature());
     data::DataProto out;
     out.set(std::string(keys::ref_log_prob), std::move(stats.log_probs));
-    return own_rows(out, chunk.size());
+    return sequence_parallel_.own_rows(out, chunk.size());
   }
 
   /// verl's update_actor: ppo_epochs over this rank's share of each mini-batch (the controller
@@ -286,7 +284,10 @@ class ActorRolloutRefWorker {
   /// (reduced over the group: every rank reports the same) and the update counts in meta_info.
   data::DataProto update_actor(const data::DataProto& chunk) {
     return update_actor_rows(
-        require_model(), sequence_parallel_update_rows(chunk), config_, algorithm_, *optimizer_, *scheduler_, dp_size(),
+        require_model(),
+        sequence_parallel_.update_rows(
+            chunk, config_.actor_rollout_ref.actor.ppo_mini_batch_size * config_.actor_rollout_ref.rollout.n),
+        config_, algorithm_, *optimizer_, *scheduler_, dp_size(),
         [&](double value) { return group_sum(value); },
         [&](double grad_clip, std::int64_t& updates, std::int64_t& nonfinite) {
           return optimizer_step(require_model(), grad_clip, updates, nonfinite);
@@ -354,13 +355,15 @@ class ActorRolloutRefWorker {
   }
   const Policy& require_model() const { return const_cast<ActorRolloutRefWorker&>(*this).require_model(); }
 
+  static constexpr std::string_view sequence_parallel_key = "actor_rollout_ref.actor.ulysses_sequence_parallel_size";
+
   float rollout_temperature() const { return static_cast<float>(config_.actor_rollout_ref.rollout.temperature); }
 
   Index group_size() const { return context_->group_size(); }
   /// The data-parallel ranks: the group's over the sequence-parallel size.
-  Index dp_size() const { return group_size() / sequence_parallel_size_; }
+  Index dp_size() const { return sequence_parallel_.dp_size(); }
   /// The ranks holding other rows (this rank's data-parallel group): the whole group without sp.
-  parallel::ProcessGroup& dp_group() const { return dp_group_ ? *dp_group_ : *context_->process_group; }
+  parallel::ProcessGroup& dp_group() const { return sequence_parallel_.dp_group(); }
 
   /// Sums over the data-parallel ranks (the sp ranks of one dp rank hold the same rows).
   double group_sum(double value) const {
@@ -378,122 +381,11 @@ class ActorRolloutRefWorker {
     return forward_micro_batch_size(per_gpu, global, dp_size(), rows);
   }
 
-  /// Every chunk of this rank's sp group, in rank order (one DataProto each; they cross as the
-  /// runtime's wire bytes, in int64 words: the communicators move typed elements).
-  std::vector<data::DataProto> sequence_parallel_chunks(const data::DataProto& chunk) {
-    parallel::ProcessGroup& group = *sequence_parallel_group_;
-    const hybridflow::Bytes bytes = hybridflow::to_bytes(chunk);
-    const auto words = static_cast<std::int64_t>((bytes.size() + 7) / 8);
-    std::vector<std::int64_t> mine(static_cast<std::size_t>(words), 0);
-    std::memcpy(mine.data(), bytes.data(), bytes.size());
-    const std::vector<std::int64_t> sizes_mine{words, static_cast<std::int64_t>(bytes.size())};
-    std::vector<std::int64_t> sizes(2 * static_cast<std::size_t>(group.size()));
-    group.all_gather(std::span<const std::int64_t>(sizes_mine), std::span<std::int64_t>(sizes));
-    std::vector<std::int64_t> counts(static_cast<std::size_t>(group.size()));
-    for (std::size_t r = 0; r < counts.size(); ++r) counts[r] = sizes[2 * r];
-    std::vector<std::int64_t> all(static_cast<std::size_t>(std::accumulate(counts.begin(), counts.end(), std::int64_t{0})));
-    group.all_gather_v(std::span<const std::int64_t>(mine), std::span<std::int64_t>(all), counts);
-    std::vector<data::DataProto> parts;
-    std::size_t offset = 0;
-    for (std::size_t r = 0; r < counts.size(); ++r) {
-      const auto* first = reinterpret_cast<const std::byte*>(all.data() + offset);
-      parts.push_back(hybridflow::from_bytes<data::DataProto>(std::span<const std::byte>(first, static_cast<std::size_t>(sizes[2 * r + 1]))));
-      offset += static_cast<std::size_t>(counts[r]);
-    }
-    return parts;
-  }
-
-  /// This rank's dp rank's rows: the sp group's chunks in rank order (the chunk itself without sp).
-  data::DataProto sequence_parallel_rows(const data::DataProto& chunk) {
-    if (!sequence_parallel_group_) return chunk;
-    const std::vector<data::DataProto> parts = sequence_parallel_chunks(chunk);
-    own_rows_begin_ = 0;
-    for (int r = 0; r < sequence_parallel_group_->rank(); ++r) own_rows_begin_ += parts[static_cast<std::size_t>(r)].size();
-    data::DataProto rows = data::DataProto::concat(parts);
-    rows.meta_info() = chunk.meta_info();
-    return rows;
-  }
-
-  /// update_actor's rows of this rank's dp rank: each chunk holds its share of every mini-batch
-  /// (mini_batch_major_order over the group's ranks); the dp rank's share of mini-batch m is the
-  /// group's shares of m in rank order, so they are interleaved mini-batch by mini-batch.
-  data::DataProto sequence_parallel_update_rows(const data::DataProto& chunk) {
-    if (!sequence_parallel_group_) return chunk;
-    const std::vector<data::DataProto> parts = sequence_parallel_chunks(chunk);
-    const Index mini_batch_rows =
-        config_.actor_rollout_ref.actor.ppo_mini_batch_size * config_.actor_rollout_ref.rollout.n;
-    std::vector<std::vector<std::pair<Index, Index>>> bounds;
-    for (const auto& part : parts) bounds.push_back(local_mini_batch_bounds(part.size(), mini_batch_rows, group_size()));
-    std::vector<data::DataProto> pieces;
-    for (std::size_t m = 0; m < bounds.front().size(); ++m)
-      for (std::size_t r = 0; r < parts.size(); ++r) pieces.push_back(parts[r].slice(bounds[r][m].first, bounds[r][m].second));
-    data::DataProto rows = data::DataProto::concat(pieces);
-    rows.meta_info() = chunk.meta_info();
-    return rows;
-  }
-
-  /// The rows of `result` (over the rows sequence_parallel_rows gathered last) that this rank's
-  /// chunk of `chunk_rows` rows gave.
-  data::DataProto own_rows(const data::DataProto& result, Index chunk_rows) const {
-    if (!sequence_parallel_group_) return result;
-    return result.slice(own_rows_begin_, own_rows_begin_ + chunk_rows);
-  }
-
-  /// actor_rollout_ref.actor.ulysses_sequence_parallel_size: checks it against the group and
-  /// splits the group into its sequence-parallel groups (consecutive ranks) and data-parallel
-  /// groups (the ranks of one sp position). Collective over the group.
-  void split_sequence_parallel_groups() {
-    constexpr std::string_view key = "actor_rollout_ref.actor.ulysses_sequence_parallel_size";
-    const std::int64_t sp = config_.actor_rollout_ref.actor.ulysses_sequence_parallel_size;
-    const Index world = group_size();
-    VERL_CHECK_ARG(sp >= 1 && world % sp == 0,
-                   "{}: expected a divisor of the actor worker group's world size {} (dp = world / sp), got {}", key,
-                   world, sp);
-    sequence_parallel_size_ = static_cast<Index>(sp);
-    if (sp == 1) return;
-    if constexpr (!requires(Policy& p, model::SequenceParallelRegions<float>* r) { p.set_sequence_parallel(r); }) {
-      ::verl::detail::throw_invalid_argument("{}: {}: this worker's policy type cannot split its tokens (it has no "
-                                             "set_sequence_parallel); expected 1",
-                                             key, sp);
-    }
-    parallel::ProcessGroup& group = *context_->process_group;
-    const int rank = group.rank(), size = static_cast<int>(sp);
-    sequence_parallel_group_.emplace(group.split(rank / size, rank % size));
-    dp_group_.emplace(group.split(rank % size, rank / size));
-    sequence_parallel_regions_ =
-        std::make_unique<model::UlyssesRegions<float, parallel::ProcessGroup>>(*sequence_parallel_group_);
-  }
-
-  /// Makes `policy` compute with the sequence-parallel group (when sp > 1); its heads must split
-  /// over it as verl requires (num_key_value_heads a multiple or a divisor of sp: KV heads are then
-  /// repeated).
-  void use_sequence_parallel(Policy& policy) {
-    if constexpr (requires(model::SequenceParallelRegions<float>* r) { policy.set_sequence_parallel(r); }) {
-      if (sequence_parallel_size_ == 1) return;
-      constexpr std::string_view key = "actor_rollout_ref.actor.ulysses_sequence_parallel_size";
-      if constexpr (requires { policy.config().num_key_value_heads; }) {
-        const auto& c = policy.config();
-        VERL_CHECK_ARG(c.num_attention_heads % sequence_parallel_size_ == 0,
-                       "{}: {}: the model's num_attention_heads {} must be a multiple of it", key,
-                       sequence_parallel_size_, c.num_attention_heads);
-        VERL_CHECK_ARG(c.num_key_value_heads % sequence_parallel_size_ == 0 ||
-                           sequence_parallel_size_ % c.num_key_value_heads == 0,
-                       "{}: {}: the model's num_key_value_heads {} must be a multiple or a divisor of it (verl repeats "
-                       "the KV heads only when sp is a multiple of them)",
-                       key, sequence_parallel_size_, c.num_key_value_heads);
-      }
-      policy.set_sequence_parallel(sequence_parallel_regions_.get());
-    }
-  }
-
   /// Averages gradients over the group (FSDP's reduce), clips and steps (skipped, and counted,
   /// when the norm is not finite, as verl does). Returns the norm.
   float optimizer_step(Policy& actor, double grad_clip, std::int64_t& updates, std::int64_t& nonfinite) {
     std::vector<optim::ParameterRef> refs = parameter_refs(actor);
-    // Each sp rank's gradients are its tokens' share of its dp rank's: their sum is the whole.
-    if (sequence_parallel_group_) {
-      for (auto& p : refs) sequence_parallel_group_->all_reduce(p.grad, parallel::ReduceOp::sum);
-    }
+    sequence_parallel_.sum_gradients(refs);
     if (dp_size() > 1) average_gradients(dp_group(), refs);
     const float norm = optim::clip_grad_norm(refs, grad_clip);
     ++updates;
@@ -515,11 +407,7 @@ class ActorRolloutRefWorker {
   std::optional<Policy> old_policy_;  ///< separate_async's pi_old (save_old_policy)
   std::optional<optim::AdamW> optimizer_;
   std::optional<optim::LrScheduler<>> scheduler_;
-  Index sequence_parallel_size_ = 1;
-  mutable std::optional<parallel::ProcessGroup> sequence_parallel_group_;  ///< sp > 1 only
-  mutable std::optional<parallel::ProcessGroup> dp_group_;                 ///< sp > 1 only
-  std::unique_ptr<model::SequenceParallelRegions<float>> sequence_parallel_regions_;
-  Index own_rows_begin_ = 0;  ///< this rank's chunk in the rows sequence_parallel_rows gathered last
+  SequenceParallelGroups sequence_parallel_;
 };
 
 }  // namespace verl::trainer
