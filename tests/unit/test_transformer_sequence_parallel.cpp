@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "verl/model/causal_lm.hpp"
+#include "verl/model/transformer/critic.hpp"
 #include "verl/model/transformer/sequence_parallel_regions.hpp"
 #include "verl/model/transformer/transformer.hpp"
 
@@ -213,6 +214,45 @@ TEST(TransformerSequenceParallel, FourRanksRepeatTheKeyValueHeadsAndMatchInDoubl
 
 TEST(TransformerSequenceParallel, FourRanksOneKeyValueHeadMatchInFloat) {
   expect_sequence_parallel_matches_dense<float>(4, 1, 1e-4);
+}
+
+// The critic: values gathered over the ranks, gradients summed over them.
+TEST(TransformerSequenceParallel, CriticValuesAndGradientsMatchTheDenseCritic) {
+  const TokenBatch batch = sp_batch();
+  std::vector<double> cotangent(static_cast<std::size_t>(batch.layout_size()));
+  for (std::size_t i = 0; i < cotangent.size(); ++i) cotangent[i] = std::sin(static_cast<double>(i) + 0.5);
+  const auto pass = [&](BasicTransformerCritic<double>& critic) {
+    critic.zero_grad();
+    std::pair<RowMatrix<double>, std::vector<double>> out;
+    out.first = critic.forward(batch, {.keep_activations = true}).values;
+    critic.backward({.values = cotangent});
+    critic.for_each_parameter([&](const auto& p) { out.second.insert(out.second.end(), p.grad.begin(), p.grad.end()); });
+    return out;
+  };
+  BasicTransformerCritic<double> dense(sp_config(2), {.num_threads = 1});
+  randomize(dense, 9);
+  const auto expected = pass(dense);
+  constexpr int sp = 4;
+  SharedExchange<double> shared(sp);
+  std::vector<std::pair<RowMatrix<double>, std::vector<double>>> got(sp);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < sp; ++r) {
+    ranks.emplace_back([&, r] {
+      BasicTransformerCritic<double> critic(sp_config(2), {.num_threads = 1});
+      randomize(critic, 9);
+      ThreadRegions<double> regions(shared, r);
+      critic.set_sequence_parallel(&regions);
+      got[static_cast<std::size_t>(r)] = pass(critic);
+    });
+  }
+  for (auto& t : ranks) t.join();
+  std::vector<double> summed(expected.second.size(), 0.0);
+  for (const auto& [values, grads] : got) {
+    EXPECT_LE(max_relative_difference(values, expected.first, 1e-3), 1e-10);
+    EXPECT_NE(grads, expected.second);  // a rank holds its tokens' share only
+    for (std::size_t i = 0; i < grads.size(); ++i) summed[i] += grads[i];
+  }
+  EXPECT_LE(max_relative_difference(summed, expected.second, 1e-3), 1e-9);
 }
 
 TEST(TransformerSequenceParallel, RefusesHeadsThatDoNotSplit) {

@@ -1,6 +1,9 @@
 // The reference critic: the same decoder body with a scalar value head per token,
 // value = score(final hidden) with score a (1, H) linear layer with bias, as transformers'
 // *ForTokenClassification(num_labels = 1) that verl's critic loads (dropout off, as verl sets it).
+// Under Ulysses sequence parallelism (set_sequence_parallel) each rank of the group computes the
+// values of its slice of the packed tokens and they are gathered over the group, as the policy
+// model does (transformer.hpp); parameter gradients are then this rank's tokens' share.
 #pragma once
 
 #include <span>
@@ -12,6 +15,7 @@
 #include "verl/core/tensor.hpp"
 #include "verl/model/transformer/decoder.hpp"
 #include "verl/model/transformer/detail/parameter_module.hpp"
+#include "verl/model/transformer/sequence_parallel_regions.hpp"
 #include "verl/model/transformer/weights.hpp"
 #include "verl/model/value_model.hpp"
 
@@ -45,15 +49,30 @@ class BasicTransformerCritic : public detail::ParameterModule<BasicTransformerCr
 
   [[nodiscard]] const HfModelConfig& config() const { return body_.config(); }
   [[nodiscard]] DecoderBody<Scalar>& body() { return body_; }
+  /// The sequence-parallel group of the next passes, or none (DecoderBody::set_sequence_parallel).
+  void set_sequence_parallel(SequenceParallelRegions<Scalar>* regions) { body_.set_sequence_parallel(regions); }
 
   ValueOutput<Scalar> forward(const TokenBatch& batch, const ValueForwardOptions& options) {
     saved_ = false;
     const RowMatrix<Scalar>& hidden = body_.forward(batch, options.keep_activations);
-    const Vector<Scalar> values = (hidden * score_weight_.value.row(0).transpose()).array() + score_bias_.value(0, 0);
+    Vector<Scalar> values = (hidden * score_weight_.value.row(0).transpose()).array() + score_bias_.value(0, 0);
+    const SequenceSlice slice = body_.sequence_slice();
+    const auto slots = batch.slots();
+    const bool split = body_.sequence_parallel() != nullptr && body_.sequence_parallel()->size() > 1;
     if (options.keep_activations) {
       saved_ = true;
-      saved_slots_.assign(batch.slots().begin(), batch.slots().end());
+      if (split) {  // this slice's tokens; padding tokens (-1) take no cotangent
+        saved_slots_.assign(static_cast<std::size_t>(hidden.rows()), -1);
+        for (Index t = 0; t < slice.real_rows; ++t)
+          saved_slots_[static_cast<std::size_t>(t)] = slots[static_cast<std::size_t>(slice.begin + t)];
+      } else {
+        saved_slots_.assign(slots.begin(), slots.end());
+      }
       saved_layout_size_ = batch.layout_size();
+    }
+    if (split) {  // every rank's slice in token order, the padding cut
+      const RowMatrix<Scalar> all = body_.sequence_parallel()->all_gather_rows(RowMatrix<Scalar>(values));
+      values = all.col(0).head(slice.total);
     }
     return {batch.scatter<Scalar>(std::span<const Scalar>(values.data(), static_cast<std::size_t>(values.size())))};
   }
@@ -66,7 +85,10 @@ class BasicTransformerCritic : public detail::ParameterModule<BasicTransformerCr
     saved_ = false;  // the cotangents are valid: this forward pass is consumed
     const auto n = static_cast<Index>(saved_slots_.size());
     Vector<Scalar> d_values(n);
-    for (Index t = 0; t < n; ++t) d_values[t] = cotangents.values[static_cast<std::size_t>(saved_slots_[static_cast<std::size_t>(t)])];
+    for (Index t = 0; t < n; ++t) {
+      const std::int64_t slot = saved_slots_[static_cast<std::size_t>(t)];
+      d_values[t] = slot < 0 ? Scalar(0) : cotangents.values[static_cast<std::size_t>(slot)];
+    }
     score_weight_.enable_grad();
     score_bias_.enable_grad();
     const RowMatrix<Scalar>& hidden = body_.hidden();
