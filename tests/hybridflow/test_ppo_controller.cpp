@@ -139,6 +139,15 @@ TEST(PPOTrainerDataParallel, GaeWithCriticMatchesOneProcess) {
       {"actor/pg_loss", "actor/grad_norm", "critic/vf_loss", "critic/grad_norm", "critic/values/mean"});
 }
 
+// The critic's sequence parallelism too (GAE: values and the critic's update), with the actor's.
+TEST(PPOTrainerDataParallel, GaeWithUlyssesActorAndCriticMatchesOneProcess) {
+  if (runtime->world_size() < 2) GTEST_SKIP() << "needs 2 ranks (sp = 2)";
+  expect_same_as_one_process<Critic, CriticGroupWorker>(
+      {"trainer.balance_batch=False", "algorithm.adv_estimator=gae"}, tiny_critic(),
+      {"actor/pg_loss", "actor/grad_norm", "critic/vf_loss", "critic/grad_norm", "critic/values/mean"},
+      {"actor_rollout_ref.actor.ulysses_sequence_parallel_size=2", "critic.ulysses_sequence_parallel_size=2"});
+}
+
 TEST(PPOTrainerDataParallel, BalancedBatchInOneMiniBatchMatchesOneProcess) {
   // One mini-batch of all 16 rows: balancing changes which rank holds which rows, not the
   // update, so the run must match one process (which keeps the order) up to float sums.

@@ -162,7 +162,8 @@ inline const KeyChoices machinery_key_choices[] = {
     {"**.fsdp_config.ulysses_sequence_parallel_size", {"1"},
      "the new engine's copy of the key; the fsdp worker reads actor_rollout_ref.actor.ulysses_sequence_parallel_size"},
     {"**.fsdp.model_dtype", {"fp32", "float32"}, "verl-cpp keeps float32 weights"},
-    {"**.fsdp.ulysses_sequence_parallel_size", {"1"}, "the critic does not split sequences yet"},
+    {"**.fsdp.ulysses_sequence_parallel_size", {"1"},
+     "the new engine's copy of the key; the critic worker reads critic.ulysses_sequence_parallel_size"},
 };
 
 inline bool pattern_matches(std::span<const std::string> pattern, std::span<const std::string> path) {

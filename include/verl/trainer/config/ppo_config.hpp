@@ -232,6 +232,8 @@ struct CriticConfig {
   /// the actor's ranks.
   std::int64_t nnodes = 0;
   std::int64_t n_gpus_per_node = 0;
+  /// Ulysses sequence parallelism of the critic worker (as the actor's).
+  std::int64_t ulysses_sequence_parallel_size = 1;
   friend bool operator==(const CriticConfig&, const CriticConfig&) = default;
 };
 
@@ -481,7 +483,7 @@ VERL_CONFIG_FIELDS(ActorRolloutRefConfig, model, actor, ref, rollout, hybrid_eng
 VERL_CONFIG_FIELDS(CriticModelSection, path, tokenizer_path)
 VERL_CONFIG_FIELDS(CriticConfig, optim, model, enable, ppo_mini_batch_size, ppo_micro_batch_size,
                    ppo_micro_batch_size_per_gpu, use_dynamic_bsz, ppo_epochs, cliprange_value, loss_agg_mode, checkpoint, forward_micro_batch_size, forward_micro_batch_size_per_gpu,
-                   grad_clip, nnodes, n_gpus_per_node)
+                   grad_clip, nnodes, n_gpus_per_node, ulysses_sequence_parallel_size)
 VERL_CONFIG_FIELDS(OverlongBufferConfig, enable, len, penalty_factor, log)
 VERL_CONFIG_FIELDS(RewardModelConfig, overlong_buffer)
 VERL_CONFIG_FIELDS(RewardManagerSection, name)

@@ -1,6 +1,9 @@
 // CriticWorker: verl's CriticWorker for the HybridFlow runtime: the value model's estimates
 // (compute_values) and its clipped value-loss update (update_critic), SPMD over the group's ranks
-// with each rank's contiguous chunk of the batch.
+// with each rank's contiguous chunk of the batch. critic.ulysses_sequence_parallel_size = sp > 1
+// splits the group into (dp = world / sp, sp) as the actor worker does (SequenceParallelGroups):
+// the sp ranks of a dp rank compute on its rows together, each holding a slice of the packed
+// tokens, the values gathered over sp and the gradients summed over sp before the dp average.
 //
 //   CriticWorker<Models>   // Models::critic_type, models.critic(config)
 #pragma once
@@ -11,6 +14,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "verl/algo/loss_aggregation.hpp"
@@ -29,6 +33,7 @@
 #include "verl/trainer/metrics.hpp"
 #include "verl/trainer/workers/batch_keys.hpp"
 #include "verl/trainer/workers/role_state.hpp"
+#include "verl/trainer/workers/sequence_parallel_groups.hpp"
 
 namespace verl::trainer {
 
@@ -61,34 +66,39 @@ class CriticWorker {
 
   void init_model(const std::vector<std::string>& config_overrides, std::int64_t total_training_steps) {
     config_ = load_ppo_config(config_overrides);
+    sequence_parallel_.split(context_->process_group, group_size(), config_.critic.ulysses_sequence_parallel_size,
+                             sequence_parallel_key);
     critic_.emplace(models_.critic(config_));
+    sequence_parallel_.use(*critic_, sequence_parallel_key);
     optimizer_.emplace(adamw_config(config_.critic.optim));
     scheduler_.emplace(lr_scheduler(config_.critic.optim, total_training_steps));
   }
 
   /// verl's compute_values: the value at every response token (values), in micro-batches of
   /// critic.forward_micro_batch_size(_per_gpu).
-  data::DataProto compute_values(const data::DataProto& batch) {
+  data::DataProto compute_values(const data::DataProto& chunk) {
+    const data::DataProto batch = sequence_parallel_.rows(chunk);
     const Index micro = forward_micro_batch_size(config_.critic.forward_micro_batch_size_per_gpu,
-                                                 config_.critic.forward_micro_batch_size, group_size(), batch.size());
+                                                 config_.critic.forward_micro_batch_size, dp_size(), batch.size());
     data::DataProto out;
     out.set(std::string(keys::values), response_values(require_model(), batch, micro));
-    return out;
+    return sequence_parallel_.own_rows(out, chunk.size());
   }
 
   /// verl's update_critic: critic.ppo_epochs over this rank's share of each mini-batch of
   /// critic.ppo_mini_batch_size prompts x rollout.n (rows ordered by mini_batch_major_order), the
   /// clipped value loss aggregated over the whole mini-batch, gradients averaged over the group.
-  data::DataProto update_critic(const data::DataProto& batch) {
+  data::DataProto update_critic(const data::DataProto& chunk) {
     Critic& critic = require_model();
     const auto& cfg = config_.critic;
     const Index n = config_.actor_rollout_ref.rollout.n;
+    const data::DataProto batch = sequence_parallel_.update_rows(chunk, cfg.ppo_mini_batch_size * n);
     const MatrixF& response_mask = float_column(batch, keys::response_mask);
     const MatrixF& returns = float_column(batch, keys::returns);
     const MatrixF& values = float_column(batch, keys::values);
     const Index width = response_mask.cols(), prompt_width = int_column(batch, keys::input_ids).cols() - width;
     const algo::LossAggMode mode = algo::parse_loss_agg_mode(cfg.loss_agg_mode);
-    const Index dp = group_size();
+    const Index dp = dp_size();
     scheduler_->apply(*optimizer_);
     Metrics step_metrics;
     step_metrics["critic/lr"] = scheduler_->get_last_lr();
@@ -122,7 +132,8 @@ class CriticWorker {
           for (const auto& [k, v] : loss.metrics) mini[k] += v / micro_count;
         }
         std::vector<optim::ParameterRef> refs = parameter_refs(critic);
-        if (dp > 1) average_gradients(*context_->process_group, refs);
+        sequence_parallel_.sum_gradients(refs);
+        if (dp > 1) average_gradients(sequence_parallel_.dp_group(), refs);
         const float norm = optim::clip_grad_norm(refs, cfg.grad_clip);
         ++updates;
         if (std::isfinite(norm)) {
@@ -131,7 +142,7 @@ class CriticWorker {
           ++nonfinite;
         }
         mini["critic/vf_loss"] = vf_loss;
-        if (dp > 1) reduce_metrics_over_ranks(*context_->process_group, mini);
+        if (dp > 1) reduce_metrics_over_ranks(sequence_parallel_.dp_group(), mini);
         mini["critic/grad_norm"] = norm;
         acc.append(mini);
       }
@@ -169,12 +180,17 @@ class CriticWorker {
   }
   const Critic& require_model() const { return const_cast<CriticWorker&>(*this).require_model(); }
 
-  Index group_size() const { return context_->group_size(); }
+  static constexpr std::string_view sequence_parallel_key = "critic.ulysses_sequence_parallel_size";
 
+  Index group_size() const { return context_->group_size(); }
+  /// The data-parallel ranks: the group's over the sequence-parallel size.
+  Index dp_size() const { return sequence_parallel_.dp_size(); }
+
+  /// Sums over the data-parallel ranks (the sp ranks of one dp rank hold the same rows).
   double group_sum(double value) const {
-    if (group_size() == 1) return value;
+    if (dp_size() == 1) return value;
     std::vector<double> buffer{value};
-    context_->process_group->all_reduce(std::span<double>(buffer), parallel::ReduceOp::sum);
+    sequence_parallel_.dp_group().all_reduce(std::span<double>(buffer), parallel::ReduceOp::sum);
     return buffer[0];
   }
 
@@ -184,6 +200,7 @@ class CriticWorker {
   std::optional<Critic> critic_;
   std::optional<optim::AdamW> optimizer_;
   std::optional<optim::LrScheduler<>> scheduler_;
+  SequenceParallelGroups sequence_parallel_;
 };
 
 }  // namespace verl::trainer
