@@ -496,8 +496,8 @@ TEST(Config, LegacyRewardKeysMigrateToReward) {
 }
 
 // Ulysses sequence parallelism acts in the fsdp actor worker (and its reference, which follows
-// the actor's size); the Megatron worker, the critic and the new engine's copies of the key refuse
-// it by name.
+// the actor's size) and in the critic worker; the Megatron worker and the new engine's copies of
+// the key refuse it by name.
 TEST(Config, UlyssesSequenceParallelSizeActsForTheFsdpActor) {
   EXPECT_EQ(with({}).actor_rollout_ref.actor.ulysses_sequence_parallel_size, 1);
   EXPECT_EQ(with({"actor_rollout_ref.actor.ulysses_sequence_parallel_size=2"}).actor_rollout_ref.actor.ulysses_sequence_parallel_size, 2);
@@ -519,8 +519,12 @@ TEST(Config, UlyssesSequenceParallelSizeActsForTheFsdpActor) {
             std::string::npos)
       << megatron;
   EXPECT_NE(megatron.find("got 2"), std::string::npos) << megatron;
-  const std::string critic = error_of({"critic.ulysses_sequence_parallel_size=2"});
-  EXPECT_NE(critic.find("critic.ulysses_sequence_parallel_size: not supported by verl-cpp yet"), std::string::npos) << critic;
+  EXPECT_EQ(with({"critic.ulysses_sequence_parallel_size=2"}).critic.ulysses_sequence_parallel_size, 2);
+  const std::string critic_engine = error_of({"critic.fsdp.ulysses_sequence_parallel_size=2"});
+  EXPECT_NE(critic_engine.find("critic.fsdp.ulysses_sequence_parallel_size: not supported by verl-cpp yet (the new "
+                               "engine's copy of the key; the critic worker reads critic.ulysses_sequence_parallel_size"),
+            std::string::npos)
+      << critic_engine;
   const std::string engine = error_of({"actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size=2"});
   EXPECT_NE(engine.find("actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size: not supported by verl-cpp "
                         "yet (the new engine's copy of the key; the fsdp worker reads "
@@ -536,7 +540,6 @@ TEST(Config, KeysVerlActsOnAreActedOnOrRefused) {
       {"actor_rollout_ref.rollout.data_parallel_size=2", "actor_rollout_ref.rollout.data_parallel_size"},
       // The ref follows the actor's sequence parallel size (verl's default interpolates it).
       {"actor_rollout_ref.ref.ulysses_sequence_parallel_size=2", "actor_rollout_ref.ref.ulysses_sequence_parallel_size"},
-      {"critic.ulysses_sequence_parallel_size=2", "critic.ulysses_sequence_parallel_size"},
       {"actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size=2",
        "actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size"},
       {"actor_rollout_ref.rollout.name=sglang", "actor_rollout_ref.rollout.name"},
