@@ -37,13 +37,13 @@ using namespace verl;
 using verl::parallel::MpiCommunicator;
 using trainer::RoleState;
 
-/// A tiny Qwen2 (q/k/v biases, untied head): 48 x 32 embedding and head, two layers. Its element
-/// count (23,232 + ...) is not a multiple of 4, so that the last shards carry padding.
+/// A tiny Qwen2 (q/k/v biases, untied head, hidden 30 in 3 heads of 10, one KV head, two layers):
+/// 19,390 elements, not a multiple of 4, so that at fsdp_size 4 the last shard carries padding.
 struct TinyQwen2 {
   using policy_type = model::Transformer;
   static model::Transformer actor(const trainer::PPOConfig&) {
-    const nlohmann::json json = {{"model_type", "qwen2"},       {"hidden_size", 32},        {"intermediate_size", 64},
-                                 {"num_hidden_layers", 2},      {"num_attention_heads", 4}, {"num_key_value_heads", 1},
+    const nlohmann::json json = {{"model_type", "qwen2"},       {"hidden_size", 30},        {"intermediate_size", 64},
+                                 {"num_hidden_layers", 2},      {"num_attention_heads", 3}, {"num_key_value_heads", 1},
                                  {"vocab_size", 47},            {"rms_norm_eps", 1e-6},     {"max_position_embeddings", 32},
                                  {"eos_token_id", 1},           {"tie_word_embeddings", false}};
     return model::Transformer::random(model::HfModelConfig::from_json(json, "tiny qwen2"),
@@ -267,13 +267,13 @@ void check_sharding(const std::string& fsdp_size, int expected_fsdp) {
   const std::int64_t numel = replicated.numel, f = expected_fsdp;
   const std::int64_t full_bytes = numel * static_cast<std::int64_t>(sizeof(float));
   const auto held = [](const TrainingRun& run, const char* key) { return run.metrics.back()[key].get<std::int64_t>(); };
-  EXPECT_EQ(held(replicated, "actor/param_bytes_at_rest"), full_bytes);
-  EXPECT_EQ(held(replicated, "actor/grad_bytes_at_rest"), full_bytes);
-  EXPECT_EQ(held(replicated, "actor/optimizer_bytes_at_rest"), 2 * full_bytes);
+  EXPECT_EQ(held(replicated, "perf/actor_param_bytes_at_rest"), full_bytes);
+  EXPECT_EQ(held(replicated, "perf/actor_grad_bytes_at_rest"), full_bytes);
+  EXPECT_EQ(held(replicated, "perf/actor_optimizer_bytes_at_rest"), 2 * full_bytes);
   const std::int64_t shard_elements = (numel + f - 1) / f, shard_bytes = shard_elements * 4;
-  EXPECT_EQ(held(sharded, "actor/param_bytes_at_rest"), shard_bytes);
-  EXPECT_EQ(held(sharded, "actor/grad_bytes_at_rest"), shard_bytes);
-  EXPECT_EQ(held(sharded, "actor/optimizer_bytes_at_rest"), 2 * shard_bytes);
+  EXPECT_EQ(held(sharded, "perf/actor_param_bytes_at_rest"), shard_bytes);
+  EXPECT_EQ(held(sharded, "perf/actor_grad_bytes_at_rest"), shard_bytes);
+  EXPECT_EQ(held(sharded, "perf/actor_optimizer_bytes_at_rest"), 2 * shard_bytes);
   if (f > 1) {
     EXPECT_EQ(sharded.shard_size, shard_elements);
     EXPECT_EQ(sharded.padding, shard_elements * f - numel);
@@ -285,9 +285,9 @@ void check_sharding(const std::string& fsdp_size, int expected_fsdp) {
       std::printf("fsdp %d of %d ranks: numel %lld (%lld bytes); per rank params %lld, grads %lld, moments %lld bytes; "
                   "padding %lld elements; worst relative difference %.3g\n",
                   static_cast<int>(f), world, static_cast<long long>(numel), static_cast<long long>(full_bytes),
-                  static_cast<long long>(held(sharded, "actor/param_bytes_at_rest")),
-                  static_cast<long long>(held(sharded, "actor/grad_bytes_at_rest")),
-                  static_cast<long long>(held(sharded, "actor/optimizer_bytes_at_rest")),
+                  static_cast<long long>(held(sharded, "perf/actor_param_bytes_at_rest")),
+                  static_cast<long long>(held(sharded, "perf/actor_grad_bytes_at_rest")),
+                  static_cast<long long>(held(sharded, "perf/actor_optimizer_bytes_at_rest")),
                   static_cast<long long>(sharded.padding), worst);
 
     // This rank's shard is its slice of the final flat weights (broadcast from rank 0); the same

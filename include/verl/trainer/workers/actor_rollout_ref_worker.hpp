@@ -12,6 +12,28 @@
 // (gradient averaging, the mini-batch token counts, metric reduction) go through the group's own
 // communicator. verl's names: generate_sequences, compute_log_prob, compute_ref_log_prob,
 // update_actor, plus the checkpoint and export methods.
+//
+// FSDP's sharding (actor_rollout_ref.actor.fsdp_config.fsdp_size = f; verl's default -1 is the
+// whole group; fsdp_sharding.hpp): with f > 1 the group is verl's device mesh (ddp, fsdp), ranks
+// [g f, (g+1) f) one FSDP group, and each rank keeps only its 1/f shard of the actor's flat
+// parameter (parallel::FullyShardedParameters: every tensor end to end, padded by fewer than f
+// elements), of its gradient and of AdamW's moments; the model object holds no tensors between
+// calls. generate_sequences, compute_log_prob, save_old_policy, update_actor, checkpoint_state,
+// actor_weights and export_actor all-gather the whole model (one all_gather_v per tensor, straight
+// into it) for the call and free it after: not a decoder layer at a time as FSDP's units do (our
+// model's forward has no per-layer hook), so a call's peak is the full model plus the shard.
+// In update_actor each mini-batch's gradients are reduce-scattered over the FSDP group (the sum),
+// all-reduced over the world / f replicas (HYBRID_SHARD), divided by the world size (as the
+// replicated engine's average), clipped by the global norm from the shards (each tensor's squared
+// sum over the group), and AdamW steps the shard; the weights are gathered again for the next
+// mini-batch. The same numbers as f = 1 (bit-identical in tests/mpi/test_fsdp_sharding.cpp at 2 and
+// 4 ranks; MPI may sum more ranks in another order). The reference is sharded the same way with
+// actor_rollout_ref.ref.fsdp_config.fsdp_size (values only). f = 1 is the replicated engine, the
+// code path of before. A LoRA actor stays replicated (an explicit f > 1 is refused by name), and
+// separate_async's pi_old copy (save_old_policy) is kept whole. Checkpoints hold full tensors and
+// moments (gathered on save, each rank keeping its shard on load), so they resume at any f.
+// update_actor's metrics carry perf/actor_{param,grad,optimizer}_bytes_at_rest: what this rank's
+// buffers hold after the update (the shards, plus whatever the model still holds: nothing).
 #pragma once
 
 #include <fmt/format.h>
@@ -265,8 +287,8 @@ class ActorRolloutRefWorker {
   /// "entropy_metric" (also report actor/entropy from the update's forward). Returns the metrics
   /// (reduced over the group: every rank reports the same) and the update counts in meta_info.
   /// The result's metrics also carry what this rank holds at rest after the update (bytes of
-  /// the buffers allocated): actor/param_bytes_at_rest, actor/grad_bytes_at_rest,
-  /// actor/optimizer_bytes_at_rest (the shards with fsdp_size > 1, the full replica otherwise).
+  /// the buffers allocated): perf/actor_param_bytes_at_rest, perf/actor_grad_bytes_at_rest,
+  /// perf/actor_optimizer_bytes_at_rest (the shards with fsdp_size > 1, the full replica otherwise).
   data::DataProto update_actor(const data::DataProto& batch) {
     data::DataProto result;
     if (!actor_shards_) {
@@ -436,9 +458,9 @@ class ActorRolloutRefWorker {
 
   static void report_held_bytes(data::DataProto& result, const HeldParameterBytes& held) {
     auto& metrics = result.meta_info()["metrics"];
-    metrics["actor/param_bytes_at_rest"] = held.parameters;
-    metrics["actor/grad_bytes_at_rest"] = held.gradients;
-    metrics["actor/optimizer_bytes_at_rest"] = held.optimizer;
+    metrics["perf/actor_param_bytes_at_rest"] = held.parameters;
+    metrics["perf/actor_grad_bytes_at_rest"] = held.gradients;
+    metrics["perf/actor_optimizer_bytes_at_rest"] = held.optimizer;
   }
 
   Index group_size() const { return context_->group_size(); }
