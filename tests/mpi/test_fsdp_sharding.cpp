@@ -9,7 +9,9 @@
 //   - each rank holds ceil(numel / f) elements of parameters, gradients and each moment (the
 //     model itself none), counted from the buffers, and its shard is the right slice of the
 //     flat model (the same check with the slice shifted by one element fails);
-//   - a checkpoint saved sharded resumes sharded bit for bit.
+//   - a checkpoint saved sharded resumes sharded bit for bit;
+//   - the critic (critic.fsdp.fsdp_size) likewise: values, value loss, gradient norm, final
+//     weights and moments, held bytes.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -29,7 +31,9 @@
 #include "verl/parallel/fully_sharded_parameters.hpp"
 #include "verl/parallel/mpi_communicator.hpp"
 #include "verl/parallel/process_group.hpp"
+#include "verl/model/transformer/critic.hpp"
 #include "verl/trainer/workers/actor_rollout_ref_worker.hpp"
+#include "verl/trainer/workers/critic_worker.hpp"
 
 namespace {
 
@@ -372,6 +376,101 @@ TEST(FsdpSharding, SizeThatDoesNotDivideTheWorldIsRefused) {
     EXPECT_NE(what.find(fmt::format("world size {}", world)), std::string::npos) << what;
     EXPECT_NE(what.find(fmt::format("got {}", world + 1)), std::string::npos) << what;
   }
+}
+
+/// The value model on the actor's shapes.
+struct TinyCritic {
+  using critic_type = model::BasicTransformerCritic<float>;
+  static critic_type critic(const trainer::PPOConfig&) {
+    const nlohmann::json json = {{"model_type", "qwen2"},       {"hidden_size", 30},        {"intermediate_size", 64},
+                                 {"num_hidden_layers", 2},      {"num_attention_heads", 3}, {"num_key_value_heads", 1},
+                                 {"vocab_size", 47},            {"rms_norm_eps", 1e-6},     {"max_position_embeddings", 32},
+                                 {"eos_token_id", 1},           {"tie_word_embeddings", false}};
+    return critic_type::random(model::HfModelConfig::from_json(json, "tiny qwen2 critic"),
+                               {.initializer_range = 0.2, .seed = 5}, {.num_threads = 1});
+  }
+};
+using CriticWorkerType = trainer::CriticWorker<TinyCritic>;
+
+struct CriticRun {
+  std::vector<nlohmann::json> metrics;
+  std::vector<float> values;  ///< this rank's rows, every step
+  RoleState final_state;
+  bool sharded = false;
+};
+
+CriticRun train_critic(Group& group, const std::string& fsdp_size) {
+  CriticWorkerType worker(group.context);
+  std::vector<std::string> keys = overrides("1");
+  keys.push_back("critic.optim.lr=0.01");
+  keys.push_back("critic.grad_clip=0.5");
+  keys.push_back("critic.fsdp.fsdp_size=" + fsdp_size);
+  worker.init_model(keys, 3);
+  CriticRun run;
+  const int rank = group.comm.rank(), world = group.comm.size();
+  const Index mine = rows / world, first = rank * mine;
+  for (int step = 0; step < 3; ++step) {
+    MatrixI64 input_ids(mine, prompt + response), position_ids(mine, prompt + response);
+    MatrixF response_mask = MatrixF::Ones(mine, response), returns(mine, response);
+    for (Index r = 0; r < mine; ++r) {
+      for (Index c = 0; c < prompt + response; ++c) {
+        input_ids(r, c) = ((first + r) * 5 + c * 7 + step) % 45 + 2;
+        position_ids(r, c) = c;
+      }
+      if ((first + r) % 3 == 2) response_mask(r, 0) = 0.0f;
+      for (Index c = 0; c < response; ++c) returns(r, c) = static_cast<float>(std::cos(0.3 * static_cast<double>((first + r) * 3 + c + step)));
+    }
+    data::DataProto batch;
+    batch.set(std::string(trainer::keys::input_ids), input_ids);
+    batch.set(std::string(trainer::keys::attention_mask), MatrixF(MatrixF::Ones(mine, prompt + response)));
+    batch.set(std::string(trainer::keys::position_ids), position_ids);
+    batch.set(std::string(trainer::keys::response_mask), response_mask);
+    const data::DataProto values = worker.compute_values(batch);
+    const MatrixF& v = trainer::float_column(values, trainer::keys::values);
+    const auto f = flat(v);
+    run.values.insert(run.values.end(), f.begin(), f.end());
+    batch.set(std::string(trainer::keys::values), v);
+    batch.set(std::string(trainer::keys::returns), returns);
+    run.metrics.push_back(worker.update_critic(batch).meta_info()["metrics"]);
+  }
+  run.sharded = worker.shards().has_value();
+  if (run.sharded) {
+    std::int64_t held = 0;
+    worker.critic().for_each_parameter([&](const auto& p) { held += static_cast<std::int64_t>(p.value.size() + p.grad.size()); });
+    EXPECT_EQ(held, 0) << "the sharded critic model keeps tensors at rest";
+  }
+  run.final_state = worker.checkpoint_state();
+  return run;
+}
+
+TEST(FsdpSharding, CriticShardsMatchTheReplica) {
+  Group group;
+  const int world = group.comm.size();
+  const CriticRun replicated = train_critic(group, "1");
+  const CriticRun sharded = train_critic(group, "-1");
+  EXPECT_EQ(sharded.sharded, world > 1);
+  const double tolerance = world <= 2 ? 0.0 : 1e-6;
+  for (std::size_t s = 0; s < replicated.metrics.size(); ++s)
+    for (const char* key : {"critic/vf_loss", "critic/grad_norm", "critic/vf_clipfrac", "critic/vpred_mean"}) {
+      ASSERT_TRUE(replicated.metrics[s].contains(key) && sharded.metrics[s].contains(key)) << key;
+      EXPECT_LE(relative(replicated.metrics[s][key].get<double>(), sharded.metrics[s][key].get<double>()), tolerance)
+          << key << " at step " << s;
+    }
+  EXPECT_LE(worst_difference(replicated.values, sharded.values, "values"), tolerance);
+  if (group.comm.rank() == 0) {
+    EXPECT_LE(worst_difference(weights(replicated.final_state), weights(sharded.final_state), "weights"), tolerance);
+    EXPECT_LE(worst_difference(moments(replicated.final_state), moments(sharded.final_state), "moments"), tolerance);
+  }
+  const auto held = [](const CriticRun& run, const char* key) { return run.metrics.back()[key].get<std::int64_t>(); };
+  const std::int64_t numel = static_cast<std::int64_t>(weights(replicated.final_state).size());
+  std::int64_t count = numel;
+  group.comm.broadcast(std::span<std::int64_t>(&count, 1), 0);  // rank 0 holds the state
+  const std::int64_t shard = (count + world - 1) / world;
+  EXPECT_EQ(held(replicated, "perf/critic_param_bytes_at_rest"), count * 4);
+  EXPECT_EQ(held(replicated, "perf/critic_optimizer_bytes_at_rest"), 2 * count * 4);
+  EXPECT_EQ(held(sharded, "perf/critic_param_bytes_at_rest"), shard * 4);
+  EXPECT_EQ(held(sharded, "perf/critic_grad_bytes_at_rest"), shard * 4);
+  EXPECT_EQ(held(sharded, "perf/critic_optimizer_bytes_at_rest"), 2 * shard * 4);
 }
 
 }  // namespace

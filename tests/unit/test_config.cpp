@@ -466,27 +466,24 @@ TEST(Config, RolloutTensorParallelSizeActsWithMegatron) {
 }
 
 // verl 0.9.1's migrate_legacy_reward_impl: the legacy keys act through their reward.* places.
-// FSDP's sharding group acts (the worker checks it against the group's world size); values that
-// cannot name a group are refused by key; the critic keeps a replica (only -1 and 1).
-TEST(Config, FsdpSizeActsForTheActorAndTheReference) {
+// FSDP's sharding group acts for the actor, the reference and the critic (the workers check it
+// against the group's world size); values that cannot name a group are refused by key.
+TEST(Config, FsdpSizeActsForTheActorTheReferenceAndTheCritic) {
   EXPECT_EQ(with({}).actor_rollout_ref.actor.fsdp_config.fsdp_size, -1);
   EXPECT_EQ(with({}).actor_rollout_ref.ref.fsdp_config.fsdp_size, -1);
   const PPOConfig two = with({"actor_rollout_ref.actor.fsdp_config.fsdp_size=2", "actor_rollout_ref.ref.fsdp_config.fsdp_size=4"});
   EXPECT_EQ(two.actor_rollout_ref.actor.fsdp_config.fsdp_size, 2);
   EXPECT_EQ(two.actor_rollout_ref.ref.fsdp_config.fsdp_size, 4);
+  EXPECT_EQ(with({}).critic.fsdp.fsdp_size, -1);
+  EXPECT_EQ(with({"critic.fsdp.fsdp_size=2"}).critic.fsdp.fsdp_size, 2);
   EXPECT_NO_THROW(with({"actor_rollout_ref.actor.fsdp_config.fsdp_size=1", "critic.fsdp.fsdp_size=1"}));
-  EXPECT_NO_THROW(with({"critic.fsdp.fsdp_size=-1"}));
-  for (const std::string key : {"actor_rollout_ref.actor.fsdp_config.fsdp_size", "actor_rollout_ref.ref.fsdp_config.fsdp_size"}) {
+  for (const std::string key : {"actor_rollout_ref.actor.fsdp_config.fsdp_size", "actor_rollout_ref.ref.fsdp_config.fsdp_size",
+                                "critic.fsdp.fsdp_size"}) {
     for (const char* value : {"0", "-2"}) {
       EXPECT_EQ(error_of({key + "=" + value}),
                 fmt::format("{}: expected -1 (every rank of the worker group) or a positive number of ranks, got {}", key, value));
     }
   }
-  const std::string critic = error_of({"critic.fsdp.fsdp_size=2"});
-  EXPECT_NE(critic.find("critic.fsdp.fsdp_size: not supported by verl-cpp yet (the critic keeps a full replica on every rank"),
-            std::string::npos)
-      << critic;
-  EXPECT_NE(critic.find("got 2"), std::string::npos) << critic;
   // The worker's check: a divisor of the group's world size, -1 for all of it.
   EXPECT_EQ(resolve_fsdp_size(-1, 4, "actor_rollout_ref.actor.fsdp_config.fsdp_size"), 4);
   EXPECT_EQ(resolve_fsdp_size(2, 4, "actor_rollout_ref.actor.fsdp_config.fsdp_size"), 2);

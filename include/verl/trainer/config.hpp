@@ -161,8 +161,6 @@ inline const KeyChoices machinery_key_choices[] = {
     {"**.fsdp_config.model_dtype", {"fp32", "float32"}, "verl-cpp keeps float32 weights"},
     {"**.fsdp_config.ulysses_sequence_parallel_size", {"1"}, "sequence parallelism is not in the trainer yet"},
     {"**.fsdp.model_dtype", {"fp32", "float32"}, "verl-cpp keeps float32 weights"},
-    {"critic.fsdp.fsdp_size", {"-1", "1"},
-     "the critic keeps a full replica on every rank (FSDP's sharding acts for the actor and the reference)"},
     {"**.fsdp.ulysses_sequence_parallel_size", {"1"}, "sequence parallelism is not in the trainer yet"},
 };
 
@@ -434,7 +432,8 @@ inline void validate(const PPOConfig& c, std::vector<std::string>& problems) {
   // FSDP's sharding group (the worker checks that it divides the group's world size).
   for (const auto& [key, fsdp_size] : {std::pair<std::string_view, std::int64_t>{"actor_rollout_ref.actor.fsdp_config.fsdp_size",
                                                                                  actor.fsdp_config.fsdp_size},
-                                       {"actor_rollout_ref.ref.fsdp_config.fsdp_size", c.actor_rollout_ref.ref.fsdp_config.fsdp_size}}) {
+                                       {"actor_rollout_ref.ref.fsdp_config.fsdp_size", c.actor_rollout_ref.ref.fsdp_config.fsdp_size},
+                                       {"critic.fsdp.fsdp_size", c.critic.fsdp.fsdp_size}}) {
     require(fsdp_size == -1 || fsdp_size >= 1,
             fmt::format("{}: expected -1 (every rank of the worker group) or a positive number of ranks, got {}", key, fsdp_size));
   }

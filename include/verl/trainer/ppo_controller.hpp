@@ -422,10 +422,9 @@ class PPOController {
   /// data position and the KL controller from here.
   void save_checkpoint() {
     auto actor_state = actor_.template call<&ActorWorker::checkpoint_state>();
-    std::optional<Future<RoleState>> critic_state;
-    if constexpr (has_critic) critic_state.emplace(critic_->template call<&CriticWorker::checkpoint_state>());
+    std::optional<RoleState> critic;
+    if constexpr (has_critic) critic.emplace(detail::first_rank_result(critic_->template call<&CriticWorker::checkpoint_state>().get()));
     const RoleState actor = detail::first_rank_result(actor_state.get());
-    const std::optional<RoleState> critic = critic_state ? std::optional<RoleState>(critic_state->get()) : std::nullopt;
     CheckpointSnapshot snapshot;
     snapshot.global_step = global_step_;
     snapshot.roles["actor"] = actor.snapshot();

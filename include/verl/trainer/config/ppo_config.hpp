@@ -97,7 +97,7 @@ struct MegatronSection {
   friend bool operator==(const MegatronSection&, const MegatronSection&) = default;
 };
 
-/// actor_rollout_ref.{actor,ref}.fsdp_config: what verl-cpp acts on of verl's FSDP engine
+/// actor_rollout_ref.{actor,ref}.fsdp_config and critic.fsdp: what verl-cpp acts on of verl's FSDP engine
 /// settings (the others are machinery, config.hpp).
 struct FsdpEngineSection {
   /// The FSDP sharding group: parameters, gradients and AdamW's moments sharded over fsdp_size
@@ -240,6 +240,8 @@ struct CriticConfig {
   /// the actor's ranks.
   std::int64_t nnodes = 0;
   std::int64_t n_gpus_per_node = 0;
+  /// critic.fsdp (0.9.1's name for the critic's FSDP engine settings).
+  FsdpEngineSection fsdp;
   friend bool operator==(const CriticConfig&, const CriticConfig&) = default;
 };
 
@@ -490,7 +492,7 @@ VERL_CONFIG_FIELDS(ActorRolloutRefConfig, model, actor, ref, rollout, hybrid_eng
 VERL_CONFIG_FIELDS(CriticModelSection, path, tokenizer_path)
 VERL_CONFIG_FIELDS(CriticConfig, optim, model, enable, ppo_mini_batch_size, ppo_micro_batch_size,
                    ppo_micro_batch_size_per_gpu, use_dynamic_bsz, ppo_epochs, cliprange_value, loss_agg_mode, checkpoint, forward_micro_batch_size, forward_micro_batch_size_per_gpu,
-                   grad_clip, nnodes, n_gpus_per_node)
+                   grad_clip, nnodes, n_gpus_per_node, fsdp)
 VERL_CONFIG_FIELDS(OverlongBufferConfig, enable, len, penalty_factor, log)
 VERL_CONFIG_FIELDS(RewardModelConfig, overlong_buffer)
 VERL_CONFIG_FIELDS(RewardManagerSection, name)

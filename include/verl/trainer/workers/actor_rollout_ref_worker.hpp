@@ -348,11 +348,11 @@ class ActorRolloutRefWorker {
       return;
     }
     Policy& actor = require_model();
-    actor.allocate_parameter_storage();
+    allocate_parameter_tensors(actor);
     optim::AdamW full(optimizer_->config());
     restore_role_state(state, actor, full, *scheduler_, "actor");
     actor_shards_->reshard(actor, full.state());
-    actor.release_parameter_storage();
+    free_parameter_tensors(actor);
   }
 
   /// The actor's weights, for a rollout on a pool of its own (actor_rollout_ref.hybrid_engine=

@@ -43,6 +43,17 @@ concept ReleasesParameterStorage = requires(M& model) {
   model.allocate_parameter_storage();
 };
 
+/// Frees / reallocates a model's parameter storage (no-ops for a type that cannot: the workers
+/// refuse to shard those, so that these calls compile for every model type).
+template <class M>
+void free_parameter_tensors(M& model) {
+  if constexpr (ReleasesParameterStorage<M>) model.release_parameter_storage();
+}
+template <class M>
+void allocate_parameter_tensors(M& model) {
+  if constexpr (ReleasesParameterStorage<M>) model.allocate_parameter_storage();
+}
+
 /// The bytes of parameters, gradients and optimizer moments a rank holds, counted over the
 /// buffers allocated.
 struct HeldParameterBytes {
@@ -75,7 +86,7 @@ class FsdpShardedModel {
         flat_(tensor_sizes(model), fsdp_.rank(), fsdp_.size()) {
     std::vector<optim::ParameterRef> refs = parameter_refs(model);
     flat_.shard_from(refs);
-    model.release_parameter_storage();
+    free_parameter_tensors(model);
   }
 
   /// The model's full tensors for the length of a call: gathered on construction, freed (values
@@ -85,7 +96,7 @@ class FsdpShardedModel {
     FullModel(FsdpShardedModel& owner, Policy& model) : model_(&model) { owner.gather(model); }
     FullModel(const FullModel&) = delete;
     FullModel& operator=(const FullModel&) = delete;
-    ~FullModel() { model_->release_parameter_storage(); }
+    ~FullModel() { free_parameter_tensors(*model_); }
     Policy& operator*() const { return *model_; }
 
    private:
@@ -94,7 +105,7 @@ class FsdpShardedModel {
 
   /// Collective over the FSDP group: the model's tensors allocated and filled from the shards.
   void gather(Policy& model) {
-    model.allocate_parameter_storage();
+    allocate_parameter_tensors(model);
     std::vector<optim::ParameterRef> refs = value_refs(model);
     flat_.gather_into(fsdp_, refs);
   }
