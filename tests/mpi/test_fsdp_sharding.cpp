@@ -278,6 +278,8 @@ void check_sharding(const std::string& fsdp_size, int expected_fsdp) {
   EXPECT_EQ(held(sharded, "perf/actor_param_bytes_at_rest"), shard_bytes);
   EXPECT_EQ(held(sharded, "perf/actor_grad_bytes_at_rest"), shard_bytes);
   EXPECT_EQ(held(sharded, "perf/actor_optimizer_bytes_at_rest"), 2 * shard_bytes);
+  EXPECT_EQ(held(replicated, "perf/ref_param_bytes_at_rest"), full_bytes);
+  EXPECT_EQ(held(sharded, "perf/ref_param_bytes_at_rest"), shard_bytes);
   if (f > 1) {
     EXPECT_EQ(sharded.shard_size, shard_elements);
     EXPECT_EQ(sharded.padding, shard_elements * f - numel);

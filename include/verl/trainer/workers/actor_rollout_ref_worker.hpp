@@ -33,7 +33,8 @@
 // separate_async's pi_old copy (save_old_policy) is kept whole. Checkpoints hold full tensors and
 // moments (gathered on save, each rank keeping its shard on load), so they resume at any f.
 // update_actor's metrics carry perf/actor_{param,grad,optimizer}_bytes_at_rest: what this rank's
-// buffers hold after the update (the shards, plus whatever the model still holds: nothing).
+// buffers hold after the update (the shards, plus whatever the model still holds: nothing), and
+// perf/ref_param_bytes_at_rest (the reference's shard, or its full tensors).
 #pragma once
 
 #include <fmt/format.h>
@@ -456,11 +457,17 @@ class ActorRolloutRefWorker {
     return fn(*full);
   }
 
-  static void report_held_bytes(data::DataProto& result, const HeldParameterBytes& held) {
+  /// The actor's held bytes, and the reference's parameters (its shard, or its full tensors).
+  void report_held_bytes(data::DataProto& result, const HeldParameterBytes& held) {
     auto& metrics = result.meta_info()["metrics"];
     metrics["perf/actor_param_bytes_at_rest"] = held.parameters;
     metrics["perf/actor_grad_bytes_at_rest"] = held.gradients;
     metrics["perf/actor_optimizer_bytes_at_rest"] = held.optimizer;
+    if (reference_) {
+      std::int64_t reference_bytes = reference_shards_ ? reference_shards_->held_bytes().parameters : 0;
+      reference_->for_each_parameter([&](const auto& p) { reference_bytes += static_cast<std::int64_t>(p.value.size_bytes()); });
+      metrics["perf/ref_param_bytes_at_rest"] = reference_bytes;
+    }
   }
 
   Index group_size() const { return context_->group_size(); }
