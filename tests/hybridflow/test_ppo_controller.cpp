@@ -103,7 +103,7 @@ void expect_same_as_one_process(const std::vector<std::string>& overrides, C cri
     }
   }
   const auto pa = parameters(single.actor());
-  const auto pb = parameters(dp.actor_group().template call<&ActorWorker::checkpoint_state>().get());
+  const auto pb = parameters(dp.actor_group().template call<&ActorWorker::checkpoint_state>().get().front());
   ASSERT_EQ(pa.size(), pb.size());
   double worst = 0;
   for (std::size_t i = 0; i < pa.size(); ++i) worst = std::max(worst, static_cast<double>(std::abs(pa[i] - pb[i])));

@@ -8,11 +8,14 @@
 //     whose token counts are not all multiples of sp (padded slices): log-probs, entropies, ref
 //     log-probs, pg_loss, kl_loss, entropy, grad_norm and the final weights within 1e-4 relative of
 //     the same job at sp = 1 in one process;
-//   - every rank of an sp group returns bit-identical results and holds bit-identical weights;
+//   - every rank of an sp group returns bit-identical metrics;
 //   - sp = 4 with 2 KV heads (repeated, as verl does);
 //   - a model whose KV heads neither divide nor are divided by sp, and an sp that does not divide
 //     the group, are errors naming the key and the values.
-// np 2: sp 2; np 4: sp 2 x dp 2 and sp 4.
+//   - the actor and the reference sharded over the whole group (fsdp_size -1, verl's default), over
+//     pairs (HYBRID_SHARD, sp 2 x dp 2) or not at all: the same results, each rank holding its
+//     shard of the parameters at rest (perf/actor_param_bytes_at_rest).
+// np 2: sp 2 (sharded over 2 and replicated); np 4: sp 2 x dp 2 (sharded over 4 and over pairs) and sp 4.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -59,8 +62,11 @@ struct ThreeKvHeads : TinyLlama {
 
 constexpr Index rows = 8, prompt = 5, response = 4, steps = 3, mini_batch = 4;
 
-std::vector<std::string> overrides(int sp) {
-  return {"data.train_batch_size=8",
+/// fsdp: actor_rollout_ref.{actor,ref}.fsdp_config.fsdp_size (verl's default -1: the whole group).
+std::vector<std::string> overrides(int sp, int fsdp) {
+  return {"actor_rollout_ref.actor.fsdp_config.fsdp_size=" + std::to_string(fsdp),
+          "actor_rollout_ref.ref.fsdp_config.fsdp_size=" + std::to_string(fsdp),
+          "data.train_batch_size=8",
           "actor_rollout_ref.rollout.n=1",
           "actor_rollout_ref.actor.ppo_mini_batch_size=" + std::to_string(mini_batch),
           "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
@@ -133,14 +139,22 @@ std::size_t weight_count() {
   return n;
 }
 
+/// A job's vectors (every rank's) and what each rank held of the actor's parameters after its
+/// last update (perf/actor_param_bytes_at_rest).
+struct Run {
+  std::vector<std::vector<double>> ranks;
+  std::vector<double> param_bytes_at_rest;
+};
+
 /// The job's ranks are the world's first sp * dp; every world rank gets every job rank's vector.
-std::vector<std::vector<double>> run(int sp, int dp) {
+Run run(int sp, int dp, int fsdp) {
   MpiCommunicator world = MpiCommunicator::world();
   const int size = sp * dp;
   const bool member = world.rank() < size;
   MpiCommunicator job = world.split(member ? 0 : 1, world.rank());
   const Layout layout{weight_count()};
   std::vector<double> mine(layout.size(), 0.0);
+  double param_bytes_at_rest = 0;
   if (member) {
     parallel::ProcessGroup group = parallel::ProcessGroup::borrowing(job);
     hybridflow::WorkerContext context;
@@ -150,7 +164,7 @@ std::vector<std::vector<double>> run(int sp, int dp) {
     context.group = &job;
     context.process_group = &group;
     trainer::ActorRolloutRefWorker<TinyLlama> worker(context);
-    worker.init_model(overrides(sp), steps);
+    worker.init_model(overrides(sp, fsdp), steps);
     const Index share = rows / size, first = job.rank() * share;
     const auto put = [&](std::size_t at, const MatrixF& m) {
       for (Index r = 0; r < m.rows(); ++r)
@@ -179,6 +193,7 @@ std::vector<std::vector<double>> run(int sp, int dp) {
       const data::DataProto result = worker.update_actor(update);
       const nlohmann::json& m = result.meta_info().at("metrics");
       for (std::size_t k = 0; k < metric_count; ++k) mine[layout.metrics() + pass * metric_count + k] = m.at(metric_names[k]).get<double>();
+      param_bytes_at_rest = m.at("perf/actor_param_bytes_at_rest").get<double>();
     }
     std::size_t at = layout.weights_at();
     for (const auto& t : worker.actor_weights().tensors)
@@ -186,10 +201,14 @@ std::vector<std::vector<double>> run(int sp, int dp) {
   }
   std::vector<double> all(mine.size() * static_cast<std::size_t>(world.size()));
   world.all_gather(std::span<const double>(mine), std::span<double>(all));
-  std::vector<std::vector<double>> out;
-  for (int r = 0; r < size; ++r)
-    out.emplace_back(all.begin() + static_cast<std::ptrdiff_t>(r * mine.size()),
-                     all.begin() + static_cast<std::ptrdiff_t>((r + 1) * mine.size()));
+  std::vector<double> held(static_cast<std::size_t>(world.size()));
+  world.all_gather(std::span<const double>(&param_bytes_at_rest, 1), std::span<double>(held));
+  Run out;
+  for (int r = 0; r < size; ++r) {
+    out.ranks.emplace_back(all.begin() + static_cast<std::ptrdiff_t>(r * mine.size()),
+                           all.begin() + static_cast<std::ptrdiff_t>((r + 1) * mine.size()));
+    out.param_bytes_at_rest.push_back(held[static_cast<std::size_t>(r)]);
+  }
   return out;
 }
 
@@ -212,19 +231,34 @@ double max_relative(const std::vector<double>& a, const std::vector<double>& b, 
   return worst;
 }
 
-void check_sequence_parallel(int sp, int dp) {
+/// sp x dp ranks with the actor and the reference sharded over fsdp_size ranks (-1: all of them),
+/// against one process.
+void check_sequence_parallel(int sp, int dp, int fsdp_size = -1) {
   MpiCommunicator world = MpiCommunicator::world();
   if (world.size() < sp * dp) GTEST_SKIP() << "needs " << sp * dp << " ranks";
-  SCOPED_TRACE(::testing::Message() << "sp=" << sp << " dp=" << dp);
-  const auto ranks = run(sp, dp);
-  const auto one = run(1, 1);
+  SCOPED_TRACE(::testing::Message() << "sp=" << sp << " dp=" << dp << " fsdp_size=" << fsdp_size);
+  const Run job = run(sp, dp, fsdp_size);
+  const auto& ranks = job.ranks;
+  const auto one = run(1, 1, 1).ranks;
+  // Each rank held its 1/fsdp shard of the parameters at rest (padded by fewer than fsdp
+  // elements per tensor), the whole model without sharding.
+  const int fsdp = fsdp_size == -1 ? sp * dp : fsdp_size;
+  const double full_bytes = static_cast<double>(weight_count() * sizeof(float));
+  const double padding = static_cast<double>(tensor_sizes().size() * sizeof(float));
+  for (int r = 0; r < sp * dp; ++r) {
+    const double held = job.param_bytes_at_rest[static_cast<std::size_t>(r)];
+    EXPECT_GE(held, full_bytes / fsdp) << "rank " << r;
+    EXPECT_LE(held, full_bytes / fsdp + padding) << "rank " << r;
+  }
   const Layout layout{weight_count()};
-  // The ranks of an sp group agree bit for bit on the metrics and weights; their rows are their
-  // own chunks', so compare those against one process.
+  // The ranks of an sp group agree bit for bit on the metrics; their rows are their own chunks',
+  // so compare those against one process. actor_weights() is the group's first rank's (gathered
+  // from the shards when sharded); the other ranks return none.
   for (int r = 0; r < sp * dp; ++r) {
     const auto& mine = ranks[static_cast<std::size_t>(r)];
     const auto& first = ranks[static_cast<std::size_t>(r / sp * sp)];
-    EXPECT_TRUE(std::equal(mine.begin() + static_cast<std::ptrdiff_t>(layout.metrics()), mine.end(),
+    EXPECT_TRUE(std::equal(mine.begin() + static_cast<std::ptrdiff_t>(layout.metrics()),
+                           mine.begin() + static_cast<std::ptrdiff_t>(layout.weights_at()),
                            first.begin() + static_cast<std::ptrdiff_t>(layout.metrics())))
         << "rank " << r << " differs from its sp group's first rank";
   }
@@ -256,15 +290,19 @@ void check_sequence_parallel(int sp, int dp) {
     for (Index c = 0; c < response; ++c)
       EXPECT_EQ(got[static_cast<std::size_t>(r * response + c)] != 0.0, mask(r, c) != 0.0f) << r << ", " << c;
   if (world.rank() == 0 && std::getenv("VERL_TEST_VERBOSE") != nullptr) {
-    fmt::print("  sp={} dp={}: max relative differences vs one process: log-probs {:.3g}, entropy {:.3g}, ref {:.3g}, "
+    fmt::print("  sp={} dp={} fsdp_size={}: max relative differences vs one process: log-probs {:.3g}, entropy {:.3g}, ref {:.3g}, "
                "metrics {:.3g}, weights {:.3g}\n",
-               sp, dp, lp, ent, ref, met, weights);
+               sp, dp, fsdp_size, lp, ent, ref, met, weights);
   }
 }
 
 TEST(FsdpUlysses, Sp2MatchesOneProcess) { check_sequence_parallel(2, 1); }
 TEST(FsdpUlysses, Sp2Dp2MatchesOneProcess) { check_sequence_parallel(2, 2); }
 TEST(FsdpUlysses, Sp4RepeatsTheKvHeadsAndMatchesOneProcess) { check_sequence_parallel(4, 1); }
+// Sharding and sequence parallelism as independent groups: replicated, and FSDP groups of two
+// (HYBRID_SHARD) over sp 2 x dp 2.
+TEST(FsdpUlysses, Sp2ReplicatedMatchesOneProcess) { check_sequence_parallel(2, 1, 1); }
+TEST(FsdpUlysses, Sp2Dp2ShardedInPairsMatchesOneProcess) { check_sequence_parallel(2, 2, 2); }
 
 /// init_model's error on every rank of the world's first `size` ranks (the same on each).
 template <class Models>
@@ -281,7 +319,7 @@ std::string init_error(int size, int sp) {
   context.process_group = &group;
   trainer::ActorRolloutRefWorker<Models> worker(context);
   try {
-    worker.init_model(overrides(sp), steps);
+    worker.init_model(overrides(sp, -1), steps);
   } catch (const std::invalid_argument& e) {
     return e.what();
   }

@@ -11,6 +11,7 @@
 #include "verl/trainer/separate_async.hpp"
 #include "verl/trainer/config_yaml.hpp"
 #include "verl/trainer/placement_keys.hpp"
+#include "verl/trainer/workers/fsdp_sharding.hpp"
 
 using namespace verl;
 using namespace verl::trainer;
@@ -465,6 +466,39 @@ TEST(Config, RolloutTensorParallelSizeActsWithMegatron) {
 }
 
 // verl 0.9.1's migrate_legacy_reward_impl: the legacy keys act through their reward.* places.
+// FSDP's sharding group acts for the actor, the reference and the critic (the workers check it
+// against the group's world size); values that cannot name a group are refused by key.
+TEST(Config, FsdpSizeActsForTheActorTheReferenceAndTheCritic) {
+  EXPECT_EQ(with({}).actor_rollout_ref.actor.fsdp_config.fsdp_size, -1);
+  EXPECT_EQ(with({}).actor_rollout_ref.ref.fsdp_config.fsdp_size, -1);
+  const PPOConfig two = with({"actor_rollout_ref.actor.fsdp_config.fsdp_size=2", "actor_rollout_ref.ref.fsdp_config.fsdp_size=4"});
+  EXPECT_EQ(two.actor_rollout_ref.actor.fsdp_config.fsdp_size, 2);
+  EXPECT_EQ(two.actor_rollout_ref.ref.fsdp_config.fsdp_size, 4);
+  EXPECT_EQ(with({}).critic.fsdp.fsdp_size, -1);
+  EXPECT_EQ(with({"critic.fsdp.fsdp_size=2"}).critic.fsdp.fsdp_size, 2);
+  EXPECT_NO_THROW(with({"actor_rollout_ref.actor.fsdp_config.fsdp_size=1", "critic.fsdp.fsdp_size=1"}));
+  for (const std::string key : {"actor_rollout_ref.actor.fsdp_config.fsdp_size", "actor_rollout_ref.ref.fsdp_config.fsdp_size",
+                                "critic.fsdp.fsdp_size"}) {
+    for (const char* value : {"0", "-2"}) {
+      EXPECT_EQ(error_of({key + "=" + value}),
+                fmt::format("{}: expected -1 (every rank of the worker group) or a positive number of ranks, got {}", key, value));
+    }
+  }
+  // The worker's check: a divisor of the group's world size, -1 for all of it.
+  EXPECT_EQ(resolve_fsdp_size(-1, 4, "actor_rollout_ref.actor.fsdp_config.fsdp_size"), 4);
+  EXPECT_EQ(resolve_fsdp_size(2, 4, "actor_rollout_ref.actor.fsdp_config.fsdp_size"), 2);
+  EXPECT_EQ(resolve_fsdp_size(1, 4, "actor_rollout_ref.actor.fsdp_config.fsdp_size"), 1);
+  try {
+    (void)resolve_fsdp_size(3, 4, "actor_rollout_ref.actor.fsdp_config.fsdp_size");
+    ADD_FAILURE() << "fsdp_size 3 accepted at world size 4";
+  } catch (const InvalidArgument& e) {
+    EXPECT_STREQ(e.what(),
+                 "actor_rollout_ref.actor.fsdp_config.fsdp_size: expected a divisor of the worker group's world size 4 (or "
+                 "-1), got 3");
+  }
+  EXPECT_THROW((void)resolve_fsdp_size(8, 4, "actor_rollout_ref.ref.fsdp_config.fsdp_size"), InvalidArgument);
+}
+
 TEST(Config, LegacyRewardKeysMigrateToReward) {
   EXPECT_EQ(with({"reward.reward_manager.name=dapo"}).reward.reward_manager.name, "dapo");
   EXPECT_EQ(with({"reward_model.reward_manager=dapo"}).reward.reward_manager.name, "dapo");

@@ -42,6 +42,16 @@ inline float tensor_norm(std::span<const float> values, double norm_type) {
   return static_cast<float>(std::pow(sum, 1.0 / norm_type));
 }
 
+/// The factor clip_grad_norm scales the gradients by: max_norm / (total_norm + 1e-6) on a float32
+/// tensor (Python's float / tensor is tensor.reciprocal() * float), then clamp(max=1); NaN stays
+/// NaN, as torch.clamp. Shared with the sharded optimizers, which compute the norm from shards.
+inline float clip_coefficient(float total_norm, double max_norm) {
+  const float shifted = total_norm + 1e-6f;
+  float coefficient = (1.0f / shifted) * static_cast<float>(max_norm);
+  if (coefficient > 1.0f) coefficient = 1.0f;
+  return coefficient;
+}
+
 }  // namespace detail
 
 /// The global gradient norm of `parameters` without clipping (torch's get_total_norm).
@@ -75,11 +85,7 @@ inline float clip_grad_norm(std::span<const ParameterRef> parameters, double max
   for (std::size_t k = 0; k < parameters.size(); ++k) detail::require_matching_grad(parameters[k], k);
   const float total_norm = total_grad_norm(parameters, norm_type);
   if (parameters.empty()) return total_norm;
-  // max_norm / (total_norm + 1e-6) on a float32 tensor: Python's float / tensor is
-  // tensor.reciprocal() * float, then clamp(max=1).
-  const float shifted = total_norm + 1e-6f;
-  float coefficient = (1.0f / shifted) * static_cast<float>(max_norm);
-  if (coefficient > 1.0f) coefficient = 1.0f;  // NaN stays NaN, as torch.clamp
+  const float coefficient = detail::clip_coefficient(total_norm, max_norm);
   if (coefficient == 1.0f) return total_norm;  // scaling by 1 changes nothing
   for (const auto& parameter : parameters) {
     for (float& g : parameter.grad) g *= coefficient;

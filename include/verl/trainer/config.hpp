@@ -431,6 +431,15 @@ inline void validate(const PPOConfig& c, std::vector<std::string>& problems) {
     }
   }
 
+  // FSDP's sharding group (the worker checks that it divides the group's world size).
+  for (const auto& [key, fsdp_size] : {std::pair<std::string_view, std::int64_t>{"actor_rollout_ref.actor.fsdp_config.fsdp_size",
+                                                                                 actor.fsdp_config.fsdp_size},
+                                       {"actor_rollout_ref.ref.fsdp_config.fsdp_size", c.actor_rollout_ref.ref.fsdp_config.fsdp_size},
+                                       {"critic.fsdp.fsdp_size", c.critic.fsdp.fsdp_size}}) {
+    require(fsdp_size == -1 || fsdp_size >= 1,
+            fmt::format("{}: expected -1 (every rank of the worker group) or a positive number of ranks, got {}", key, fsdp_size));
+  }
+
   // The actor's training engine: fsdp (data parallel) or megatron (tensor parallel, the
   // Megatron worker). What the Megatron worker does not build is refused by its key.
   {

@@ -422,10 +422,9 @@ class PPOController {
   /// data position and the KL controller from here.
   void save_checkpoint() {
     auto actor_state = actor_.template call<&ActorWorker::checkpoint_state>();
-    std::optional<Future<RoleState>> critic_state;
-    if constexpr (has_critic) critic_state.emplace(critic_->template call<&CriticWorker::checkpoint_state>());
+    std::optional<RoleState> critic;
+    if constexpr (has_critic) critic.emplace(detail::first_rank_result(critic_->template call<&CriticWorker::checkpoint_state>().get()));
     const RoleState actor = detail::first_rank_result(actor_state.get());
-    const std::optional<RoleState> critic = critic_state ? std::optional<RoleState>(critic_state->get()) : std::nullopt;
     CheckpointSnapshot snapshot;
     snapshot.global_step = global_step_;
     snapshot.roles["actor"] = actor.snapshot();
@@ -893,7 +892,7 @@ class PPOController {
   void send_weights_to_rollout(std::int64_t version) {
     if constexpr (can_roll_out_apart) {
       await_weights_loaded();
-      const PolicyWeights weights = actor_.template call<&ActorWorker::actor_weights>().get();
+      const PolicyWeights weights = detail::first_rank_result(actor_.template call<&ActorWorker::actor_weights>().get());
       auto loading = std::make_shared<decltype(rollout_->template call<&RolloutWorkerType::load_weights>(weights, version))>(
           rollout_->template call<&RolloutWorkerType::load_weights>(weights, version));
       await_weights_loading_ = [loading] { loading->get(); };
@@ -930,7 +929,7 @@ class PPOController {
   void sync_rollout_weights() {
     if constexpr (can_roll_out_apart) {
       if (!rollout_ || !rollout_weights_stale_) return;
-      const PolicyWeights weights = actor_.template call<&ActorWorker::actor_weights>().get();
+      const PolicyWeights weights = detail::first_rank_result(actor_.template call<&ActorWorker::actor_weights>().get());
       rollout_->template call<&RolloutWorkerType::load_weights>(weights, global_step_).get();
       rollout_weight_version_ = global_step_;
       rollout_weights_stale_ = false;

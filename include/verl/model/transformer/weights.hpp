@@ -54,6 +54,19 @@ struct ParameterTensor {
     enable_grad();
     if (grad.size() > 0) grad.setZero();
   }
+  /// FSDP's resharding (the flat parameter's storage resized to 0): frees the values and the
+  /// gradient; the name and shape stay, so that allocate_storage can give them back.
+  void release_storage() {
+    value = RowMatrix<Scalar>();
+    grad = RowMatrix<Scalar>();
+  }
+  /// Values of the tensor's shape again (their contents unspecified: the caller fills them).
+  void allocate_storage() {
+    if (!present() || value.size() > 0) return;
+    Index rows = 1;
+    for (std::size_t d = 0; d + 1 < shape.size(); ++d) rows *= shape[d];
+    value.resize(rows, shape.back());
+  }
 };
 
 /// One decoder layer. Bias tensors and the q/k norms are absent (no shape) where the config has

@@ -97,6 +97,15 @@ struct MegatronSection {
   friend bool operator==(const MegatronSection&, const MegatronSection&) = default;
 };
 
+/// actor_rollout_ref.{actor,ref}.fsdp_config and critic.fsdp: what verl-cpp acts on of verl's FSDP engine
+/// settings (the others are machinery, config.hpp).
+struct FsdpEngineSection {
+  /// The FSDP sharding group: parameters, gradients and AdamW's moments sharded over fsdp_size
+  /// ranks and replicated over world / fsdp_size (HYBRID_SHARD); -1: every rank of the group.
+  std::int64_t fsdp_size = -1;
+  friend bool operator==(const FsdpEngineSection&, const FsdpEngineSection&) = default;
+};
+
 /// actor_rollout_ref.actor.
 struct ActorConfig {
   /// fsdp / fsdp2: the data-parallel worker (ActorRolloutRefWorker); megatron: the tensor-parallel
@@ -130,6 +139,7 @@ struct ActorConfig {
   /// Ulysses sequence parallelism of the fsdp worker: the ranks that share one data-parallel
   /// rank's rows and split their tokens (ActorRolloutRefWorker; the reference follows it).
   std::int64_t ulysses_sequence_parallel_size = 1;
+  FsdpEngineSection fsdp_config;
   friend bool operator==(const ActorConfig&, const ActorConfig&) = default;
 };
 
@@ -138,6 +148,7 @@ struct RefConfig {
   std::optional<std::int64_t> log_prob_micro_batch_size;
   std::optional<std::int64_t> log_prob_micro_batch_size_per_gpu;
   bool log_prob_use_dynamic_bsz = false;
+  FsdpEngineSection fsdp_config;
   friend bool operator==(const RefConfig&, const RefConfig&) = default;
 };
 
@@ -234,6 +245,8 @@ struct CriticConfig {
   std::int64_t n_gpus_per_node = 0;
   /// Ulysses sequence parallelism of the critic worker (as the actor's).
   std::int64_t ulysses_sequence_parallel_size = 1;
+  /// critic.fsdp (0.9.1's name for the critic's FSDP engine settings).
+  FsdpEngineSection fsdp;
   friend bool operator==(const CriticConfig&, const CriticConfig&) = default;
 };
 
@@ -469,12 +482,14 @@ VERL_CONFIG_FIELDS(ModelSection, path, tokenizer_path, custom_chat_template, lor
                    exclude_modules, lora_adapter_path)
 VERL_CONFIG_FIELDS(MegatronSection, tensor_model_parallel_size, pipeline_model_parallel_size, context_parallel_size,
                    sequence_parallel, use_distributed_optimizer)
+VERL_CONFIG_FIELDS(FsdpEngineSection, fsdp_size)
 VERL_CONFIG_FIELDS(ActorConfig, strategy, megatron, optim, ppo_mini_batch_size, ppo_micro_batch_size, ppo_micro_batch_size_per_gpu,
                    use_dynamic_bsz, clip_ratio, clip_ratio_low, clip_ratio_high, tau_pos, tau_neg, policy_loss,
                    clip_ratio_c, loss_agg_mode, loss_scale_factor, entropy_coeff, calculate_sum_pi_squared,
                    use_kl_loss, kl_loss_coef, kl_loss_type, ppo_epochs, checkpoint, grad_clip,
-                   ulysses_sequence_parallel_size)
-VERL_CONFIG_FIELDS(RefConfig, log_prob_micro_batch_size, log_prob_micro_batch_size_per_gpu, log_prob_use_dynamic_bsz)
+                   ulysses_sequence_parallel_size, fsdp_config)
+VERL_CONFIG_FIELDS(RefConfig, log_prob_micro_batch_size, log_prob_micro_batch_size_per_gpu, log_prob_use_dynamic_bsz,
+                   fsdp_config)
 VERL_CONFIG_FIELDS(ValidationSamplingConfig, top_k, top_p, temperature, n, do_sample)
 VERL_CONFIG_FIELDS(RolloutConfig, name, temperature, top_k, top_p, prompt_length, response_length, do_sample, n,
                    ignore_eos, log_prob_micro_batch_size, log_prob_micro_batch_size_per_gpu, log_prob_use_dynamic_bsz,
@@ -483,7 +498,7 @@ VERL_CONFIG_FIELDS(ActorRolloutRefConfig, model, actor, ref, rollout, hybrid_eng
 VERL_CONFIG_FIELDS(CriticModelSection, path, tokenizer_path)
 VERL_CONFIG_FIELDS(CriticConfig, optim, model, enable, ppo_mini_batch_size, ppo_micro_batch_size,
                    ppo_micro_batch_size_per_gpu, use_dynamic_bsz, ppo_epochs, cliprange_value, loss_agg_mode, checkpoint, forward_micro_batch_size, forward_micro_batch_size_per_gpu,
-                   grad_clip, nnodes, n_gpus_per_node, ulysses_sequence_parallel_size)
+                   grad_clip, nnodes, n_gpus_per_node, ulysses_sequence_parallel_size, fsdp)
 VERL_CONFIG_FIELDS(OverlongBufferConfig, enable, len, penalty_factor, log)
 VERL_CONFIG_FIELDS(RewardModelConfig, overlong_buffer)
 VERL_CONFIG_FIELDS(RewardManagerSection, name)

@@ -27,6 +27,36 @@
 // rank sees the whole rows' values. Gradients are summed over the sp group (each rank saw other
 // tokens), then averaged over the dp group as without sp; token counts and metrics are reduced
 // over dp only. The results are those of sp = 1 up to rounding, the same on every sp rank.
+//
+// FSDP's sharding (actor_rollout_ref.actor.fsdp_config.fsdp_size = f; verl's default -1 is the
+// whole group; fsdp_sharding.hpp): with f > 1 the group is verl's device mesh (ddp, fsdp), ranks
+// [g f, (g+1) f) one FSDP group, and each rank keeps only its 1/f shard of the actor's flat
+// parameter (parallel::FullyShardedParameters: every tensor end to end, padded by fewer than f
+// elements), of its gradient and of AdamW's moments; the model object holds no tensors between
+// calls. generate_sequences, compute_log_prob, save_old_policy, update_actor, checkpoint_state,
+// actor_weights and export_actor all-gather the whole model (one all_gather_v per tensor, straight
+// into it) for the call and free it after: not a decoder layer at a time as FSDP's units do (our
+// model's forward has no per-layer hook), so a call's peak is the full model plus the shard.
+// In update_actor each mini-batch's gradients are reduce-scattered over the FSDP group (the sum),
+// all-reduced over the world / f replicas (HYBRID_SHARD), divided by the world size (as the
+// replicated engine's average), clipped by the global norm from the shards (each tensor's squared
+// sum over the group), and AdamW steps the shard; the weights are gathered again for the next
+// mini-batch. The same numbers as f = 1 (bit-identical in tests/mpi/test_fsdp_sharding.cpp at 2 and
+// 4 ranks; MPI may sum more ranks in another order). The reference is sharded the same way with
+// actor_rollout_ref.ref.fsdp_config.fsdp_size (values only). f = 1 is the replicated engine, the
+// code path of before. A LoRA actor stays replicated (an explicit f > 1 is refused by name), and
+// separate_async's pi_old copy (save_old_policy) is kept whole. Checkpoints hold full tensors and
+// moments (gathered on save, each rank keeping its shard on load), so they resume at any f.
+// update_actor's metrics carry perf/actor_{param,grad,optimizer}_bytes_at_rest: what this rank's
+// buffers hold after the update (the shards, plus whatever the model still holds: nothing), and
+// perf/ref_param_bytes_at_rest (the reference's shard, or its full tensors).
+//
+// The two compose as in verl, whose FSDP mesh and Ulysses mesh are independent views of the same
+// ranks: the FSDP groups span consecutive ranks of the whole worker group whatever sp is, every
+// rank gathers the whole model for a call and computes its sequence-parallel slice, and in
+// update_actor the shards' gradients (reduce-scattered over FSDP, all-reduced over the replicas:
+// the sum over every rank, sp ranks included) are divided by the dp size, as the sum over sp then
+// the average over dp of the replicated engine.
 #pragma once
 
 #include <fmt/format.h>
@@ -65,6 +95,7 @@
 #include "verl/trainer/ppo_trainer_roles.hpp"
 #include "verl/trainer/workers/actor_update.hpp"
 #include "verl/trainer/workers/batch_keys.hpp"
+#include "verl/trainer/workers/fsdp_sharding.hpp"
 #include "verl/trainer/workers/role_state.hpp"
 #include "verl/trainer/workers/sequence_parallel_groups.hpp"
 
@@ -199,13 +230,15 @@ class ActorRolloutRefWorker {
     optimizer_.emplace(adamw_config(config_.actor_rollout_ref.actor.optim));
     scheduler_.emplace(lr_scheduler(config_.actor_rollout_ref.actor.optim, total_training_steps));
     set_rollout_precision(*actor_, config_);
+    parameter_count_ = static_cast<std::int64_t>(model::parameter_count(*actor_));
+    shard_models();
   }
 
   [[nodiscard]] PolicyFacts policy_facts() {
     Policy& actor = require_model();  // a CausalLM's for_each_parameter need not be const
     PolicyFacts facts;
     facts.vocab_size = actor.vocab_size();
-    facts.parameter_count = static_cast<std::int64_t>(model::parameter_count(actor));
+    facts.parameter_count = parameter_count_;  // counted before sharding freed the tensors
     if constexpr (requires { actor.config().eos_token_ids; }) {
       for (const auto id : actor.config().eos_token_ids) facts.eos_token_ids.push_back(id);
       if (actor.config().pad_token_id) facts.pad_token_id = *actor.config().pad_token_id;
@@ -216,14 +249,18 @@ class ActorRolloutRefWorker {
   /// verl's generate_sequences: the prompts of this rank's chunk (left-padded input_ids and
   /// attention_mask, a seed per prompt) → rollout.n responses each. The sampling settings travel
   /// in meta_info (sampling_params_to_json).
-  data::DataProto generate_sequences(const data::DataProto& prompts) { return generate_with(require_model(), prompts); }
+  data::DataProto generate_sequences(const data::DataProto& prompts) {
+    return with_full(actor_shards_, require_model(), [&](Policy& actor) { return generate_with(actor, prompts); });
+  }
 
   /// verl's compute_log_prob: the actor's log-probs of the responses (old_log_probs) at the
   /// rollout temperature, with the entropy (entropys) and, when
   /// actor.calculate_sum_pi_squared, sum_j pi_j^2 per token. Micro-batches of the rollout's
   /// log_prob_micro_batch_size(_per_gpu).
   data::DataProto compute_log_prob(const data::DataProto& batch) {
-    return sequence_parallel_.own_rows(log_probs_of(require_model(), sequence_parallel_.rows(batch)), batch.size());
+    const data::DataProto rows = sequence_parallel_.rows(batch);
+    return sequence_parallel_.own_rows(
+        with_full(actor_shards_, require_model(), [&](Policy& actor) { return log_probs_of(actor, rows); }), batch.size());
   }
 
   /// separate_async's pi_old (verl's save_model_to_cpu(0)): keeps a copy of the actor's weights
@@ -234,7 +271,8 @@ class ActorRolloutRefWorker {
       old_policy_.emplace(models_.actor(config_));
       sequence_parallel_.use(*old_policy_, sequence_parallel_key);
     }
-    trainer::load_weights(*old_policy_, weights_of(require_model()), "the actor's saved old policy");
+    const PolicyWeights weights = with_full(actor_shards_, require_model(), [](Policy& actor) { return weights_of(actor); });
+    trainer::load_weights(*old_policy_, weights, "the actor's saved old policy");
   }
 
   /// compute_log_prob with the weights save_old_policy kept (verl's restore_model_from_cpu(0),
@@ -268,9 +306,11 @@ class ActorRolloutRefWorker {
                    "compute_ref_log_prob: this actor worker has no reference policy (no KL term in the configuration "
                    "needs one)");
     const auto& ref = config_.actor_rollout_ref.ref;
-    ResponseStatistics stats = response_statistics(
-        *reference_, batch, {}, micro_batch(ref.log_prob_micro_batch_size_per_gpu, ref.log_prob_micro_batch_size, batch.size()),
-        rollout_temperature());
+    ResponseStatistics stats = with_full(reference_shards_, *reference_, [&](Policy& reference) {
+      return response_statistics(
+          reference, batch, {}, micro_batch(ref.log_prob_micro_batch_size_per_gpu, ref.log_prob_micro_batch_size, batch.size()),
+          rollout_temperature());
+    });
     data::DataProto out;
     out.set(std::string(keys::ref_log_prob), std::move(stats.log_probs));
     return sequence_parallel_.own_rows(out, chunk.size());
@@ -282,39 +322,93 @@ class ActorRolloutRefWorker {
   /// every rank), gradients averaged over the group, clipped, and an AdamW step. meta_info in:
   /// "entropy_metric" (also report actor/entropy from the update's forward). Returns the metrics
   /// (reduced over the group: every rank reports the same) and the update counts in meta_info.
+  /// The result's metrics also carry what this rank holds at rest after the update (bytes of
+  /// the buffers allocated): perf/actor_param_bytes_at_rest, perf/actor_grad_bytes_at_rest,
+  /// perf/actor_optimizer_bytes_at_rest (the shards with fsdp_size > 1, the full replica otherwise).
   data::DataProto update_actor(const data::DataProto& chunk) {
-    return update_actor_rows(
-        require_model(),
-        sequence_parallel_.update_rows(
-            chunk, config_.actor_rollout_ref.actor.ppo_mini_batch_size * config_.actor_rollout_ref.rollout.n),
-        config_, algorithm_, *optimizer_, *scheduler_, dp_size(),
-        [&](double value) { return group_sum(value); },
-        [&](double grad_clip, std::int64_t& updates, std::int64_t& nonfinite) {
-          return optimizer_step(require_model(), grad_clip, updates, nonfinite);
-        },
-        [&](Metrics& metrics) { reduce_over_group(metrics); });
+    const data::DataProto batch = sequence_parallel_.update_rows(
+        chunk, config_.actor_rollout_ref.actor.ppo_mini_batch_size * config_.actor_rollout_ref.rollout.n);
+    data::DataProto result;
+    if (!actor_shards_) {
+      result = update_actor_rows(
+          require_model(), batch, config_, algorithm_, *optimizer_, *scheduler_, dp_size(),
+          [&](double value) { return group_sum(value); },
+          [&](double grad_clip, std::int64_t& updates, std::int64_t& nonfinite) {
+            return optimizer_step(require_model(), grad_clip, updates, nonfinite);
+          },
+          [&](Metrics& metrics) { reduce_over_group(metrics); });
+      report_held_bytes(result, replicated_held_bytes(require_model(), *optimizer_));
+      return result;
+    }
+    // The tensors gathered again after every optimizer step but the last (the next mini-batch's
+    // forward needs them), freed when the call ends.
+    const std::size_t steps = update_micro_batches(batch.size(), config_, dp_size()).size();
+    std::size_t taken = 0;
+    {
+      typename FsdpShardedModel<Policy>::FullModel actor(*actor_shards_, require_model());
+      result = update_actor_rows(
+          *actor, batch, config_, algorithm_, *optimizer_, *scheduler_, dp_size(),
+          [&](double value) { return group_sum(value); },
+          [&](double grad_clip, std::int64_t& updates, std::int64_t& nonfinite) {
+            return actor_shards_->optimizer_step(*actor, grad_clip, optimizer_->config(), dp_size(), ++taken < steps,
+                                                 updates, nonfinite);
+          },
+          [&](Metrics& metrics) { reduce_over_group(metrics); });
+    }
+    // The shards, plus whatever the model and the (unused) replicated AdamW still hold: nothing,
+    // unless a tensor was not freed.
+    HeldParameterBytes held = actor_shards_->held_bytes();
+    const HeldParameterBytes residue = replicated_held_bytes(require_model(), *optimizer_);
+    held.parameters += residue.parameters;
+    held.gradients += residue.gradients;
+    held.optimizer += residue.optimizer;
+    report_held_bytes(result, held);
+    return result;
   }
 
-  /// The actor's state for a checkpoint (weights, AdamW moments, the schedule's position), from
-  /// the group's first rank (every rank holds the same replicated weights).
-  [[nodiscard]] RoleState checkpoint_state() const {
-    return role_state_of(require_model(), *optimizer_, *scheduler_);
+  /// The actor's state for a checkpoint (weights, AdamW moments, the schedule's position): full
+  /// tensors, gathered from the shards when sharded (collective, hence one_to_all); the group's
+  /// first rank returns it, the others an empty state (the controller keeps the first).
+  [[nodiscard]] RoleState checkpoint_state() {
+    if (!actor_shards_) return context_->rank == 0 ? role_state_of(require_model(), *optimizer_, *scheduler_) : RoleState{};
+    const optim::AdamW::State moments = actor_shards_->gather_moments();
+    typename FsdpShardedModel<Policy>::FullModel actor(*actor_shards_, require_model());
+    if (context_->rank != 0) return {};
+    optim::AdamW full(optimizer_->config());
+    full.load_state(moments);
+    return role_state_of(*actor, full, *scheduler_);
   }
 
-  /// Restores checkpoint_state()'s result on every rank.
+  /// Restores checkpoint_state()'s result on every rank (each keeping its shard when sharded).
   void load_checkpoint_state(const RoleState& state) {
-    restore_role_state(state, require_model(), *optimizer_, *scheduler_, "actor");
+    if (!actor_shards_) {
+      restore_role_state(state, require_model(), *optimizer_, *scheduler_, "actor");
+      return;
+    }
+    Policy& actor = require_model();
+    allocate_parameter_tensors(actor);
+    optim::AdamW full(optimizer_->config());
+    restore_role_state(state, actor, full, *scheduler_, "actor");
+    actor_shards_->reshard(actor, full.state());
+    free_parameter_tensors(actor);
   }
 
-  /// The actor's weights (the group's first rank: every rank holds the same), for a rollout on a
-  /// pool of its own (actor_rollout_ref.hybrid_engine=False).
-  [[nodiscard]] PolicyWeights actor_weights() const { return weights_of(require_model()); }
+  /// The actor's weights, for a rollout on a pool of its own (actor_rollout_ref.hybrid_engine=
+  /// False): gathered from the shards when sharded (collective, hence one_to_all); the group's
+  /// first rank returns them, the others nothing.
+  [[nodiscard]] PolicyWeights actor_weights() {
+    return with_full(actor_shards_, require_model(),
+                     [&](Policy& actor) { return context_->rank == 0 ? weights_of(actor) : PolicyWeights{}; });
+  }
 
-  /// Writes the actor as a Hugging Face folder (Models::save) from the group's first rank;
-  /// returns what was written.
+  /// Writes the actor as a Hugging Face folder (Models::save) from the group's first rank (the
+  /// full tensors gathered from the shards on every rank first); returns what was written (the
+  /// other ranks: an empty string).
   std::string export_actor(const std::string& folder, const std::string& adapter_folder) {
     if constexpr (requires(const Policy& p) { models_.save(p, folder, adapter_folder, config_); }) {
-      return models_.save(require_model(), folder, adapter_folder, config_);
+      return with_full(actor_shards_, require_model(), [&](Policy& actor) {
+        return context_->rank == 0 ? models_.save(actor, folder, adapter_folder, config_) : std::string();
+      });
     } else {
       ::verl::detail::throw_invalid_argument("export_actor: this worker's Models type has no save(...) for '{}'", folder);
     }
@@ -333,13 +427,14 @@ class ActorRolloutRefWorker {
       hybridflow::Method<&ActorRolloutRefWorker::compute_old_policy_log_prob, hybridflow::Dispatch::dp_compute_proto,
                          "compute_old_policy_log_prob">,
       hybridflow::Method<&ActorRolloutRefWorker::update_actor, hybridflow::Dispatch::dp_compute_proto, "update_actor">,
-      hybridflow::Method<&ActorRolloutRefWorker::checkpoint_state, hybridflow::Dispatch::rank_zero, "checkpoint_state">,
+      hybridflow::Method<&ActorRolloutRefWorker::checkpoint_state, hybridflow::Dispatch::one_to_all, "checkpoint_state">,
       hybridflow::Method<&ActorRolloutRefWorker::load_checkpoint_state, hybridflow::Dispatch::one_to_all,
                          "load_checkpoint_state">,
-      hybridflow::Method<&ActorRolloutRefWorker::export_actor, hybridflow::Dispatch::rank_zero, "export_actor">,
-      hybridflow::Method<&ActorRolloutRefWorker::actor_weights, hybridflow::Dispatch::rank_zero, "actor_weights">>;
+      hybridflow::Method<&ActorRolloutRefWorker::export_actor, hybridflow::Dispatch::one_to_all, "export_actor">,
+      hybridflow::Method<&ActorRolloutRefWorker::actor_weights, hybridflow::Dispatch::one_to_all, "actor_weights">>;
 
   // ---- in-process access (the in-process runtime's worker() gives the object) ------------------
+  // With fsdp_size > 1 the models hold no tensors between calls (actor_shards() has them).
   [[nodiscard]] Policy& actor() { return require_model(); }
   [[nodiscard]] const Policy& actor_model() const { return require_model(); }
   [[nodiscard]] const std::optional<Policy>& reference_model() const { return reference_; }
@@ -347,6 +442,9 @@ class ActorRolloutRefWorker {
     VERL_CHECK_ARG(optimizer_.has_value(), "{}: init_model must be called before any other method", name);
     return *optimizer_;
   }
+  /// The actor's and the reference's FSDP shards (empty at fsdp_size 1: full replicas).
+  [[nodiscard]] const std::optional<FsdpShardedModel<Policy>>& actor_shards() const { return actor_shards_; }
+  [[nodiscard]] const std::optional<FsdpShardedModel<Policy>>& reference_shards() const { return reference_shards_; }
 
  private:
   Policy& require_model() {
@@ -358,6 +456,58 @@ class ActorRolloutRefWorker {
   static constexpr std::string_view sequence_parallel_key = "actor_rollout_ref.actor.ulysses_sequence_parallel_size";
 
   float rollout_temperature() const { return static_cast<float>(config_.actor_rollout_ref.rollout.temperature); }
+
+  /// fsdp_size > 1: the actor (and the reference) keep their shards only (FsdpShardedModel).
+  /// LoRA keeps the full replica at fsdp_size -1 (its frozen base has no gradients to shard) and
+  /// refuses an explicit fsdp_size > 1.
+  void shard_models() {
+    constexpr std::string_view actor_key = "actor_rollout_ref.actor.fsdp_config.fsdp_size";
+    constexpr std::string_view ref_key = "actor_rollout_ref.ref.fsdp_config.fsdp_size";
+    const int world = group_size();
+    const std::int64_t actor_setting = config_.actor_rollout_ref.actor.fsdp_config.fsdp_size;
+    const int actor_fsdp = resolve_fsdp_size(actor_setting, world, actor_key);
+    const int ref_fsdp = resolve_fsdp_size(config_.actor_rollout_ref.ref.fsdp_config.fsdp_size, world, ref_key);
+    const bool lora = config_.actor_rollout_ref.model.lora_rank > 0;
+    VERL_CHECK_ARG(!lora || actor_setting == -1 || actor_setting == 1,
+                   "{}: sharding a LoRA actor is not built (its frozen base takes no optimizer step); expected -1 or 1 "
+                   "with actor_rollout_ref.model.lora_rank={}, got {} (world size {})",
+                   actor_key, config_.actor_rollout_ref.model.lora_rank, actor_setting, world);
+    const auto shard = [&](std::optional<FsdpShardedModel<Policy>>& shards, Policy& model, int fsdp, std::string_view key) {
+      if (fsdp == 1) return;
+      if constexpr (ReleasesParameterStorage<Policy>) {
+        shards.emplace(model, *context_->process_group, fsdp);
+      } else {
+        ::verl::detail::throw_invalid_argument(
+            "{}: sharding needs a policy type that frees and reallocates its parameter storage "
+            "(release_parameter_storage / allocate_parameter_storage); expected 1 for this one, got {} (world size {})",
+            key, fsdp, world);
+      }
+    };
+    if (!lora) shard(actor_shards_, *actor_, actor_fsdp, actor_key);
+    if (reference_ && !lora) shard(reference_shards_, *reference_, ref_fsdp, ref_key);
+  }
+
+  /// fn(model) with the model's full tensors: gathered from `shards` for the call and freed after
+  /// when sharded, the model as it is otherwise.
+  template <class Fn>
+  decltype(auto) with_full(std::optional<FsdpShardedModel<Policy>>& shards, Policy& model, Fn&& fn) {
+    if (!shards) return fn(model);
+    typename FsdpShardedModel<Policy>::FullModel full(*shards, model);
+    return fn(*full);
+  }
+
+  /// The actor's held bytes, and the reference's parameters (its shard, or its full tensors).
+  void report_held_bytes(data::DataProto& result, const HeldParameterBytes& held) {
+    auto& metrics = result.meta_info()["metrics"];
+    metrics["perf/actor_param_bytes_at_rest"] = held.parameters;
+    metrics["perf/actor_grad_bytes_at_rest"] = held.gradients;
+    metrics["perf/actor_optimizer_bytes_at_rest"] = held.optimizer;
+    if (reference_) {
+      std::int64_t reference_bytes = reference_shards_ ? reference_shards_->held_bytes().parameters : 0;
+      reference_->for_each_parameter([&](const auto& p) { reference_bytes += static_cast<std::int64_t>(p.value.size_bytes()); });
+      metrics["perf/ref_param_bytes_at_rest"] = reference_bytes;
+    }
+  }
 
   Index group_size() const { return context_->group_size(); }
   /// The data-parallel ranks: the group's over the sequence-parallel size.
@@ -408,6 +558,9 @@ class ActorRolloutRefWorker {
   std::optional<optim::AdamW> optimizer_;
   std::optional<optim::LrScheduler<>> scheduler_;
   SequenceParallelGroups sequence_parallel_;
+  std::int64_t parameter_count_ = 0;
+  std::optional<FsdpShardedModel<Policy>> actor_shards_;      ///< fsdp_size > 1
+  std::optional<FsdpShardedModel<Policy>> reference_shards_;  ///< the ref's fsdp_size > 1
 };
 
 }  // namespace verl::trainer

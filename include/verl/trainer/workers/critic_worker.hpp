@@ -6,6 +6,16 @@
 // tokens, the values gathered over sp and the gradients summed over sp before the dp average.
 //
 //   CriticWorker<Models>   // Models::critic_type, models.critic(config)
+//
+// FSDP's sharding (critic.fsdp.fsdp_size = f, verl's default -1: the whole group) as the actor's
+// (actor_rollout_ref_worker.hpp, fsdp_sharding.hpp): with f > 1 each rank keeps its 1/f shard of
+// the value model's flat parameter, gradient and AdamW moments; compute_values and update_critic
+// gather the whole model for the call and free it after; gradients are reduce-scattered over the
+// FSDP group, all-reduced over the replicas, divided by the dp size (the world size without sp:
+// the sum over sp then the average over dp, as the replicated engine), clipped from the shards.
+// The same numbers as f = 1 (the replicated engine, the code path of before). Checkpoints hold
+// full tensors (gathered on save: checkpoint_state is collective, one_to_all; the first rank's
+// state is the group's). update_critic's metrics carry perf/critic_{param,grad,optimizer}_bytes_at_rest.
 #pragma once
 
 #include <algorithm>
@@ -32,6 +42,7 @@
 #include "verl/trainer/config.hpp"
 #include "verl/trainer/metrics.hpp"
 #include "verl/trainer/workers/batch_keys.hpp"
+#include "verl/trainer/workers/fsdp_sharding.hpp"
 #include "verl/trainer/workers/role_state.hpp"
 #include "verl/trainer/workers/sequence_parallel_groups.hpp"
 
@@ -72,6 +83,18 @@ class CriticWorker {
     sequence_parallel_.use(*critic_, sequence_parallel_key);
     optimizer_.emplace(adamw_config(config_.critic.optim));
     scheduler_.emplace(lr_scheduler(config_.critic.optim, total_training_steps));
+    constexpr std::string_view key = "critic.fsdp.fsdp_size";
+    const int fsdp = resolve_fsdp_size(config_.critic.fsdp.fsdp_size, group_size(), key);
+    if (fsdp > 1) {
+      if constexpr (ReleasesParameterStorage<Critic>) {
+        shards_.emplace(*critic_, *context_->process_group, fsdp);
+      } else {
+        ::verl::detail::throw_invalid_argument(
+            "{}: sharding needs a critic type that frees and reallocates its parameter storage "
+            "(release_parameter_storage / allocate_parameter_storage); expected 1 for this one, got {} (world size {})",
+            key, fsdp, group_size());
+      }
+    }
   }
 
   /// verl's compute_values: the value at every response token (values), in micro-batches of
@@ -81,7 +104,12 @@ class CriticWorker {
     const Index micro = forward_micro_batch_size(config_.critic.forward_micro_batch_size_per_gpu,
                                                  config_.critic.forward_micro_batch_size, dp_size(), batch.size());
     data::DataProto out;
-    out.set(std::string(keys::values), response_values(require_model(), batch, micro));
+    if (shards_) {
+      typename FsdpShardedModel<Critic>::FullModel critic(*shards_, require_model());
+      out.set(std::string(keys::values), response_values(*critic, batch, micro));
+    } else {
+      out.set(std::string(keys::values), response_values(require_model(), batch, micro));
+    }
     return sequence_parallel_.own_rows(out, chunk.size());
   }
 
@@ -89,6 +117,8 @@ class CriticWorker {
   /// critic.ppo_mini_batch_size prompts x rollout.n (rows ordered by mini_batch_major_order), the
   /// clipped value loss aggregated over the whole mini-batch, gradients averaged over the group.
   data::DataProto update_critic(const data::DataProto& chunk) {
+    std::optional<typename FsdpShardedModel<Critic>::FullModel> full;  // the gathered model, freed at the end
+    if (shards_) full.emplace(*shards_, require_model());
     Critic& critic = require_model();
     const auto& cfg = config_.critic;
     const Index n = config_.actor_rollout_ref.rollout.n;
@@ -104,6 +134,10 @@ class CriticWorker {
     step_metrics["critic/lr"] = scheduler_->get_last_lr();
     MetricsAccumulator acc;
     std::int64_t updates = 0, nonfinite = 0;
+    // Sharded: the tensors are gathered again after every optimizer step but the last.
+    const std::size_t steps =
+        static_cast<std::size_t>(cfg.ppo_epochs) * local_mini_batch_bounds(batch.size(), cfg.ppo_mini_batch_size * n, dp).size();
+    std::size_t taken = 0;
     for (std::int64_t epoch = 0; epoch < cfg.ppo_epochs; ++epoch) {
       for (const auto& [lo, hi] : local_mini_batch_bounds(batch.size(), cfg.ppo_mini_batch_size * n, dp)) {
         const algo::GlobalBatchInfo info{.dp_size = static_cast<double>(dp),
@@ -131,15 +165,20 @@ class CriticWorker {
           critic.backward(model::ValueCotangents<float>{.values = d_values});
           for (const auto& [k, v] : loss.metrics) mini[k] += v / micro_count;
         }
-        std::vector<optim::ParameterRef> refs = parameter_refs(critic);
-        sequence_parallel_.sum_gradients(refs);
-        if (dp > 1) average_gradients(sequence_parallel_.dp_group(), refs);
-        const float norm = optim::clip_grad_norm(refs, cfg.grad_clip);
-        ++updates;
-        if (std::isfinite(norm)) {
-          optimizer_->step(refs);
+        float norm = 0;
+        if (shards_) {
+          norm = shards_->optimizer_step(critic, cfg.grad_clip, optimizer_->config(), dp, ++taken < steps, updates, nonfinite);
         } else {
-          ++nonfinite;
+          std::vector<optim::ParameterRef> refs = parameter_refs(critic);
+          sequence_parallel_.sum_gradients(refs);
+          if (dp > 1) average_gradients(sequence_parallel_.dp_group(), refs);
+          norm = optim::clip_grad_norm(refs, cfg.grad_clip);
+          ++updates;
+          if (std::isfinite(norm)) {
+            optimizer_->step(refs);
+          } else {
+            ++nonfinite;
+          }
         }
         mini["critic/vf_loss"] = vf_loss;
         if (dp > 1) reduce_metrics_over_ranks(sequence_parallel_.dp_group(), mini);
@@ -149,12 +188,46 @@ class CriticWorker {
     }
     scheduler_->step();
     for (const auto& [k, v] : acc.reduce()) step_metrics[k] = v;
+    full.reset();
+    // What this rank's buffers hold after the update: the shards (sharded) plus whatever the
+    // model and the replicated AdamW hold (everything at fsdp_size 1, nothing when sharded).
+    HeldParameterBytes held = replicated_held_bytes(critic, *optimizer_);
+    if (shards_) {
+      const HeldParameterBytes shard = shards_->held_bytes();
+      held.parameters += shard.parameters;
+      held.gradients += shard.gradients;
+      held.optimizer += shard.optimizer;
+    }
+    step_metrics["perf/critic_param_bytes_at_rest"] = static_cast<double>(held.parameters);
+    step_metrics["perf/critic_grad_bytes_at_rest"] = static_cast<double>(held.gradients);
+    step_metrics["perf/critic_optimizer_bytes_at_rest"] = static_cast<double>(held.optimizer);
     return update_result(step_metrics, updates, nonfinite);
   }
 
-  [[nodiscard]] RoleState checkpoint_state() const { return role_state_of(require_model(), *optimizer_, *scheduler_); }
+  /// The critic's state for a checkpoint: full tensors and moments (gathered from the shards when
+  /// sharded: collective, hence one_to_all); the group's first rank returns it, the others an
+  /// empty state.
+  [[nodiscard]] RoleState checkpoint_state() {
+    if (!shards_) return context_->rank == 0 ? role_state_of(require_model(), *optimizer_, *scheduler_) : RoleState{};
+    const optim::AdamW::State moments = shards_->gather_moments();
+    typename FsdpShardedModel<Critic>::FullModel critic(*shards_, require_model());
+    if (context_->rank != 0) return {};
+    optim::AdamW full(optimizer_->config());
+    full.load_state(moments);
+    return role_state_of(*critic, full, *scheduler_);
+  }
+  /// Restores checkpoint_state()'s result on every rank (each keeping its shard when sharded).
   void load_checkpoint_state(const RoleState& state) {
-    restore_role_state(state, require_model(), *optimizer_, *scheduler_, "critic");
+    if (!shards_) {
+      restore_role_state(state, require_model(), *optimizer_, *scheduler_, "critic");
+      return;
+    }
+    Critic& critic = require_model();
+    allocate_parameter_tensors(critic);
+    optim::AdamW full(optimizer_->config());
+    restore_role_state(state, critic, full, *scheduler_, "critic");
+    shards_->reshard(critic, full.state());
+    free_parameter_tensors(critic);
   }
 
   // ---- in process (the in-process runtime's worker() gives the object) ----------------------
@@ -164,12 +237,15 @@ class CriticWorker {
     VERL_CHECK_ARG(optimizer_.has_value(), "{}: init_model must be called before any other method", name);
     return *optimizer_;
   }
+  /// The critic's FSDP shards (empty at fsdp_size 1: a full replica; the model then holds no
+  /// tensors between calls).
+  [[nodiscard]] const std::optional<FsdpShardedModel<Critic>>& shards() const { return shards_; }
 
   using methods =
       TypeList<hybridflow::Method<&CriticWorker::init_model, hybridflow::Dispatch::one_to_all, "init_model">,
                hybridflow::Method<&CriticWorker::compute_values, hybridflow::Dispatch::dp_compute_proto, "compute_values">,
                hybridflow::Method<&CriticWorker::update_critic, hybridflow::Dispatch::dp_compute_proto, "update_critic">,
-               hybridflow::Method<&CriticWorker::checkpoint_state, hybridflow::Dispatch::rank_zero, "checkpoint_state">,
+               hybridflow::Method<&CriticWorker::checkpoint_state, hybridflow::Dispatch::one_to_all, "checkpoint_state">,
                hybridflow::Method<&CriticWorker::load_checkpoint_state, hybridflow::Dispatch::one_to_all,
                                   "load_checkpoint_state">>;
 
@@ -201,6 +277,7 @@ class CriticWorker {
   std::optional<optim::AdamW> optimizer_;
   std::optional<optim::LrScheduler<>> scheduler_;
   SequenceParallelGroups sequence_parallel_;
+  std::optional<FsdpShardedModel<Critic>> shards_;  ///< critic.fsdp.fsdp_size > 1
 };
 
 }  // namespace verl::trainer

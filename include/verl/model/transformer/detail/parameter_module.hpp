@@ -28,6 +28,16 @@ class ParameterModule {
 
   [[nodiscard]] StateDict state_dict() const { return make_state_dict(self()); }
 
+  /// Frees every parameter's values and gradient (names and shapes stay): a sharded trainer keeps
+  /// its shard elsewhere and gives the model full tensors only for the calls that need them.
+  void release_parameter_storage() {
+    self().for_each_tensor([](ParameterTensor<Scalar>& t) { t.release_storage(); });
+  }
+  /// Values of every parameter's shape again (contents unspecified until the caller fills them).
+  void allocate_parameter_storage() {
+    self().for_each_tensor([](ParameterTensor<Scalar>& t) { t.allocate_storage(); });
+  }
+
  private:
   Derived& self() { return static_cast<Derived&>(*this); }
   const Derived& self() const { return static_cast<const Derived&>(*this); }
