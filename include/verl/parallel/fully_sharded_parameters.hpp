@@ -9,7 +9,8 @@
 //                                             all_gather_v per tensor, received straight into
 //                                             the tensor: no staging copy of the model)
 //   reduce_scatter_gradients(fsdp, params)    the full gradients summed over the group, this
-//                                             rank's shard kept (bucketed reduce-scatters)
+//                                             rank's shard kept (bucketed reduce-scatters), or
+//                                             added to it (FSDP's accumulation over micro-batches)
 //   all_reduce_gradients(replicate)           HYBRID_SHARD: the shard summed over the replicas
 //   scale_gradients(s) / clip_gradients(...)  the mean, then torch's clip_grad_norm_ from the
 //                                             shards (per-tensor squared sums over the group)
@@ -91,26 +92,36 @@ class FullyShardedParameters {
   }
 
   /// Collective over `fsdp`: the sum over the group of every rank's full gradients (`params`'
-  /// grads), this rank's shard kept. Buckets of at most `bucket` elements per rank bound the
+  /// grads), this rank's shard kept, or with `accumulate` added to the shard the previous calls
+  /// left (zero before the first). Buckets of at most `bucket` elements per rank bound the
   /// staging buffer (bucket x group size elements).
   template <Communicator C>
-  void reduce_scatter_gradients(C& fsdp, std::span<const optim::ParameterRef> params,
+  void reduce_scatter_gradients(C& fsdp, std::span<const optim::ParameterRef> params, bool accumulate = false,
                                 std::int64_t bucket = std::int64_t{1} << 20) {
     check_group(fsdp);
     check_params(params, true);
     VERL_CHECK_ARG(bucket > 0, "bucket: expected a positive element count, got {}", bucket);
-    grads_.assign(static_cast<std::size_t>(shard_size_), 0.0f);
-    std::vector<float> staging;
+    const bool add = accumulate && grads_.size() == values_.size();
+    if (!add) grads_.assign(static_cast<std::size_t>(shard_size_), 0.0f);
+    std::vector<float> staging, reduced;
     for (std::int64_t begin = 0; begin < shard_size_; begin += bucket) {
       const std::int64_t length = std::min(bucket, shard_size_ - begin);
       staging.assign(static_cast<std::size_t>(length * group_size_), 0.0f);  // the padding stays 0
       for (int r = 0; r < group_size_; ++r)
         copy_flat_gradients(params, r * shard_size_ + begin, length, staging.data() + r * length);
-      fsdp.reduce_scatter(std::span<const float>(staging), std::span<float>(grads_).subspan(static_cast<std::size_t>(begin),
-                                                                                           static_cast<std::size_t>(length)),
-                          ReduceOp::sum);
+      const auto target = std::span<float>(grads_).subspan(static_cast<std::size_t>(begin), static_cast<std::size_t>(length));
+      if (!add) {
+        fsdp.reduce_scatter(std::span<const float>(staging), target, ReduceOp::sum);
+        continue;
+      }
+      reduced.resize(static_cast<std::size_t>(length));
+      fsdp.reduce_scatter(std::span<const float>(staging), std::span<float>(reduced), ReduceOp::sum);
+      for (std::size_t i = 0; i < target.size(); ++i) target[i] += reduced[i];
     }
   }
+
+  /// Zeroes the gradient shard (the next accumulation starts over; the buffer stays).
+  void clear_gradients() { grads_.assign(static_cast<std::size_t>(shard_size_), 0.0f); }
 
   /// Collective over `replicate` (HYBRID_SHARD's ranks holding the same shard): sums the shards.
   template <Communicator C>
@@ -129,15 +140,7 @@ class FullyShardedParameters {
   float clip_gradients(C& fsdp, double max_norm) {
     check_group(fsdp);
     VERL_CHECK_ARG(max_norm >= 0.0 && !std::isnan(max_norm), "max_norm: expected a value >= 0, got {}", max_norm);
-    std::vector<double> squares(tensor_sizes_.size(), 0.0);
-    for_each_piece(rank_, [&](std::size_t k, std::int64_t, std::int64_t length, std::int64_t shard_offset) {
-      double sum = 0.0;
-      for (std::int64_t i = 0; i < length; ++i) {
-        const double g = grads_[static_cast<std::size_t>(shard_offset + i)];
-        sum += g * g;
-      }
-      squares[k] += sum;
-    });
+    std::vector<double> squares = local_gradient_squares();
     fsdp.all_reduce(std::span<double>(squares), ReduceOp::sum);
     double sum = 0.0;
     for (const double s : squares) {
@@ -149,6 +152,23 @@ class FullyShardedParameters {
     const float coefficient = optim::detail::clip_coefficient(total_norm, max_norm);
     if (coefficient != 1.0f) scale_gradients(coefficient);
     return total_norm;
+  }
+
+  /// Each tensor's squared gradient sum (double) over this rank's pieces of it: summed over the
+  /// group, the squares of torch's per-tensor norms (several flat parameters' norms combine into
+  /// one clip_grad_norm_ this way).
+  [[nodiscard]] std::vector<double> local_gradient_squares() const {
+    std::vector<double> squares(tensor_sizes_.size(), 0.0);
+    if (grads_.size() != values_.size()) return squares;
+    for_each_piece(rank_, [&](std::size_t k, std::int64_t, std::int64_t length, std::int64_t shard_offset) {
+      double sum = 0.0;
+      for (std::int64_t i = 0; i < length; ++i) {
+        const double g = grads_[static_cast<std::size_t>(shard_offset + i)];
+        sum += g * g;
+      }
+      squares[k] += sum;
+    });
+    return squares;
   }
 
   /// AdamW (torch's, optim::AdamW's element kernel) on this rank's shard; moments start at zero.

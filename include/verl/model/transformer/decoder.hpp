@@ -42,6 +42,7 @@
 #include "verl/model/transformer/detail/linear.hpp"
 #include "verl/model/transformer/detail/packed_weights.hpp"
 #include "verl/model/transformer/kv_cache.hpp"
+#include "verl/model/transformer/layer_parameter_hooks.hpp"
 #include "verl/model/transformer/linear_adapter.hpp"
 #include "verl/cpu/swiglu.hpp"
 #include "verl/cpu/thread_pool.hpp"
@@ -196,6 +197,10 @@ class DecoderBody {
     sequence_parallel_ = regions;
   }
   [[nodiscard]] SequenceParallelRegions<Scalar>* sequence_parallel() const { return sequence_parallel_; }
+  /// Called around each layer of the next training and log-prob passes (forward and backward;
+  /// not the KV-cache decode, which needs every layer at every step), or none; not owned.
+  void set_layer_parameter_hooks(LayerParameterHooks* hooks) { layer_hooks_ = hooks; }
+  [[nodiscard]] LayerParameterHooks* layer_parameter_hooks() const { return layer_hooks_; }
   /// The tokens of the last forward pass this rank computed.
   [[nodiscard]] const SequenceSlice& sequence_slice() const { return slice_; }
 
@@ -262,6 +267,7 @@ class DecoderBody {
       act.x.swap(x);
       x.resize(n, hidden);
       const Index window = config_.attention_window(stage_.first_layer + static_cast<Index>(l));
+      if (layer_hooks_ != nullptr) layer_hooks_->before_forward(l);
       layer_forward(weights_.layers[l], act, x, cos_, sin_, [&](detail::LayerActivations<Scalar>& a) {
         if (sequence_parallel_active()) {
           attend_sequence_parallel(a, window);
@@ -269,6 +275,7 @@ class DecoderBody {
           attend(a, window);
         }
       });
+      if (layer_hooks_ != nullptr) layer_hooks_->after_forward(l);
     }
     if (!stage_.final_norm) {  // the next stage continues the residual stream
       hidden_.swap(x);
@@ -341,8 +348,10 @@ class DecoderBody {
       dx.swap(d_hidden);
     }
     for (std::size_t l = weights_.layers.size(); l-- > 0;) {
+      if (layer_hooks_ != nullptr) layer_hooks_->before_backward(l);
       layer_backward(weights_.layers[l], activations_[l], dx,
                      config_.attention_window(stage_.first_layer + static_cast<Index>(l)));
+      if (layer_hooks_ != nullptr) layer_hooks_->after_backward(l);
     }
     if (!stage_.embeds) {  // the previous stage's output gradient
       stage_input_gradient_.swap(dx);
@@ -960,6 +969,7 @@ class DecoderBody {
   LinearAdapter<Scalar>* adapter_ = nullptr;
   TensorParallelRegions<Scalar>* regions_ = nullptr;
   SequenceParallelRegions<Scalar>* sequence_parallel_ = nullptr;
+  LayerParameterHooks* layer_hooks_ = nullptr;
   SequenceSlice slice_;
 
   // The last forward pass.

@@ -33,16 +33,19 @@
 // [g f, (g+1) f) one FSDP group, and each rank keeps only its 1/f shard of the actor's flat
 // parameter (parallel::FullyShardedParameters: every tensor end to end, padded by fewer than f
 // elements), of its gradient and of AdamW's moments; the model object holds no tensors between
-// calls. generate_sequences, compute_log_prob, save_old_policy, update_actor, checkpoint_state,
-// actor_weights and export_actor all-gather the whole model (one all_gather_v per tensor, straight
-// into it) for the call and free it after: not a decoder layer at a time as FSDP's units do (our
-// model's forward has no per-layer hook), so a call's peak is the full model plus the shard.
-// In update_actor each mini-batch's gradients are reduce-scattered over the FSDP group (the sum),
+// calls. FSDP's units are the decoder layers and the root (embedding, final norm, head), each a
+// flat parameter of its own: compute_log_prob, compute_ref_log_prob and update_actor gather the
+// root for the call and each layer just before its forward and again before its backward (one
+// all_gather_v per tensor, straight into it), freeing it right after, so a call holds the root,
+// one layer and the shards (FsdpShardedModel::Layerwise, through the body's layer hooks);
+// generate_sequences (the KV-cache decode runs every layer at every step), save_old_policy,
+// checkpoint_state, actor_weights and export_actor gather the whole model. In update_actor a
+// layer's gradients are reduce-scattered over the FSDP group after each backward and added to its
+// shard (FSDP's accumulation over micro-batches), the root's once per mini-batch; the shards are
 // all-reduced over the world / f replicas (HYBRID_SHARD), divided by the world size (as the
 // replicated engine's average), clipped by the global norm from the shards (each tensor's squared
-// sum over the group), and AdamW steps the shard; the weights are gathered again for the next
-// mini-batch. The same numbers as f = 1 (bit-identical in tests/mpi/test_fsdp_sharding.cpp at 2 and
-// 4 ranks; MPI may sum more ranks in another order). The reference is sharded the same way with
+// sum over the group), and AdamW steps each shard. The same numbers as f = 1 up to the order of
+// the sums (micro-batches are summed after the ranks; tests/mpi/test_fsdp_sharding.cpp). The reference is sharded the same way with
 // actor_rollout_ref.ref.fsdp_config.fsdp_size (values only). f = 1 is the replicated engine, the
 // code path of before. A LoRA actor stays replicated (an explicit f > 1 is refused by name), and
 // separate_async's pi_old copy (save_old_policy) is kept whole. Checkpoints hold full tensors and
@@ -260,7 +263,7 @@ class ActorRolloutRefWorker {
   data::DataProto compute_log_prob(const data::DataProto& batch) {
     const data::DataProto rows = sequence_parallel_.rows(batch);
     return sequence_parallel_.own_rows(
-        with_full(actor_shards_, require_model(), [&](Policy& actor) { return log_probs_of(actor, rows); }), batch.size());
+        layerwise(actor_shards_, require_model(), [&](Policy& actor) { return log_probs_of(actor, rows); }), batch.size());
   }
 
   /// separate_async's pi_old (verl's save_model_to_cpu(0)): keeps a copy of the actor's weights
@@ -306,7 +309,7 @@ class ActorRolloutRefWorker {
                    "compute_ref_log_prob: this actor worker has no reference policy (no KL term in the configuration "
                    "needs one)");
     const auto& ref = config_.actor_rollout_ref.ref;
-    ResponseStatistics stats = with_full(reference_shards_, *reference_, [&](Policy& reference) {
+    ResponseStatistics stats = layerwise(reference_shards_, *reference_, [&](Policy& reference) {
       return response_statistics(
           reference, batch, {}, micro_batch(ref.log_prob_micro_batch_size_per_gpu, ref.log_prob_micro_batch_size, batch.size()),
           rollout_temperature());
@@ -340,12 +343,13 @@ class ActorRolloutRefWorker {
       report_held_bytes(result, replicated_held_bytes(require_model(), *optimizer_));
       return result;
     }
-    // The tensors gathered again after every optimizer step but the last (the next mini-batch's
-    // forward needs them), freed when the call ends.
+    // The root's tensors gathered again after every optimizer step but the last (the next
+    // mini-batch's forward needs them; the layers are gathered as they run), freed when the call
+    // ends.
     const std::size_t steps = update_micro_batches(batch.size(), config_, dp_size()).size();
     std::size_t taken = 0;
     {
-      typename FsdpShardedModel<Policy>::FullModel actor(*actor_shards_, require_model());
+      typename FsdpShardedModel<Policy>::Layerwise actor(*actor_shards_, require_model());
       result = update_actor_rows(
           *actor, batch, config_, algorithm_, *optimizer_, *scheduler_, dp_size(),
           [&](double value) { return group_sum(value); },
@@ -494,6 +498,14 @@ class ActorRolloutRefWorker {
     if (!shards) return fn(model);
     typename FsdpShardedModel<Policy>::FullModel full(*shards, model);
     return fn(*full);
+  }
+  /// fn(model) for a log-prob pass: when sharded, the root gathered for the call and each decoder
+  /// layer around its forward (FsdpShardedModel::Layerwise); the model as it is otherwise.
+  template <class Fn>
+  decltype(auto) layerwise(std::optional<FsdpShardedModel<Policy>>& shards, Policy& model, Fn&& fn) {
+    if (!shards) return fn(model);
+    typename FsdpShardedModel<Policy>::Layerwise gathered(*shards, model);
+    return fn(*gathered);
   }
 
   /// The actor's held bytes, and the reference's parameters (its shard, or its full tensors).

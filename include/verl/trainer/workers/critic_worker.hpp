@@ -9,9 +9,10 @@
 //
 // FSDP's sharding (critic.fsdp.fsdp_size = f, verl's default -1: the whole group) as the actor's
 // (actor_rollout_ref_worker.hpp, fsdp_sharding.hpp): with f > 1 each rank keeps its 1/f shard of
-// the value model's flat parameter, gradient and AdamW moments; compute_values and update_critic
-// gather the whole model for the call and free it after; gradients are reduce-scattered over the
-// FSDP group, all-reduced over the replicas, divided by the dp size (the world size without sp:
+// the value model's flat parameters (FSDP units: one per decoder layer and the root), gradients
+// and AdamW moments; compute_values and update_critic gather the root for the call and each layer
+// around its forward and backward (FsdpShardedModel::Layerwise); gradients are reduce-scattered
+// over the FSDP group, all-reduced over the replicas, divided by the dp size (the world size without sp:
 // the sum over sp then the average over dp, as the replicated engine), clipped from the shards.
 // The same numbers as f = 1 (the replicated engine, the code path of before). Checkpoints hold
 // full tensors (gathered on save: checkpoint_state is collective, one_to_all; the first rank's
@@ -105,7 +106,7 @@ class CriticWorker {
                                                  config_.critic.forward_micro_batch_size, dp_size(), batch.size());
     data::DataProto out;
     if (shards_) {
-      typename FsdpShardedModel<Critic>::FullModel critic(*shards_, require_model());
+      typename FsdpShardedModel<Critic>::Layerwise critic(*shards_, require_model());
       out.set(std::string(keys::values), response_values(*critic, batch, micro));
     } else {
       out.set(std::string(keys::values), response_values(require_model(), batch, micro));
@@ -117,8 +118,9 @@ class CriticWorker {
   /// critic.ppo_mini_batch_size prompts x rollout.n (rows ordered by mini_batch_major_order), the
   /// clipped value loss aggregated over the whole mini-batch, gradients averaged over the group.
   data::DataProto update_critic(const data::DataProto& chunk) {
-    std::optional<typename FsdpShardedModel<Critic>::FullModel> full;  // the gathered model, freed at the end
-    if (shards_) full.emplace(*shards_, require_model());
+    // Sharded: the root gathered for the call, each layer around its passes; freed at the end.
+    std::optional<typename FsdpShardedModel<Critic>::Layerwise> gathered;
+    if (shards_) gathered.emplace(*shards_, require_model());
     Critic& critic = require_model();
     const auto& cfg = config_.critic;
     const Index n = config_.actor_rollout_ref.rollout.n;
@@ -188,7 +190,7 @@ class CriticWorker {
     }
     scheduler_->step();
     for (const auto& [k, v] : acc.reduce()) step_metrics[k] = v;
-    full.reset();
+    gathered.reset();
     // What this rank's buffers hold after the update: the shards (sharded) plus whatever the
     // model and the replicated AdamW hold (everything at fsdp_size 1, nothing when sharded).
     HeldParameterBytes held = replicated_held_bytes(critic, *optimizer_);
