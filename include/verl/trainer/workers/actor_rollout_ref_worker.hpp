@@ -16,8 +16,8 @@
 // Ulysses sequence parallelism (actor_rollout_ref.actor.ulysses_sequence_parallel_size = sp > 1,
 // verl's fsdp_workers with dp_actor): the group's world is (dp = world / sp, sp), sp fastest, so
 // ranks [d * sp, (d + 1) * sp) form data-parallel rank d's sequence-parallel group. Every rank of
-// one such group computes on the same rows, dp rank d's (verl's dispatch splits the data over dp
-// only): DP_COMPUTE_PROTO hands each rank 1/world of the rows, and the sp group all-gathers its
+// one such group computes on the same rows, dp rank d's: as verl's Ulysses sharding manager does,
+// DP_COMPUTE_PROTO hands each rank 1/world of the rows, and the sp group all-gathers its
 // ranks' chunks, which together are dp rank d's (for update_actor, re-interleaved per mini-batch,
 // as mini_batch_major_order over dp would have ordered them); each rank returns its own chunk's
 // rows of the result (SequenceParallelGroups). The actor, reference and old policy then compute

@@ -1,11 +1,12 @@
 // Ulysses sequence parallelism in the fsdp workers (verl's ulysses_sequence_parallel_size, the
 // actor's and the critic's): a worker group of `world` ranks is (dp = world / sp, sp), sp fastest,
 // so ranks [d * sp, (d + 1) * sp) form data-parallel rank d's sequence-parallel group, as verl's
-// (dp, sp) device mesh does. The ranks of an sp group compute on the same rows, dp rank d's (verl's
-// dispatch splits the data over dp only): DP_COMPUTE_PROTO hands each rank 1/world of the rows and
-// the sp group all-gathers its chunks, which together are dp rank d's (an update's re-interleaved
-// per mini-batch, as mini_batch_major_order over dp would have ordered them); each rank returns its
-// own chunk's rows of a result. The model splits each micro-batch's tokens over the sp group
+// (dp, sp) device mesh does. The ranks of an sp group compute on the same rows, dp rank d's: as in
+// verl (DP_COMPUTE_PROTO over every rank, then its Ulysses sharding manager's all-gather within the
+// sp group), each rank is handed 1/world of the rows and the sp group all-gathers its chunks,
+// which together are dp rank d's (an update's re-interleaved per mini-batch, as
+// mini_batch_major_order over dp would have ordered them); each rank returns its own chunk's rows
+// of a result. The model splits each micro-batch's tokens over the sp group
 // (model::UlyssesRegions); its gradients are then summed over the sp group before the dp average.
 #pragma once
 
