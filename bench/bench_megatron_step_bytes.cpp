@@ -10,22 +10,10 @@
 // CountingCommunicators, but its DP group and its worker group are plain MpiCommunicators, and the
 // counting communicator lumps every all-reduce and reduce-scatter into one figure; wrapping every
 // communicator would need a change to the worker's header. So this program counts one layer below,
-// through MPI's profiling interface (PMPI): it defines the non-blocking collectives and
-// point-to-point calls MpiCommunicator issues (MPI_Iallreduce, MPI_Ireduce_scatter_block,
-// MPI_Iallgather(v), MPI_Ibcast, MPI_Ialltoall, MPI_Isend, MPI_Irecv) and forwards each to its
-// PMPI_ twin after adding the call's bytes to a tally keyed by (phase, collective, mesh axis,
-// element type). Nothing in the library changes and the numerics are untouched (the same calls
-// with the same buffers). The axis of a call is read from its communicator's members: the world
-// ranks it holds, placed on the job's (tp, dp, pp) mesh (Megatron's order, tp fastest).
-// The reshard's figure is also read from the worker's own CountingCommunicator
-// (perf/reshard_bytes_received) and checked equal to the PMPI count.
-//
-// What a call's bytes are (per rank, this rank's buffers, as the counting communicator counts):
-//   all-reduce        the buffer (N elements)
-//   reduce-scatter    the send buffer (d x block)
-//   all-gather(v)     the blocks received (all but this rank's own)
-//   broadcast         the buffer, on every rank but the root
-//   send/recv         the receive buffers (point-to-point, PP activations and their gradients)
+// through MPI's profiling interface (pmpi_tally.hpp, which also says what a call's bytes are); the
+// axis of a call is read from its communicator's members placed on the job's (tp, dp, pp) mesh
+// (Megatron's order, tp fastest). The reshard's figure is also read from the worker's own
+// CountingCommunicator (perf/reshard_bytes_received) and checked equal to the PMPI count.
 // The tables print "moved per rank" under ring algorithms (the issue's convention): an all-reduce
 // over n ranks moves 2 (n-1)/n N b per rank, a reduce-scatter (n-1)/n of its send buffer; the
 // others as counted.
@@ -35,6 +23,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -58,47 +47,21 @@
 #include "verl/parallel/reshard_plan.hpp"
 #include "verl/trainer/workers/megatron_actor_worker.hpp"
 
-// ---- the tally, filled by the PMPI wrappers ---------------------------------------------------
+#include "pmpi_tally.hpp"
+#include "step_bytes_job.hpp"
+
+// ---- the tally (pmpi_tally.hpp), named along (tp, dp, pp) -------------------------------------
 
 namespace tally {
 
-enum class Kind { all_reduce, reduce_scatter, all_gather, all_gather_in_place, broadcast, all_to_all, p2p };
-constexpr const char* kind_names[] = {"all-reduce", "reduce-scatter", "all-gather", "all-gather (in place)",
-                                      "broadcast",  "all-to-all",     "send/recv"};
-
-struct Key {
-  std::string phase;  ///< generate (reshard + decode), log_prob, update
-  Kind kind;
-  std::string axis;  ///< the mesh axes the communicator's members differ along (tp, dp, pp, tp+dp, ...)
-  int ranks;         ///< the communicator's size
-  int element;       ///< element bytes (4: f32/i32, 8: f64/i64)
-  friend bool operator<(const Key& a, const Key& b) {
-    return std::tie(a.phase, a.kind, a.axis, a.ranks, a.element) < std::tie(b.phase, b.kind, b.axis, b.ranks, b.element);
-  }
-  friend bool operator==(const Key& a, const Key& b) = default;
-};
-using Table = std::map<Key, std::int64_t>;  ///< bytes (see the file's comment)
-
-bool enabled = false;
-std::string phase = "init";
 int tp = 1, dp = 1, pp = 1;  ///< the job's mesh (the job is the world)
-Table counts;
 
-std::string axis_of(MPI_Comm comm) {
-  MPI_Group group = MPI_GROUP_NULL, world = MPI_GROUP_NULL;
-  MPI_Comm_group(comm, &group);
-  MPI_Comm_group(MPI_COMM_WORLD, &world);
-  int n = 0;
-  MPI_Group_size(group, &n);
-  std::vector<int> local(static_cast<std::size_t>(n)), global(static_cast<std::size_t>(n));
-  for (int i = 0; i < n; ++i) local[static_cast<std::size_t>(i)] = i;
-  MPI_Group_translate_ranks(group, n, local.data(), world, global.data());
-  MPI_Group_free(&group);
-  MPI_Group_free(&world);
+/// The axes a communicator's members differ along, Megatron's order (tp fastest).
+std::string mesh_axis(const std::vector<int>& members) {
   bool varies[3] = {false, false, false};
   const auto coords = [](int r) { return std::array<int, 3>{r % tp, (r / tp) % dp, r / (tp * dp)}; };
-  const auto first = coords(global[0]);
-  for (const int r : global) {
+  const auto first = coords(members[0]);
+  for (const int r : members) {
     const auto c = coords(r);
     for (int a = 0; a < 3; ++a) varies[a] = varies[a] || c[static_cast<std::size_t>(a)] != first[static_cast<std::size_t>(a)];
   }
@@ -109,66 +72,7 @@ std::string axis_of(MPI_Comm comm) {
   return axis.empty() ? "self" : axis;
 }
 
-void add(Kind kind, MPI_Comm comm, MPI_Datatype type, std::int64_t elements) {
-  if (!enabled || elements == 0) return;
-  int size = 0, element = 0;
-  PMPI_Comm_size(comm, &size);
-  MPI_Type_size(type, &element);
-  counts[Key{phase, kind, axis_of(comm), size, element}] += elements * element;
-}
-
 }  // namespace tally
-
-extern "C" {
-
-int MPI_Iallreduce(const void* send, void* recv, int count, MPI_Datatype type, MPI_Op op, MPI_Comm comm, MPI_Request* request) {
-  tally::add(tally::Kind::all_reduce, comm, type, count);
-  return PMPI_Iallreduce(send, recv, count, type, op, comm, request);
-}
-int MPI_Ireduce_scatter_block(const void* send, void* recv, int count, MPI_Datatype type, MPI_Op op, MPI_Comm comm,
-                              MPI_Request* request) {
-  int size = 0;
-  PMPI_Comm_size(comm, &size);
-  tally::add(tally::Kind::reduce_scatter, comm, type, static_cast<std::int64_t>(count) * size);
-  return PMPI_Ireduce_scatter_block(send, recv, count, type, op, comm, request);
-}
-int MPI_Iallgather(const void* send, int send_count, MPI_Datatype send_type, void* recv, int recv_count, MPI_Datatype recv_type,
-                   MPI_Comm comm, MPI_Request* request) {
-  int size = 0;
-  PMPI_Comm_size(comm, &size);
-  tally::add(tally::Kind::all_gather, comm, recv_type, static_cast<std::int64_t>(recv_count) * (size - 1));
-  return PMPI_Iallgather(send, send_count, send_type, recv, recv_count, recv_type, comm, request);
-}
-int MPI_Iallgatherv(const void* send, int send_count, MPI_Datatype send_type, void* recv, const int recv_counts[],
-                    const int displacements[], MPI_Datatype recv_type, MPI_Comm comm, MPI_Request* request) {
-  int size = 0, rank = 0;
-  PMPI_Comm_size(comm, &size);
-  PMPI_Comm_rank(comm, &rank);
-  std::int64_t others = 0;
-  for (int r = 0; r < size; ++r)
-    if (r != rank) others += recv_counts[r];
-  tally::add(send == MPI_IN_PLACE ? tally::Kind::all_gather_in_place : tally::Kind::all_gather, comm, recv_type, others);
-  return PMPI_Iallgatherv(send, send_count, send_type, recv, recv_counts, displacements, recv_type, comm, request);
-}
-int MPI_Ibcast(void* buffer, int count, MPI_Datatype type, int root, MPI_Comm comm, MPI_Request* request) {
-  int rank = 0;
-  PMPI_Comm_rank(comm, &rank);
-  if (rank != root) tally::add(tally::Kind::broadcast, comm, type, count);
-  return PMPI_Ibcast(buffer, count, type, root, comm, request);
-}
-int MPI_Ialltoall(const void* send, int send_count, MPI_Datatype send_type, void* recv, int recv_count, MPI_Datatype recv_type,
-                  MPI_Comm comm, MPI_Request* request) {
-  int size = 0;
-  PMPI_Comm_size(comm, &size);
-  tally::add(tally::Kind::all_to_all, comm, recv_type, static_cast<std::int64_t>(recv_count) * (size - 1));
-  return PMPI_Ialltoall(send, send_count, send_type, recv, recv_count, recv_type, comm, request);
-}
-int MPI_Irecv(void* buffer, int count, MPI_Datatype type, int source, int tag, MPI_Comm comm, MPI_Request* request) {
-  tally::add(tally::Kind::p2p, comm, type, count);
-  return PMPI_Irecv(buffer, count, type, source, tag, comm, request);
-}
-
-}  // extern "C"
 
 // ---- the worker job ---------------------------------------------------------------------------
 
@@ -177,40 +81,11 @@ namespace {
 using namespace verl;
 using parallel::MpiCommunicator;
 
-struct Shape {
-  std::int64_t hidden, intermediate, layers, heads, kv_heads, vocab;
-};
-
-Shape g_shape{64, 128, 4, 4, 4, 64};
-
-model::Transformer make_model(const Shape& s) {
-  const nlohmann::json json = {{"model_type", "llama"},
-                               {"hidden_size", s.hidden},
-                               {"intermediate_size", s.intermediate},
-                               {"num_hidden_layers", s.layers},
-                               {"num_attention_heads", s.heads},
-                               {"num_key_value_heads", s.kv_heads},
-                               {"vocab_size", s.vocab},
-                               {"rms_norm_eps", 1e-6},
-                               {"max_position_embeddings", 256},
-                               {"eos_token_id", 1},
-                               {"tie_word_embeddings", false}};
-  return model::Transformer::random(model::HfModelConfig::from_json(json, "bench llama"), {.initializer_range = 0.2, .seed = 5},
-                                    {.num_threads = 1});
-}
-
-struct BenchModels {
-  using policy_type = model::Transformer;
-  static model::Transformer actor(const trainer::PPOConfig&) { return make_model(g_shape); }
-  static model::Transformer reference(const trainer::PPOConfig& config, const model::Transformer&) { return actor(config); }
-};
-using Worker = trainer::MegatronActorRolloutRefWorker<BenchModels>;
-
-/// One step's batch sizes (per job): rows, prompt and response lengths, micro-batch rows.
-struct Batch {
-  std::int64_t rows = 8, prompt = 8, response = 8, micro = 2;
-};
-Batch g_batch;
+using step_bench::Batch;
+using step_bench::g_batch;
+using step_bench::g_shape;
+using step_bench::Shape;
+using Worker = trainer::MegatronActorRolloutRefWorker<step_bench::BenchModels>;
 
 struct Config {
   std::string name;
@@ -233,52 +108,6 @@ std::vector<std::string> overrides(const Config& c, const Batch& b) {
           "actor_rollout_ref.actor.megatron.sequence_parallel=False",
           std::string("actor_rollout_ref.actor.megatron.use_distributed_optimizer=") + (c.distributed_optimizer ? "True" : "False"),
           "actor_rollout_ref.rollout.tensor_model_parallel_size=" + std::to_string(c.tg)};
-}
-
-/// This DP group's training rows: every token valid (attention mask all ones), so that a
-/// micro-batch of m rows has m (prompt + response) tokens.
-data::DataProto chunk(const Batch& b, int dp_rank, int dp, int step) {
-  const Index mine = b.rows / dp, first = dp_rank * mine, width = b.prompt + b.response;
-  MatrixI64 input_ids(mine, width), position_ids(mine, width);
-  MatrixF attention_mask = MatrixF::Ones(mine, width), response_mask = MatrixF::Ones(mine, b.response);
-  MatrixF advantages(mine, b.response);
-  for (Index r = 0; r < mine; ++r) {
-    const Index g = first + r;
-    for (Index c = 0; c < width; ++c) {
-      input_ids(r, c) = (g * 7 + c * 3 + step * 11) % (g_shape.vocab - 2) + 2;
-      position_ids(r, c) = c;
-    }
-    for (Index c = 0; c < b.response; ++c) advantages(r, c) = static_cast<float>((g * b.response + c) % 5) - 2.0f;
-  }
-  data::DataProto batch;
-  batch.set(std::string(trainer::keys::input_ids), input_ids);
-  batch.set(std::string(trainer::keys::attention_mask), attention_mask);
-  batch.set(std::string(trainer::keys::position_ids), position_ids);
-  batch.set(std::string(trainer::keys::response_mask), response_mask);
-  batch.set(std::string(trainer::keys::advantages), advantages);
-  return batch;
-}
-
-data::DataProto prompts(const Batch& b, int dp_rank, int dp) {
-  const Index mine = b.rows / dp, first = dp_rank * mine;
-  MatrixI64 input_ids(mine, b.prompt);
-  for (Index r = 0; r < mine; ++r)
-    for (Index c = 0; c < b.prompt; ++c) input_ids(r, c) = ((first + r) * 5 + c) % (g_shape.vocab - 3) + 3;
-  data::DataProto batch;
-  batch.set(std::string(trainer::keys::input_ids), input_ids);
-  batch.set(std::string(trainer::keys::attention_mask), MatrixF(MatrixF::Ones(mine, b.prompt)));
-  rollout::SamplingParams params;
-  params.temperature = 1.0f;
-  params.n = 1;
-  params.max_response_length = b.response;
-  params.eos_token_ids = {1};
-  params.pad_token_id = 0;
-  params.seed = 9;
-  batch.meta_info()["sampling_params"] = trainer::sampling_params_to_json(params);
-  std::vector<std::int64_t> seeds;
-  for (Index r = 0; r < mine; ++r) seeds.push_back(100 + first + r);
-  batch.set_non_tensor(std::string(trainer::keys::seed), std::move(seeds));
-  return batch;
 }
 
 /// The job over the whole world (its size must be tp x dp x pp).
@@ -326,10 +155,10 @@ StepResult run_job(MpiCommunicator& world, const Config& c, int steps, bool coun
       last = now;
     };
     tally::phase = "generate";
-    const data::DataProto generated = worker.generate_sequences(prompts(g_batch, dp_rank, c.dp));
+    const data::DataProto generated = worker.generate_sequences(step_bench::generation_prompts(g_batch, dp_rank, c.dp));
     result.reshard_metric = generated.meta_info().at("metrics").at("perf/reshard_bytes_received").get<std::int64_t>();
     lap(0);
-    data::DataProto batch = chunk(g_batch, dp_rank, c.dp, s);
+    data::DataProto batch = step_bench::training_rows(g_batch, dp_rank, c.dp, s);
     tally::phase = "log_prob";
     const data::DataProto old = worker.compute_log_prob(batch);
     // The last stage's tp rank 0 holds the log-probs; the bench needs them only as update inputs,
@@ -483,52 +312,27 @@ int row_of(const tally::Key& k, const Config& c) {
   return 6;
 }
 
-/// Bytes moved per rank under ring algorithms: all-reduce 2 (n-1)/n of the buffer, reduce-scatter
-/// (n-1)/n of the send buffer, the others as counted (already what the rank receives).
-double moved(const tally::Key& k, std::int64_t bytes) {
-  const double n = k.ranks;
-  if (k.kind == tally::Kind::all_reduce) return 2.0 * (n - 1) / n * static_cast<double>(bytes);
-  if (k.kind == tally::Kind::reduce_scatter) return (n - 1) / n * static_cast<double>(bytes);
-  return static_cast<double>(bytes);
-}
-
 std::vector<double> rows_of(const tally::Table& t, const Config& c) {
   std::vector<double> rows(row_count + 1, 0.0);
   for (const auto& [k, v] : t) {
-    rows[static_cast<std::size_t>(row_of(k, c))] += moved(k, v);
-    rows[row_count] += moved(k, v);
+    rows[static_cast<std::size_t>(row_of(k, c))] += tally::moved(k, v);
+    rows[row_count] += tally::moved(k, v);
   }
   return rows;
 }
 
-std::string human(double bytes) {
-  if (bytes == 0) return "0";
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (bytes >= 1024 && u < 4) {
-    bytes /= 1024;
-    ++u;
-  }
-  return u == 0 ? fmt::format("{:.0f} B", bytes) : fmt::format("{:.2f} {}", bytes, units[u]);
-}
-
 void print_table(const std::vector<Config>& configs, const std::vector<std::vector<double>>& columns, bool counted) {
-  fmt::print("| collective (bytes moved per rank per step, max over ranks) |");
-  for (const Config& c : configs) fmt::print(" {} |", c.name);
-  fmt::print("\n| --- |");
-  for (std::size_t i = 0; i < configs.size(); ++i) fmt::print(" ---: |");
-  fmt::print("\n");
-  for (std::size_t r = 0; r <= row_count; ++r) {
-    fmt::print("| {} |", r < row_count ? row_names[r] : "**total**");
-    for (const auto& col : columns) fmt::print(" {} |", !counted && r == 9 ? "n/a" : human(col[r]));
-    fmt::print("\n");
-  }
+  std::vector<std::string> names;
+  for (const Config& c : configs) names.push_back(c.name);
+  step_bench::print_byte_table(names, std::vector<std::string_view>(std::begin(row_names), std::end(row_names)), columns,
+                               counted ? -1 : 9);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   verl::parallel::MpiEnvironment environment(argc, argv);
+  tally::axis_namer = tally::mesh_axis;
   MpiCommunicator world = MpiCommunicator::world();
   const bool timing = argc > 1 && std::strcmp(argv[1], "--time") == 0;
   const int n = world.size();
@@ -607,7 +411,7 @@ int main(int argc, char** argv) {
       const auto plan = parallel::make_reshard_plan(train, gen);
       fmt::print(stderr, "{}: formulas {} the count on every rank; plan comm_bytes_per_rank (rank 0) small {} B, 7B {}\n", c.name,
                  mismatch ? "DIFFER FROM" : "equal", plan.cost(0).bytes(params_of(small, c, 0).model * 4).comm_bytes_per_rank,
-                 human(static_cast<double>(plan.cost(0).bytes(params_of(llama7b, c, 0).model * 4).comm_bytes_per_rank)));
+                 step_bench::human(static_cast<double>(plan.cost(0).bytes(params_of(llama7b, c, 0).model * 4).comm_bytes_per_rank)));
     }
   }
   if (world.rank() == 0) {
