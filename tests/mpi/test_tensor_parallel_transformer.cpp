@@ -4,7 +4,10 @@
 // the dense ones for the same cotangents, in float and double; MHA, GQA with KV heads split and with KV heads
 // copied (fewer KV heads than ranks), tied and untied heads, Qwen3's q/k norms, a sliding window,
 // an uneven vocabulary split, the tiny fixture models; and sizes that do not divide the model are
-// refused with the sizes named.
+// refused with the sizes named. Megatron's sequence parallelism (set_sequence_parallel) at tp 2
+// and 4 gives the same outputs, gathered gradients and gradient norm as tensor parallelism alone,
+// for token counts that are multiples of tp and not (fewer tokens than ranks too), every bias
+// (row-parallel ones included), GQA, copied KV heads, q/k norms and a sliding window.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -209,6 +212,89 @@ void expect_tp_equals_dense(BasicTransformer<Scalar>& dense, int tp, Tolerance t
 constexpr Tolerance float_tolerance{2e-5, 2e-5};
 constexpr Tolerance double_tolerance{1e-12, 1e-11};
 
+/// The batches of the sequence-parallel comparison: 13 packed tokens (a multiple of neither 2 nor
+/// 4), 8 (a multiple of both), then 3 (fewer than 4 ranks: a rank holds padding only).
+TokenBatch sequence_parallel_batch(Index vocab, unsigned step) {
+  if (step == 0) return padded_batch(vocab, 11);
+  const Index rows = step == 1 ? 2 : 1, cols = step == 1 ? 4 : 3;
+  MatrixI64 ids(rows, cols);
+  for (Index i = 0; i < ids.size(); ++i) ids.data()[i] = (i * 7 + 3 * step) % vocab;
+  return TokenBatch::padded(ids, MatrixF::Ones(rows, cols));
+}
+
+/// Three training micro-batches (accumulating gradients) through two TP models over `tp` ranks,
+/// one with Megatron's sequence parallelism: outputs, gathered gradients and the gradient norm
+/// must agree (relative to each tensor's largest value). Returns the worst differences.
+template <class Scalar>
+std::pair<double, double> expect_sequence_parallel_equals_tensor_parallel(const BasicTransformer<Scalar>& dense, int tp,
+                                                                          double tolerance) {
+  SCOPED_TRACE(::testing::Message() << "tp = " << tp);
+  BasicTensorParallelTransformer<Scalar, MpiCommunicator> plain(dense, tp_group(tp));
+  BasicTensorParallelTransformer<Scalar, MpiCommunicator> split(dense, tp_group(tp));
+  split.set_sequence_parallel(true);
+  EXPECT_TRUE(split.sequence_parallel());
+  double worst_output = 0, worst_gradient = 0;
+  for (unsigned step = 0; step < 3; ++step) {
+    const TokenBatch batch = sequence_parallel_batch(dense.vocab_size(), step);
+    const MatrixI64 targets = next_token_targets(batch);
+    const ForwardOptions options{.targets = {targets.data(), static_cast<std::size_t>(targets.size())},
+                                 .return_logits = step == 1,
+                                 .return_entropy = true,
+                                 .return_sum_pi_squared = true,
+                                 .temperature = step == 0 ? 0.7f : 1.3f,
+                                 .keep_activations = true};
+    const auto expected = plain.forward(batch, options);
+    const auto actual = split.forward(batch, options);
+    for (const auto& [a, e] : {std::pair{&actual.log_probs, &expected.log_probs},
+                               std::pair{&actual.entropy, &expected.entropy},
+                               std::pair{&actual.sum_pi_squared, &expected.sum_pi_squared},
+                               std::pair{&actual.logits, &expected.logits}}) {
+      EXPECT_EQ(a->size(), e->size());
+      if (a->size() != e->size()) continue;
+      const double error = max_abs_difference(*a, *e) / std::max(max_abs(*e), 1.0);
+      worst_output = std::max(worst_output, error);
+      EXPECT_LE(error, tolerance) << "step " << step;
+    }
+    const auto g_lp = random_cotangent<Scalar>(batch.layout_size(), 50 + step);
+    const auto g_h = random_cotangent<Scalar>(batch.layout_size(), 60 + step);
+    plain.backward({.log_probs = g_lp, .entropy = g_h});
+    split.backward({.log_probs = g_lp, .entropy = g_h});
+  }
+  std::map<std::string, std::vector<Scalar>> expected_grads;
+  plain.for_each_full_parameter(
+      [&](const Parameter<const Scalar>& p) { expected_grads[std::string(p.name)].assign(p.grad.begin(), p.grad.end()); });
+  split.for_each_full_parameter([&](const Parameter<const Scalar>& p) {
+    const auto& expected = expected_grads.at(std::string(p.name));
+    ASSERT_EQ(p.grad.size(), expected.size()) << p.name;
+    const Eigen::Map<const Vector<Scalar>> actual(p.grad.data(), static_cast<Index>(p.grad.size()));
+    const Eigen::Map<const Vector<Scalar>> reference(expected.data(), static_cast<Index>(expected.size()));
+    const double error = max_abs_difference(actual, reference) / std::max(max_abs(reference), 1e-30);
+    worst_gradient = std::max(worst_gradient, error);
+    EXPECT_LE(error, tolerance) << p.name;
+  });
+  // Each rank's shard too: the replicated tensors (norms, row-parallel biases) hold the summed
+  // gradient on every rank, not their slice's share.
+  std::vector<std::vector<Scalar>> plain_local;
+  plain.for_each_parameter([&](const auto& p) { plain_local.emplace_back(p.grad.begin(), p.grad.end()); });
+  std::size_t k = 0;
+  split.for_each_parameter([&](const auto& p) {
+    const Eigen::Map<const Vector<Scalar>> actual(p.grad.data(), static_cast<Index>(p.grad.size()));
+    const Eigen::Map<const Vector<Scalar>> reference(plain_local[k].data(), static_cast<Index>(plain_local[k].size()));
+    ++k;
+    EXPECT_LE(max_abs_difference(actual, reference) / std::max(max_abs(reference), 1e-30), tolerance)
+        << p.name << " on tp rank " << split.tp_rank();
+  });
+  const double plain_norm = plain.gradient_squared_norm(), split_norm = split.gradient_squared_norm();
+  EXPECT_NEAR(split_norm, plain_norm, tolerance * plain_norm);
+  if (MpiCommunicator::world().rank() == 0) {
+    std::printf("  sequence parallel tp=%d %s: max output difference %.3g, max gradient difference %.3g (relative), "
+                "squared norm %.17g vs %.17g\n",
+                tp, std::is_same_v<Scalar, float> ? "float32" : "float64", worst_output, worst_gradient, split_norm,
+                plain_norm);
+  }
+  return {worst_output, worst_gradient};
+}
+
 }  // namespace
 
 TEST(TensorParallelTransformer, LlamaWithEveryBiasEqualsTheDenseModel) {
@@ -252,6 +338,37 @@ TEST(TensorParallelTransformer, TinyFixtureModelsEqualTheDenseModel) {
       auto dense = load_transformer(models_dir / name, {.num_threads = 1});
       expect_tp_equals_dense(dense, tp, float_tolerance);
     }
+  }
+}
+
+TEST(TensorParallelTransformer, SequenceParallelEqualsTensorParallelAlone) {
+  for (const int tp : tp_sizes()) {
+    for (const auto& [name, config] : {std::pair<std::string, HfModelConfig>{"llama, every bias", llama_mha()},
+                                       {"qwen2 gqa", qwen2_gqa()},
+                                       {"qwen3 copied kv, window", qwen3_copied_kv()}}) {
+      SCOPED_TRACE(name);
+      expect_sequence_parallel_equals_tensor_parallel(random_dense<float>(config, 8), tp, 1e-5);
+      expect_sequence_parallel_equals_tensor_parallel(random_dense<double>(config, 8), tp, 1e-12);
+    }
+  }
+}
+
+TEST(TensorParallelTransformer, SequenceParallelLeavesGenerationUnsplit) {
+  // extend() (the KV-cache decode) on a model with sequence parallelism on gives the logits of one
+  // without it: generation never splits the tokens.
+  for (const int tp : tp_sizes()) {
+    const auto dense = random_dense<float>(llama_mha(), 9);
+    BasicTensorParallelTransformer<float, MpiCommunicator> plain(dense, tp_group(tp));
+    BasicTensorParallelTransformer<float, MpiCommunicator> split(dense, tp_group(tp));
+    split.set_sequence_parallel(true);
+    const std::vector<Index> capacities{8, 8};
+    auto plain_cache = plain.make_kv_cache(capacities);
+    auto split_cache = split.make_kv_cache(capacities);
+    const std::vector<Index> sequences{0, 1};
+    const std::vector<TokenId> tokens{3, 4, 5, 6, 7};
+    const std::vector<std::int64_t> offsets{0, 3, 5}, positions{0, 1, 2, 0, 1};
+    EXPECT_EQ(split.extend(split_cache, sequences, tokens, offsets, positions),
+              plain.extend(plain_cache, sequences, tokens, offsets, positions));
   }
 }
 

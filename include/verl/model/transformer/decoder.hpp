@@ -15,6 +15,16 @@
 // 1/sp of the heads (KV heads repeated sp / num_key_value_heads times when fewer than sp), so that
 // the causal mask of each packed sequence is the one of sp = 1. Parameter gradients are then this
 // rank's tokens' share: their sum over the group is the whole batch's.
+// Under Megatron's sequence parallelism (set_megatron_sequence_parallel, with tensor parallelism;
+// Korthikanti et al. 2022) the packed tokens are padded to a multiple of tp the same way (a
+// sequence of its own) and, outside the tensor-parallel regions (norms, residual stream), each TP
+// rank holds a contiguous 1/tp slice of them: the column-parallel layers all-gather their input
+// over the tokens, the row-parallel layers and the embedding reduce-scatter their partial outputs
+// over the tokens (instead of all-reducing them), and the backward swaps the two. Attention sees
+// every token with this rank's heads, as without it. The final norm runs on the slice, its output
+// is all-gathered for the vocabulary-parallel head, and backward takes each rank's partial
+// gradient of it (reduce-scattered). The norms' and the row-parallel biases' gradients are then
+// this rank's tokens' share (the owner sums them over TP). The KV-cache path never splits.
 #pragma once
 
 #include <Eigen/Core>
@@ -104,6 +114,9 @@ template <class S>
 struct LayerScratch {
   RowMatrix<S> h, act, y;
   RowMatrix<S> d_act, d_gate, d_up, d_h, d_attn, dq, dk, dv, d_head_norm;
+  /// Megatron sequence parallelism only: a column-parallel layer's input and a row-parallel
+  /// layer's output gradient gathered over every token, and a reduce-scattered slice.
+  RowMatrix<S> whole, d_whole, slice;
 };
 
 template <class S>
@@ -197,6 +210,19 @@ class DecoderBody {
     sequence_parallel_ = regions;
   }
   [[nodiscard]] SequenceParallelRegions<Scalar>* sequence_parallel() const { return sequence_parallel_; }
+  /// Megatron's sequence parallelism over the tensor-parallel group for the next training and
+  /// log-prob passes (see the file's comment); it acts only with more than one TP rank (as in
+  /// Megatron), never on a pipeline stage's body nor with Ulysses.
+  void set_megatron_sequence_parallel(bool on) {
+    VERL_CHECK_ARG(!on || regions_ != nullptr,
+                   "megatron sequence parallelism: expected a tensor-parallel body (set_tensor_parallel first), got none");
+    VERL_CHECK_ARG(!on || stage_.whole_model(),
+                   "megatron sequence parallelism: not supported on a pipeline stage's body (layers from {}); expected "
+                   "the whole model",
+                   stage_.first_layer);
+    megatron_sequence_parallel_ = on;
+  }
+  [[nodiscard]] bool megatron_sequence_parallel() const { return megatron_sequence_parallel_; }
   /// Called around each layer of the next training and log-prob passes (forward and backward;
   /// not the KV-cache decode, which needs every layer at every step), or none; not owned.
   void set_layer_parameter_hooks(LayerParameterHooks* hooks) { layer_hooks_ = hooks; }
@@ -240,18 +266,30 @@ class DecoderBody {
       VERL_CHECK_ARG(stage_.embeds && stage_.final_norm,
                      "sequence parallelism: a pipeline stage's body cannot split its tokens (got the stage from layer {})",
                      stage_.first_layer);
-      take_sequence_slice(batch);
+      take_sequence_slice(batch, sequence_parallel_->size(), sequence_parallel_->rank(), /*every_token=*/false);
+    } else if (megatron_sequence_parallel_active()) {
+      VERL_CHECK_ARG(sequence_parallel_ == nullptr,
+                     "megatron sequence parallelism: cannot be combined with Ulysses sequence parallelism");
+      take_sequence_slice(batch, regions_->size(), regions_->rank(), /*every_token=*/true);
     } else {
       tokens_.assign(batch.tokens().begin(), batch.tokens().end());
       rope_.tables(batch.positions(), cos_, sin_);
       slice_ = {0, batch.num_tokens(), batch.num_tokens(), batch.num_tokens()};
     }
+    tokens_split_ = megatron_sequence_parallel_active();
+    // The tokens the column-parallel layers and attention see; the residual stream holds `rows`
+    // of them (this rank's slice under Megatron's sequence parallelism).
     const Index n = static_cast<Index>(tokens_.size());
+    const Index rows = tokens_split_ ? slice_.rows : n;
 
     const std::size_t layers = weights_.layers.size();
     activations_.resize(keep_activations ? layers : 1);
-    RowMatrix<Scalar> x(n, hidden);
-    if (stage_.embeds) {
+    RowMatrix<Scalar> x(rows, hidden);
+    if (stage_.embeds && tokens_split_) {
+      RowMatrix<Scalar> partial(n, hidden);
+      embed_local_rows(tokens_, partial);
+      regions_->reduce_scatter_rows(partial, x);
+    } else if (stage_.embeds) {
       embed(tokens_, x);
     } else {
       VERL_CHECK_ARG(stage_input != nullptr && stage_input->rows() == n && stage_input->cols() == hidden,
@@ -265,16 +303,19 @@ class DecoderBody {
     for (std::size_t l = 0; l < layers; ++l) {
       auto& act = activations_[keep_activations ? l : 0];
       act.x.swap(x);
-      x.resize(n, hidden);
+      x.resize(rows, hidden);
       const Index window = config_.attention_window(stage_.first_layer + static_cast<Index>(l));
       if (layer_hooks_ != nullptr) layer_hooks_->before_forward(l);
-      layer_forward(weights_.layers[l], act, x, cos_, sin_, [&](detail::LayerActivations<Scalar>& a) {
-        if (sequence_parallel_active()) {
-          attend_sequence_parallel(a, window);
-        } else {
-          attend(a, window);
-        }
-      });
+      layer_forward(
+          weights_.layers[l], act, x, cos_, sin_,
+          [&](detail::LayerActivations<Scalar>& a) {
+            if (sequence_parallel_active()) {
+              attend_sequence_parallel(a, window);
+            } else {
+              attend(a, window);
+            }
+          },
+          nullptr, tokens_split_);
       if (layer_hooks_ != nullptr) layer_hooks_->after_forward(l);
     }
     if (!stage_.final_norm) {  // the next stage continues the residual stream
@@ -283,8 +324,17 @@ class DecoderBody {
       return hidden_;
     }
     final_x_.swap(x);
-    hidden_.resize(n, hidden);
-    detail::rms_norm_forward<Scalar>(final_x_, weights_.norm.value, config_.rms_norm_eps, hidden_, final_inv_rms_);
+    if (tokens_split_) {
+      // The norm on this rank's slice, then every real token's output for the head.
+      auto& normed = scratch_.slice;
+      normed.resize(rows, hidden);
+      detail::rms_norm_forward<Scalar>(final_x_, weights_.norm.value, config_.rms_norm_eps, normed, final_inv_rms_);
+      regions_->all_gather_rows(normed, scratch_.whole);
+      hidden_ = scratch_.whole.topRows(slice_.total);
+    } else {
+      hidden_.resize(n, hidden);
+      detail::rms_norm_forward<Scalar>(final_x_, weights_.norm.value, config_.rms_norm_eps, hidden_, final_inv_rms_);
+    }
     saved_ = keep_activations;
     return hidden_;
   }
@@ -332,16 +382,25 @@ class DecoderBody {
   /// The last forward's final hidden states.
   [[nodiscard]] const RowMatrix<Scalar>& hidden() const { return hidden_; }
 
-  /// Accumulates parameter gradients from d(hidden) (N, H), which is overwritten.
+  /// Accumulates parameter gradients from d(hidden) (N, H), which is overwritten. Under Megatron's
+  /// sequence parallelism d(hidden) is this rank's partial gradient (the vocabulary-parallel
+  /// head's share), reduce-scattered here; otherwise it is already summed over TP.
   void backward(RowMatrix<Scalar>& d_hidden) {
     VERL_CHECK_ARG(saved_, "backward: no saved activations (call forward with keep_activations = true first)");
     VERL_CHECK_ARG(d_hidden.rows() == hidden_.rows() && d_hidden.cols() == hidden_.cols(),
                    "d_hidden: expected shape ({}, {}), got ({}, {})", hidden_.rows(), hidden_.cols(), d_hidden.rows(),
                    d_hidden.cols());
     enable_grad();
-    const Index n = hidden_.rows(), width = config_.hidden_size;
+    const Index n = stage_.final_norm ? final_x_.rows() : hidden_.rows(), width = config_.hidden_size;
     RowMatrix<Scalar> dx(n, width);
-    if (stage_.final_norm) {
+    if (stage_.final_norm && tokens_split_) {
+      auto& partial = scratch_.d_whole;
+      partial.setZero(n * regions_->size(), width);  // the padding tokens' rows stay zero
+      partial.topRows(d_hidden.rows()) = d_hidden;
+      regions_->reduce_scatter_rows(partial, scratch_.slice);
+      detail::rms_norm_backward<Scalar>(final_x_, weights_.norm.value, final_inv_rms_, scratch_.slice,
+                                        &weights_.norm.grad, dx, false);
+    } else if (stage_.final_norm) {
       detail::rms_norm_backward<Scalar>(final_x_, weights_.norm.value, final_inv_rms_, d_hidden, &weights_.norm.grad,
                                         dx, false);
     } else {
@@ -364,12 +423,18 @@ class DecoderBody {
     auto& grad = weights_.embed_tokens.grad;
     const Index first_row = vocab_begin();
     // Sequence parallelism's padding tokens are no input of the batch.
-    const Index real_tokens = sequence_parallel_active() ? slice_.real_rows : n;
+    Index real_tokens = sequence_parallel_active() ? slice_.real_rows : n;
+    const RowMatrix<Scalar>* token_grads = &dx;
+    if (tokens_split_ && grad.size() > 0) {  // the embedding's reduce-scatter backward: every token's gradient
+      regions_->all_gather_rows(dx, scratch_.d_whole);
+      token_grads = &scratch_.d_whole;
+      real_tokens = slice_.total;
+    }
     for (Index t = 0; t < real_tokens && grad.size() > 0; ++t) {
       const TokenId id = tokens_[static_cast<std::size_t>(t)];
       if (config_.pad_token_id && id == *config_.pad_token_id) continue;
       if (id < first_row || id >= first_row + grad.rows()) continue;
-      grad.row(id - first_row) += dx.row(t);
+      grad.row(id - first_row) += token_grads->row(t);
     }
     // The buffers stay allocated for the next step (first-touch page faults cost more than the
     // memory); release_activations() frees them.
@@ -396,6 +461,13 @@ class DecoderBody {
       for (std::size_t t = 0; t < tokens.size(); ++t) x.row(static_cast<Index>(t)) = weights_.embed_tokens.value.row(tokens[t]);
       return;
     }
+    embed_local_rows(tokens, x);
+    regions_->all_reduce_sum(x);
+  }
+
+  /// The tensor-parallel embedding before its sum over the ranks: the rows this rank holds, zeros
+  /// for the other tokens.
+  void embed_local_rows(std::span<const TokenId> tokens, RowMatrix<Scalar>& x) const {
     const Index first_row = regions_->vocab_begin(), rows = weights_.embed_tokens.value.rows();
     for (std::size_t t = 0; t < tokens.size(); ++t) {
       const Index row = tokens[t] - first_row;
@@ -405,15 +477,16 @@ class DecoderBody {
         x.row(static_cast<Index>(t)).setZero();
       }
     }
-    regions_->all_reduce_sum(x);
   }
 
   /// One layer: `act.x` in, `x_out` out, `act` filled; cos/sin are the rotary tables of the
   /// tokens' positions. `attend(act)` turns act.q/k/v (rotated) into act.attn (and act.lse).
+  /// `tokens_split` (Megatron's sequence parallelism): act.x and x_out are this rank's slice of
+  /// the tokens, cos/sin and the attention every token's.
   template <class Attend>
   void layer_forward(const DecoderLayerWeights<Scalar>& w, detail::LayerActivations<Scalar>& act,
                      RowMatrix<Scalar>& x_out, const RowMatrix<Scalar>& cos, const RowMatrix<Scalar>& sin,
-                     const Attend& attend, const detail::PackedLayerWeights* packed = nullptr) {
+                     const Attend& attend, const detail::PackedLayerWeights* packed = nullptr, bool tokens_split = false) {
     auto pack = [&](const cpu::PackedMatrix detail::PackedLayerWeights::*member) {
       return packed != nullptr ? &(packed->*member) : nullptr;
     };
@@ -431,35 +504,37 @@ class DecoderBody {
     for_row_blocks(n, width, [&](Index begin, Index end) {
       detail::rms_norm_forward_rows<Scalar>(act.x, w.input_layernorm.value, eps, s.h, act.inv_rms_in.data(), begin, end);
     });
-    act.q.resize(n, heads * d);
-    act.k.resize(n, kv_heads * d);
-    act.v.resize(n, kv_heads * d);
-    detail::linear_forward<Scalar>(pool, s.h, w.q_proj.value, bias(w.q_bias), act.q,
+    const RowMatrix<Scalar>& h_in = column_parallel_input(s.h, tokens_split);
+    const Index m = h_in.rows();  // every token the column-parallel layers see
+    act.q.resize(m, heads * d);
+    act.k.resize(m, kv_heads * d);
+    act.v.resize(m, kv_heads * d);
+    detail::linear_forward<Scalar>(pool, h_in, w.q_proj.value, bias(w.q_bias), act.q,
                                    pack(&detail::PackedLayerWeights::q));
-    detail::linear_forward<Scalar>(pool, s.h, w.k_proj.value, bias(w.k_bias), act.k,
+    detail::linear_forward<Scalar>(pool, h_in, w.k_proj.value, bias(w.k_bias), act.k,
                                    pack(&detail::PackedLayerWeights::k));
-    detail::linear_forward<Scalar>(pool, s.h, w.v_proj.value, bias(w.v_bias), act.v,
+    detail::linear_forward<Scalar>(pool, h_in, w.v_proj.value, bias(w.v_bias), act.v,
                                    pack(&detail::PackedLayerWeights::v));
-    adapt(LinearModule::q_proj, s.h, act.q);
-    adapt(LinearModule::k_proj, s.h, act.k);
-    adapt(LinearModule::v_proj, s.h, act.v);
+    adapt(LinearModule::q_proj, h_in, act.q);
+    adapt(LinearModule::k_proj, h_in, act.k);
+    adapt(LinearModule::v_proj, h_in, act.v);
     if (config_.qk_norm) {
       act.q_raw.swap(act.q);
       act.k_raw.swap(act.k);
       head_norm_forward(act.q_raw, w.q_norm.value, act.q, act.inv_rms_q);
       head_norm_forward(act.k_raw, w.k_norm.value, act.k, act.inv_rms_k);
     }
-    for_row_blocks(n, (heads + kv_heads) * d, [&](Index begin, Index end) {
+    for_row_blocks(m, (heads + kv_heads) * d, [&](Index begin, Index end) {
       RotaryEmbedding<Scalar>::apply_rows(act.q.data(), act.q.cols(), begin, end, heads, d, cos, sin);
       RotaryEmbedding<Scalar>::apply_rows(act.k.data(), act.k.cols(), begin, end, kv_heads, d, cos, sin);
     });
-    act.attn.resize(n, heads * d);
+    act.attn.resize(m, heads * d);
     attend(act);
-    s.y.resize(n, width);
+    s.y.resize(m, width);
     detail::linear_forward<Scalar>(pool, act.attn, w.o_proj.value, row_parallel_bias(w.o_bias), s.y,
                                    pack(&detail::PackedLayerWeights::o));
     adapt(LinearModule::o_proj, act.attn, s.y);
-    reduce_row_parallel_output(w.o_bias, s.y);
+    reduce_row_parallel_output(w.o_bias, s.y, tokens_split);
     act.x_mid.resize(n, width);
     act.inv_rms_post.resize(n);
     for_row_blocks(n, width, [&](Index begin, Index end) {
@@ -468,20 +543,22 @@ class DecoderBody {
                                             begin, end);
     });
     const Index inner = config_.intermediate_size;
-    act.gate.resize(n, inner);
-    act.up.resize(n, inner);
-    detail::linear_forward<Scalar>(pool, s.h, w.gate_proj.value, bias(w.gate_bias), act.gate,
+    const RowMatrix<Scalar>& h_mid = column_parallel_input(s.h, tokens_split);
+    act.gate.resize(m, inner);
+    act.up.resize(m, inner);
+    detail::linear_forward<Scalar>(pool, h_mid, w.gate_proj.value, bias(w.gate_bias), act.gate,
                                    pack(&detail::PackedLayerWeights::gate));
-    detail::linear_forward<Scalar>(pool, s.h, w.up_proj.value, bias(w.up_bias), act.up,
+    detail::linear_forward<Scalar>(pool, h_mid, w.up_proj.value, bias(w.up_bias), act.up,
                                    pack(&detail::PackedLayerWeights::up));
-    adapt(LinearModule::gate_proj, s.h, act.gate);
-    adapt(LinearModule::up_proj, s.h, act.up);
-    s.act.resize(n, inner);
-    for_row_blocks(n, inner, [&](Index begin, Index end) { swiglu_rows(act.gate, act.up, s.act, begin, end); });
+    adapt(LinearModule::gate_proj, h_mid, act.gate);
+    adapt(LinearModule::up_proj, h_mid, act.up);
+    s.act.resize(m, inner);
+    for_row_blocks(m, inner, [&](Index begin, Index end) { swiglu_rows(act.gate, act.up, s.act, begin, end); });
+    s.y.resize(m, width);
     detail::linear_forward<Scalar>(pool, s.act, w.down_proj.value, row_parallel_bias(w.down_bias), s.y,
                                    pack(&detail::PackedLayerWeights::down));
     adapt(LinearModule::down_proj, s.act, s.y);
-    reduce_row_parallel_output(w.down_bias, s.y);
+    reduce_row_parallel_output(w.down_bias, s.y, tokens_split);
     x_out.resize(n, width);
     for_row_blocks(n, width, [&](Index begin, Index end) {
       x_out.middleRows(begin, end - begin) = act.x_mid.middleRows(begin, end - begin) + s.y.middleRows(begin, end - begin);
@@ -705,10 +782,51 @@ class DecoderBody {
   const RowMatrix<Scalar>* row_parallel_bias(const ParameterTensor<Scalar>& t) const {
     return regions_ != nullptr ? nullptr : bias(t);
   }
-  void reduce_row_parallel_output(const ParameterTensor<Scalar>& bias_tensor, RowMatrix<Scalar>& y) const {
+  /// Under Megatron's sequence parallelism (`tokens_split`) the sum is reduce-scattered: y becomes
+  /// this rank's slice of the tokens, and the bias is added to it only.
+  void reduce_row_parallel_output(const ParameterTensor<Scalar>& bias_tensor, RowMatrix<Scalar>& y, bool tokens_split) {
     if (regions_ == nullptr) return;
-    regions_->all_reduce_sum(y);
+    if (tokens_split) {
+      regions_->reduce_scatter_rows(y, scratch_.slice);
+      y.swap(scratch_.slice);
+    } else {
+      regions_->all_reduce_sum(y);
+    }
     if (bias_tensor.present()) y.rowwise() += bias_tensor.value.row(0);
+  }
+  /// A column-parallel layer's input: this rank's slice of the tokens gathered over TP under
+  /// Megatron's sequence parallelism (into the scratch), else `slice` itself.
+  const RowMatrix<Scalar>& column_parallel_input(const RowMatrix<Scalar>& slice, bool tokens_split) {
+    if (!tokens_split) return slice;
+    regions_->all_gather_rows(slice, scratch_.whole);
+    return scratch_.whole;
+  }
+  /// A row-parallel layer's output gradient over every token: gathered from the slices under
+  /// Megatron's sequence parallelism (the reduce-scatter's backward), else `d_out` itself.
+  const RowMatrix<Scalar>& row_parallel_output_gradient(const RowMatrix<Scalar>& d_out) {
+    if (!tokens_split_) return d_out;
+    regions_->all_gather_rows(d_out, scratch_.d_whole);
+    return scratch_.d_whole;
+  }
+  /// A row-parallel bias's gradient: from the whole output gradient, or under Megatron's sequence
+  /// parallelism from this rank's tokens only (a share summed over TP by the body's owner).
+  RowMatrix<Scalar>* row_parallel_bias_grad(ParameterTensor<Scalar>& t) { return tokens_split_ ? nullptr : bias_grad(t); }
+  void add_sliced_bias_grad(ParameterTensor<Scalar>& t, const RowMatrix<Scalar>& d_out_slice) {
+    if (tokens_split_ && t.present() && t.grad.size() > 0) t.grad.row(0) += d_out_slice.colwise().sum();
+  }
+  /// The column-parallel layers' input gradient (every token, this rank's share of the features)
+  /// summed over TP: all-reduced, or reduce-scattered into this rank's slice of the tokens.
+  void sum_column_parallel_input_gradient(RowMatrix<Scalar>& d_in) {
+    if (regions_ == nullptr) return;
+    if (tokens_split_) {
+      regions_->reduce_scatter_rows(d_in, scratch_.slice);
+      d_in.swap(scratch_.slice);
+    } else {
+      regions_->all_reduce_sum(d_in);
+    }
+  }
+  [[nodiscard]] bool megatron_sequence_parallel_active() const {
+    return megatron_sequence_parallel_ && regions_ != nullptr && regions_->size() > 1;
   }
 
   /// Rows [begin, end) of out = silu(gate) * up (out already sized).
@@ -761,19 +879,22 @@ class DecoderBody {
     return kv % size == 0 ? 1 : size / kv;
   }
 
-  /// This rank's slice of the batch's packed tokens (padded as verl's ulysses_pad does): its
-  /// tokens, the rotary tables of their global positions, and the sequences attention sees (the
-  /// padding, if any, one more).
-  void take_sequence_slice(const TokenBatch& batch) {
-    const Index size = sequence_parallel_->size(), total = batch.num_tokens();
-    const Index rows = (total + size - 1) / size, padded = rows * size, begin = sequence_parallel_->rank() * rows;
+  /// Rank `rank` of `size`'s slice of the batch's packed tokens (padded as verl's ulysses_pad
+  /// does: token 0 at positions 0, 1, ..., a sequence of its own): slice_, and the sequences
+  /// attention sees (the padding, if any, one more). tokens_ and the rotary tables are those of
+  /// the slice (Ulysses), or of every padded token when `every_token` (Megatron's sequence
+  /// parallelism, whose attention and embedding see them all).
+  void take_sequence_slice(const TokenBatch& batch, Index size, Index rank, bool every_token) {
+    const Index total = batch.num_tokens();
+    const Index rows = (total + size - 1) / size, padded = rows * size, begin = rank * rows;
     slice_ = {begin, rows, std::clamp<Index>(total - begin, 0, rows), total};
+    const Index first = every_token ? 0 : begin, count = every_token ? padded : rows;
     const auto tokens = batch.tokens();
     const auto positions = batch.positions();
-    tokens_.resize(static_cast<std::size_t>(rows));
-    std::vector<std::int64_t> slice_positions(static_cast<std::size_t>(rows));
-    for (Index t = 0; t < rows; ++t) {
-      const Index i = begin + t;
+    tokens_.resize(static_cast<std::size_t>(count));
+    std::vector<std::int64_t> slice_positions(static_cast<std::size_t>(count));
+    for (Index t = 0; t < count; ++t) {
+      const Index i = first + t;
       tokens_[static_cast<std::size_t>(t)] = i < total ? tokens[static_cast<std::size_t>(i)] : 0;
       slice_positions[static_cast<std::size_t>(t)] = i < total ? positions[static_cast<std::size_t>(i)] : i - total;
     }
@@ -815,7 +936,9 @@ class DecoderBody {
                       RowMatrix<Scalar>& dx, Index window) {
     auto& pool = *pool_;
     auto& s = scratch_;
-    const Index n = act.x.rows(), width = config_.hidden_size, inner = config_.intermediate_size;
+    // n: the residual stream's rows (this rank's slice under Megatron's sequence parallelism);
+    // m: the tokens the column-parallel layers and attention saw.
+    const Index n = act.x.rows(), m = act.gate.rows(), width = config_.hidden_size, inner = config_.intermediate_size;
     const Index heads = config_.num_attention_heads, kv_heads = config_.num_key_value_heads, d = config_.head_dim;
     const Index layer = static_cast<Index>(&w - weights_.layers.data());
     auto adapt = [&](LinearModule module, const RowMatrix<Scalar>& in, const RowMatrix<Scalar>& d_out,
@@ -824,15 +947,17 @@ class DecoderBody {
     };
 
     // ---- MLP: dx is d(x_out) = d(down) ----
-    s.act.resize(n, inner);
-    for_row_blocks(n, inner, [&](Index begin, Index end) { swiglu_rows(act.gate, act.up, s.act, begin, end); });
-    detail::linear_backward_weight<Scalar>(pool, dx, s.act, w.down_proj.grad, bias_grad(w.down_bias));
-    s.d_act.resize(n, inner);
-    detail::linear_backward_input<Scalar>(pool, dx, w.down_proj.value, s.d_act, false);
-    adapt(LinearModule::down_proj, s.act, dx, s.d_act);
-    s.d_gate.resize(n, inner);
-    s.d_up.resize(n, inner);
-    for_row_blocks(n, inner, [&](Index begin, Index end) {
+    s.act.resize(m, inner);
+    for_row_blocks(m, inner, [&](Index begin, Index end) { swiglu_rows(act.gate, act.up, s.act, begin, end); });
+    const RowMatrix<Scalar>& d_down = row_parallel_output_gradient(dx);
+    detail::linear_backward_weight<Scalar>(pool, d_down, s.act, w.down_proj.grad, row_parallel_bias_grad(w.down_bias));
+    add_sliced_bias_grad(w.down_bias, dx);
+    s.d_act.resize(m, inner);
+    detail::linear_backward_input<Scalar>(pool, d_down, w.down_proj.value, s.d_act, false);
+    adapt(LinearModule::down_proj, s.act, d_down, s.d_act);
+    s.d_gate.resize(m, inner);
+    s.d_up.resize(m, inner);
+    for_row_blocks(m, inner, [&](Index begin, Index end) {
       const Index count = end - begin;
       if constexpr (std::is_same_v<Scalar, float>) {
         const Index at = begin * inner;
@@ -852,32 +977,35 @@ class DecoderBody {
       detail::rms_norm_recompute_rows<Scalar>(act.x_mid, w.post_attention_layernorm.value, act.inv_rms_post.data(), s.h,
                                               begin, end);
     });
-    detail::linear_backward_weight<Scalar>(pool, s.d_gate, s.h, w.gate_proj.grad, bias_grad(w.gate_bias));
-    detail::linear_backward_weight<Scalar>(pool, s.d_up, s.h, w.up_proj.grad, bias_grad(w.up_bias));
-    s.d_h.resize(n, width);
+    const RowMatrix<Scalar>& h_mid = column_parallel_input(s.h, tokens_split_);
+    detail::linear_backward_weight<Scalar>(pool, s.d_gate, h_mid, w.gate_proj.grad, bias_grad(w.gate_bias));
+    detail::linear_backward_weight<Scalar>(pool, s.d_up, h_mid, w.up_proj.grad, bias_grad(w.up_bias));
+    s.d_h.resize(m, width);
     detail::linear_backward_input<Scalar>(pool, s.d_gate, w.gate_proj.value, s.d_h, false);
     detail::linear_backward_input<Scalar>(pool, s.d_up, w.up_proj.value, s.d_h, true);
-    adapt(LinearModule::gate_proj, s.h, s.d_gate, s.d_h);
-    adapt(LinearModule::up_proj, s.h, s.d_up, s.d_h);
-    if (regions_ != nullptr) regions_->all_reduce_sum(s.d_h);
+    adapt(LinearModule::gate_proj, h_mid, s.d_gate, s.d_h);
+    adapt(LinearModule::up_proj, h_mid, s.d_up, s.d_h);
+    sum_column_parallel_input_gradient(s.d_h);
     // dx becomes d(x_mid): the residual plus the norm's input gradient.
     detail::rms_norm_backward<Scalar>(act.x_mid, w.post_attention_layernorm.value, act.inv_rms_post, s.d_h,
                                       &w.post_attention_layernorm.grad, dx, true);
 
     // ---- attention: dx is d(o_proj output) ----
-    detail::linear_backward_weight<Scalar>(pool, dx, act.attn, w.o_proj.grad, bias_grad(w.o_bias));
-    s.d_attn.resize(n, heads * d);
-    detail::linear_backward_input<Scalar>(pool, dx, w.o_proj.value, s.d_attn, false);
-    adapt(LinearModule::o_proj, act.attn, dx, s.d_attn);
-    s.dq.resize(n, heads * d);
-    s.dk.setZero(n, kv_heads * d);
-    s.dv.setZero(n, kv_heads * d);
+    const RowMatrix<Scalar>& d_o = row_parallel_output_gradient(dx);
+    detail::linear_backward_weight<Scalar>(pool, d_o, act.attn, w.o_proj.grad, row_parallel_bias_grad(w.o_bias));
+    add_sliced_bias_grad(w.o_bias, dx);
+    s.d_attn.resize(m, heads * d);
+    detail::linear_backward_input<Scalar>(pool, d_o, w.o_proj.value, s.d_attn, false);
+    adapt(LinearModule::o_proj, act.attn, d_o, s.d_attn);
+    s.dq.resize(m, heads * d);
+    s.dk.setZero(m, kv_heads * d);
+    s.dv.setZero(m, kv_heads * d);
     if (sequence_parallel_active()) {
       attend_backward_sequence_parallel(act, window);
     } else {
       attend_backward(act, window);
     }
-    for_row_blocks(n, (heads + kv_heads) * d, [&](Index begin, Index end) {
+    for_row_blocks(m, (heads + kv_heads) * d, [&](Index begin, Index end) {
       RotaryEmbedding<Scalar>::apply_rows(s.dq.data(), s.dq.cols(), begin, end, heads, d, cos_, sin_, true);
       RotaryEmbedding<Scalar>::apply_rows(s.dk.data(), s.dk.cols(), begin, end, kv_heads, d, cos_, sin_, true);
     });
@@ -888,16 +1016,18 @@ class DecoderBody {
     for_row_blocks(n, width, [&](Index begin, Index end) {
       detail::rms_norm_recompute_rows<Scalar>(act.x, w.input_layernorm.value, act.inv_rms_in.data(), s.h, begin, end);
     });
-    detail::linear_backward_weight<Scalar>(pool, s.dq, s.h, w.q_proj.grad, bias_grad(w.q_bias));
-    detail::linear_backward_weight<Scalar>(pool, s.dk, s.h, w.k_proj.grad, bias_grad(w.k_bias));
-    detail::linear_backward_weight<Scalar>(pool, s.dv, s.h, w.v_proj.grad, bias_grad(w.v_bias));
+    const RowMatrix<Scalar>& h_in = column_parallel_input(s.h, tokens_split_);
+    detail::linear_backward_weight<Scalar>(pool, s.dq, h_in, w.q_proj.grad, bias_grad(w.q_bias));
+    detail::linear_backward_weight<Scalar>(pool, s.dk, h_in, w.k_proj.grad, bias_grad(w.k_bias));
+    detail::linear_backward_weight<Scalar>(pool, s.dv, h_in, w.v_proj.grad, bias_grad(w.v_bias));
+    s.d_h.resize(m, width);
     detail::linear_backward_input<Scalar>(pool, s.dq, w.q_proj.value, s.d_h, false);
     detail::linear_backward_input<Scalar>(pool, s.dk, w.k_proj.value, s.d_h, true);
     detail::linear_backward_input<Scalar>(pool, s.dv, w.v_proj.value, s.d_h, true);
-    adapt(LinearModule::q_proj, s.h, s.dq, s.d_h);
-    adapt(LinearModule::k_proj, s.h, s.dk, s.d_h);
-    adapt(LinearModule::v_proj, s.h, s.dv, s.d_h);
-    if (regions_ != nullptr) regions_->all_reduce_sum(s.d_h);
+    adapt(LinearModule::q_proj, h_in, s.dq, s.d_h);
+    adapt(LinearModule::k_proj, h_in, s.dk, s.d_h);
+    adapt(LinearModule::v_proj, h_in, s.dv, s.d_h);
+    sum_column_parallel_input_gradient(s.d_h);
     detail::rms_norm_backward<Scalar>(act.x, w.input_layernorm.value, act.inv_rms_in, s.d_h, &w.input_layernorm.grad,
                                       dx, true);
   }
@@ -971,6 +1101,8 @@ class DecoderBody {
   SequenceParallelRegions<Scalar>* sequence_parallel_ = nullptr;
   LayerParameterHooks* layer_hooks_ = nullptr;
   SequenceSlice slice_;
+  bool megatron_sequence_parallel_ = false;
+  bool tokens_split_ = false;  ///< the last forward ran under Megatron's sequence parallelism
 
   // The last forward pass.
   bool saved_ = false;

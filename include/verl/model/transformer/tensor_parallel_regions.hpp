@@ -19,6 +19,17 @@ class TensorParallelRegions {
   /// rank calls it in the same order.
   virtual void all_reduce_sum(RowMatrix<Scalar>& partial) = 0;
 
+  /// Megatron's sequence parallelism (the body's set_megatron_sequence_parallel): outside the
+  /// tensor-parallel regions each rank holds a contiguous 1/size slice of the (padded) tokens.
+  [[nodiscard]] virtual int size() const = 0;
+  [[nodiscard]] virtual int rank() const = 0;
+  /// (size * rows, cols) partial sums -> (rows, cols): this rank's block of rows of their sum over
+  /// the ranks (the all-reduce after a row-parallel layer, keeping only this rank's tokens).
+  virtual void reduce_scatter_rows(const RowMatrix<Scalar>& partial, RowMatrix<Scalar>& slice) = 0;
+  /// (rows, cols) -> (size * rows, cols): every rank's block stacked in rank order (before a
+  /// column-parallel layer, whose input is every token).
+  virtual void all_gather_rows(const RowMatrix<Scalar>& slice, RowMatrix<Scalar>& whole) = 0;
+
   /// The token id of this rank's first embedding row (its rows are [vocab_begin, vocab_begin + rows)).
   [[nodiscard]] virtual Index vocab_begin() const = 0;
   /// The whole vocabulary (token ids are checked against it).

@@ -82,6 +82,9 @@ struct TensorParallelPartition {
   Index intermediate = 0;  ///< MLP features per rank
   Index head_dim = 0;
   Index vocab_size = 0;    ///< the whole vocabulary
+  /// Megatron's sequence parallelism: the replicated tensors applied to each rank's slice of the
+  /// tokens (RMSNorm weights, row-parallel biases) take only that slice's share of the gradient.
+  bool sequence_parallel = false;
 
   /// Throws verl::InvalidArgument naming the sizes when `size` does not divide the attention
   /// heads or the intermediate size, or when the KV heads are neither a multiple nor a divisor of
@@ -152,10 +155,17 @@ struct TensorParallelPartition {
   }
 
   /// Whether a backward pass leaves only this rank's share of `name`'s gradient: the copies of a
-  /// KV head (summed over the copies) and the per-head q/k norms (summed over all ranks).
+  /// KV head (summed over the copies), the per-head q/k norms (summed over all ranks), and under
+  /// sequence parallelism the tensors applied to the token slices (summed over all ranks, as
+  /// Megatron all-reduces its sequence-parallel parameters' gradients).
   enum class PartialGradient : std::uint8_t { none, kv_replicas, all_ranks };
   [[nodiscard]] PartialGradient partial_gradient(std::string_view name) const {
     if (size > 1 && (name.ends_with("self_attn.q_norm.weight") || name.ends_with("self_attn.k_norm.weight"))) {
+      return PartialGradient::all_ranks;
+    }
+    if (size > 1 && sequence_parallel &&
+        (name.ends_with("input_layernorm.weight") || name.ends_with("post_attention_layernorm.weight") ||
+         name == "model.norm.weight" || name.ends_with("self_attn.o_proj.bias") || name.ends_with("mlp.down_proj.bias"))) {
       return PartialGradient::all_ranks;
     }
     if (kv_replicas > 1 && (name.find("self_attn.k_proj.") != std::string_view::npos ||
@@ -237,6 +247,22 @@ class TensorParallelGroup final : public TensorParallelRegions<Scalar> {
   }
 
   void all_reduce_sum(RowMatrix<Scalar>& partial) override { sum(tp_, partial); }
+  [[nodiscard]] int size() const override { return tp_.size(); }
+  [[nodiscard]] int rank() const override { return tp_.rank(); }
+  void reduce_scatter_rows(const RowMatrix<Scalar>& partial, RowMatrix<Scalar>& slice) override {
+    const int ranks = tp_.size();
+    VERL_CHECK_ARG(partial.rows() % ranks == 0,
+                   "reduce_scatter_rows: expected a number of rows divisible by the {} tensor-parallel ranks, got {}", ranks,
+                   partial.rows());
+    slice.resize(partial.rows() / ranks, partial.cols());
+    tp_.reduce_scatter(std::span<const Scalar>(partial.data(), static_cast<std::size_t>(partial.size())),
+                       std::span<Scalar>(slice.data(), static_cast<std::size_t>(slice.size())), parallel::ReduceOp::sum);
+  }
+  void all_gather_rows(const RowMatrix<Scalar>& slice, RowMatrix<Scalar>& whole) override {
+    whole.resize(slice.rows() * tp_.size(), slice.cols());
+    tp_.all_gather(std::span<const Scalar>(slice.data(), static_cast<std::size_t>(slice.size())),
+                   std::span<Scalar>(whole.data(), static_cast<std::size_t>(whole.size())));
+  }
   [[nodiscard]] Index vocab_begin() const override { return partition_.vocab_begin(partition_.rank); }
   [[nodiscard]] Index vocab_size() const override { return partition_.vocab_size; }
 
@@ -444,6 +470,16 @@ class BasicTensorParallelTransformer
   [[nodiscard]] const TensorParallelPartition& partition() const { return partition_; }
   [[nodiscard]] int tp_rank() const { return partition_.rank; }
   [[nodiscard]] int tp_size() const { return partition_.size; }
+
+  /// Megatron's sequence parallelism (its `sequence_parallel`, see DecoderBody) for the next
+  /// training and log-prob passes: the same results as without it up to the order of sums.
+  /// It acts with more than one rank only; generation (extend, lend_to_generation) never splits
+  /// the tokens. Refused on a pipeline stage.
+  void set_sequence_parallel(bool on) {
+    body_.set_megatron_sequence_parallel(on);
+    partition_.sequence_parallel = on;
+  }
+  [[nodiscard]] bool sequence_parallel() const { return partition_.sequence_parallel; }
   [[nodiscard]] Comm& communicator() { return group_->communicator(); }
   /// This rank's body (its config holds this rank's heads, MLP features and vocabulary rows).
   [[nodiscard]] const DecoderBody<Scalar>& body() const { return body_; }
@@ -626,8 +662,9 @@ class BasicTensorParallelTransformer
       }
     }
     release_head();
-    // The LM head is column-parallel over a replicated input: sum the input gradient (f).
-    group_->all_reduce_sum(d_hidden);
+    // The LM head is column-parallel over a replicated input: sum the input gradient (f); under
+    // sequence parallelism the body reduce-scatters it over the tokens instead.
+    if (!sequence_parallel()) group_->all_reduce_sum(d_hidden);
     body_backward(d_hidden);
   }
 
