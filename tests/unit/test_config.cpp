@@ -402,6 +402,39 @@ TEST(Config, MegatronDistributedOptimizerIsAccepted) {
   EXPECT_NE(error.find("sometimes"), std::string::npos) << error;
 }
 
+// actor_rollout_ref.actor.megatron.sequence_parallel (verl's default True) acts with the Megatron
+// strategy at any TP size (Megatron's sequence parallelism at tp > 1, nothing at tp = 1), is read
+// by nothing with strategy=fsdp (verl's default there too), and with pipeline stages at tp > 1 is
+// refused by name, with both sizes.
+TEST(Config, MegatronSequenceParallelActsWithTensorParallelism) {
+  const std::string key = "actor_rollout_ref.actor.megatron.sequence_parallel";
+  EXPECT_TRUE(with({}).actor_rollout_ref.actor.megatron.sequence_parallel) << "verl's default";
+  for (const int tp : {1, 2, 4}) {
+    const auto config = with({"actor_rollout_ref.actor.strategy=megatron",
+                              fmt::format("actor_rollout_ref.actor.megatron.tensor_model_parallel_size={}", tp),
+                              "actor_rollout_ref.rollout.tensor_model_parallel_size=1", key + "=True"});
+    EXPECT_TRUE(config.actor_rollout_ref.actor.megatron.sequence_parallel) << "tp " << tp;
+    EXPECT_EQ(config.actor_rollout_ref.actor.megatron.tensor_model_parallel_size, tp);
+  }
+  // Pipeline stages: at tp = 1 it does nothing (loads); at tp > 1 it is refused.
+  const std::vector<std::string> pipeline = {"actor_rollout_ref.actor.strategy=megatron",
+                                             "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size=2",
+                                             "actor_rollout_ref.rollout.tensor_model_parallel_size=1", key + "=True"};
+  EXPECT_EQ(with(pipeline).actor_rollout_ref.actor.megatron.pipeline_model_parallel_size, 2);
+  std::vector<std::string> stages = pipeline;
+  stages.push_back("actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2");
+  const std::string error = error_of(stages);
+  EXPECT_NE(error.find(key + ": not supported by verl-cpp yet with tensor_model_parallel_size = 2 > 1 and "
+                             "pipeline_model_parallel_size = 2 > 1"),
+            std::string::npos)
+      << error;
+  EXPECT_NE(error.find("got True"), std::string::npos) << error;
+  stages.push_back(key + "=False");
+  EXPECT_FALSE(with(stages).actor_rollout_ref.actor.megatron.sequence_parallel);
+  // With strategy=fsdp nothing reads it.
+  EXPECT_TRUE(with({"actor_rollout_ref.actor.strategy=fsdp", key + "=True"}).actor_rollout_ref.actor.megatron.sequence_parallel);
+}
+
 // actor_rollout_ref.rollout.tensor_model_parallel_size: the generation layout's TP size tg acts
 // with the Megatron strategy (the 3D-HybridEngine's TP-sharded generation), where it must divide
 // the training TP size; impossible pairs are errors naming both keys and both numbers.

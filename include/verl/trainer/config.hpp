@@ -485,12 +485,14 @@ inline void validate(const PPOConfig& c, std::vector<std::string>& problems) {
                           "actor_rollout_ref.actor.strategy=fsdp or fsdp2 (the Megatron worker does not split sequences), "
                           "expected 1 with strategy=megatron, got {}",
                           actor.ulysses_sequence_parallel_size));
-      // Megatron turns sequence parallelism off at tp = 1 itself; with tp > 1 it would change the
-      // layout of the activations, which the trainer does not build yet.
-      require(!m.sequence_parallel || m.tensor_model_parallel_size == 1,
+      // sequence_parallel (verl's default True) acts with tp > 1 (Megatron's sequence parallelism in
+      // the actor and its reference; Megatron turns it off at tp = 1 itself). Its pipeline stages
+      // would exchange token slices: not built.
+      require(!m.sequence_parallel || m.tensor_model_parallel_size == 1 || m.pipeline_model_parallel_size == 1,
               fmt::format("{}.sequence_parallel: not supported by verl-cpp yet with tensor_model_parallel_size = {} > 1 "
-                          "(Megatron's sequence parallelism); set it to False, got True",
-                          k, m.tensor_model_parallel_size));
+                          "and pipeline_model_parallel_size = {} > 1 (sequence-parallel pipeline stages); expected False, "
+                          "got True",
+                          k, m.tensor_model_parallel_size, m.pipeline_model_parallel_size));
       // use_distributed_optimizer acts (Megatron's distributed optimizer, ZeRO-1 over the DP
       // ranks, in the Megatron worker; a no-op at dp = 1). The ref's and the critic's copies of the
       // key are read only with their strategy=megatron, which is refused by name.

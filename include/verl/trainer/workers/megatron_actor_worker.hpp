@@ -71,6 +71,12 @@
 // weights the KV cache carries (as the dense engine's) and the KV cache itself.
 // The reference policy is a TP copy over its own TP communicator (and the same pipeline stage).
 //
+// Sequence parallelism (actor_rollout_ref.actor.megatron.sequence_parallel, verl's default, at
+// tp > 1): the actor and the reference run Megatron's sequence parallelism
+// (TensorParallelTransformer::set_sequence_parallel): each TP rank keeps 1/tp of the packed tokens
+// outside the tensor-parallel regions; the same numbers as without it up to the order of sums.
+// Generation never splits the tokens. Not with pipeline stages (refused by name).
+//
 // Pipeline parallelism (actor_rollout_ref.actor.megatron.pipeline_model_parallel_size = p > 1):
 // the layers split evenly over the p stages (Megatron's split; a layer count p does not divide is
 // an error naming the key, expected and given values), the embedding on the first stage, the final
@@ -245,6 +251,17 @@ class MegatronActorRolloutRefWorker {
     actor_.emplace(dense, Communicator(split_along(group, train, rank, parallel::AxisKind::tp)), stage);
     if (dense_reference)
       reference_.emplace(*dense_reference, Communicator(split_along(group, train, rank, parallel::AxisKind::tp)), stage);
+    // Megatron's sequence parallelism (acts at tp > 1): the actor and its reference, a TP copy in
+    // this worker, alike (the ref's own megatron keys act only with its strategy=megatron, refused by name).
+    if (config_.actor_rollout_ref.actor.megatron.sequence_parallel && tp > 1) {
+      VERL_CHECK_ARG(pp_size_ == 1,
+                     "actor_rollout_ref.actor.megatron.sequence_parallel: not supported by verl-cpp yet with "
+                     "tensor_model_parallel_size = {} > 1 and pipeline_model_parallel_size = {} > 1; expected False, "
+                     "got True",
+                     tp, pp_size_);
+      actor_->set_sequence_parallel(true);
+      if (reference_) reference_->set_sequence_parallel(true);
+    }
     // The generation layout (tg > 1): the micro-DP groups and generation TP groups of the reshard
     // plan between the two meshes (tg divides tp: checked by layouts()).
     tp_size_ = tp;
