@@ -223,6 +223,9 @@ class DecoderBody {
     megatron_sequence_parallel_ = on;
   }
   [[nodiscard]] bool megatron_sequence_parallel() const { return megatron_sequence_parallel_; }
+  /// Whether the last forward pass split the tokens (Megatron's sequence parallelism acting):
+  /// its backward then takes a partial d(hidden).
+  [[nodiscard]] bool tokens_split() const { return tokens_split_; }
   /// Called around each layer of the next training and log-prob passes (forward and backward;
   /// not the KV-cache decode, which needs every layer at every step), or none; not owned.
   void set_layer_parameter_hooks(LayerParameterHooks* hooks) { layer_hooks_ = hooks; }
@@ -262,14 +265,15 @@ class DecoderBody {
     saved_ = false;
     const Index hidden = config_.hidden_size;
     cu_seqlens_.assign(batch.cu_seqlens().begin(), batch.cu_seqlens().end());
+    VERL_CHECK_ARG(!(sequence_parallel_active() && megatron_sequence_parallel_active()),
+                   "megatron sequence parallelism: cannot be combined with Ulysses sequence parallelism (size {})",
+                   sequence_parallel_active() ? sequence_parallel_->size() : 1);
     if (sequence_parallel_active()) {
       VERL_CHECK_ARG(stage_.embeds && stage_.final_norm,
                      "sequence parallelism: a pipeline stage's body cannot split its tokens (got the stage from layer {})",
                      stage_.first_layer);
       take_sequence_slice(batch, sequence_parallel_->size(), sequence_parallel_->rank(), /*every_token=*/false);
     } else if (megatron_sequence_parallel_active()) {
-      VERL_CHECK_ARG(sequence_parallel_ == nullptr,
-                     "megatron sequence parallelism: cannot be combined with Ulysses sequence parallelism");
       take_sequence_slice(batch, regions_->size(), regions_->rank(), /*every_token=*/true);
     } else {
       tokens_.assign(batch.tokens().begin(), batch.tokens().end());

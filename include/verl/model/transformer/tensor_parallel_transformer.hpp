@@ -11,8 +11,9 @@
 //   RMSNorm weights replicated. Their inputs and the gradients reaching them are the same on every
 //     rank (each f region all-reduces the input gradient before the norm's backward), so their
 //     gradients are already equal and need no all-reduce (Megatron all-reduces them only under
-//     sequence parallelism). Qwen3's per-head q_norm / k_norm are the exception: each rank sees
-//     only its heads, so their gradients are summed over the ranks after backward.
+//     sequence parallelism, as set_sequence_parallel does here, with the row-parallel biases).
+//     Qwen3's per-head q_norm / k_norm are the exception: each rank sees only its heads, so their
+//     gradients are summed over the ranks after backward.
 // Log-probs and entropy come from the logits shards without gathering them
 // (parallel::vocab_parallel_logprob_entropy).
 //
@@ -664,7 +665,7 @@ class BasicTensorParallelTransformer
     release_head();
     // The LM head is column-parallel over a replicated input: sum the input gradient (f); under
     // sequence parallelism the body reduce-scatters it over the tokens instead.
-    if (!sequence_parallel()) group_->all_reduce_sum(d_hidden);
+    if (!body_.tokens_split()) group_->all_reduce_sum(d_hidden);
     body_backward(d_hidden);
   }
 
