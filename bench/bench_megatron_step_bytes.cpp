@@ -91,6 +91,7 @@ struct Config {
   std::string name;
   int tp = 1, dp = 1, pp = 1, tg = 1;
   bool distributed_optimizer = false;
+  bool sequence_parallel = false;  ///< megatron.sequence_parallel (acts with tp > 1)
 };
 
 std::vector<std::string> overrides(const Config& c, const Batch& b) {
@@ -105,7 +106,7 @@ std::vector<std::string> overrides(const Config& c, const Batch& b) {
           "actor_rollout_ref.actor.strategy=megatron",
           "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=" + std::to_string(c.tp),
           "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size=" + std::to_string(c.pp),
-          "actor_rollout_ref.actor.megatron.sequence_parallel=False",
+          std::string("actor_rollout_ref.actor.megatron.sequence_parallel=") + (c.sequence_parallel ? "True" : "False"),
           std::string("actor_rollout_ref.actor.megatron.use_distributed_optimizer=") + (c.distributed_optimizer ? "True" : "False"),
           "actor_rollout_ref.rollout.tensor_model_parallel_size=" + std::to_string(c.tg)};
 }
@@ -236,11 +237,29 @@ tally::Table formula(const Shape& m, const Batch& b, const Config& c, int rank) 
   };
   for (const char* phase : {"log_prob", "update"}) {
     const bool update = std::strcmp(phase, "update") == 0;
-    if (c.tp > 1) {
+    if (c.tp > 1 && c.sequence_parallel) {
+      // Megatron's sequence parallelism: the residual stream holds 1/tp of a micro-batch's tokens
+      // (padded to a multiple of tp). Forward: the embedding and the row-parallel outputs (o_proj,
+      // down) reduce-scattered (send buffer: every token), the column-parallel inputs (qkv, gate/up)
+      // and the final norm's output all-gathered. Backward: the head's d(hidden) and the
+      // column-parallel input gradients reduce-scattered; the row-parallel output gradients
+      // all-gathered, the column-parallel inputs gathered again, the embedding's gradient
+      // gathered; the norms' partial gradients all-reduced once per micro-batch.
+      const std::int64_t padded = (b.micro * width + c.tp - 1) / c.tp * c.tp, others = padded / c.tp * (c.tp - 1);
+      put(phase, Kind::reduce_scatter, tp, c.tp, 4, micro_batches * ((first ? 1 : 0) + 2 * layers) * padded * h);
+      put(phase, Kind::all_gather, tp, c.tp, 4, micro_batches * (2 * layers + (last ? 1 : 0)) * others * h);
+      if (update) {
+        put(phase, Kind::reduce_scatter, tp, c.tp, 4, micro_batches * ((last ? 1 : 0) + 2 * layers) * padded * h);
+        put(phase, Kind::all_gather, tp, c.tp, 4, micro_batches * (4 * layers + (first ? 1 : 0)) * others * h);
+        put(phase, Kind::all_reduce, tp, c.tp, 4, micro_batches * (2 * layers + (last ? 1 : 0)) * h);
+      }
+    } else if (c.tp > 1) {
       // Row-parallel outputs (embedding, attention o_proj, MLP down) forward; column-parallel
       // inputs' gradients (qkv, gate/up, LM head) backward: one tokens x hidden all-reduce each.
       put(phase, Kind::all_reduce, tp, c.tp, 4, ((first ? 1 : 0) + 2 * layers) * h * tokens);
       if (update) put(phase, Kind::all_reduce, tp, c.tp, 4, (2 * layers + (last ? 1 : 0)) * h * tokens);
+    }
+    if (c.tp > 1) {
       // Vocabulary-parallel log-probs and entropy (per token: the max, then 4 sums, in double) and
       // the stage's 4 int64 bounds per micro-batch.
       put(phase, Kind::all_reduce, tp, c.tp, 8, 4 * micro_batches + (last ? 5 * tokens : 0));
@@ -287,7 +306,7 @@ bool decode_traffic(const tally::Key& k, const Config& c) {
 // ---- the tables --------------------------------------------------------------------------------
 
 constexpr const char* row_names[] = {
-    "TP all-reduce, activations (f32)",         "TP all-reduce, vocab stats + bounds + norm (f64/i64)",
+    "TP all-reduce, activations (f32; with SP: reduce-scatter + all-gather)",         "TP all-reduce, vocab stats + bounds + norm (f64/i64)",
     "DP all-reduce, gradients (f32)",           "DP reduce-scatter, gradients (dist. opt.)",
     "DP all-gather, parameters (dist. opt.)",   "PP send/recv, activations + gradients",
     "other scalars (norm, metrics, figures)",   "reshard: all-gather over TP / micro-DP",
@@ -304,6 +323,7 @@ int row_of(const tally::Key& k, const Config& c) {
     return 6;
   }
   if (k.kind == Kind::p2p) return 5;
+  if ((k.kind == Kind::reduce_scatter || k.kind == Kind::all_gather) && k.axis == "tp") return 0;  // sequence parallel
   if (k.kind == Kind::reduce_scatter) return 3;
   if (k.kind == Kind::all_gather_in_place && k.axis == "dp") return 4;
   if (k.kind == Kind::all_reduce && k.element == 4 && k.axis == "tp") return 0;
@@ -360,6 +380,7 @@ int main(int argc, char** argv) {
       {"tp4", 4, 1, 1, 1, false},       {"tp4 -> tg2", 4, 1, 1, 2, false}, {"tp2 dp2", 2, 2, 1, 1, false},
       {"tp2 dp2 DO", 2, 2, 1, 1, true}, {"dp4", 1, 4, 1, 1, false},        {"dp4 DO", 1, 4, 1, 1, true},
       {"pp2 tp2", 2, 1, 2, 1, false},   {"pp2 dp2 DO", 1, 2, 2, 1, true},  {"pp4", 1, 1, 4, 1, false},
+      {"tp4 SP", 4, 1, 1, 1, false, true}, {"tp2 dp2 SP", 2, 2, 1, 1, false, true},
   };
   std::vector<Config> ran;
   std::vector<std::vector<double>> counted, big_formula;
