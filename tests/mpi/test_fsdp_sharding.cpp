@@ -11,7 +11,8 @@
 //     ceil(unit / f) elements of each unit's parameters, gradients and each moment (the
 //     model itself none), counted from the buffers, and its shard is the right slice of the
 //     flat model (the same check with the slice shifted by one element fails);
-//   - a checkpoint saved sharded resumes sharded bit for bit;
+//   - a checkpoint saved sharded resumes sharded bit for bit, and under another fsdp_size (1, 2)
+//     within 1e-5 (full tensors and moments in the checkpoint);
 //   - the critic (critic.fsdp.fsdp_size) likewise: values, value loss, gradient norm, final
 //     weights and moments, held bytes.
 #include <gtest/gtest.h>
@@ -396,6 +397,32 @@ TEST(FsdpSharding, CheckpointResumesExactly) {
 }
 
 // fsdp_size must divide the group's world size: refused by name with the world size and value.
+// A checkpoint holds full tensors and moments, so it resumes under another sharding: saved
+// sharded over the whole group, resumed replicated (fsdp_size 1) and over pairs; the step after
+// it equals the uninterrupted sharded run's up to the order of the sums.
+TEST(FsdpSharding, CheckpointResumesUnderAnotherShardingSize) {
+  Group group;
+  const int world = group.comm.size();
+  if (world < 2) GTEST_SKIP() << "needs 2 ranks";
+  const TrainingRun straight = train(group, "-1", 3);
+  const TrainingRun first = train(group, "-1", 2);
+  const RoleState saved = broadcast_state(group.comm, first.final_state);
+  std::vector<std::string> sizes = {"1"};
+  if (world % 2 == 0 && world > 2) sizes.push_back("2");
+  for (const std::string& size : sizes) {
+    SCOPED_TRACE("resumed with fsdp_size " + size);
+    const TrainingRun resumed = train(group, size, 1, &saved, 2);
+    EXPECT_EQ(resumed.shard.has_value(), size != "1");
+    for (const char* key : {"actor/pg_loss", "actor/grad_norm", "actor/kl_loss"})
+      EXPECT_LE(relative(straight.metrics[2][key].get<double>(), resumed.metrics[0][key].get<double>()), 1e-5) << key;
+    if (group.comm.rank() == 0) {
+      EXPECT_LE(worst_difference(weights(straight.final_state), weights(resumed.final_state), "weights"), 1e-5);
+      EXPECT_LE(worst_difference(moments(straight.final_state), moments(resumed.final_state), "moments"), 1e-5);
+      EXPECT_EQ(straight.final_state.optimizer.step, resumed.final_state.optimizer.step);
+    }
+  }
+}
+
 TEST(FsdpSharding, SizeThatDoesNotDivideTheWorldIsRefused) {
   Group group;
   const int world = group.comm.size();
