@@ -67,6 +67,15 @@ namespace gemm_detail {
 /// sequence, so the results of all paths (blocked, few rows, prepacked) agree bit for bit.
 inline constexpr Index kc_block = 256;
 
+/// Makes a packing buffer hold at least `size` floats. The buffers only grow: the step's products
+/// alternate shapes, and resizing a vector back up value-initializes its new tail (a memset of up
+/// to a packed block per product, 0.8% of a two-thread step's samples). Packing writes every value
+/// a kernel reads, padding included, so what a buffer held before does not matter.
+inline float* packing_buffer(std::vector<float>& buffer, std::size_t size) {
+  if (buffer.size() < size) buffer.resize(size);
+  return buffer.data();
+}
+
 /// Cache blocking of the loops around one micro-kernel (see blocked_gemm). `mc` (a multiple of
 /// the kernel's rows) is the row block of a task; `nc` the columns of B packed together;
 /// `a_panel_in_l1` puts the rows loop outside the panels loop, so that a kernel call keeps its
@@ -419,10 +428,14 @@ inline void blocked_gemm(ThreadPool* pool, Index m, Index n, Index k, Operand<fl
     // packing only its own columns of B, the panels spread evenly. Prepacked weights stream from
     // memory: one range per thread, so that each thread's stream (and the kernel's prefetch 64 k
     // ahead) runs through one long stretch of panels (decode products at batch 8-48 on two threads
-    // 7-10% faster than with four shorter ranges per thread). Otherwise up to four per thread,
-    // a multiple of the threads where there are enough columns.
+    // 7-10% faster than with four shorter ranges per thread). So does a product whose A has more
+    // than half a row block: every range packs all of A again, and at the k and v projections'
+    // weight gradients of a training step (192 x 576 x 512) four ranges per thread spent more on
+    // that than they gained in balance (two threads: best 65% -> 77% of the peak). Otherwise up
+    // to four per thread, a multiple of the threads where there are enough columns.
     const Index panels = (n + NR - 1) / NR;
-    Index groups = std::min<Index>({(prepacked != nullptr ? 1 : 4) * threads, n / columns_per_task, panels});
+    const Index ranges_per_thread = prepacked != nullptr || m > mc_block / 2 ? 1 : 4;
+    Index groups = std::min<Index>({ranges_per_thread * threads, n / columns_per_task, panels});
     if (groups >= threads) groups -= groups % threads;
     pool->parallel_for(groups, [&](Index g) {
       const Index p0 = g * panels / groups, p1 = (g + 1) * panels / groups;
@@ -441,14 +454,14 @@ inline void blocked_gemm(ThreadPool* pool, Index m, Index n, Index k, Operand<fl
   thread_local std::vector<float> packed_b;
   if (prepacked == nullptr) {
     const Index nc_max = std::min(nc_block, (n + NR - 1) / NR * NR);
-    packed_b.resize(static_cast<std::size_t>(nc_max * kc_max));
+    packing_buffer(packed_b, static_cast<std::size_t>(nc_max * kc_max));
   }
   float* shared_b = packed_b.data();
   // With one NC block, each task packs its own rows of A where it uses them.
   const bool share_a = n > nc_block;
   const Index chunk_rows = share_a ? row_blocks_per_chunk * mc_block : m;
   thread_local std::vector<float> packed_a_chunk;
-  if (share_a) packed_a_chunk.resize(static_cast<std::size_t>((std::min(chunk_rows, m) + MR - 1) / MR * MR * kc_max));
+  if (share_a) packing_buffer(packed_a_chunk, static_cast<std::size_t>((std::min(chunk_rows, m) + MR - 1) / MR * MR * kc_max));
 
   // A chunk whose C block outgrows the caches while A (packed for every k block at once) stays
   // small runs the NC blocks outside the k blocks: each C block (rows x NC) then stays in cache
@@ -465,7 +478,7 @@ inline void blocked_gemm(ThreadPool* pool, Index m, Index n, Index k, Operand<fl
   // k block q at shared_a + q * a_k_stride + b * mc_block * kc.
   const Index padded_chunk_rows = (std::min(chunk_rows, m) + mc_block - 1) / mc_block * mc_block;
   const Index a_k_stride = c_resident ? padded_chunk_rows * kc_max : 0;
-  if (c_resident) packed_a_chunk.resize(static_cast<std::size_t>(a_k_stride * k_blocks));
+  if (c_resident) packing_buffer(packed_a_chunk, static_cast<std::size_t>(a_k_stride * k_blocks));
   float* shared_a = packed_a_chunk.data();
 
   for (Index i0 = 0; i0 < m; i0 += chunk_rows) {
@@ -520,9 +533,9 @@ inline void blocked_gemm(ThreadPool* pool, Index m, Index n, Index k, Operand<fl
         const float* a_packed = shared_a_of(pc) + first * MR * kc;
         if (!share_a) {
           thread_local std::vector<float> packed_a;
-          packed_a.resize(static_cast<std::size_t>((mc + MR - 1) / MR * MR * kc));
-          pack_a_rows(pc, ic, mc, packed_a.data());
-          a_packed = packed_a.data();
+          float* own_a = packing_buffer(packed_a, static_cast<std::size_t>((mc + MR - 1) / MR * MR * kc));
+          pack_a_rows(pc, ic, mc, own_a);
+          a_packed = own_a;
         }
         const Index p0 = group * panels_per_group, p1 = std::min(panels, p0 + panels_per_group);
         auto tile = [&](Index ir, Index p) {
@@ -781,7 +794,7 @@ VERL_TARGET_AVX512 inline void sgemm_avx512_prepacked_rows(Index m, Index n, Ind
   constexpr Index MR = 8, NR = 16;
   const Index row_blocks = (m + MR - 1) / MR;
   thread_local std::vector<float> packed_a;
-  packed_a.resize(static_cast<std::size_t>(row_blocks * MR * std::min(kc_block, k)));
+  packing_buffer(packed_a, static_cast<std::size_t>(row_blocks * MR * std::min(kc_block, k)));
   const Index count = (n + NR - 1) / NR, third = (count + 2) / 3;
   for (Index pc = 0; pc < k; pc += kc_block) {
     const Index kc = std::min(kc_block, k - pc);
