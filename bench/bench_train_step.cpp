@@ -9,7 +9,11 @@
 //              layouts and LM-head chunks the model uses (attention's per-head products stay in
 //              the rest). Counters: the products' GFLOP/s and fraction of the peak measured in the
 //              same process, and the step split into products, optimizer and the rest (attention,
-//              RMSNorm, SwiGLU, rope, the log-softmax, gradient zeroing).
+//              RMSNorm, SwiGLU, rope, the log-softmax, gradient zeroing);
+//   StepProducts the replay alone. Two processes of BM_StepProducts/1 side by side give what two
+//              cores reach with nothing shared between them but the machine (caches, memory):
+//                ( bench_train_step --benchmark_filter='BM_StepProducts/1/' &
+//                  bench_train_step --benchmark_filter='BM_StepProducts/1/' & wait )
 // The PyTorch eager side (transformers' LlamaForCausalLM, same shapes and threads) is
 // tools/scripts/bench_sft_torch.py, which alternates rounds with this program.
 //
@@ -66,6 +70,8 @@ __attribute__((target("avx512f"))) float fma_chains_avx512(std::int64_t iteratio
   for (int j = 0; j < fma_chains; ++j) acc[j] = _mm512_set1_ps(static_cast<float>(j));
   const __m512 scale = _mm512_set1_ps(0.9999999f), shift = _mm512_set1_ps(1e-7f);
   for (std::int64_t i = 0; i < iterations; ++i) {
+    // Unrolled whatever the optimization level: a loop over the accumulators would keep them in memory.
+#pragma GCC unroll 16
     for (int j = 0; j < fma_chains; ++j) acc[j] = _mm512_fmadd_ps(acc[j], scale, shift);
   }
   __m512 total = acc[0];
@@ -82,6 +88,7 @@ __attribute__((target("avx2,fma"))) float fma_chains_avx2(std::int64_t iteration
   for (int j = 0; j < fma_chains; ++j) acc[j] = _mm256_set1_ps(static_cast<float>(j));
   const __m256 scale = _mm256_set1_ps(0.9999999f), shift = _mm256_set1_ps(1e-7f);
   for (std::int64_t i = 0; i < iterations; ++i) {
+#pragma GCC unroll 16
     for (int j = 0; j < fma_chains; ++j) acc[j] = _mm256_fmadd_ps(acc[j], scale, shift);
   }
   __m256 total = acc[0];
@@ -308,9 +315,33 @@ void BM_SftStep(benchmark::State& state) {
   state.counters["parameters"] = static_cast<double>(verl::model::parameter_count(model));
 }
 
+/// The step's products alone (the same replay as BM_SftStep's, no model), each iteration one pass
+/// over the whole list. Two processes of BM_StepProducts/1 side by side measure what two cores
+/// give with no sharing and no synchronization between them (separate buffers, no pool): the
+/// ceiling of BM_StepProducts/2 on this machine, against the one-core figure run alone.
+void BM_StepProducts(benchmark::State& state) {
+  const auto threads = static_cast<unsigned>(state.range(0));
+  cpu::ThreadPool pool(threads);
+  ProductReplay replay(step_products(smollm2_135m_config(), sequences * sequence_length));
+  (void)replay.run(pool);  // warm-up: packing buffers
+  std::vector<double> products_s;
+  std::map<std::string, double> part_seconds;
+  for (auto _ : state) products_s.push_back(replay.run(pool, &part_seconds));
+  const double peak = fma_peak_gflops(pool, 20'000'000, 3);
+  const auto passes = static_cast<double>(products_s.size());
+  for (const auto& [part, flops] : replay.flops_by_part()) {
+    state.counters[part + "_fraction_of_peak"] = flops * passes / part_seconds[part] / 1e9 / peak;
+  }
+  state.counters["threads"] = threads;
+  state.counters["products_s"] = median(products_s);
+  state.counters["fma_peak_GFLOP_per_s"] = peak;
+  state.counters["products_fraction_of_peak"] = replay.flops() / median(products_s) / 1e9 / peak;
+}
+
 }  // namespace
 
 BENCHMARK(BM_FmaPeak)->Arg(1)->Arg(2)->Iterations(5)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_SftStep)->Arg(1)->Arg(2)->Iterations(5)->UseRealTime()->Unit(benchmark::kSecond);
+BENCHMARK(BM_StepProducts)->Arg(1)->Arg(2)->Iterations(5)->UseRealTime()->Unit(benchmark::kSecond);
 
 BENCHMARK_MAIN();
