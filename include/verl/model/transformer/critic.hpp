@@ -49,6 +49,7 @@ class BasicTransformerCritic : public detail::ParameterModule<BasicTransformerCr
 
   [[nodiscard]] const HfModelConfig& config() const { return body_.config(); }
   [[nodiscard]] DecoderBody<Scalar>& body() { return body_; }
+  [[nodiscard]] const DecoderBody<Scalar>& body() const { return body_; }
   /// The sequence-parallel group of the next passes, or none (DecoderBody::set_sequence_parallel).
   void set_sequence_parallel(SequenceParallelRegions<Scalar>* regions) { body_.set_sequence_parallel(regions); }
 
