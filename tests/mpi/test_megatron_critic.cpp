@@ -41,6 +41,7 @@ namespace {
 using namespace verl;
 using parallel::MpiCommunicator;
 using trainer::RoleState;
+using test_support::broadcast_state;
 
 static_assert(model::ValueModel<model::TensorParallelCritic<MpiCommunicator>>);
 
@@ -335,21 +336,6 @@ TEST(MegatronCritic, Tp2Dp2DistributedOptimizerMatchesTheDenseCritic) {
   check_layout({.tp = 2, .dp = 2, .sequence_parallel = true, .distributed_optimizer = true});
 }
 TEST(MegatronCritic, Tp4MatchesTheDenseCritic) { check_layout({.tp = 4, .dp = 1, .sequence_parallel = true}); }
-
-/// Shares a RoleState from the job's first rank with every rank of the job.
-RoleState broadcast_state(MpiCommunicator& group, const RoleState& state) {
-  hybridflow::WireWriter writer;
-  if (group.rank() == 0) hybridflow::write(writer, state);
-  hybridflow::Bytes bytes = writer.take();
-  std::int64_t size = static_cast<std::int64_t>(bytes.size());
-  group.broadcast(std::span<std::int64_t>(&size, 1), 0);
-  std::vector<std::int32_t> words(static_cast<std::size_t>((size + 3) / 4), 0);
-  if (group.rank() == 0) std::memcpy(words.data(), bytes.data(), bytes.size());
-  group.broadcast(std::span<std::int32_t>(words), 0);
-  hybridflow::WireReader reader(std::span<const std::byte>(reinterpret_cast<const std::byte*>(words.data()),
-                                                           static_cast<std::size_t>(size)));
-  return hybridflow::read<RoleState>(reader);
-}
 
 TEST(MegatronCritic, CheckpointsResumeAcrossTheDenseAndMegatronCritics) {
   MpiCommunicator world = MpiCommunicator::world();

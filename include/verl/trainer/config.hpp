@@ -440,31 +440,41 @@ inline void validate(const PPOConfig& c, std::vector<std::string>& problems) {
             fmt::format("{}: expected -1 (every rank of the worker group) or a positive number of ranks, got {}", key, fsdp_size));
   }
 
+  // A role's training engine (`role`: actor_rollout_ref.actor, critic): fsdp / fsdp2 (data
+  // parallel) or megatron (tensor parallel, with the role's megatron section, whose parallel
+  // sizes act only then). True when the role trains with megatron.
+  const auto megatron_engine = [&](std::string_view role, const std::string& strategy, const MegatronSection& m) {
+    static constexpr std::array<std::string_view, 3> strategies = {"fsdp", "fsdp2", "megatron"};
+    if (std::find(strategies.begin(), strategies.end(), strategy) == strategies.end()) {
+      problems.push_back(fmt::format("{}.strategy: {}", role, suggestion(strategy, strategies)));
+    }
+    if (strategy != "megatron") {
+      require(m.tensor_model_parallel_size == 1 && m.pipeline_model_parallel_size == 1 && m.context_parallel_size == 1,
+              fmt::format("{}.megatron: tensor/pipeline/context_parallel_size act only with {}.strategy=megatron, got "
+                          "tp={} pp={} cp={} with strategy={}",
+                          role, role, m.tensor_model_parallel_size, m.pipeline_model_parallel_size,
+                          m.context_parallel_size, strategy));
+      return false;
+    }
+    require(m.tensor_model_parallel_size >= 1, fmt::format("{}.megatron.tensor_model_parallel_size: expected a value >= 1, got {}",
+                                                           role, m.tensor_model_parallel_size));
+    return true;
+  };
+
   // The actor's training engine: fsdp (data parallel) or megatron (tensor parallel, the
   // Megatron worker). What the Megatron worker does not build is refused by its key.
   {
-    static constexpr std::array<std::string_view, 3> strategies = {"fsdp", "fsdp2", "megatron"};
-    if (std::find(strategies.begin(), strategies.end(), actor.strategy) == strategies.end()) {
-      problems.push_back("actor_rollout_ref.actor.strategy: " + suggestion(actor.strategy, strategies));
-    }
     const auto& m = actor.megatron;
     const std::string_view k = "actor_rollout_ref.actor.megatron";
     const std::int64_t tg = c.actor_rollout_ref.rollout.tensor_model_parallel_size;
     const std::string_view rollout_tp = "actor_rollout_ref.rollout.tensor_model_parallel_size";
-    if (actor.strategy != "megatron") {
+    if (!megatron_engine("actor_rollout_ref.actor", actor.strategy, m)) {
       require(tg == 1 || tg == 2,
               fmt::format("{}: acts only with actor_rollout_ref.actor.strategy=megatron (TP-sharded generation); with "
                           "strategy={} every rank generates with the whole model: expected 1 (or verl's default 2, which "
                           "then does not act), got {}",
                           rollout_tp, actor.strategy, tg));
-      require(m.tensor_model_parallel_size == 1 && m.pipeline_model_parallel_size == 1 && m.context_parallel_size == 1,
-              fmt::format("{}: tensor/pipeline/context_parallel_size act only with actor_rollout_ref.actor.strategy=megatron, "
-                          "got tp={} pp={} cp={} with strategy={}",
-                          k, m.tensor_model_parallel_size, m.pipeline_model_parallel_size, m.context_parallel_size,
-                          actor.strategy));
     } else {
-      require(m.tensor_model_parallel_size >= 1,
-              fmt::format("{}.tensor_model_parallel_size: expected a value >= 1, got {}", k, m.tensor_model_parallel_size));
       require(tg >= 1 && m.tensor_model_parallel_size % tg == 0,
               fmt::format("{}: expected a divisor of {}.tensor_model_parallel_size = {} (the 3D-HybridEngine makes each "
                           "generation TP shard by all-gathering tp / tg training shards), got {}",
@@ -508,21 +518,9 @@ inline void validate(const PPOConfig& c, std::vector<std::string>& problems) {
   // divides the critic's ranks and fits its model's heads). What it does not build is refused by key.
   {
     const auto& critic = c.critic;
-    static constexpr std::array<std::string_view, 3> strategies = {"fsdp", "fsdp2", "megatron"};
-    if (std::find(strategies.begin(), strategies.end(), critic.strategy) == strategies.end()) {
-      problems.push_back("critic.strategy: " + suggestion(critic.strategy, strategies));
-    }
     const auto& m = critic.megatron;
     const std::string_view k = "critic.megatron";
-    if (critic.strategy != "megatron") {
-      require(m.tensor_model_parallel_size == 1 && m.pipeline_model_parallel_size == 1 && m.context_parallel_size == 1,
-              fmt::format("{}: tensor/pipeline/context_parallel_size act only with critic.strategy=megatron, got tp={} "
-                          "pp={} cp={} with strategy={}",
-                          k, m.tensor_model_parallel_size, m.pipeline_model_parallel_size, m.context_parallel_size,
-                          critic.strategy));
-    } else {
-      require(m.tensor_model_parallel_size >= 1,
-              fmt::format("{}.tensor_model_parallel_size: expected a value >= 1, got {}", k, m.tensor_model_parallel_size));
+    if (megatron_engine("critic", critic.strategy, m)) {
       require(m.pipeline_model_parallel_size == 1,
               fmt::format("{}.pipeline_model_parallel_size: not supported by verl-cpp yet (pipeline stages of the value "
                           "model; the actor's are built), expected 1, got {}",

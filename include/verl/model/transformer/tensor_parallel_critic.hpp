@@ -44,9 +44,7 @@ class BasicTensorParallelCritic : public detail::ParameterModule<BasicTensorPara
   /// This rank's shard, zero-initialized, for `config` over the ranks of `tp`. Collective (as
   /// BasicTensorParallelTransformer's constructor).
   BasicTensorParallelCritic(HfModelConfig config, Comm tp, const TransformerOptions& options = {})
-      : trunk_(std::move(config), std::move(tp), options, {}, TensorParallelHead::none),
-        score_weight_(ParameterTensor<Scalar>::matrix("score.weight", 1, trunk_.config().hidden_size)),
-        score_bias_(ParameterTensor<Scalar>::vector("score.bias", 1)) {}
+      : trunk_(std::move(config), std::move(tp), options, {}, TensorParallelHead::none), head_(trunk_.config().hidden_size) {}
 
   /// This rank's shard of `dense`'s body and the whole value head (its options too). Collective.
   BasicTensorParallelCritic(const BasicTransformerCritic<Scalar>& dense, Comm tp)
@@ -74,14 +72,12 @@ class BasicTensorParallelCritic : public detail::ParameterModule<BasicTensorPara
 
   /// Collective: every rank of the group passes the same batch and gets the same values.
   ValueOutput<Scalar> forward(const TokenBatch& batch, const ValueForwardOptions& options) {
-    saved_ = false;
+    head_.forget();
     const RowMatrix<Scalar>& hidden = trunk_.forward_hidden(batch, options.keep_activations);
-    Vector<Scalar> values = (hidden * score_weight_.value.row(0).transpose()).array() + score_bias_.value(0, 0);
+    const Vector<Scalar> values = head_.values(hidden);
     if (options.keep_activations) {
-      saved_ = true;
       const auto slots = batch.slots();
-      saved_slots_.assign(slots.begin(), slots.end());
-      saved_layout_size_ = batch.layout_size();
+      head_.save({slots.begin(), slots.end()}, batch.layout_size());
     }
     return {batch.scatter<Scalar>(std::span<const Scalar>(values.data(), static_cast<std::size_t>(values.size())))};
   }
@@ -89,20 +85,7 @@ class BasicTensorParallelCritic : public detail::ParameterModule<BasicTensorPara
   /// Collective. Accumulates the gradients of this rank's shards and of the (replicated) head from
   /// the values' cotangents, the same on every rank.
   void backward(const ValueCotangents<Scalar>& cotangents) {
-    VERL_CHECK_ARG(saved_, "backward: no saved activations (call forward with keep_activations = true first)");
-    VERL_CHECK_ARG(cotangents.values.size() == static_cast<std::size_t>(saved_layout_size_),
-                   "cotangents.values: expected {} values (rows * cols), got {}", saved_layout_size_,
-                   cotangents.values.size());
-    saved_ = false;  // the cotangents are valid: this forward pass is consumed
-    const auto n = static_cast<Index>(saved_slots_.size());
-    Vector<Scalar> d_values(n);
-    for (Index t = 0; t < n; ++t) d_values[t] = cotangents.values[static_cast<std::size_t>(saved_slots_[static_cast<std::size_t>(t)])];
-    score_weight_.enable_grad();
-    score_bias_.enable_grad();
-    const RowMatrix<Scalar>& hidden = trunk_.hidden();
-    score_weight_.grad.row(0) += d_values.transpose() * hidden;
-    score_bias_.grad(0, 0) += d_values.sum();
-    RowMatrix<Scalar> d_hidden = d_values * score_weight_.value.row(0);
+    RowMatrix<Scalar> d_hidden = head_.backward(cotangents.values, trunk_.hidden());
     trunk_.backward_hidden(d_hidden);
   }
 
@@ -110,7 +93,7 @@ class BasicTensorParallelCritic : public detail::ParameterModule<BasicTensorPara
   /// trunk's over TP; the head's gradient is the same on every rank and is added once).
   [[nodiscard]] double gradient_squared_norm() {
     double squares = trunk_.gradient_squared_norm();
-    for (const ParameterTensor<Scalar>* t : {&score_weight_, &score_bias_})
+    for (const ParameterTensor<Scalar>* t : {&head_.weight, &head_.bias})
       if (t->grad.size() > 0) squares += t->grad.template cast<double>().squaredNorm();
     return squares;
   }
@@ -138,7 +121,7 @@ class BasicTensorParallelCritic : public detail::ParameterModule<BasicTensorPara
   template <class Fn>
   void for_each_full_parameter(Fn&& fn) {
     trunk_.for_each_full_parameter(fn);
-    for (const ParameterTensor<Scalar>* t : {&score_weight_, &score_bias_}) fn(t->view());
+    for (const ParameterTensor<Scalar>* t : {&head_.weight, &head_.bias}) fn(t->view());
   }
 
   /// This rank's shards of full tensors (a Hugging Face state dict of the value model: body
@@ -148,7 +131,7 @@ class BasicTensorParallelCritic : public detail::ParameterModule<BasicTensorPara
     for (const auto& [name, tensor] : dict)
       if (value_head(name) == nullptr) body.emplace(name, tensor);
     trunk_.load_full_state_dict(body);
-    for (ParameterTensor<Scalar>* head : {&score_weight_, &score_bias_}) {
+    for (ParameterTensor<Scalar>* head : {&head_.weight, &head_.bias}) {
       const auto found = dict.find(head->name);
       VERL_CHECK_ARG(found != dict.end(), "state_dict: missing tensor '{}'", head->name);
       VERL_CHECK_ARG(found->second.shape == head->shape, "state_dict: tensor '{}': expected shape {}, got {}", head->name,
@@ -161,7 +144,7 @@ class BasicTensorParallelCritic : public detail::ParameterModule<BasicTensorPara
   void load_state_dict(const StateDict& dict) { detail::load_state_dict(*this, dict); }
 
   void release_activations() {
-    saved_ = false;
+    head_.forget();
     trunk_.release_activations();
   }
 
@@ -169,30 +152,26 @@ class BasicTensorParallelCritic : public detail::ParameterModule<BasicTensorPara
   template <class Fn>
   void for_each_tensor(Fn&& fn) {
     trunk_.for_each_tensor(fn);
-    fn(score_weight_);
-    fn(score_bias_);
+    fn(head_.weight);
+    fn(head_.bias);
   }
   template <class Fn>
   void for_each_tensor(Fn&& fn) const {
     trunk_.for_each_tensor(fn);
-    fn(score_weight_);
-    fn(score_bias_);
+    fn(head_.weight);
+    fn(head_.bias);
   }
 
  private:
   /// The value head's tensor called `name`, or null for a body tensor.
   ParameterTensor<Scalar>* value_head(std::string_view name) {
-    if (name == score_weight_.name) return &score_weight_;
-    if (name == score_bias_.name) return &score_bias_;
+    if (name == head_.weight.name) return &head_.weight;
+    if (name == head_.bias.name) return &head_.bias;
     return nullptr;
   }
 
   Trunk trunk_;
-  ParameterTensor<Scalar> score_weight_;
-  ParameterTensor<Scalar> score_bias_;
-  bool saved_ = false;
-  std::vector<std::int64_t> saved_slots_;
-  Index saved_layout_size_ = 0;
+  detail::ValueHead<Scalar> head_;
 };
 
 template <parallel::Communicator Comm>
