@@ -496,13 +496,8 @@ inline void validate(const PPOConfig& c, std::vector<std::string>& problems) {
                           "expected 1 with strategy=megatron, got {}",
                           actor.ulysses_sequence_parallel_size));
       // sequence_parallel (verl's default True) acts with tp > 1 (Megatron's sequence parallelism in
-      // the actor and its reference; Megatron turns it off at tp = 1 itself). Its pipeline stages
-      // would exchange token slices: not built.
-      require(!m.sequence_parallel || m.tensor_model_parallel_size == 1 || m.pipeline_model_parallel_size == 1,
-              fmt::format("{}.sequence_parallel: not supported by verl-cpp yet with tensor_model_parallel_size = {} > 1 "
-                          "and pipeline_model_parallel_size = {} > 1 (sequence-parallel pipeline stages); expected False, "
-                          "got True",
-                          k, m.tensor_model_parallel_size, m.pipeline_model_parallel_size));
+      // the actor and its reference, pipeline stages exchanging their token slices; Megatron turns
+      // it off at tp = 1 itself).
       // use_distributed_optimizer acts (Megatron's distributed optimizer, ZeRO-1 over the DP
       // ranks, in the Megatron worker; a no-op at dp = 1). The ref's copy of the key is read only
       // with its strategy=megatron, which is refused by name (the ref is a TP copy in this worker).

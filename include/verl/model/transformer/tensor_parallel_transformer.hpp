@@ -498,7 +498,8 @@ class BasicTensorParallelTransformer
   /// Megatron's sequence parallelism (its `sequence_parallel`, see DecoderBody) for the next
   /// training and log-prob passes: the same results as without it up to the order of sums.
   /// It acts with more than one rank only; generation (extend, lend_to_generation) never splits
-  /// the tokens. Refused on a pipeline stage.
+  /// the tokens. A pipeline stage then takes and returns this rank's slice of the tokens
+  /// (forward_stage).
   void set_sequence_parallel(bool on) {
     body_.set_megatron_sequence_parallel(on);
     partition_.sequence_parallel = on;
@@ -518,7 +519,8 @@ class BasicTensorParallelTransformer
 
   /// A stage before the last: its layers over the batch, from the previous stage's activations
   /// `input` ((N, H), none on the first stage, which embeds the tokens); returns the (N, H)
-  /// activations for the next stage (valid until the next pass). Collective over the TP group.
+  /// activations for the next stage (valid until the next pass). Under sequence parallelism both
+  /// are this rank's slice of the tokens ((sequence_slice_rows(N, tp), H)). Collective over the TP group.
   const RowMatrix<Scalar>& forward_stage(const TokenBatch& batch, const RowMatrix<Scalar>* input, bool keep_activations) {
     require_weights("forward_stage");
     VERL_CHECK_ARG(!last_stage(), "forward_stage: the last pipeline stage computes the head: call forward");

@@ -75,7 +75,9 @@
 // tp > 1): the actor and the reference run Megatron's sequence parallelism
 // (TensorParallelTransformer::set_sequence_parallel): each TP rank keeps 1/tp of the packed tokens
 // outside the tensor-parallel regions; the same numbers as without it up to the order of sums.
-// Generation never splits the tokens. Not with pipeline stages (refused by name).
+// Generation never splits the tokens. With pipeline stages each TP rank sends its slice of the
+// stage's output to the same TP rank of the next stage (and the slice's gradient back), as
+// Megatron's stages do: the messages are 1/tp of the tokens.
 //
 // Pipeline parallelism (actor_rollout_ref.actor.megatron.pipeline_model_parallel_size = p > 1):
 // the layers split evenly over the p stages (Megatron's split; a layer count p does not divide is
@@ -256,11 +258,6 @@ class MegatronActorRolloutRefWorker {
     // Megatron's sequence parallelism (acts at tp > 1): the actor and its reference, a TP copy in
     // this worker, alike (the ref's own megatron keys act only with its strategy=megatron, refused by name).
     if (config_.actor_rollout_ref.actor.megatron.sequence_parallel && tp > 1) {
-      VERL_CHECK_ARG(pp_size_ == 1,
-                     "actor_rollout_ref.actor.megatron.sequence_parallel: not supported by verl-cpp yet with "
-                     "tensor_model_parallel_size = {} > 1 and pipeline_model_parallel_size = {} > 1; expected False, "
-                     "got True",
-                     tp, pp_size_);
       actor_->set_sequence_parallel(true);
       if (reference_) reference_->set_sequence_parallel(true);
     }
@@ -628,8 +625,16 @@ class MegatronActorRolloutRefWorker {
     }
   }
 
+  /// The rows of the activations (and their gradients) a stage exchanges for a micro-batch of
+  /// `tokens` tokens: every token, or under Megatron's sequence parallelism this TP rank's slice,
+  /// sent to the same TP rank of the neighbouring stage (as Megatron's stages exchange the
+  /// sequence-parallel slices: 1/tp of the bytes).
+  static Index stage_message_rows(const Policy& model, Index tokens) {
+    return model.sequence_parallel() && model.tp_size() > 1 ? model::sequence_slice_rows(tokens, model.tp_size()) : tokens;
+  }
+
   /// One pipeline pass over a batch: the schedule's steps on this stage, each micro-batch's rows
-  /// and message size (its tokens x hidden size: micro-batches differ).
+  /// and message size (its tokens, or its sequence-parallel slice, x hidden size: micro-batches differ).
   struct PipelinePass {
     std::vector<parallel::PipelineStep> steps;
     std::vector<std::pair<Index, Index>> rows;
@@ -638,7 +643,9 @@ class MegatronActorRolloutRefWorker {
   PipelinePass pipeline_pass(const data::DataProto& batch, std::vector<std::pair<Index, Index>> rows, bool forward_only) const {
     PipelinePass pass;
     const Index hidden = facts_hidden_;
-    for (const auto& [b, e] : rows) pass.message_sizes.push_back(token_batch(batch, b, e).num_tokens() * hidden);
+    for (const auto& [b, e] : rows) {
+      pass.message_sizes.push_back(stage_message_rows(require_model(), token_batch(batch, b, e).num_tokens()) * hidden);
+    }
     const auto m = static_cast<std::int64_t>(rows.size());
     pass.steps = forward_only ? parallel::forward_only_steps(pp_rank_, pp_size_, m)
                               : parallel::OneFOneB::steps(pp_rank_, pp_size_, m);
@@ -664,11 +671,12 @@ class MegatronActorRolloutRefWorker {
       const std::int64_t mb = forwards_++;
       const auto& sizes = passes_[pass_].message_sizes;
       const Index hidden = model_->config().hidden_size;
-      VERL_CHECK_ARG(mb < static_cast<std::int64_t>(sizes.size()) && tokens.num_tokens() * hidden == sizes[static_cast<std::size_t>(mb)],
+      const Index rows = stage_message_rows(*model_, tokens.num_tokens());
+      VERL_CHECK_ARG(mb < static_cast<std::int64_t>(sizes.size()) && rows * hidden == sizes[static_cast<std::size_t>(mb)],
                      "pipeline: micro-batch {} of pass {} has {} tokens, the stages planned {} micro-batches of sizes {}", mb,
                      pass_, tokens.num_tokens(), sizes.size(), fmt::join(sizes, ", "));
       const std::span<const float> in = runner_->begin(parallel::PipelineAction::forward, mb);
-      input_ = Eigen::Map<const RowMatrix<float>>(in.data(), tokens.num_tokens(), hidden);
+      input_ = Eigen::Map<const RowMatrix<float>>(in.data(), rows, hidden);
       model::CausalLMOutput<float> out = model_->forward(tokens, options, &input_);
       runner_->end({});
       return out;
@@ -716,7 +724,7 @@ class MegatronActorRolloutRefWorker {
       const Index hidden = model->config().hidden_size;
       const RowMatrix<float>* x = nullptr;
       if (!model->first_stage()) {
-        input = Eigen::Map<const RowMatrix<float>>(in.data(), tokens.num_tokens(), hidden);
+        input = Eigen::Map<const RowMatrix<float>>(in.data(), stage_message_rows(*model, tokens.num_tokens()), hidden);
         x = &input;
       }
       const RowMatrix<float>& out = model->forward_stage(tokens, x, keep_activations);
