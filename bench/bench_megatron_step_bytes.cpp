@@ -265,10 +265,12 @@ tally::Table formula(const Shape& m, const Batch& b, const Config& c, int rank) 
       put(phase, Kind::all_reduce, tp, c.tp, 8, 4 * micro_batches + (last ? 5 * tokens : 0));
     }
     // Pipeline messages: activations into every stage but the first, their gradients (update)
-    // into every stage but the last.
+    // into every stage but the last; under sequence parallelism each TP rank's slice of a
+    // micro-batch's tokens (padded to a multiple of tp), as Megatron's stages exchange them.
     if (c.pp > 1) {
-      put(phase, Kind::p2p, pp, c.pp, 4, first ? 0 : tokens * h);
-      if (update) put(phase, Kind::p2p, pp, c.pp, 4, last ? 0 : tokens * h);
+      const std::int64_t rows = c.tp > 1 && c.sequence_parallel ? micro_batches * ((b.micro * width + c.tp - 1) / c.tp) : tokens;
+      put(phase, Kind::p2p, pp, c.pp, 4, first ? 0 : rows * h);
+      if (update) put(phase, Kind::p2p, pp, c.pp, 4, last ? 0 : rows * h);
     }
   }
   // The optimizer step (one mini-batch): gradients over DP, the global norm.
@@ -381,6 +383,7 @@ int main(int argc, char** argv) {
       {"tp2 dp2 DO", 2, 2, 1, 1, true}, {"dp4", 1, 4, 1, 1, false},        {"dp4 DO", 1, 4, 1, 1, true},
       {"pp2 tp2", 2, 1, 2, 1, false},   {"pp2 dp2 DO", 1, 2, 2, 1, true},  {"pp4", 1, 1, 4, 1, false},
       {"tp4 SP", 4, 1, 1, 1, false, true}, {"tp2 dp2 SP", 2, 2, 1, 1, false, true},
+      {"pp2 tp2 SP", 2, 1, 2, 1, false, true},
   };
   std::vector<Config> ran;
   std::vector<std::vector<double>> counted, big_formula;

@@ -1,7 +1,8 @@
 // PPOController over worker groups on MPI ranks (the actor/rollout/reference on every rank, data
 // parallel; the critic too) gives the results of the in-process trainer (the same controller on
 // the in-process runtime) with the same global batch: the same samples and scores, and to float
-// tolerance the same losses, gradient norms and parameters (GRPO with a KL loss; GAE with a critic).
+// tolerance the same losses, gradient norms and parameters (GRPO with a KL loss; GAE with a critic;
+// GAE with the Megatron critic at tp 2).
 // Run under mpirun -np 1, 2, 4: rank 0 runs both trainers and GoogleTest, the others serve.
 #include <gtest/gtest.h>
 
@@ -23,6 +24,7 @@
 #include "verl/trainer/ppo_trainer.hpp"
 #include "verl/trainer/workers/actor_rollout_ref_worker.hpp"
 #include "verl/trainer/workers/critic_worker.hpp"
+#include "verl/trainer/workers/megatron_critic_worker.hpp"
 #include "tiny_controller_models.hpp"
 
 namespace {
@@ -33,7 +35,8 @@ using namespace verl::test_support;
 
 using ActorWorker = ActorRolloutRefWorker<TinyPolicySource>;
 using CriticGroupWorker = CriticWorker<TinyCriticSource>;
-using TestRuntime = hybridflow::Runtime<ActorWorker, CriticGroupWorker>;
+using MegatronCriticGroupWorker = MegatronCriticWorker<TinyCriticSource>;
+using TestRuntime = hybridflow::Runtime<ActorWorker, CriticGroupWorker, MegatronCriticGroupWorker>;
 TestRuntime* runtime = nullptr;
 
 PPOConfig config_of(const std::vector<std::string>& extra, int ranks) {
@@ -58,13 +61,13 @@ PPOTrainer<Transformer, C, FirstDigitParity> one_process(const std::vector<std::
 }
 
 /// The controller over every rank of the job.
-template <class CriticW>
-PPOController<TestRuntime, ActorWorker, CriticW, FirstDigitParity> on_the_ranks(const std::vector<std::string>& extra) {
+template <class CriticW, class ActorW = ActorWorker>
+PPOController<TestRuntime, ActorW, CriticW, FirstDigitParity> on_the_ranks(const std::vector<std::string>& extra) {
   const PPOConfig config = config_of(extra, runtime->world_size());
   const hybridflow::RolePlacement placement =
       hybridflow::place_roles(placement_keys(config, !std::same_as<CriticW, NoCritic>), runtime->world_size());
-  return PPOController<TestRuntime, ActorWorker, CriticW, FirstDigitParity>(*runtime, config, placement, FirstDigitParity{},
-                                                                            hooks(), prompts(16), data::RLHFDataset{});
+  return PPOController<TestRuntime, ActorW, CriticW, FirstDigitParity>(*runtime, config, placement, FirstDigitParity{},
+                                                                       hooks(), prompts(16), data::RLHFDataset{});
 }
 
 std::vector<float> parameters(Transformer& model) {
@@ -81,13 +84,13 @@ std::vector<float> parameters(const RoleState& state) {
 }
 
 /// `ranks_only`: overrides for the run on the ranks alone (parallel layouts one process lacks).
-template <class C, class CriticW>
+template <class C, class CriticW, class ActorW = ActorWorker>
 void expect_same_as_one_process(const std::vector<std::string>& overrides, C critic_single,
                                 const std::vector<std::string>& compared, const std::vector<std::string>& ranks_only = {}) {
   auto single = one_process(overrides, std::move(critic_single));
   std::vector<std::string> on_ranks = overrides;
   on_ranks.insert(on_ranks.end(), ranks_only.begin(), ranks_only.end());
-  auto dp = on_the_ranks<CriticW>(on_ranks);
+  auto dp = on_the_ranks<CriticW, ActorW>(on_ranks);
   for (int s = 0; s < 3; ++s) {
     const Metrics a = single.step();
     const Metrics b = dp.step();
@@ -103,7 +106,7 @@ void expect_same_as_one_process(const std::vector<std::string>& overrides, C cri
     }
   }
   const auto pa = parameters(single.actor());
-  const auto pb = parameters(dp.actor_group().template call<&ActorWorker::checkpoint_state>().get().front());
+  const auto pb = parameters(dp.actor_group().template call<&ActorW::checkpoint_state>().get().front());
   ASSERT_EQ(pa.size(), pb.size());
   double worst = 0;
   for (std::size_t i = 0; i < pa.size(); ++i) worst = std::max(worst, static_cast<double>(std::abs(pa[i] - pb[i])));
@@ -148,6 +151,20 @@ TEST(PPOTrainerDataParallel, GaeWithUlyssesActorAndCriticMatchesOneProcess) {
       {"actor_rollout_ref.actor.ulysses_sequence_parallel_size=2", "critic.ulysses_sequence_parallel_size=2"});
 }
 
+// The Megatron critic (tp 2; dp = ranks / 2) spawned with its mesh and called through the
+// controller's MEGATRON_COMPUTE_PROTO dispatch, with verl's defaults (sequence parallelism, the
+// distributed optimizer at dp 2), beside the data-parallel actor: the same run as one process.
+// (The Megatron actor through the controller: verl_train's tp2 regression runs. Both Megatron
+// workers here at once give the same first step, but AdamW at this test's lr = 0.01 turns the TP
+// sums' rounding into 5e-5 weight differences, and one of step 1's sampled tokens flips.)
+TEST(PPOTrainerDataParallel, GaeWithMegatronCriticMatchesOneProcess) {
+  if (runtime->world_size() < 2) GTEST_SKIP() << "needs 2 ranks (tp = 2)";
+  expect_same_as_one_process<Critic, MegatronCriticGroupWorker>(
+      {"trainer.balance_batch=False", "algorithm.adv_estimator=gae"}, tiny_critic(),
+      {"actor/pg_loss", "actor/grad_norm", "critic/vf_loss", "critic/grad_norm", "critic/values/mean"},
+      {"critic.strategy=megatron", "critic.megatron.tensor_model_parallel_size=2"});
+}
+
 TEST(PPOTrainerDataParallel, BalancedBatchInOneMiniBatchMatchesOneProcess) {
   // One mini-batch of all 16 rows: balancing changes which rank holds which rows, not the
   // update, so the run must match one process (which keeps the order) up to float sums.
@@ -171,7 +188,8 @@ TEST(PPOTrainerDataParallel, BalancedBatchInOneMiniBatchMatchesOneProcess) {
 
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
-  return hybridflow::run_controller<ActorWorker, CriticGroupWorker>(argc, argv, [](TestRuntime& r) {
+  return hybridflow::run_controller<ActorWorker, CriticGroupWorker, MegatronCriticGroupWorker>(
+      argc, argv, [](TestRuntime& r) {
     runtime = &r;
     return RUN_ALL_TESTS();
   });

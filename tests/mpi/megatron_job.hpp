@@ -1,16 +1,20 @@
 // One Megatron job of tp x dp x pp ranks cut from the world (Megatron's order: tp fastest, then
-// dp, then pp), for the MPI tests of the Megatron actor worker (test_megatron_distributed_optimizer,
-// test_megatron_mesh_types, test_megatron_pipeline).
+// dp, then pp), for the MPI tests of the Megatron workers (test_megatron_distributed_optimizer,
+// test_megatron_mesh_types, test_megatron_pipeline, test_megatron_critic), and a checkpoint state
+// shared from a group's first rank (those and test_fsdp_sharding).
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "verl/core/tensor.hpp"
 #include "verl/data/data_proto.hpp"
 #include "verl/hybridflow/dispatch.hpp"
+#include "verl/hybridflow/wire.hpp"
 #include "verl/hybridflow/worker.hpp"
 #include "verl/parallel/mpi_communicator.hpp"
 #include "verl/trainer/workers/batch_keys.hpp"
@@ -64,6 +68,22 @@ inline data::DataProto megatron_prompts(int dp_rank, int dp, Index rows, Index p
   for (Index r = 0; r < mine; ++r) seeds.push_back(100 + first + r);
   batch.set_non_tensor(std::string(trainer::keys::seed), std::move(seeds));
   return batch;
+}
+
+/// Shares a RoleState from the group's first rank (where checkpoint_state leaves it) with every
+/// rank of the group (collective).
+inline trainer::RoleState broadcast_state(parallel::MpiCommunicator& group, const trainer::RoleState& state) {
+  hybridflow::WireWriter writer;
+  if (group.rank() == 0) hybridflow::write(writer, state);
+  hybridflow::Bytes bytes = writer.take();
+  std::int64_t size = static_cast<std::int64_t>(bytes.size());
+  group.broadcast(std::span<std::int64_t>(&size, 1), 0);
+  std::vector<std::int32_t> words(static_cast<std::size_t>((size + 3) / 4), 0);
+  if (group.rank() == 0) std::memcpy(words.data(), bytes.data(), bytes.size());
+  group.broadcast(std::span<std::int32_t>(words), 0);
+  hybridflow::WireReader reader(std::span<const std::byte>(reinterpret_cast<const std::byte*>(words.data()),
+                                                           static_cast<std::size_t>(size)));
+  return hybridflow::read<trainer::RoleState>(reader);
 }
 
 }  // namespace verl::test_support

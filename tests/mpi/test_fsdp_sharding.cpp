@@ -43,6 +43,7 @@ namespace {
 using namespace verl;
 using verl::parallel::MpiCommunicator;
 using trainer::RoleState;
+using test_support::broadcast_state;
 
 /// A tiny Qwen2 (q/k/v biases, untied head, hidden 30 in 3 heads of 10, one KV head, two layers):
 /// 19,390 elements, not a multiple of 4, so that at fsdp_size 4 the last shard carries padding.
@@ -141,20 +142,6 @@ struct TrainingRun {
   std::int64_t shard_size = 0, padding = 0, numel = 0;
   int fsdp = 1;
 };
-
-RoleState broadcast_state(MpiCommunicator& group, const RoleState& state) {
-  hybridflow::WireWriter writer;
-  if (group.rank() == 0) hybridflow::write(writer, state);
-  hybridflow::Bytes bytes = writer.take();
-  std::int64_t size = static_cast<std::int64_t>(bytes.size());
-  group.broadcast(std::span<std::int64_t>(&size, 1), 0);
-  std::vector<std::int32_t> words(static_cast<std::size_t>((size + 3) / 4), 0);
-  if (group.rank() == 0) std::memcpy(words.data(), bytes.data(), bytes.size());
-  group.broadcast(std::span<std::int32_t>(words), 0);
-  hybridflow::WireReader reader(std::span<const std::byte>(reinterpret_cast<const std::byte*>(words.data()),
-                                                           static_cast<std::size_t>(size)));
-  return hybridflow::read<RoleState>(reader);
-}
 
 TrainingRun train(Group& group, const std::string& fsdp_size, int steps, const RoleState* resume_from = nullptr,
                   int first_step = 0) {

@@ -35,6 +35,7 @@ namespace {
 using namespace verl;
 using verl::parallel::MpiCommunicator;
 using trainer::RoleState;
+using test_support::broadcast_state;
 
 /// A tiny Qwen2 (q/k/v biases) with one KV head, so that at tp = 2 the KV head is copied on both
 /// ranks (its gradient counted once in the norm), next to replicated norms and sharded matrices.
@@ -109,21 +110,6 @@ struct TrainingRun {
 };
 
 int dp_rank_of(const Job& job) { return job.context.rank / job.tp; }
-
-/// Shares a RoleState from the job's first rank with every rank of the job.
-RoleState broadcast_state(MpiCommunicator& group, const RoleState& state) {
-  hybridflow::WireWriter writer;
-  if (group.rank() == 0) hybridflow::write(writer, state);
-  hybridflow::Bytes bytes = writer.take();
-  std::int64_t size = static_cast<std::int64_t>(bytes.size());
-  group.broadcast(std::span<std::int64_t>(&size, 1), 0);
-  std::vector<std::int32_t> words(static_cast<std::size_t>((size + 3) / 4), 0);
-  if (group.rank() == 0) std::memcpy(words.data(), bytes.data(), bytes.size());
-  group.broadcast(std::span<std::int32_t>(words), 0);
-  hybridflow::WireReader reader(std::span<const std::byte>(reinterpret_cast<const std::byte*>(words.data()),
-                                                           static_cast<std::size_t>(size)));
-  return hybridflow::read<RoleState>(reader);
-}
 
 TrainingRun train(Job& job, bool distributed, int steps, const RoleState* resume_from = nullptr, int first_step = 0) {
   Worker worker(job.context);

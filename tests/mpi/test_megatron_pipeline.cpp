@@ -16,8 +16,11 @@
 //     bit for bit;
 //   - a layer count the stages do not divide, tied embeddings over stages, a TP-sharded generation
 //     under a pipeline and interleaved stages are errors naming the key, expected and actual values.
-// np 4: pp2 x tp2 x dp1, pp2 x tp1 x dp2 (with the distributed optimizer too), pp4 x tp1 x dp1; np 8
-// (the `long` label): pp2 x tp2 x dp2.
+//   - with Megatron's sequence parallelism (tp > 1) the stages exchange each TP rank's slice of the
+//     tokens: the same figures as above against the runs without it;
+// np 4: pp2 x tp2 x dp1 (with sequence parallelism too), pp2 x tp1 x dp2 (with the distributed
+// optimizer too), pp4 x tp1 x dp1; np 8 (the `long` label): pp2 x tp2 x dp2 (and with sequence
+// parallelism and the distributed optimizer).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -76,7 +79,7 @@ struct Tied : TinyLlama {
 
 constexpr Index rows = 4, prompt = 5, response = 4, steps = 3;
 
-std::vector<std::string> overrides(int tp, int pp, int tg = 1, bool distributed_optimizer = false) {
+std::vector<std::string> overrides(int tp, int pp, int tg = 1, bool distributed_optimizer = false, bool sequence_parallel = false) {
   return {"data.train_batch_size=4",
           "actor_rollout_ref.rollout.n=1",
           "actor_rollout_ref.actor.ppo_mini_batch_size=4",
@@ -90,7 +93,7 @@ std::vector<std::string> overrides(int tp, int pp, int tg = 1, bool distributed_
           "actor_rollout_ref.actor.strategy=megatron",
           "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=" + std::to_string(tp),
           "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size=" + std::to_string(pp),
-          "actor_rollout_ref.actor.megatron.sequence_parallel=False",
+          std::string("actor_rollout_ref.actor.megatron.sequence_parallel=") + (sequence_parallel ? "True" : "False"),
           std::string("actor_rollout_ref.actor.megatron.use_distributed_optimizer=") + (distributed_optimizer ? "True" : "False"),
           "actor_rollout_ref.rollout.tensor_model_parallel_size=" + std::to_string(tg)};
 }
@@ -140,7 +143,7 @@ constexpr const char* metric_names[] = {"actor/pg_loss", "actor/kl_loss", "actor
 constexpr std::size_t metric_count = std::size(metric_names);
 
 template <class Worker>
-Results run(int tp, int dp, int pp, bool distributed_optimizer = false) {
+Results run(int tp, int dp, int pp, bool distributed_optimizer = false, bool sequence_parallel = false) {
   MpiCommunicator world = MpiCommunicator::world();
   test_support::MegatronJob job;
   test_support::make_job(world, tp, dp, job, pp);
@@ -155,7 +158,7 @@ Results run(int tp, int dp, int pp, bool distributed_optimizer = false) {
   const int size = tp * dp * pp;
   if (job.context.group != nullptr && world.rank() < size) {
     Worker worker(job.context);
-    worker.init_model(overrides(tp, pp, 1, distributed_optimizer), steps);
+    worker.init_model(overrides(tp, pp, 1, distributed_optimizer, sequence_parallel), steps);
     const int rank = job.context.rank, tp_rank = rank % tp, dp_rank = (rank / tp) % dp, pp_rank = rank / (tp * dp);
     EXPECT_EQ(worker.pipeline_rank(), pp_rank);
     EXPECT_EQ(worker.pipeline_size(), pp);
@@ -294,11 +297,13 @@ void expect_reshard_figures(const Results& piped, int tp, int dp, int pp) {
 
 using Dynamic = trainer::MegatronActorRolloutRefWorker<TinyLlama, Mesh<TP<>, DP<>, PP<>>>;
 
-void check_pipeline(int tp, int dp, int pp, bool distributed_optimizer = false) {
+/// `sequence_parallel`: the pipelined run with Megatron's sequence parallelism (its stages exchange
+/// their token slices), against the runs without it.
+void check_pipeline(int tp, int dp, int pp, bool distributed_optimizer = false, bool sequence_parallel = false) {
   MpiCommunicator world = MpiCommunicator::world();
   if (world.size() < tp * dp * pp) GTEST_SKIP() << "needs " << tp * dp * pp << " ranks";
-  SCOPED_TRACE(::testing::Message() << "pp=" << pp << " tp=" << tp << " dp=" << dp);
-  const Results piped = run<Dynamic>(tp, dp, pp, distributed_optimizer);
+  SCOPED_TRACE(::testing::Message() << "pp=" << pp << " tp=" << tp << " dp=" << dp << " sp=" << sequence_parallel);
+  const Results piped = run<Dynamic>(tp, dp, pp, distributed_optimizer, sequence_parallel);
   const Results flat = run<Dynamic>(tp, dp, 1, distributed_optimizer);
   const Results one = run<Dynamic>(1, 1, 1);
   expect_close(piped, flat, fmt::format("pp=1 tp={} dp={}", tp, dp));
@@ -314,6 +319,8 @@ void check_pipeline(int tp, int dp, int pp, bool distributed_optimizer = false) 
 }
 
 TEST(MegatronPipeline, Pp2Tp2Dp1MatchesTheUnpipelinedRuns) { check_pipeline(2, 1, 2); }
+// One-row micro-batches of 9, 7, 6 and 8 tokens: slices of 5, 4, 3 and 4 rows (odd counts pad the second rank's slice).
+TEST(MegatronPipeline, Pp2Tp2Dp1SequenceParallelMatchesTheUnpipelinedRuns) { check_pipeline(2, 1, 2, false, true); }
 TEST(MegatronPipeline, Pp2Tp1Dp2MatchesTheUnpipelinedRuns) { check_pipeline(1, 2, 2); }
 TEST(MegatronPipeline, Pp2Tp1Dp2DistributedOptimizerMatchesTheUnpipelinedRuns) { check_pipeline(1, 2, 2, true); }
 TEST(MegatronPipeline, Pp4Tp1Dp1MatchesTheUnpipelinedRuns) { check_pipeline(1, 1, 4); }
@@ -321,6 +328,10 @@ TEST(MegatronPipeline, Pp4Tp1Dp1MatchesTheUnpipelinedRuns) { check_pipeline(1, 1
 TEST(MegatronPipeline, Pp2Tp2Dp2MatchesTheUnpipelinedRuns) {
   if (MpiCommunicator::world().size() < 8) GTEST_SKIP() << "needs 8 ranks";
   check_pipeline(2, 2, 2);
+}
+TEST(MegatronPipeline, Pp2Tp2Dp2SequenceParallelDistributedOptimizerMatchesTheUnpipelinedRuns) {
+  if (MpiCommunicator::world().size() < 8) GTEST_SKIP() << "needs 8 ranks";
+  check_pipeline(2, 2, 2, true, true);
 }
 
 TEST(MegatronPipeline, StaticMeshTypeIsTheDynamicWorkerAndRunsAreDeterministic) {

@@ -337,11 +337,12 @@ TEST(ConfigYaml, VerlsMegatronConfigLoads) {
     EXPECT_EQ(problem.find("interpolation"), std::string::npos) << problem;
   }
   const std::string all = fmt::format("{}", fmt::join(problems, "\n"));
-  // The actor's Megatron engine acts (tensor parallelism); what it does not build is refused by
-  // name, as are the ref's and the critic's Megatron strategies.
+  // The actor's and the critic's Megatron engines act (tensor parallelism); what they do not
+  // build is refused by name, as is the ref's own Megatron strategy (it is a TP copy in the actor's worker).
   EXPECT_EQ(all.find("actor_rollout_ref.actor.strategy:"), std::string::npos) << all;
   EXPECT_NE(all.find("actor_rollout_ref.ref.strategy: not supported by verl-cpp yet"), std::string::npos) << all;
-  EXPECT_NE(all.find("critic.strategy: not supported by verl-cpp yet"), std::string::npos) << all;
+  EXPECT_EQ(all.find("critic.strategy:"), std::string::npos) << all;
+  EXPECT_EQ(all.find("critic.megatron"), std::string::npos) << all;
   std::vector<std::string> overrides = {"trainer.logger=[console]", "trainer.device=cpu", "trainer.n_gpus_per_node=1",
                                         "actor_rollout_ref.rollout.dtype=float32", "actor_rollout_ref.actor.strategy=fsdp",
                                         "actor_rollout_ref.ref.strategy=fsdp", "critic.strategy=fsdp"};
@@ -389,12 +390,16 @@ TEST(Config, MegatronDistributedOptimizerIsAccepted) {
     overrides.push_back(fmt::format("actor_rollout_ref.actor.megatron.use_distributed_optimizer={}", value ? "True" : "False"));
     EXPECT_EQ(with(overrides).actor_rollout_ref.actor.megatron.use_distributed_optimizer, value);
   }
-  // The ref's and the critic's copies load (read only with their strategy=megatron, refused by name).
+  // The ref's copy loads (read only with its strategy=megatron, refused by name); the critic's
+  // acts with critic.strategy=megatron (the Megatron critic's distributed optimizer).
   EXPECT_TRUE(with({"actor_rollout_ref.ref.megatron.use_distributed_optimizer=True",
                     "critic.megatron.use_distributed_optimizer=True"})
                   .actor_rollout_ref.actor.megatron.use_distributed_optimizer);
-  EXPECT_NE(error_of({"actor_rollout_ref.actor.strategy=megatron", "critic.strategy=megatron"}).find("critic.strategy:"),
-            std::string::npos);
+  for (const bool value : {true, false}) {
+    EXPECT_EQ(with({"critic.strategy=megatron", fmt::format("critic.megatron.use_distributed_optimizer={}", value ? "True" : "False")})
+                  .critic.megatron.use_distributed_optimizer,
+              value);
+  }
   std::vector<std::string> bad = megatron;
   bad.push_back("actor_rollout_ref.actor.megatron.use_distributed_optimizer=sometimes");
   const std::string error = error_of(bad);
@@ -416,23 +421,28 @@ TEST(Config, MegatronSequenceParallelActsWithTensorParallelism) {
     EXPECT_TRUE(config.actor_rollout_ref.actor.megatron.sequence_parallel) << "tp " << tp;
     EXPECT_EQ(config.actor_rollout_ref.actor.megatron.tensor_model_parallel_size, tp);
   }
-  // Pipeline stages: at tp = 1 it does nothing (loads); at tp > 1 it is refused.
+  // Pipeline stages: at tp = 1 it does nothing; at tp > 1 the stages exchange token slices (acts).
   const std::vector<std::string> pipeline = {"actor_rollout_ref.actor.strategy=megatron",
                                              "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size=2",
                                              "actor_rollout_ref.rollout.tensor_model_parallel_size=1", key + "=True"};
   EXPECT_EQ(with(pipeline).actor_rollout_ref.actor.megatron.pipeline_model_parallel_size, 2);
   std::vector<std::string> stages = pipeline;
   stages.push_back("actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2");
-  const std::string error = error_of(stages);
-  EXPECT_NE(error.find(key + ": not supported by verl-cpp yet with tensor_model_parallel_size = 2 > 1 and "
-                             "pipeline_model_parallel_size = 2 > 1"),
-            std::string::npos)
-      << error;
-  EXPECT_NE(error.find("got True"), std::string::npos) << error;
+  EXPECT_TRUE(with(stages).actor_rollout_ref.actor.megatron.sequence_parallel);
   stages.push_back(key + "=False");
   EXPECT_FALSE(with(stages).actor_rollout_ref.actor.megatron.sequence_parallel);
   // With strategy=fsdp nothing reads it.
   EXPECT_TRUE(with({"actor_rollout_ref.actor.strategy=fsdp", key + "=True"}).actor_rollout_ref.actor.megatron.sequence_parallel);
+}
+
+/// A model's sizes for the TP-fit checks: 4 attention heads over 2 KV heads.
+model::HfModelConfig four_heads_model() {
+  model::HfModelConfig config;
+  config.num_attention_heads = 4;
+  config.num_key_value_heads = 2;
+  config.intermediate_size = 64;
+  config.vocab_size = 1408;
+  return config;
 }
 
 // actor_rollout_ref.rollout.tensor_model_parallel_size: the generation layout's TP size tg acts
@@ -472,11 +482,7 @@ TEST(Config, RolloutTensorParallelSizeActsWithMegatron) {
             std::string::npos);
 
   // Against the model (once its config.json is read): tg larger than the attention heads.
-  model::HfModelConfig four_heads;
-  four_heads.num_attention_heads = 4;
-  four_heads.num_key_value_heads = 2;
-  four_heads.intermediate_size = 64;
-  four_heads.vocab_size = 1408;
+  const model::HfModelConfig four_heads = four_heads_model();
   EXPECT_NO_THROW(check_tensor_parallel_fits(with(megatron(4, 2)), four_heads));
   EXPECT_NO_THROW(check_tensor_parallel_fits(with(megatron(4, 4)), four_heads));
   try {
@@ -496,6 +502,64 @@ TEST(Config, RolloutTensorParallelSizeActsWithMegatron) {
   }
   // With fsdp nothing is split: no check.
   EXPECT_NO_THROW(check_tensor_parallel_fits(with({}), four_heads));
+}
+
+// critic.strategy=megatron: the Megatron critic (MegatronCriticWorker) with critic.megatron's
+// tensor parallelism, sequence parallelism and distributed optimizer; its other sizes, and the
+// fsdp worker's keys, are refused by name with the value; the TP size is checked against the value
+// model's heads once its config.json is read.
+TEST(Config, MegatronCriticStrategyActsWithItsOwnLayout) {
+  EXPECT_EQ(with({}).critic.strategy, "fsdp");
+  const PPOConfig megatron = with({"critic.strategy=megatron", "critic.megatron.tensor_model_parallel_size=2"});
+  EXPECT_EQ(megatron.critic.strategy, "megatron");
+  EXPECT_EQ(megatron.critic.megatron.tensor_model_parallel_size, 2);
+  EXPECT_TRUE(megatron.critic.megatron.sequence_parallel) << "verl's default";
+  EXPECT_TRUE(megatron.critic.megatron.use_distributed_optimizer) << "verl's default";
+  EXPECT_EQ(megatron.actor_rollout_ref.actor.strategy, "fsdp") << "the critic's engine is its own";
+  EXPECT_FALSE(with({"critic.strategy=megatron", "critic.megatron.sequence_parallel=False"}).critic.megatron.sequence_parallel);
+  const auto expect_error = [](const std::vector<std::string>& overrides, const std::vector<std::string>& parts) {
+    const std::string error = error_of(overrides);
+    for (const auto& part : parts) EXPECT_NE(error.find(part), std::string::npos) << part << "\nin: " << error;
+  };
+  expect_error({"critic.strategy=megatorn"}, {"critic.strategy: expected one of fsdp, fsdp2, megatron, got 'megatorn'",
+                                              "did you mean megatron"});
+  expect_error({"critic.megatron.tensor_model_parallel_size=2"},
+               {"critic.megatron: tensor/pipeline/context_parallel_size act only with critic.strategy=megatron",
+                "tp=2 pp=1 cp=1 with strategy=fsdp"});
+  expect_error({"critic.strategy=megatron", "critic.megatron.tensor_model_parallel_size=0"},
+               {"critic.megatron.tensor_model_parallel_size: expected a value >= 1, got 0"});
+  expect_error({"critic.strategy=megatron", "critic.megatron.pipeline_model_parallel_size=2"},
+               {"critic.megatron.pipeline_model_parallel_size: not supported by verl-cpp yet", "expected 1, got 2"});
+  expect_error({"critic.strategy=megatron", "critic.megatron.context_parallel_size=2"},
+               {"critic.megatron.context_parallel_size: not supported by verl-cpp yet", "expected 1, got 2"});
+  expect_error({"critic.strategy=megatron", "critic.ulysses_sequence_parallel_size=2"},
+               {"critic.ulysses_sequence_parallel_size: acts only with critic.strategy=fsdp or fsdp2", "got 2"});
+  expect_error({"critic.strategy=megatron", "critic.fsdp.fsdp_size=2"},
+               {"critic.fsdp.fsdp_size: acts only with critic.strategy=fsdp or fsdp2", "expected -1 or 1", "got 2"});
+  expect_error({"critic.strategy=megatron", "critic.megatron.expert_model_parallel_size=2"},
+               {"critic.megatron.expert_model_parallel_size: not supported by verl-cpp yet"});
+
+  // Against the value model (once its config.json is read).
+  const model::HfModelConfig four_heads = four_heads_model();
+  const auto critic_tp = [](int tp) {
+    return with({"critic.strategy=megatron", fmt::format("critic.megatron.tensor_model_parallel_size={}", tp),
+                 "critic.model.path=/models/tiny-critic"});
+  };
+  EXPECT_NO_THROW(check_critic_tensor_parallel_fits(critic_tp(4), four_heads));
+  try {
+    check_critic_tensor_parallel_fits(critic_tp(8), four_heads);
+    ADD_FAILURE() << "critic tp 8 over 4 heads was accepted";
+  } catch (const InvalidArgument& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("critic.megatron.tensor_model_parallel_size: expected a divisor of the model's "
+                           "num_attention_heads = 4"),
+              std::string::npos)
+        << message;
+    EXPECT_NE(message.find("got 8"), std::string::npos) << message;
+    EXPECT_NE(message.find("critic.model.path = '/models/tiny-critic'"), std::string::npos) << message;
+  }
+  // With fsdp nothing is split: no check.
+  EXPECT_NO_THROW(check_critic_tensor_parallel_fits(with({}), four_heads));
 }
 
 // verl 0.9.1's migrate_legacy_reward_impl: the legacy keys act through their reward.* places.

@@ -28,7 +28,9 @@
 #include <iostream>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -51,6 +53,7 @@
 #include "verl/trainer/ppo_controller.hpp"
 #include "verl/trainer/workers/reward_model_worker.hpp"
 #include "verl/trainer/workers/megatron_actor_worker.hpp"
+#include "verl/trainer/workers/megatron_critic_worker.hpp"
 #include "verl/trainer/workers/rollout_worker.hpp"
 #endif
 
@@ -132,6 +135,7 @@ using DenseActor = trainer::ActorRolloutRefWorker<trainer::HfPolicySource>;
 using LoraActor = trainer::ActorRolloutRefWorker<trainer::HfLoraPolicySource>;
 using MegatronActor = trainer::MegatronActorRolloutRefWorker<trainer::HfPolicySource>;
 using Critic = trainer::CriticWorker<trainer::HfCriticSource>;
+using MegatronCritic = trainer::MegatronCriticWorker<trainer::HfCriticSource>;
 using RewardModel = trainer::RewardModelWorker<trainer::HfRewardModelSource>;
 using Rollout = trainer::RolloutWorker<trainer::HfPolicySource>;  // a rollout pool of its own (hybrid_engine=False)
 
@@ -249,7 +253,8 @@ int run(int argc, char** argv) {
   const trainer::PPOConfig& config = command->config;
   // Rank 0 runs the controller program below; every rank (rank 0 too, in a thread of its own)
   // serves the worker groups placed on it.
-  return hybridflow::run_controller<ConfigCheck, DenseActor, LoraActor, MegatronActor, Critic, RewardModel, Rollout>(
+  return hybridflow::run_controller<ConfigCheck, DenseActor, LoraActor, MegatronActor, Critic, MegatronCritic, RewardModel,
+                                     Rollout>(
       argc, argv, [&](auto& runtime) {
     runtime.template spawn<ConfigCheck>(runtime.whole_world())
         .template call<&ConfigCheck::same_as_controller>(own_config_digest)
@@ -258,6 +263,10 @@ int run(int argc, char** argv) {
     const hybridflow::RolePlacement placement =
         hybridflow::place_roles(trainer::placement_keys(config, setup.use_critic), runtime.world_size());
     const auto with_critic = [&]<class Actor>() {
+      // critic.strategy=megatron: the tensor-parallel critic (its own critic.megatron layout).
+      if (setup.use_critic && config.critic.strategy == "megatron")
+        return train_with_workers<Actor, MegatronCritic>(runtime, config, setup.algorithm, placement, setup.tokenizer,
+                                                         setup.formatter);
       if (setup.use_critic)
         return train_with_workers<Actor, Critic>(runtime, config, setup.algorithm, placement, setup.tokenizer, setup.formatter);
       return train_with_workers<Actor, trainer::NoCritic>(runtime, config, setup.algorithm, placement, setup.tokenizer,
@@ -277,11 +286,14 @@ int run(int argc, char** argv) {
     if (!command) return 0;
     const trainer::PPOConfig& config = command->config;
     const Setup setup = setup_of(config);
-    // The tensor-parallel worker runs on the HybridFlow runtime only (an MPI build).
-    VERL_CHECK_ARG(config.actor_rollout_ref.actor.megatron.tensor_model_parallel_size == 1,
-                   "actor_rollout_ref.actor.megatron.tensor_model_parallel_size: this verl_train is built without MPI "
-                   "(one process, no tensor parallelism); expected 1, got {}",
-                   config.actor_rollout_ref.actor.megatron.tensor_model_parallel_size);
+    // The tensor-parallel workers run on the HybridFlow runtime only (an MPI build); at tp = 1 the
+    // in-process models compute what they would.
+    for (const auto& [key, tp] : {std::pair<std::string_view, std::int64_t>{"actor_rollout_ref.actor.megatron.tensor_model_parallel_size",
+                                                                            config.actor_rollout_ref.actor.megatron.tensor_model_parallel_size},
+                                  {"critic.megatron.tensor_model_parallel_size", config.critic.megatron.tensor_model_parallel_size}}) {
+      VERL_CHECK_ARG(tp == 1, "{}: this verl_train is built without MPI (one process, no tensor parallelism); expected 1, got {}",
+                     key, tp);
+    }
     model::Transformer base = trainer::HfPolicySource::actor(config);
     auto with_critic = [&](auto actor, auto reference) {
       if (setup.use_critic)

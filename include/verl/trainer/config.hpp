@@ -440,31 +440,41 @@ inline void validate(const PPOConfig& c, std::vector<std::string>& problems) {
             fmt::format("{}: expected -1 (every rank of the worker group) or a positive number of ranks, got {}", key, fsdp_size));
   }
 
+  // A role's training engine (`role`: actor_rollout_ref.actor, critic): fsdp / fsdp2 (data
+  // parallel) or megatron (tensor parallel, with the role's megatron section, whose parallel
+  // sizes act only then). True when the role trains with megatron.
+  const auto megatron_engine = [&](std::string_view role, const std::string& strategy, const MegatronSection& m) {
+    static constexpr std::array<std::string_view, 3> strategies = {"fsdp", "fsdp2", "megatron"};
+    if (std::find(strategies.begin(), strategies.end(), strategy) == strategies.end()) {
+      problems.push_back(fmt::format("{}.strategy: {}", role, suggestion(strategy, strategies)));
+    }
+    if (strategy != "megatron") {
+      require(m.tensor_model_parallel_size == 1 && m.pipeline_model_parallel_size == 1 && m.context_parallel_size == 1,
+              fmt::format("{}.megatron: tensor/pipeline/context_parallel_size act only with {}.strategy=megatron, got "
+                          "tp={} pp={} cp={} with strategy={}",
+                          role, role, m.tensor_model_parallel_size, m.pipeline_model_parallel_size,
+                          m.context_parallel_size, strategy));
+      return false;
+    }
+    require(m.tensor_model_parallel_size >= 1, fmt::format("{}.megatron.tensor_model_parallel_size: expected a value >= 1, got {}",
+                                                           role, m.tensor_model_parallel_size));
+    return true;
+  };
+
   // The actor's training engine: fsdp (data parallel) or megatron (tensor parallel, the
   // Megatron worker). What the Megatron worker does not build is refused by its key.
   {
-    static constexpr std::array<std::string_view, 3> strategies = {"fsdp", "fsdp2", "megatron"};
-    if (std::find(strategies.begin(), strategies.end(), actor.strategy) == strategies.end()) {
-      problems.push_back("actor_rollout_ref.actor.strategy: " + suggestion(actor.strategy, strategies));
-    }
     const auto& m = actor.megatron;
     const std::string_view k = "actor_rollout_ref.actor.megatron";
     const std::int64_t tg = c.actor_rollout_ref.rollout.tensor_model_parallel_size;
     const std::string_view rollout_tp = "actor_rollout_ref.rollout.tensor_model_parallel_size";
-    if (actor.strategy != "megatron") {
+    if (!megatron_engine("actor_rollout_ref.actor", actor.strategy, m)) {
       require(tg == 1 || tg == 2,
               fmt::format("{}: acts only with actor_rollout_ref.actor.strategy=megatron (TP-sharded generation); with "
                           "strategy={} every rank generates with the whole model: expected 1 (or verl's default 2, which "
                           "then does not act), got {}",
                           rollout_tp, actor.strategy, tg));
-      require(m.tensor_model_parallel_size == 1 && m.pipeline_model_parallel_size == 1 && m.context_parallel_size == 1,
-              fmt::format("{}: tensor/pipeline/context_parallel_size act only with actor_rollout_ref.actor.strategy=megatron, "
-                          "got tp={} pp={} cp={} with strategy={}",
-                          k, m.tensor_model_parallel_size, m.pipeline_model_parallel_size, m.context_parallel_size,
-                          actor.strategy));
     } else {
-      require(m.tensor_model_parallel_size >= 1,
-              fmt::format("{}.tensor_model_parallel_size: expected a value >= 1, got {}", k, m.tensor_model_parallel_size));
       require(tg >= 1 && m.tensor_model_parallel_size % tg == 0,
               fmt::format("{}: expected a divisor of {}.tensor_model_parallel_size = {} (the 3D-HybridEngine makes each "
                           "generation TP shard by all-gathering tp / tg training shards), got {}",
@@ -486,20 +496,44 @@ inline void validate(const PPOConfig& c, std::vector<std::string>& problems) {
                           "expected 1 with strategy=megatron, got {}",
                           actor.ulysses_sequence_parallel_size));
       // sequence_parallel (verl's default True) acts with tp > 1 (Megatron's sequence parallelism in
-      // the actor and its reference; Megatron turns it off at tp = 1 itself). Its pipeline stages
-      // would exchange token slices: not built.
-      require(!m.sequence_parallel || m.tensor_model_parallel_size == 1 || m.pipeline_model_parallel_size == 1,
-              fmt::format("{}.sequence_parallel: not supported by verl-cpp yet with tensor_model_parallel_size = {} > 1 "
-                          "and pipeline_model_parallel_size = {} > 1 (sequence-parallel pipeline stages); expected False, "
-                          "got True",
-                          k, m.tensor_model_parallel_size, m.pipeline_model_parallel_size));
+      // the actor and its reference, pipeline stages exchanging their token slices; Megatron turns
+      // it off at tp = 1 itself).
       // use_distributed_optimizer acts (Megatron's distributed optimizer, ZeRO-1 over the DP
-      // ranks, in the Megatron worker; a no-op at dp = 1). The ref's and the critic's copies of the
-      // key are read only with their strategy=megatron, which is refused by name.
+      // ranks, in the Megatron worker; a no-op at dp = 1). The ref's copy of the key is read only
+      // with its strategy=megatron, which is refused by name (the ref is a TP copy in this worker).
       require(c.actor_rollout_ref.model.lora_rank == 0,
               fmt::format("actor_rollout_ref.model.lora_rank: not supported by verl-cpp yet with "
                           "actor_rollout_ref.actor.strategy=megatron (LoRA on tensor-parallel shards), expected 0, got {}",
                           c.actor_rollout_ref.model.lora_rank));
+    }
+  }
+
+  // The critic's training engine: fsdp (the data-parallel CriticWorker) or megatron (tensor
+  // parallel, MegatronCriticWorker, with critic.megatron's layout; the worker checks that tp
+  // divides the critic's ranks and fits its model's heads). What it does not build is refused by key.
+  {
+    const auto& critic = c.critic;
+    const auto& m = critic.megatron;
+    const std::string_view k = "critic.megatron";
+    if (megatron_engine("critic", critic.strategy, m)) {
+      require(m.pipeline_model_parallel_size == 1,
+              fmt::format("{}.pipeline_model_parallel_size: not supported by verl-cpp yet (pipeline stages of the value "
+                          "model; the actor's are built), expected 1, got {}",
+                          k, m.pipeline_model_parallel_size));
+      require(m.context_parallel_size == 1,
+              fmt::format("{}.context_parallel_size: not supported by verl-cpp yet (context parallelism), expected 1, got {}",
+                          k, m.context_parallel_size));
+      // verl's Megatron critic reads critic.megatron, not the fsdp worker's Ulysses and FSDP keys.
+      require(critic.ulysses_sequence_parallel_size == 1,
+              fmt::format("critic.ulysses_sequence_parallel_size: acts only with critic.strategy=fsdp or fsdp2 (the "
+                          "Megatron critic does not split sequences with Ulysses), expected 1 with strategy=megatron, got {}",
+                          critic.ulysses_sequence_parallel_size));
+      require(critic.fsdp.fsdp_size == -1 || critic.fsdp.fsdp_size == 1,
+              fmt::format("critic.fsdp.fsdp_size: acts only with critic.strategy=fsdp or fsdp2 (the Megatron critic shards "
+                          "with critic.megatron), expected -1 or 1 with strategy=megatron, got {}",
+                          critic.fsdp.fsdp_size));
+      // sequence_parallel (verl's default True) acts at tp > 1 and use_distributed_optimizer at
+      // dp > 1, as the actor's.
     }
   }
 
@@ -1009,27 +1043,47 @@ inline std::string to_yaml(const PPOConfig& config) {
   return out;
 }
 
+namespace detail {
+/// Why tensor-parallel size `size` (the key `key`) does not fit `model`, or nothing when it does:
+/// it must divide the attention heads and the intermediate size, divide or be a multiple of the
+/// KV heads, and not exceed the vocabulary.
+inline std::optional<std::string> tensor_parallel_misfit(std::string_view key, std::int64_t size,
+                                                         const model::HfModelConfig& model) {
+  const std::int64_t heads = model.num_attention_heads, kv = model.num_key_value_heads;
+  if (size >= 1 && heads % size == 0 && (kv % size == 0 || size % kv == 0) && model.intermediate_size % size == 0 &&
+      model.vocab_size >= size) {
+    return std::nullopt;
+  }
+  return fmt::format(
+      "{}: expected a divisor of the model's num_attention_heads = {} and intermediate_size = {}, a divisor or a "
+      "multiple of num_key_value_heads = {}, at most vocab_size = {}; got {}",
+      key, heads, model.intermediate_size, kv, model.vocab_size, size);
+}
+}  // namespace detail
+
 /// The actor's training and generation TP sizes against its model (known once config.json is
-/// read): each must divide the attention heads and the intermediate size, divide or be a multiple
-/// of the KV heads, and not exceed the vocabulary. Throws verl::InvalidArgument naming each key
-/// that does not fit, with the model's numbers. (With strategy=fsdp nothing is split: no check.)
+/// read): each must fit it (detail::tensor_parallel_misfit). Throws verl::InvalidArgument naming
+/// each key that does not fit, with the model's numbers. (With strategy=fsdp nothing is split: no check.)
 inline void check_tensor_parallel_fits(const PPOConfig& c, const model::HfModelConfig& model) {
   if (c.actor_rollout_ref.actor.strategy != "megatron") return;
   std::vector<std::string> problems;
-  const auto fits = [&](std::string_view key, std::int64_t size) {
-    const std::int64_t heads = model.num_attention_heads, kv = model.num_key_value_heads;
-    if (size < 1 || heads % size != 0 || (kv % size != 0 && size % kv != 0) || model.intermediate_size % size != 0 ||
-        model.vocab_size < size) {
-      problems.push_back(fmt::format(
-          "{}: expected a divisor of the model's num_attention_heads = {} and intermediate_size = {}, a divisor or a "
-          "multiple of num_key_value_heads = {}, at most vocab_size = {}; got {}",
-          key, heads, model.intermediate_size, kv, model.vocab_size, size));
-    }
-  };
-  fits("actor_rollout_ref.actor.megatron.tensor_model_parallel_size",
-       c.actor_rollout_ref.actor.megatron.tensor_model_parallel_size);
-  fits("actor_rollout_ref.rollout.tensor_model_parallel_size", c.actor_rollout_ref.rollout.tensor_model_parallel_size);
+  for (const auto& [key, size] : {std::pair<std::string_view, std::int64_t>{"actor_rollout_ref.actor.megatron.tensor_model_parallel_size",
+                                                                            c.actor_rollout_ref.actor.megatron.tensor_model_parallel_size},
+                                  {"actor_rollout_ref.rollout.tensor_model_parallel_size",
+                                   c.actor_rollout_ref.rollout.tensor_model_parallel_size}}) {
+    if (auto problem = detail::tensor_parallel_misfit(key, size, model)) problems.push_back(std::move(*problem));
+  }
   if (!problems.empty()) ::verl::detail::throw_invalid_argument("{}", fmt::join(problems, "\n"));
+}
+
+/// The critic's TP size (critic.megatron.tensor_model_parallel_size) against its value model, as
+/// check_tensor_parallel_fits (with critic.strategy=fsdp nothing is split: no check).
+inline void check_critic_tensor_parallel_fits(const PPOConfig& c, const model::HfModelConfig& model) {
+  if (c.critic.strategy != "megatron") return;
+  if (auto problem = detail::tensor_parallel_misfit("critic.megatron.tensor_model_parallel_size",
+                                                    c.critic.megatron.tensor_model_parallel_size, model)) {
+    ::verl::detail::throw_invalid_argument("{} (critic.model.path = '{}')", *problem, c.critic.model.path);
+  }
 }
 
 }  // namespace verl::trainer

@@ -107,10 +107,10 @@ struct models_of<W> {
   using type = typename W::models_type;
 };
 
-/// The actor group's (tp, dp, pp) mesh when the worker type lays its ranks out itself (the
-/// Megatron worker's group_mesh), else none (all data parallel).
+/// A worker group's (tp, dp, pp) mesh when the worker type lays its ranks out itself (the
+/// Megatron actor's and critic's group_mesh), else none (all data parallel).
 template <class W>
-std::optional<hybridflow::GroupMesh> actor_group_mesh(const PPOConfig& config, const hybridflow::ResourcePool& pool) {
+std::optional<hybridflow::GroupMesh> worker_group_mesh(const PPOConfig& config, const hybridflow::ResourcePool& pool) {
   if constexpr (requires { W::group_mesh(config, 1); }) {
     return W::group_mesh(config, static_cast<int>(pool.size()));
   } else {
@@ -250,14 +250,16 @@ class PPOController {
         total_steps_(trainer::total_training_steps(config_, loader_.num_batches(), static_cast<std::int64_t>(train_.size()))),
         kl_ctrl_(algo::get_kl_controller(algorithm_.kl_ctrl)),
         checkpoints_(checkpoint_manager(config_.trainer)),
-        actor_(spawn<ActorWorker>(runtime, placement_.actor, detail::actor_group_mesh<ActorWorker>(config_, placement_.actor),
+        actor_(spawn<ActorWorker>(runtime, placement_.actor, detail::worker_group_mesh<ActorWorker>(config_, placement_.actor),
                                   in_process != nullptr ? &in_process->actor : nullptr)) {
     if (in_process != nullptr && in_process->algorithm) {
       if constexpr (requires { actor_.worker().use_algorithm(algorithm_); }) actor_.worker().use_algorithm(algorithm_);
     }
     if constexpr (has_critic) {
       VERL_CHECK_ARG(placement_.critic.has_value(), "placement: the trainer has a critic but the placement gives it no pool");
-      critic_.emplace(spawn<CriticWorker>(runtime, *placement_.critic, std::nullopt, in_process != nullptr ? &in_process->critic : nullptr));
+      critic_.emplace(spawn<CriticWorker>(runtime, *placement_.critic,
+                                          detail::worker_group_mesh<CriticWorker>(config_, *placement_.critic),
+                                          in_process != nullptr ? &in_process->critic : nullptr));
     } else {
       VERL_CHECK_ARG(!algorithm_.needs_critic(),
                      "algorithm.adv_estimator: '{}' needs a critic; build the trainer with a critic worker "

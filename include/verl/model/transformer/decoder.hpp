@@ -25,6 +25,10 @@
 // is all-gathered for the vocabulary-parallel head, and backward takes each rank's partial
 // gradient of it (reduce-scattered). The norms' and the row-parallel biases' gradients are then
 // this rank's tokens' share (the owner sums them over TP). The KV-cache path never splits.
+// A pipeline stage keeps its slice at its boundaries, as Megatron's stages exchange the
+// sequence-parallel slices: a stage after the first starts from this rank's slice of the previous
+// stage's output (stage_input: sequence_slice_rows(tokens, tp) rows), a stage before the last
+// returns its slice, and the input gradient it sends back is the slice's.
 #pragma once
 
 #include <Eigen/Core>
@@ -136,6 +140,11 @@ struct SequenceSlice {
   Index total = 0;
 };
 
+/// The rows each of `ranks` sequence-parallel ranks holds of `tokens` packed tokens (padded to a
+/// multiple of `ranks`): SequenceSlice::rows, and a pipeline stage's message under Megatron's
+/// sequence parallelism.
+[[nodiscard]] constexpr Index sequence_slice_rows(Index tokens, Index ranks) { return (tokens + ranks - 1) / ranks; }
+
 /// The layers a pipeline stage's body holds (Megatron's pipeline parallelism): layers
 /// [first_layer, first_layer + layers) of the model, the embedding only on the first stage and
 /// the final norm only on the last. The default is the whole model.
@@ -212,14 +221,10 @@ class DecoderBody {
   [[nodiscard]] SequenceParallelRegions<Scalar>* sequence_parallel() const { return sequence_parallel_; }
   /// Megatron's sequence parallelism over the tensor-parallel group for the next training and
   /// log-prob passes (see the file's comment); it acts only with more than one TP rank (as in
-  /// Megatron), never on a pipeline stage's body nor with Ulysses.
+  /// Megatron), never with Ulysses; a pipeline stage's body exchanges its slice (forward).
   void set_megatron_sequence_parallel(bool on) {
     VERL_CHECK_ARG(!on || regions_ != nullptr,
                    "megatron sequence parallelism: expected a tensor-parallel body (set_tensor_parallel first), got none");
-    VERL_CHECK_ARG(!on || stage_.whole_model(),
-                   "megatron sequence parallelism: not supported on a pipeline stage's body (layers from {}); expected "
-                   "the whole model",
-                   stage_.first_layer);
     megatron_sequence_parallel_ = on;
   }
   [[nodiscard]] bool megatron_sequence_parallel() const { return megatron_sequence_parallel_; }
@@ -258,7 +263,9 @@ class DecoderBody {
 
   /// The final hidden states (after the last norm) of the batch's valid tokens, (N, H).
   /// A pipeline stage that does not embed starts from `stage_input` (the previous stage's output,
-  /// (N, H)), and one without the final norm returns its last layer's output (the residual stream).
+  /// (N, H); under Megatron's sequence parallelism this rank's slice of it,
+  /// (sequence_slice_rows(N, tp), H)), and one without the final norm returns its last layer's
+  /// output (the residual stream; under Megatron's sequence parallelism this rank's slice).
   const RowMatrix<Scalar>& forward(const TokenBatch& batch, bool keep_activations,
                                    const RowMatrix<Scalar>* stage_input = nullptr) {
     require_tokens(batch.tokens(), "input_ids");
@@ -296,10 +303,10 @@ class DecoderBody {
     } else if (stage_.embeds) {
       embed(tokens_, x);
     } else {
-      VERL_CHECK_ARG(stage_input != nullptr && stage_input->rows() == n && stage_input->cols() == hidden,
-                     "stage_input: pipeline stage from layer {}: expected the previous stage's ({}, {}) activations, "
+      VERL_CHECK_ARG(stage_input != nullptr && stage_input->rows() == rows && stage_input->cols() == hidden,
+                     "stage_input: pipeline stage from layer {}: expected the previous stage's ({}, {}) activations{}, "
                      "got {}",
-                     stage_.first_layer, n, hidden,
+                     stage_.first_layer, rows, hidden, tokens_split_ ? " (this rank's sequence-parallel slice)" : "",
                      stage_input == nullptr ? std::string("none")
                                             : fmt::format("({}, {})", stage_input->rows(), stage_input->cols()));
       x = *stage_input;
@@ -355,11 +362,22 @@ class DecoderBody {
     RowMatrix<Scalar> final_x;
     Vector<Scalar> final_inv_rms;
     RowMatrix<Scalar> hidden;
+    SequenceSlice slice;
+    bool tokens_split = false;
   };
   /// Moves the last forward pass's saved state out (the body then holds none).
   [[nodiscard]] SavedPass take_saved_pass() {
-    SavedPass pass{saved_, std::move(tokens_), std::move(cu_seqlens_), std::move(cos_), std::move(sin_),
-                   std::move(activations_), std::move(final_x_), std::move(final_inv_rms_), std::move(hidden_)};
+    SavedPass pass{saved_,
+                   std::move(tokens_),
+                   std::move(cu_seqlens_),
+                   std::move(cos_),
+                   std::move(sin_),
+                   std::move(activations_),
+                   std::move(final_x_),
+                   std::move(final_inv_rms_),
+                   std::move(hidden_),
+                   slice_,
+                   tokens_split_};
     saved_ = false;
     tokens_.clear();
     cu_seqlens_.clear();
@@ -377,6 +395,8 @@ class DecoderBody {
     final_x_ = std::move(pass.final_x);
     final_inv_rms_ = std::move(pass.final_inv_rms);
     hidden_ = std::move(pass.hidden);
+    slice_ = pass.slice;
+    tokens_split_ = pass.tokens_split;
   }
 
   /// The gradient of the last backward's stage input (a pipeline stage that does not embed):
@@ -890,7 +910,7 @@ class DecoderBody {
   /// parallelism, whose attention and embedding see them all).
   void take_sequence_slice(const TokenBatch& batch, Index size, Index rank, bool every_token) {
     const Index total = batch.num_tokens();
-    const Index rows = (total + size - 1) / size, padded = rows * size, begin = rank * rows;
+    const Index rows = sequence_slice_rows(total, size), padded = rows * size, begin = rank * rows;
     slice_ = {begin, rows, std::clamp<Index>(total - begin, 0, rows), total};
     const Index first = every_token ? 0 : begin, count = every_token ? padded : rows;
     const auto tokens = batch.tokens();

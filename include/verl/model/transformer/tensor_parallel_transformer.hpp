@@ -23,6 +23,10 @@
 // full_state_dict() and gather_dense() gather the full tensors (collective) for export.
 // With one rank the model computes exactly what BasicTransformer does.
 //
+// Built with TensorParallelHead::none the model is a trunk without the LM head: forward_hidden
+// and backward_hidden run the sharded body under a head its owner holds (the value model,
+// tensor_parallel_critic.hpp); the LM-head calls refuse it by name.
+//
 // Generation (the 3D-HybridEngine, tg dividing the training tp): lend_to_generation() regroups the
 // shards into a generation model over tg ranks by in-place all-gathers inside the plan's micro-DP
 // groups (the training buffers grow into the generation buffers: no second copy), and
@@ -318,6 +322,10 @@ inline int pipeline_stage_of(const HfModelConfig& config, int stages, std::strin
   return static_cast<int>(layer / (config.num_hidden_layers / stages));
 }
 
+/// What sits on a tensor-parallel model's final hidden states: the vocabulary-parallel LM head (a
+/// policy), or nothing (a trunk under its owner's own head: BasicTensorParallelCritic's value head).
+enum class TensorParallelHead : std::uint8_t { lm_head, none };
+
 template <class Scalar, parallel::Communicator Comm>
 class BasicTensorParallelTransformer
     : public detail::ParameterModule<BasicTensorParallelTransformer<Scalar, Comm>, Scalar> {
@@ -329,14 +337,16 @@ class BasicTensorParallelTransformer
   /// fewer KV heads than ranks it splits `tp` into the groups of each KV head's copies.
   /// Under pipeline parallelism `stage` (pipeline_stage_layers) says which layers this rank's
   /// stage holds: the embedding only on the first stage, the final norm and LM head on the last.
+  /// `head` none: a trunk without the LM head (forward_hidden / backward_hidden only).
   BasicTensorParallelTransformer(HfModelConfig config, Comm tp, const TransformerOptions& options = {},
-                                 PipelineStageLayers stage = {})
+                                 PipelineStageLayers stage = {}, TensorParallelHead head = TensorParallelHead::lm_head)
       : config_(std::move(config)),
         partition_(TensorParallelPartition::of(config_, tp.size(), tp.rank())),
         body_(make_body(partition_.local_config(config_), options, stage)),
-        group_(std::make_unique<detail::TensorParallelGroup<Scalar, Comm>>(std::move(tp), partition_)) {
+        group_(std::make_unique<detail::TensorParallelGroup<Scalar, Comm>>(std::move(tp), partition_)),
+        head_(head) {
     body_.set_tensor_parallel(group_.get());
-    if (!config_.tie_word_embeddings && stage.final_norm) {
+    if (head_ == TensorParallelHead::lm_head && !config_.tie_word_embeddings && stage.final_norm) {
       lm_head_ = ParameterTensor<Scalar>::matrix("lm_head.weight", partition_.vocab_rows(partition_.rank),
                                                  config_.hidden_size);
     }
@@ -345,11 +355,21 @@ class BasicTensorParallelTransformer
   /// This rank's shard of `dense`'s weights (its options too), of `stage`'s layers. Collective, as above.
   BasicTensorParallelTransformer(const BasicTransformer<Scalar>& dense, Comm tp, PipelineStageLayers stage = {})
       : BasicTensorParallelTransformer(dense.config(), std::move(tp), dense.body().options(), stage) {
+    copy_shards_of(dense);
+  }
+
+  /// Sets this rank's shard of every tensor from the full tensor of the same name in `dense` (a
+  /// model of ParameterTensors visited by for_each_tensor: a BasicTransformer, or a value model
+  /// whose head tensors this trunk does not hold). Throws naming a tensor `dense` lacks.
+  template <class Dense>
+  void copy_shards_of(const Dense& dense) {
     std::map<std::string_view, const ParameterTensor<Scalar>*> full;
     dense.for_each_tensor([&](const ParameterTensor<Scalar>& t) { full.emplace(t.name, &t); });
     for_each_tensor([&](ParameterTensor<Scalar>& t) {
-      const ParameterTensor<Scalar>& source = *full.at(t.name);
-      copy_shard(t, source.shape, source.value.data());
+      const auto found = full.find(t.name);
+      VERL_CHECK_ARG(found != full.end(), "copy_shards_of: the dense model has no tensor '{}' (shape {})", t.name,
+                     detail::shape_string(full_shape(t)));
+      copy_shard(t, found->second->shape, found->second->value.data());
     });
   }
 
@@ -376,6 +396,7 @@ class BasicTensorParallelTransformer
   {
     require_weights("lend_to_generation");
     require_whole_model("lend_to_generation");
+    require_lm_head("lend_to_generation");
     const int kt = micro_dp.size(), tg = generation_tp.size(), j = micro_dp.rank(), g = generation_tp.rank();
     VERL_CHECK_ARG(kt * tg == partition_.size,
                    "lend_to_generation: generation tensor-parallel size {} times the micro-DP group's {} ranks: expected "
@@ -434,6 +455,7 @@ class BasicTensorParallelTransformer
   /// A cache of this rank's key/value heads for sequences of the given capacities; a float model
   /// packs its linear shards into it, as BasicTransformer does.
   [[nodiscard]] KvCache<Scalar> make_kv_cache(std::span<const Index> capacities) const {
+    require_lm_head("make_kv_cache");
     const auto& c = body_.config();
     KvCache<Scalar> cache(c.num_hidden_layers, c.num_key_value_heads * c.head_dim, capacities);
     if constexpr (std::same_as<Scalar, float>) {
@@ -452,6 +474,7 @@ class BasicTensorParallelTransformer
                            std::span<const std::int64_t> chunk_offsets, std::span<const std::int64_t> positions) {
     require_weights("extend");
     require_whole_model("extend");
+    require_lm_head("extend");
     require_same_batch_tokens(tokens);
     const detail::PackedDecoderWeights* packed = nullptr;
     if constexpr (std::same_as<Scalar, float>) packed = cache.packed_weights();
@@ -475,7 +498,8 @@ class BasicTensorParallelTransformer
   /// Megatron's sequence parallelism (its `sequence_parallel`, see DecoderBody) for the next
   /// training and log-prob passes: the same results as without it up to the order of sums.
   /// It acts with more than one rank only; generation (extend, lend_to_generation) never splits
-  /// the tokens. Refused on a pipeline stage.
+  /// the tokens. A pipeline stage then takes and returns this rank's slice of the tokens
+  /// (forward_stage).
   void set_sequence_parallel(bool on) {
     body_.set_megatron_sequence_parallel(on);
     partition_.sequence_parallel = on;
@@ -495,7 +519,8 @@ class BasicTensorParallelTransformer
 
   /// A stage before the last: its layers over the batch, from the previous stage's activations
   /// `input` ((N, H), none on the first stage, which embeds the tokens); returns the (N, H)
-  /// activations for the next stage (valid until the next pass). Collective over the TP group.
+  /// activations for the next stage (valid until the next pass). Under sequence parallelism both
+  /// are this rank's slice of the tokens ((sequence_slice_rows(N, tp), H)). Collective over the TP group.
   const RowMatrix<Scalar>& forward_stage(const TokenBatch& batch, const RowMatrix<Scalar>* input, bool keep_activations) {
     require_weights("forward_stage");
     VERL_CHECK_ARG(!last_stage(), "forward_stage: the last pipeline stage computes the head: call forward");
@@ -533,6 +558,45 @@ class BasicTensorParallelTransformer
   /// The gradient of the last backward pass's stage input (a stage after the first).
   [[nodiscard]] const RowMatrix<Scalar>& stage_input_gradient() const { return body_.stage_input_gradient(); }
 
+  // ---- the trunk under a head of its owner's (a value head) -----------------------------------
+
+  /// The final hidden states (after the last norm) of the batch's valid tokens, (N, H), whole and
+  /// the same on every rank (the row-parallel sums are all-reduced; under sequence parallelism
+  /// the normed slices are all-gathered); valid until the next pass. Collective over the TP group,
+  /// every rank with the same batch. A head on them that every rank holds whole (replicated)
+  /// computes the same outputs and the same gradient d(hidden) everywhere.
+  const RowMatrix<Scalar>& forward_hidden(const TokenBatch& batch, bool keep_activations) {
+    require_weights("forward_hidden");
+    require_whole_model("forward_hidden");
+    require_same_batch(batch);
+    saved_ = false;
+    const RowMatrix<Scalar>& hidden = body_.forward(batch, keep_activations);
+    saved_ = keep_activations;
+    return hidden;
+  }
+
+  /// Accumulates the body's gradients from `d_hidden` (N, H, overwritten): the whole gradient of
+  /// forward_hidden's output, the same on every rank (a replicated head's). Under sequence
+  /// parallelism the body reduce-scatters partial gradients over the token slices, so each rank
+  /// keeps only its own slice's rows (the others zero): their sum is the whole gradient, exactly.
+  /// Collective over the TP group.
+  void backward_hidden(RowMatrix<Scalar>& d_hidden) {
+    VERL_CHECK_ARG(saved_, "backward_hidden: no saved activations (call forward_hidden with keep_activations = true first)");
+    saved_ = false;
+    if (body_.tokens_split()) {
+      // A slice may begin past the last token (only padding: fewer tokens than ranks' rows).
+      const SequenceSlice& slice = body_.sequence_slice();
+      const Index begin = std::min(slice.begin, d_hidden.rows()), end = std::min(begin + slice.real_rows, d_hidden.rows());
+      d_hidden.topRows(begin).setZero();
+      d_hidden.bottomRows(d_hidden.rows() - end).setZero();
+    }
+    body_.enable_grad();
+    body_backward(d_hidden);
+  }
+  /// The last forward_hidden's output.
+  [[nodiscard]] const RowMatrix<Scalar>& hidden() const { return body_.hidden(); }
+  [[nodiscard]] TensorParallelHead head() const { return head_; }
+
   // ---- CausalLM ------------------------------------------------------------------------------
 
   /// Collective: every rank of the group passes the same batch and options. The last of several
@@ -543,6 +607,7 @@ class BasicTensorParallelTransformer
                    "temperature: expected a finite value > 0, got {}", options.temperature);
     require_weights("forward");
     VERL_CHECK_ARG(last_stage(), "forward: a pipeline stage before the last has no head: call forward_stage");
+    require_lm_head("forward");
     require_same_batch(batch);
     std::vector<TokenId> targets;
     if (!options.targets.empty()) {
@@ -600,6 +665,7 @@ class BasicTensorParallelTransformer
   /// Collective. Accumulates the gradients of this rank's shards; `cotangents` are the same on
   /// every rank (logits cotangents over the whole vocabulary, of which each rank reads its columns).
   void backward(const CausalLMCotangents<Scalar>& cotangents) {
+    require_lm_head("backward");
     VERL_CHECK_ARG(saved_, "backward: no saved activations (call forward with keep_activations = true first)");
     const Index n = static_cast<Index>(saved_slots_.size()), vocab = vocab_size();
     const auto layout = static_cast<std::size_t>(saved_layout_size_);
@@ -719,6 +785,7 @@ class BasicTensorParallelTransformer
   /// group, then broadcast from that stage. `misplace_blocks` as gather_dense's.
   [[nodiscard]] BasicTransformer<Scalar> gather_dense_over_stages(Comm& pipeline, int misplace_blocks = 0) {
     require_weights("gather_dense_over_stages");
+    require_lm_head("gather_dense_over_stages");
     const int stages = pipeline.size(), stage = pipeline.rank();
     VERL_CHECK_ARG(pipeline_stage() == pipeline_stage_layers(config_, stage, stages),
                    "gather_dense_over_stages: this rank holds layers [{}, {}), the pipeline communicator puts it at "
@@ -803,6 +870,7 @@ class BasicTensorParallelTransformer
   /// only for blocks of equal sizes).
   [[nodiscard]] BasicTransformer<Scalar> gather_dense(int misplace_blocks = 0) {
     require_whole_model("gather_dense");
+    require_lm_head("gather_dense");
     BasicTransformer<Scalar> dense(config_, body_.options());
     std::map<std::string_view, ParameterTensor<Scalar>*> targets;
     dense.for_each_tensor([&](ParameterTensor<Scalar>& t) { targets.emplace(t.name, &t); });
@@ -903,6 +971,13 @@ class BasicTensorParallelTransformer
     if (stage.final_norm) weights.norm = ParameterTensor<Scalar>::vector("model.norm.weight", local.hidden_size);
     return DecoderBody<Scalar>(local, options, std::move(weights), std::make_shared<cpu::ThreadPool>(options.num_threads),
                                stage);
+  }
+
+  void require_lm_head(std::string_view call) const {
+    VERL_CHECK_ARG(head_ == TensorParallelHead::lm_head,
+                   "{}: this model is a trunk without the LM head (TensorParallelHead::none): use forward_hidden and "
+                   "backward_hidden",
+                   call);
   }
 
   void require_whole_model(std::string_view call) const {
@@ -1200,6 +1275,7 @@ class BasicTensorParallelTransformer
   DecoderBody<Scalar> body_;
   // On the heap: the body keeps a pointer to it, which must survive moves of the model.
   std::unique_ptr<detail::TensorParallelGroup<Scalar, Comm>> group_;
+  TensorParallelHead head_ = TensorParallelHead::lm_head;
   ParameterTensor<Scalar> lm_head_;
   bool lent_ = false;  ///< the weights are a generation model's (lend_to_generation)
 

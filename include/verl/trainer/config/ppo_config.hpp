@@ -86,8 +86,8 @@ struct ModelSection {
   friend bool operator==(const ModelSection&, const ModelSection&) = default;
 };
 
-/// actor_rollout_ref.actor.megatron: Megatron's parallel layout (with strategy=megatron). verl's
-/// defaults; what verl-cpp does not build is refused by name in validate().
+/// actor_rollout_ref.actor.megatron and critic.megatron: Megatron's parallel layout (with
+/// strategy=megatron). verl's defaults; what verl-cpp does not build is refused by name in validate().
 struct MegatronSection {
   std::int64_t tensor_model_parallel_size = 1;
   std::int64_t pipeline_model_parallel_size = 1;
@@ -220,6 +220,11 @@ struct CriticModelSection {
 
 /// critic.
 struct CriticConfig {
+  /// fsdp / fsdp2: the data-parallel worker (CriticWorker); megatron: the tensor-parallel one
+  /// (MegatronCriticWorker) with `megatron`'s layout.
+  std::string strategy = "fsdp";
+  /// critic.megatron (verl's ppo_megatron_trainer.yaml): the critic's own Megatron layout.
+  MegatronSection megatron;
   OptimConfig optim = [] {
     OptimConfig critic_optim;
     critic_optim.lr = 1e-5;
@@ -496,7 +501,7 @@ VERL_CONFIG_FIELDS(RolloutConfig, name, temperature, top_k, top_p, prompt_length
                    dtype, tensor_model_parallel_size, calculate_log_probs, val_kwargs, nnodes, n_gpus_per_node)
 VERL_CONFIG_FIELDS(ActorRolloutRefConfig, model, actor, ref, rollout, hybrid_engine, nccl_timeout)
 VERL_CONFIG_FIELDS(CriticModelSection, path, tokenizer_path)
-VERL_CONFIG_FIELDS(CriticConfig, optim, model, enable, ppo_mini_batch_size, ppo_micro_batch_size,
+VERL_CONFIG_FIELDS(CriticConfig, strategy, megatron, optim, model, enable, ppo_mini_batch_size, ppo_micro_batch_size,
                    ppo_micro_batch_size_per_gpu, use_dynamic_bsz, ppo_epochs, cliprange_value, loss_agg_mode, checkpoint, forward_micro_batch_size, forward_micro_batch_size_per_gpu,
                    grad_clip, nnodes, n_gpus_per_node, ulysses_sequence_parallel_size, fsdp)
 VERL_CONFIG_FIELDS(OverlongBufferConfig, enable, len, penalty_factor, log)

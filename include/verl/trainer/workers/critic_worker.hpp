@@ -28,8 +28,6 @@
 #include <string_view>
 #include <vector>
 
-#include "verl/algo/loss_aggregation.hpp"
-#include "verl/algo/value_loss.hpp"
 #include "verl/core/error.hpp"
 #include "verl/core/metrics.hpp"
 #include "verl/data/data_proto.hpp"
@@ -43,6 +41,7 @@
 #include "verl/trainer/config.hpp"
 #include "verl/trainer/metrics.hpp"
 #include "verl/trainer/workers/batch_keys.hpp"
+#include "verl/trainer/workers/critic_update.hpp"
 #include "verl/trainer/workers/fsdp_sharding.hpp"
 #include "verl/trainer/workers/role_state.hpp"
 #include "verl/trainer/workers/sequence_parallel_groups.hpp"
@@ -123,73 +122,34 @@ class CriticWorker {
     if (shards_) gathered.emplace(*shards_, require_model());
     Critic& critic = require_model();
     const auto& cfg = config_.critic;
-    const Index n = config_.actor_rollout_ref.rollout.n;
-    const data::DataProto batch = sequence_parallel_.update_rows(chunk, cfg.ppo_mini_batch_size * n);
-    const MatrixF& response_mask = float_column(batch, keys::response_mask);
-    const MatrixF& returns = float_column(batch, keys::returns);
-    const MatrixF& values = float_column(batch, keys::values);
-    const Index width = response_mask.cols(), prompt_width = int_column(batch, keys::input_ids).cols() - width;
-    const algo::LossAggMode mode = algo::parse_loss_agg_mode(cfg.loss_agg_mode);
+    const data::DataProto batch =
+        sequence_parallel_.update_rows(chunk, cfg.ppo_mini_batch_size * config_.actor_rollout_ref.rollout.n);
     const Index dp = dp_size();
-    scheduler_->apply(*optimizer_);
-    Metrics step_metrics;
-    step_metrics["critic/lr"] = scheduler_->get_last_lr();
-    MetricsAccumulator acc;
-    std::int64_t updates = 0, nonfinite = 0;
     // Sharded: the tensors are gathered again after every optimizer step but the last.
-    const std::size_t steps =
-        static_cast<std::size_t>(cfg.ppo_epochs) * local_mini_batch_bounds(batch.size(), cfg.ppo_mini_batch_size * n, dp).size();
+    const std::size_t steps = critic_update_steps(batch.size(), config_, dp);
     std::size_t taken = 0;
-    for (std::int64_t epoch = 0; epoch < cfg.ppo_epochs; ++epoch) {
-      for (const auto& [lo, hi] : local_mini_batch_bounds(batch.size(), cfg.ppo_mini_batch_size * n, dp)) {
-        const algo::GlobalBatchInfo info{.dp_size = static_cast<double>(dp),
-                                         .batch_num_tokens = group_sum(response_mask.middleRows(lo, hi - lo).sum()),
-                                         .global_batch_size = static_cast<double>((hi - lo) * dp),
-                                         .loss_scale_factor = std::nullopt};
-        const Index share = hi - lo;
-        const Index micro = cfg.ppo_micro_batch_size_per_gpu.value_or(
-            cfg.ppo_micro_batch_size ? std::max<std::int64_t>(1, *cfg.ppo_micro_batch_size / dp) : share);
-        critic.zero_grad();
-        Metrics mini;
-        double vf_loss = 0;
-        const double micro_count = std::ceil(static_cast<double>(share) / static_cast<double>(micro));
-        for (Index b = lo; b < hi; b += micro) {
-          const Index e = std::min(hi, b + micro), rows = e - b;
-          const auto out = critic.forward(token_batch(batch, b, e), model::ValueForwardOptions{.keep_activations = true});
-          const MatrixF vpreds = response_block(out.values, width);
-          const auto loss = algo::compute_value_loss(vpreds, returns.middleRows(b, rows), values.middleRows(b, rows),
-                                                     response_mask.middleRows(b, rows), cfg.cliprange_value, mode, info);
-          vf_loss += loss.vf_loss;
-          std::vector<float> d_values(static_cast<std::size_t>(rows * (prompt_width + width)), 0.0f);
-          for (Index r = 0; r < rows; ++r)
-            for (Index c = 0; c < width; ++c)
-              d_values[static_cast<std::size_t>(r * (prompt_width + width) + prompt_width - 1 + c)] = loss.grad_vpreds(r, c);
-          critic.backward(model::ValueCotangents<float>{.values = d_values});
-          for (const auto& [k, v] : loss.metrics) mini[k] += v / micro_count;
-        }
-        float norm = 0;
-        if (shards_) {
-          norm = shards_->optimizer_step(critic, cfg.grad_clip, optimizer_->config(), dp, ++taken < steps, updates, nonfinite);
-        } else {
+    CriticUpdate update = update_critic_rows(
+        critic, batch, config_, *optimizer_, *scheduler_, dp, [&](double value) { return group_sum(value); },
+        [&](double grad_clip, std::int64_t& updates, std::int64_t& nonfinite) {
+          if (shards_) {
+            return shards_->optimizer_step(critic, grad_clip, optimizer_->config(), dp, ++taken < steps, updates, nonfinite);
+          }
           std::vector<optim::ParameterRef> refs = parameter_refs(critic);
           sequence_parallel_.sum_gradients(refs);
           if (dp > 1) average_gradients(sequence_parallel_.dp_group(), refs);
-          norm = optim::clip_grad_norm(refs, cfg.grad_clip);
+          const float norm = optim::clip_grad_norm(refs, grad_clip);
           ++updates;
           if (std::isfinite(norm)) {
             optimizer_->step(refs);
           } else {
             ++nonfinite;
           }
-        }
-        mini["critic/vf_loss"] = vf_loss;
-        if (dp > 1) reduce_metrics_over_ranks(sequence_parallel_.dp_group(), mini);
-        mini["critic/grad_norm"] = norm;
-        acc.append(mini);
-      }
-    }
-    scheduler_->step();
-    for (const auto& [k, v] : acc.reduce()) step_metrics[k] = v;
+          return norm;
+        },
+        [&](Metrics& metrics) {
+          if (dp > 1) reduce_metrics_over_ranks(sequence_parallel_.dp_group(), metrics);
+        });
+    Metrics& step_metrics = update.metrics;
     gathered.reset();
     // What this rank's buffers hold after the update: the shards (sharded) plus whatever the
     // model and the replicated AdamW hold (everything at fsdp_size 1, nothing when sharded).
@@ -203,7 +163,7 @@ class CriticWorker {
     step_metrics["perf/critic_param_bytes_at_rest"] = static_cast<double>(held.parameters);
     step_metrics["perf/critic_grad_bytes_at_rest"] = static_cast<double>(held.gradients);
     step_metrics["perf/critic_optimizer_bytes_at_rest"] = static_cast<double>(held.optimizer);
-    return update_result(step_metrics, updates, nonfinite);
+    return update_result(step_metrics, update.updates, update.nonfinite);
   }
 
   /// The critic's state for a checkpoint: full tensors and moments (gathered from the shards when

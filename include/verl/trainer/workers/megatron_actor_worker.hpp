@@ -75,7 +75,9 @@
 // tp > 1): the actor and the reference run Megatron's sequence parallelism
 // (TensorParallelTransformer::set_sequence_parallel): each TP rank keeps 1/tp of the packed tokens
 // outside the tensor-parallel regions; the same numbers as without it up to the order of sums.
-// Generation never splits the tokens. Not with pipeline stages (refused by name).
+// Generation never splits the tokens. With pipeline stages each TP rank sends its slice of the
+// stage's output to the same TP rank of the next stage (and the slice's gradient back), as
+// Megatron's stages do: the messages are 1/tp of the tokens.
 //
 // Pipeline parallelism (actor_rollout_ref.actor.megatron.pipeline_model_parallel_size = p > 1):
 // the layers split evenly over the p stages (Megatron's split; a layer count p does not divide is
@@ -159,7 +161,9 @@
 #include "verl/trainer/workers/actor_rollout_ref_worker.hpp"
 #include "verl/trainer/workers/actor_update.hpp"
 #include "verl/trainer/workers/batch_keys.hpp"
+#include "verl/trainer/workers/megatron_optimizer_step.hpp"
 #include "verl/trainer/workers/role_state.hpp"
+#include "verl/trainer/workers/tensor_parallel_role_state.hpp"
 
 namespace verl::trainer {
 
@@ -254,11 +258,6 @@ class MegatronActorRolloutRefWorker {
     // Megatron's sequence parallelism (acts at tp > 1): the actor and its reference, a TP copy in
     // this worker, alike (the ref's own megatron keys act only with its strategy=megatron, refused by name).
     if (config_.actor_rollout_ref.actor.megatron.sequence_parallel && tp > 1) {
-      VERL_CHECK_ARG(pp_size_ == 1,
-                     "actor_rollout_ref.actor.megatron.sequence_parallel: not supported by verl-cpp yet with "
-                     "tensor_model_parallel_size = {} > 1 and pipeline_model_parallel_size = {} > 1; expected False, "
-                     "got True",
-                     tp, pp_size_);
       actor_->set_sequence_parallel(true);
       if (reference_) reference_->set_sequence_parallel(true);
     }
@@ -381,72 +380,28 @@ class MegatronActorRolloutRefWorker {
     Policy& actor = require_model();
     // This TP shard's moments: this rank's own, or gathered from the DP group's slices.
     const optim::AdamW::State moments = distributed_optimizer_ ? distributed_optimizer_->gather_moments(*dp_) : optimizer_->state();
-    RoleState state;
-    std::size_t k = 0;
     // Under pipeline parallelism each stage's (tp 0, dp 0) rank gathers its stage, and the later
     // stages send theirs to the first (rank 0) after it, in stage order: the whole model's
     // parameter order (embedding, layers, norm, head), as the dense worker saves it.
     const bool keeps = pp_ ? tp_rank_ == 0 && dp_rank_ == 0 : context_->rank == 0;
-    actor.for_each_parameter([&](const auto& p) {
-      std::vector<float> value = actor.gather_full(p.name, std::span<const float>(p.value.data(), p.value.size()));
-      std::vector<float> m, v;
-      if (k < moments.exp_avg.size()) {
-        m = actor.gather_full(p.name, moments.exp_avg[k]);
-        v = actor.gather_full(p.name, moments.exp_avg_sq[k]);
-      }
-      if (keeps) {
-        state.model.push_back(NamedTensor{std::string(p.name), full_shape(actor, p.name, p.shape), std::move(value)});
-        if (k < moments.exp_avg.size()) {
-          state.optimizer.exp_avg.push_back(std::move(m));
-          state.optimizer.exp_avg_sq.push_back(std::move(v));
-        }
-      }
-      ++k;
-    });
+    RoleState state = gather_tensor_parallel_state(actor, moments, *scheduler_, keeps);
     if (pp_ && keeps) collect_stages(state);
     if (context_->rank != 0) return {};
-    state.optimizer.step = moments.step;
-    state.extra = {{"lr_scheduler_last_epoch", scheduler_->last_epoch()}};
     return state;
   }
 
-  /// Restores a full (dense-layout) checkpoint_state() on every rank: each keeps its shards.
+  /// Restores a full (dense-layout) checkpoint_state() on every rank: each keeps its shards (this
+  /// stage's tensors; the others' are skipped), the moments of a stage starting at the parameters
+  /// of the stages before it.
   void load_checkpoint_state(const RoleState& state) {
     Policy& actor = require_model();
-    model::StateDict dict;
-    for (const auto& t : state.model) {
-      for (std::size_t j = 0; j < t.values.size(); ++j)
-        if (!std::isfinite(t.values[j]))
-          ::verl::detail::throw_invalid_argument(
-              "checkpoint role 'actor': tensor '{}': expected finite weights, got {} at index {} (a damaged checkpoint "
-              "is not resumed)",
-              t.name, t.values[j], j);
-      dict[t.name] = model::StateTensor{t.shape, t.values};
-    }
-    actor.load_full_state_dict(dict);  // this stage's tensors (the others' are skipped)
-    optim::AdamW::State moments;
-    moments.step = state.optimizer.step;
-    if (!state.optimizer.exp_avg.empty()) {
-      // The moments are in the whole model's parameters' order (for_each_parameter, as AdamW
-      // holds them), not the checkpoint's tensor order (by name); a stage's start at the
-      // parameters of the stages before it.
-      std::size_t k = pp_ ? parameters_before_stage() : 0;
-      actor.for_each_parameter([&](const auto& p) {
-        VERL_CHECK_ARG(k < state.optimizer.exp_avg.size() && k < state.optimizer.exp_avg_sq.size(),
-                       "checkpoint role 'actor': no optimizer moments for '{}' (parameter {})", p.name, k);
-        moments.exp_avg.push_back(actor.shard_values(p.name, state.optimizer.exp_avg[k]));
-        moments.exp_avg_sq.push_back(actor.shard_values(p.name, state.optimizer.exp_avg_sq[k]));
-        ++k;
-      });
-    }
+    optim::AdamW::State moments =
+        load_tensor_parallel_state(actor, state, *scheduler_, "actor", pp_ ? parameters_before_stage() : 0);
     if (distributed_optimizer_) {
       distributed_optimizer_->load_moments(moments);  // this rank's slice of its TP shard's moments
     } else {
       optimizer_->load_state(std::move(moments));
     }
-    VERL_CHECK_ARG(state.extra.contains("lr_scheduler_last_epoch"),
-                   "checkpoint role 'actor': extra_state.json has no lr_scheduler_last_epoch");
-    scheduler_->set_last_epoch(state.extra["lr_scheduler_last_epoch"].template get<std::int64_t>());
   }
 
   /// Writes the actor as a Hugging Face folder (Models::save) from the gathered dense weights
@@ -670,8 +625,16 @@ class MegatronActorRolloutRefWorker {
     }
   }
 
+  /// The rows of the activations (and their gradients) a stage exchanges for a micro-batch of
+  /// `tokens` tokens: every token, or under Megatron's sequence parallelism this TP rank's slice,
+  /// sent to the same TP rank of the neighbouring stage (as Megatron's stages exchange the
+  /// sequence-parallel slices: 1/tp of the bytes).
+  static Index stage_message_rows(const Policy& model, Index tokens) {
+    return model.sequence_parallel() && model.tp_size() > 1 ? model::sequence_slice_rows(tokens, model.tp_size()) : tokens;
+  }
+
   /// One pipeline pass over a batch: the schedule's steps on this stage, each micro-batch's rows
-  /// and message size (its tokens x hidden size: micro-batches differ).
+  /// and message size (its tokens, or its sequence-parallel slice, x hidden size: micro-batches differ).
   struct PipelinePass {
     std::vector<parallel::PipelineStep> steps;
     std::vector<std::pair<Index, Index>> rows;
@@ -680,7 +643,9 @@ class MegatronActorRolloutRefWorker {
   PipelinePass pipeline_pass(const data::DataProto& batch, std::vector<std::pair<Index, Index>> rows, bool forward_only) const {
     PipelinePass pass;
     const Index hidden = facts_hidden_;
-    for (const auto& [b, e] : rows) pass.message_sizes.push_back(token_batch(batch, b, e).num_tokens() * hidden);
+    for (const auto& [b, e] : rows) {
+      pass.message_sizes.push_back(stage_message_rows(require_model(), token_batch(batch, b, e).num_tokens()) * hidden);
+    }
     const auto m = static_cast<std::int64_t>(rows.size());
     pass.steps = forward_only ? parallel::forward_only_steps(pp_rank_, pp_size_, m)
                               : parallel::OneFOneB::steps(pp_rank_, pp_size_, m);
@@ -706,11 +671,12 @@ class MegatronActorRolloutRefWorker {
       const std::int64_t mb = forwards_++;
       const auto& sizes = passes_[pass_].message_sizes;
       const Index hidden = model_->config().hidden_size;
-      VERL_CHECK_ARG(mb < static_cast<std::int64_t>(sizes.size()) && tokens.num_tokens() * hidden == sizes[static_cast<std::size_t>(mb)],
+      const Index rows = stage_message_rows(*model_, tokens.num_tokens());
+      VERL_CHECK_ARG(mb < static_cast<std::int64_t>(sizes.size()) && rows * hidden == sizes[static_cast<std::size_t>(mb)],
                      "pipeline: micro-batch {} of pass {} has {} tokens, the stages planned {} micro-batches of sizes {}", mb,
                      pass_, tokens.num_tokens(), sizes.size(), fmt::join(sizes, ", "));
       const std::span<const float> in = runner_->begin(parallel::PipelineAction::forward, mb);
-      input_ = Eigen::Map<const RowMatrix<float>>(in.data(), tokens.num_tokens(), hidden);
+      input_ = Eigen::Map<const RowMatrix<float>>(in.data(), rows, hidden);
       model::CausalLMOutput<float> out = model_->forward(tokens, options, &input_);
       runner_->end({});
       return out;
@@ -758,7 +724,7 @@ class MegatronActorRolloutRefWorker {
       const Index hidden = model->config().hidden_size;
       const RowMatrix<float>* x = nullptr;
       if (!model->first_stage()) {
-        input = Eigen::Map<const RowMatrix<float>>(in.data(), tokens.num_tokens(), hidden);
+        input = Eigen::Map<const RowMatrix<float>>(in.data(), stage_message_rows(*model, tokens.num_tokens()), hidden);
         x = &input;
       }
       const RowMatrix<float>& out = model->forward_stage(tokens, x, keep_activations);
@@ -879,13 +845,6 @@ class MegatronActorRolloutRefWorker {
     return bytes;
   }
 
-  static std::vector<std::int64_t> full_shape(const Policy& actor, std::string_view tensor, std::span<const std::int64_t> shape) {
-    std::vector<std::int64_t> out(shape.begin(), shape.end());
-    const model::TensorParallelShard shard = actor.shard_of(tensor);
-    if (!shard.replicated()) out[static_cast<std::size_t>(shard.dim)] = shard.full;
-    return out;
-  }
-
   float rollout_temperature() const { return static_cast<float>(config_.actor_rollout_ref.rollout.temperature); }
 
   double dp_sum(double value) {
@@ -895,68 +854,14 @@ class MegatronActorRolloutRefWorker {
     return buffer[0];
   }
 
-  /// Averages gradients over the DP group, clips with the whole model's norm (torch's
-  /// clip_grad_norm_ arithmetic on the TP-reduced norm) and steps (skipped, and counted, when the
-  /// norm is not finite). Returns the norm.
+  /// Averages gradients over the DP group (or reduce-scatters them with the distributed
+  /// optimizer), clips with the whole model's norm over TP and the stages, and steps
+  /// (megatron_optimizer_step). Returns the norm.
   float optimizer_step(Policy& actor, double grad_clip, std::int64_t& updates, std::int64_t& nonfinite) {
-    VERL_CHECK_ARG(grad_clip >= 0.0 && !std::isnan(grad_clip),
-                   "actor_rollout_ref.actor.grad_clip: expected a value >= 0, got {}", grad_clip);
-    std::vector<optim::ParameterRef> refs = parameter_refs(actor);
-    if (distributed_optimizer_) return distributed_optimizer_step(actor, refs, grad_clip, updates, nonfinite);
-    if (dp_size_ > 1) average_gradients(*dp_, refs);
-    // Over TP (gradient_squared_norm), then over the stages (each holds other tensors).
-    double squares = actor.gradient_squared_norm();
-    if (pp_) pp_->all_reduce(std::span<double>(&squares, 1), parallel::ReduceOp::sum);
-    const auto norm = static_cast<float>(std::sqrt(squares));
-    const float coefficient = clip_coefficient(norm, grad_clip);
-    if (coefficient != 1.0f) {
-      for (auto& p : refs)
-        for (float& g : p.grad) g *= coefficient;
-    }
-    ++updates;
-    if (std::isfinite(norm)) {
-      optimizer_->step(refs);
-    } else {
-      ++nonfinite;
-    }
-    return norm;
-  }
-
-  /// optimizer_step with Megatron's distributed optimizer: the gradients reduce-scattered over
-  /// the DP group, the global norm from every rank's slice (each element once: over DP by the
-  /// slices, over TP by gradient_copies, as gradient_squared_norm), the slice clipped and updated
-  /// with the hyper-parameters the scheduler set on optimizer_ (which keeps no moments here), the
-  /// parameters all-gathered.
-  float distributed_optimizer_step(Policy& actor, std::span<const optim::ParameterRef> refs, double grad_clip,
-                                   std::int64_t& updates, std::int64_t& nonfinite) {
-    parallel::DistributedAdamW& zero = *distributed_optimizer_;
-    const std::span<float> grads = zero.reduce_scatter_gradients(*dp_, refs);
-    double squares = 0;
-    for (const auto& segment : zero.segments()) {
-      const Eigen::Map<const Eigen::VectorXf> slice(grads.data() + segment.slice_offset, static_cast<Index>(segment.length));
-      squares += slice.cast<double>().squaredNorm() / actor.gradient_copies(refs[segment.tensor].name);
-    }
-    // The worker group is this model's DP x TP x PP ranks: one sum over it is the whole model's.
-    context_->group->all_reduce(std::span<double>(&squares, 1), parallel::ReduceOp::sum);
-    const auto norm = static_cast<float>(std::sqrt(squares));
-    const float coefficient = clip_coefficient(norm, grad_clip);
-    if (coefficient != 1.0f) {
-      for (float& g : grads) g *= coefficient;
-    }
-    ++updates;
-    if (std::isfinite(norm)) {
-      zero.step(*dp_, refs, optimizer_->config());
-    } else {
-      zero.skip();
-      ++nonfinite;
-    }
-    return norm;
-  }
-
-  /// torch's clip_grad_norm_ coefficient: max_norm / (norm + 1e-6), at most 1.
-  static float clip_coefficient(float norm, double grad_clip) {
-    const float coefficient = (1.0f / (norm + 1e-6f)) * static_cast<float>(grad_clip);
-    return coefficient > 1.0f ? 1.0f : coefficient;
+    const MegatronStepGroups<Communicator> groups{
+        .dp = &*dp_, .dp_size = dp_size_, .pipeline = pp_ ? &*pp_ : nullptr, .model_group = context_->group};
+    return megatron_optimizer_step(actor, groups, *optimizer_, distributed_optimizer_ ? &*distributed_optimizer_ : nullptr,
+                                   grad_clip, "actor_rollout_ref.actor.grad_clip", updates, nonfinite);
   }
 
   hybridflow::WorkerContext* context_;
