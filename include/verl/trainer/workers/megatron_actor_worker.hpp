@@ -162,6 +162,7 @@
 #include "verl/trainer/workers/actor_update.hpp"
 #include "verl/trainer/workers/batch_keys.hpp"
 #include "verl/trainer/workers/megatron_optimizer_step.hpp"
+#include "verl/trainer/workers/pipeline_stages.hpp"
 #include "verl/trainer/workers/role_state.hpp"
 #include "verl/trainer/workers/tensor_parallel_role_state.hpp"
 
@@ -248,7 +249,6 @@ class MegatronActorRolloutRefWorker {
                                     "actor_rollout_ref.model.path");
     check_tensor_parallel_fits(config_, dense.config());
     facts_ = dense_facts(dense);
-    facts_hidden_ = dense.config().hidden_size;
     std::optional<Dense> dense_reference;
     if (algorithm_.needs_reference()) dense_reference.emplace(Models::reference(config_, dense));
     const model::PipelineStageLayers stage = pipeline_stage(config_, dense.config(), pp_rank_, pp_size_);
@@ -385,7 +385,7 @@ class MegatronActorRolloutRefWorker {
     // parameter order (embedding, layers, norm, head), as the dense worker saves it.
     const bool keeps = pp_ ? tp_rank_ == 0 && dp_rank_ == 0 : context_->rank == 0;
     RoleState state = gather_tensor_parallel_state(actor, moments, *scheduler_, keeps);
-    if (pp_ && keeps) collect_stages(state);
+    if (pp_ && keeps) collect_stage_states(*pp_, pp_rank_, pp_size_, state, "actor");
     if (context_->rank != 0) return {};
     return state;
   }
@@ -396,7 +396,8 @@ class MegatronActorRolloutRefWorker {
   void load_checkpoint_state(const RoleState& state) {
     Policy& actor = require_model();
     optim::AdamW::State moments =
-        load_tensor_parallel_state(actor, state, *scheduler_, "actor", pp_ ? parameters_before_stage() : 0);
+        load_tensor_parallel_state(actor, state, *scheduler_, "actor",
+                                   pp_ ? parameters_before_stage(actor, *pp_, pp_rank_, pp_size_) : 0);
     if (distributed_optimizer_) {
       distributed_optimizer_->load_moments(moments);  // this rank's slice of its TP shard's moments
     } else {
@@ -551,200 +552,34 @@ class MegatronActorRolloutRefWorker {
     return model::pipeline_stage_layers(shape, stage, stages);
   }
 
-  /// The parameter tensors of the stages before this rank's (collective over the pipeline group).
-  std::size_t parameters_before_stage() {
-    std::int64_t mine = 0;
-    require_model().for_each_parameter([&](const auto&) { ++mine; });
-    std::vector<std::int64_t> counts(static_cast<std::size_t>(pp_size_));
-    pp_->all_gather(std::span<const std::int64_t>(&mine, 1), std::span<std::int64_t>(counts));
-    std::int64_t before = 0;
-    for (int s = 0; s < pp_rank_; ++s) before += counts[static_cast<std::size_t>(s)];
-    return static_cast<std::size_t>(before);
-  }
-
-  /// checkpoint_state's stages to the first: each later stage's (tp 0, dp 0) rank sends its
-  /// gathered tensors (and moments) over its pipeline group, in stage order; stage 0 appends them.
-  void collect_stages(RoleState& state) {
-    constexpr int tag = 1;
-    if (pp_rank_ > 0) {
-      // Header: tensors, moments per tensor (0 or 1), then per tensor its name's length, rank and shape.
-      std::vector<std::int64_t> header{static_cast<std::int64_t>(state.model.size()),
-                                       state.optimizer.exp_avg.empty() ? 0 : 1};
-      std::vector<std::int64_t> names;
-      for (const NamedTensor& t : state.model) {
-        header.push_back(static_cast<std::int64_t>(t.name.size()));
-        header.push_back(static_cast<std::int64_t>(t.shape.size()));
-        header.insert(header.end(), t.shape.begin(), t.shape.end());
-        for (const char c : t.name) names.push_back(static_cast<unsigned char>(c));
-      }
-      std::array<std::int64_t, 2> sizes{static_cast<std::int64_t>(header.size()), static_cast<std::int64_t>(names.size())};
-      pp_->send(std::span<std::int64_t>(sizes), 0, tag);
-      pp_->send(std::span<std::int64_t>(header), 0, tag);
-      pp_->send(std::span<std::int64_t>(names), 0, tag);
-      for (std::size_t i = 0; i < state.model.size(); ++i) {
-        pp_->send(std::span<float>(state.model[i].values), 0, tag);
-        if (header[1] == 1) {
-          pp_->send(std::span<float>(state.optimizer.exp_avg[i]), 0, tag);
-          pp_->send(std::span<float>(state.optimizer.exp_avg_sq[i]), 0, tag);
-        }
-      }
-      state = {};
-      return;
-    }
-    for (int stage = 1; stage < pp_size_; ++stage) {
-      std::array<std::int64_t, 2> sizes{};
-      pp_->recv(std::span<std::int64_t>(sizes), stage, tag);
-      std::vector<std::int64_t> header(static_cast<std::size_t>(sizes[0])), names(static_cast<std::size_t>(sizes[1]));
-      pp_->recv(std::span<std::int64_t>(header), stage, tag);
-      pp_->recv(std::span<std::int64_t>(names), stage, tag);
-      const bool with_moments = header[1] == 1;
-      VERL_CHECK_ARG(with_moments == !state.optimizer.exp_avg.empty() || state.model.empty(),
-                     "checkpoint role 'actor': pipeline stage {} {} optimizer moments, stage 0 {}", stage,
-                     with_moments ? "has" : "has no", with_moments ? "has none" : "has them");
-      std::size_t at = 2, name_at = 0;
-      for (std::int64_t i = 0; i < header[0]; ++i) {
-        NamedTensor t;
-        const auto name_length = static_cast<std::size_t>(header[at++]);
-        const auto rank = static_cast<std::size_t>(header[at++]);
-        for (std::size_t c = 0; c < name_length; ++c) t.name.push_back(static_cast<char>(names[name_at++]));
-        t.shape.assign(header.begin() + static_cast<std::ptrdiff_t>(at), header.begin() + static_cast<std::ptrdiff_t>(at + rank));
-        at += rank;
-        std::int64_t numel = 1;
-        for (const auto extent : t.shape) numel *= extent;
-        t.values.resize(static_cast<std::size_t>(numel));
-        pp_->recv(std::span<float>(t.values), stage, tag);
-        if (with_moments) {
-          std::vector<float> m(t.values.size()), v(t.values.size());
-          pp_->recv(std::span<float>(m), stage, tag);
-          pp_->recv(std::span<float>(v), stage, tag);
-          state.optimizer.exp_avg.push_back(std::move(m));
-          state.optimizer.exp_avg_sq.push_back(std::move(v));
-        }
-        state.model.push_back(std::move(t));
-      }
-    }
-  }
-
-  /// The rows of the activations (and their gradients) a stage exchanges for a micro-batch of
-  /// `tokens` tokens: every token, or under Megatron's sequence parallelism this TP rank's slice,
-  /// sent to the same TP rank of the neighbouring stage (as Megatron's stages exchange the
-  /// sequence-parallel slices: 1/tp of the bytes).
-  static Index stage_message_rows(const Policy& model, Index tokens) {
-    return model.sequence_parallel() && model.tp_size() > 1 ? model::sequence_slice_rows(tokens, model.tp_size()) : tokens;
-  }
-
-  /// One pipeline pass over a batch: the schedule's steps on this stage, each micro-batch's rows
-  /// and message size (its tokens, or its sequence-parallel slice, x hidden size: micro-batches differ).
-  struct PipelinePass {
-    std::vector<parallel::PipelineStep> steps;
-    std::vector<std::pair<Index, Index>> rows;
-    std::vector<std::int64_t> message_sizes;
-  };
-  PipelinePass pipeline_pass(const data::DataProto& batch, std::vector<std::pair<Index, Index>> rows, bool forward_only) const {
-    PipelinePass pass;
-    const Index hidden = facts_hidden_;
-    for (const auto& [b, e] : rows) {
-      pass.message_sizes.push_back(stage_message_rows(require_model(), token_batch(batch, b, e).num_tokens()) * hidden);
-    }
-    const auto m = static_cast<std::int64_t>(rows.size());
-    pass.steps = forward_only ? parallel::forward_only_steps(pp_rank_, pp_size_, m)
-                              : parallel::OneFOneB::steps(pp_rank_, pp_size_, m);
-    pass.rows = std::move(rows);
-    return pass;
-  }
-
   /// The last stage as the model update_actor_rows and response_statistics drive: each forward
-  /// receives the previous stage's activations and each backward sends its input gradient, in the
-  /// order of the schedule's steps for this stage (PipelineStageRunner checks it), one pass after
-  /// the other (finish_pass between them).
+  /// receives the previous stage's activations and each backward sends its input gradient
+  /// (LastStageLink).
   class LastStage {
    public:
-    LastStage(Policy& model, Communicator& pp, std::vector<PipelinePass> passes)
-        : model_(&model), pp_(&pp), passes_(std::move(passes)) {}
-    void zero_grad() { model_->zero_grad(); }
+    LastStage(Policy& model, Communicator& pp, std::vector<PipelinePass> passes) : link_(model, pp, std::move(passes)) {}
+    void zero_grad() { link_.model().zero_grad(); }
     model::CausalLMOutput<float> forward(const model::TokenBatch& tokens, const model::ForwardOptions& options) {
-      if (!runner_) {
-        VERL_CHECK_ARG(pass_ < passes_.size(), "pipeline: more passes than planned ({})", passes_.size());
-        runner_.emplace(*pp_, passes_[pass_].steps, passes_[pass_].message_sizes);
-        forwards_ = backwards_ = 0;
-      }
-      const std::int64_t mb = forwards_++;
-      const auto& sizes = passes_[pass_].message_sizes;
-      const Index hidden = model_->config().hidden_size;
-      const Index rows = stage_message_rows(*model_, tokens.num_tokens());
-      VERL_CHECK_ARG(mb < static_cast<std::int64_t>(sizes.size()) && rows * hidden == sizes[static_cast<std::size_t>(mb)],
-                     "pipeline: micro-batch {} of pass {} has {} tokens, the stages planned {} micro-batches of sizes {}", mb,
-                     pass_, tokens.num_tokens(), sizes.size(), fmt::join(sizes, ", "));
-      const std::span<const float> in = runner_->begin(parallel::PipelineAction::forward, mb);
-      input_ = Eigen::Map<const RowMatrix<float>>(in.data(), rows, hidden);
-      model::CausalLMOutput<float> out = model_->forward(tokens, options, &input_);
-      runner_->end({});
+      const RowMatrix<float>& input = link_.receive(tokens.num_tokens());
+      model::CausalLMOutput<float> out = link_.model().forward(tokens, options, &input);
+      link_.forwarded();
       return out;
     }
     void backward(const model::CausalLMCotangents<float>& cotangents) {
-      VERL_CHECK_ARG(runner_.has_value(), "pipeline: backward before any forward");
-      runner_->begin(parallel::PipelineAction::backward, backwards_++);
-      model_->backward(cotangents);
-      const RowMatrix<float>& grad = model_->stage_input_gradient();
-      runner_->end(std::span<const float>(grad.data(), static_cast<std::size_t>(grad.size())));
+      link_.backward_begins();
+      link_.model().backward(cotangents);
+      link_.send_gradient();
     }
-    /// Runs the pass's last messages (the last gradient to the previous stage).
-    void finish_pass() {
-      if (!runner_) return;
-      runner_->finish();
-      runner_.reset();
-      ++pass_;
-    }
-    [[nodiscard]] bool finished() const { return !runner_ && pass_ == passes_.size(); }
+    void finish_pass() { link_.finish_pass(); }
+    [[nodiscard]] bool finished() const { return link_.finished(); }
 
    private:
-    Policy* model_;
-    Communicator* pp_;
-    std::vector<PipelinePass> passes_;
-    std::size_t pass_ = 0;
-    std::int64_t forwards_ = 0, backwards_ = 0;
-    std::optional<parallel::PipelineStageRunner<Communicator>> runner_;
-    RowMatrix<float> input_;
+    LastStageLink<Policy, Communicator> link_;
   };
 
-  /// A stage before the last as run_pipeline_stage drives it: its layers over each micro-batch's
-  /// tokens; under 1F1B each forward pass's saved state waits for its backward (take_saved_pass).
-  struct EarlierStage {
-    Policy* model;
-    const data::DataProto* batch;
-    const PipelinePass* pass;
-    bool keep_activations;
-    std::map<std::int64_t, typename model::DecoderBody<float>::SavedPass> waiting;
-    std::vector<float> output;
-    RowMatrix<float> input, grad_output;
-
-    std::span<const float> forward(std::int64_t mb, std::span<const float> in) {
-      const auto& [b, e] = pass->rows.at(static_cast<std::size_t>(mb));
-      const model::TokenBatch tokens = token_batch(*batch, b, e);
-      const Index hidden = model->config().hidden_size;
-      const RowMatrix<float>* x = nullptr;
-      if (!model->first_stage()) {
-        input = Eigen::Map<const RowMatrix<float>>(in.data(), stage_message_rows(*model, tokens.num_tokens()), hidden);
-        x = &input;
-      }
-      const RowMatrix<float>& out = model->forward_stage(tokens, x, keep_activations);
-      output.assign(out.data(), out.data() + out.size());
-      if (keep_activations) waiting.emplace(mb, model->take_saved_pass());
-      return output;
-    }
-    std::span<const float> backward(std::int64_t mb, std::span<const float> grad) {
-      const auto found = waiting.find(mb);
-      VERL_CHECK_ARG(found != waiting.end(), "pipeline: backward of micro-batch {} without its forward", mb);
-      model->restore_saved_pass(std::move(found->second));
-      waiting.erase(found);
-      grad_output = Eigen::Map<const RowMatrix<float>>(grad.data(), static_cast<Index>(grad.size()) / model->config().hidden_size,
-                                                       model->config().hidden_size);
-      model->backward_stage(grad_output);
-      if (model->first_stage()) return {};
-      const RowMatrix<float>& g = model->stage_input_gradient();
-      return {g.data(), static_cast<std::size_t>(g.size())};
-    }
-  };
+  PipelinePass pass_of(const data::DataProto& batch, std::vector<std::pair<Index, Index>> rows, bool forward_only) const {
+    return pipeline_pass(require_model(), batch, std::move(rows), forward_only, pp_rank_, pp_size_);
+  }
 
   /// response_statistics, through the pipeline (forward only) when there are stages: the last
   /// stage's statistics (the other stages' are empty).
@@ -752,16 +587,14 @@ class MegatronActorRolloutRefWorker {
     if (!pp_) return response_statistics(model, batch, wanted, micro, rollout_temperature());
     std::vector<std::pair<Index, Index>> rows;
     for (Index b = 0; b < batch.size(); b += micro) rows.emplace_back(b, std::min(batch.size(), b + micro));
-    PipelinePass pass = pipeline_pass(batch, std::move(rows), /*forward_only=*/true);
+    PipelinePass pass = pass_of(batch, std::move(rows), /*forward_only=*/true);
     if (model.last_stage()) {
       LastStage last(model, *pp_, {std::move(pass)});
       ResponseStatistics stats = response_statistics(last, batch, wanted, micro, rollout_temperature());
       last.finish_pass();
       return stats;
     }
-    EarlierStage stage{&model, &batch, &pass, false, {}, {}, {}, {}};
-    parallel::run_pipeline_stage(*pp_, std::span<const parallel::PipelineStep>(pass.steps), stage,
-                                 std::span<const std::int64_t>(pass.message_sizes));
+    run_earlier_stage(model, *pp_, batch, std::span<const PipelinePass>(&pass, 1), false, [] {});
     return {};
   }
 
@@ -774,7 +607,7 @@ class MegatronActorRolloutRefWorker {
     Policy& actor = require_model();
     std::vector<PipelinePass> passes;
     for (auto& rows : update_micro_batches(batch.size(), config_, dp_size_)) {
-      passes.push_back(pipeline_pass(batch, std::move(rows), /*forward_only=*/false));
+      passes.push_back(pass_of(batch, std::move(rows), /*forward_only=*/false));
     }
     const auto step = [&](double grad_clip, std::int64_t& updates, std::int64_t& nonfinite) {
       return optimizer_step(actor, grad_clip, updates, nonfinite);
@@ -796,13 +629,8 @@ class MegatronActorRolloutRefWorker {
     // The learning rate as update_actor_rows sets it; the metrics are the last stage's.
     scheduler_->apply(*optimizer_);
     std::int64_t updates = 0, nonfinite = 0;
-    for (const PipelinePass& pass : passes) {
-      actor.zero_grad();
-      EarlierStage stage{&actor, &batch, &pass, true, {}, {}, {}, {}};
-      parallel::run_pipeline_stage(*pp_, std::span<const parallel::PipelineStep>(pass.steps), stage,
-                                   std::span<const std::int64_t>(pass.message_sizes));
-      (void)step(config_.actor_rollout_ref.actor.grad_clip, updates, nonfinite);
-    }
+    run_earlier_stage(actor, *pp_, batch, std::span<const PipelinePass>(passes), true,
+                      [&] { (void)step(config_.actor_rollout_ref.actor.grad_clip, updates, nonfinite); });
     scheduler_->step();
     return {};
   }
@@ -873,7 +701,6 @@ class MegatronActorRolloutRefWorker {
   std::optional<parallel::MpiCommunicator> dp_;
   int pp_rank_ = 0, pp_size_ = 1;
   std::optional<Communicator> pp_;  ///< the pipeline group (pp > 1): stage s is rank s; counts the reshard's bytes
-  Index facts_hidden_ = 0;
   PolicyFacts facts_;
   std::optional<Policy> actor_;
   std::optional<Policy> reference_;
