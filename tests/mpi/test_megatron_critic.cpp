@@ -6,11 +6,13 @@
 //     row, clipping acting, left-padded prompts) give the same values, vf_loss, vf_clipfrac,
 //     vpred_mean, grad_norm, final weights and AdamW moments within 1e-4 relative, at tp 2 (np 2;
 //     with and without Megatron's sequence parallelism), tp 2 x dp 2 (with and without the
-//     distributed optimizer) and tp 4 (np 4; one KV head, so it is copied on every TP rank);
+//     distributed optimizer) and tp 4 (np 4; one KV head, so it is copied on every TP rank); with
+//     pipeline stages (one layer each): pp 2 (np 2), pp 2 x tp 2 with sequence parallelism and
+//     pp 2 x dp 2 with the distributed optimizer (np 4);
 //   - the TP ranks of a DP group return the same values and metrics (the dispatch collects tp 0);
-//   - a checkpoint saved at the largest layout holds the dense critic's tensors: CriticWorker
-//     resumes from it, and the Megatron critic resumes from CriticWorker's, each step after that
-//     within 1e-4 of the uninterrupted dense run;
+//   - a checkpoint saved at the largest layout (and with pipeline stages) holds the dense critic's
+//     tensors: CriticWorker resumes from it, and the Megatron critic resumes from CriticWorker's,
+//     each step after that within 1e-4 of the uninterrupted dense run;
 //   - a tp that does not divide the job's ranks is an error naming the key and the values.
 // The model layer alone: the TP critic's values and full gradients equal the dense critic's.
 #include <gtest/gtest.h>
@@ -67,7 +69,7 @@ constexpr int steps = 3;
 constexpr double tolerance = 1e-4;
 
 struct Layout {
-  int tp = 1, dp = 1;
+  int tp = 1, dp = 1, pp = 1;
   bool sequence_parallel = false;
   bool distributed_optimizer = false;
 };
@@ -86,6 +88,7 @@ std::vector<std::string> overrides(const Layout* megatron) {
   if (megatron != nullptr) {
     keys.push_back("critic.strategy=megatron");
     keys.push_back(fmt::format("critic.megatron.tensor_model_parallel_size={}", megatron->tp));
+    keys.push_back(fmt::format("critic.megatron.pipeline_model_parallel_size={}", megatron->pp));
     keys.push_back(fmt::format("critic.megatron.sequence_parallel={}", megatron->sequence_parallel ? "True" : "False"));
     keys.push_back(fmt::format("critic.megatron.use_distributed_optimizer={}",
                                megatron->distributed_optimizer ? "True" : "False"));
@@ -176,7 +179,9 @@ CriticRun dense_run(int first, int last, const RoleState* resume = nullptr) {
 
 using Job = test_support::MegatronJob;
 
-int dp_rank_of(const Job& job) { return job.context.rank / job.tp; }
+int dp_rank_of(const Job& job) { return job.context.rank / job.tp % job.dp; }
+/// The job's rank the dispatch collects from for DP group `d`: tp rank 0 of the last stage.
+int collected_rank(const Layout& layout, int d) { return ((layout.pp - 1) * layout.dp + d) * layout.tp; }
 
 /// Every rank's `mine` (the same size everywhere) gathered over the job, in rank order.
 std::vector<float> gather_over_job(Job& job, const MatrixF& mine) {
@@ -192,35 +197,51 @@ CriticRun megatron_run(Job& job, const Layout& layout, int first, int last, cons
   EXPECT_EQ(worker.distributed_optimizer(), layout.distributed_optimizer && layout.dp > 1);
   EXPECT_EQ(worker.critic().sequence_parallel(), layout.sequence_parallel && layout.tp > 1);
   if (resume != nullptr) worker.load_checkpoint_state(*resume);
+  EXPECT_EQ(worker.pipeline_size(), layout.pp);
   const int dp_rank = dp_rank_of(job);
+  // The stages before the last return nothing (the dispatch collects the last stage's results).
+  const bool last_stage = worker.pipeline_rank() == layout.pp - 1;
   const Index share = rows / layout.dp;
   CriticRun run;
   for (int step = first; step < last; ++step) {
     const data::DataProto chunk = whole_batch(step).slice(dp_rank * share, (dp_rank + 1) * share);
-    const MatrixF mine = trainer::float_column(worker.compute_values(chunk), trainer::keys::values);
-    // The controller's view: tp rank 0's rows of each DP group, in DP order; every TP rank of a
-    // DP group must have computed the same rows.
+    const data::DataProto result = worker.compute_values(chunk);
+    EXPECT_EQ(result.has_tensor(trainer::keys::values), last_stage);
+    const MatrixF mine = last_stage ? trainer::float_column(result, trainer::keys::values) : MatrixF(MatrixF::Zero(share, response));
+    // The controller's view: tp rank 0's rows of each DP group (of the last stage), in DP order;
+    // every TP rank of a DP group must have computed the same rows.
     const std::vector<float> all = gather_over_job(job, mine);
     MatrixF values(rows, response);
     const auto chunk_of = [&](int rank) {
       return Eigen::Map<const MatrixF>(all.data() + static_cast<std::ptrdiff_t>(rank) * mine.size(), share, response);
     };
     for (int d = 0; d < layout.dp; ++d) {
-      values.middleRows(d * share, share) = chunk_of(d * layout.tp);
+      const int collected = collected_rank(layout, d);
+      values.middleRows(d * share, share) = chunk_of(collected);
       for (int t = 1; t < layout.tp; ++t)
-        EXPECT_TRUE(chunk_of(d * layout.tp + t) == chunk_of(d * layout.tp)) << "dp group " << d << ", tp rank " << t;
+        EXPECT_TRUE(chunk_of(collected + t) == chunk_of(collected)) << "dp group " << d << ", tp rank " << t;
     }
     run.values.push_back(values);
-    nlohmann::json metrics = worker.update_critic(update_chunk(step, values, dp_rank, layout.dp)).meta_info()["metrics"];
-    // Every rank reports the same metrics (the DP mean; the TP ranks computed the same values).
-    const auto& m = metrics;
-    MatrixF row(1, static_cast<Index>(std::size(metric_names)));
-    for (std::size_t k = 0; k < std::size(metric_names); ++k) row(0, static_cast<Index>(k)) = m.at(metric_names[k]).get<float>();
+    const data::DataProto update = worker.update_critic(update_chunk(step, values, dp_rank, layout.dp));
+    // Every rank of the last stage reports the same metrics (the DP mean; the TP ranks computed the
+    // same values); the others see the collected rank's.
+    MatrixF row = MatrixF::Zero(1, static_cast<Index>(std::size(metric_names)));
+    if (last_stage) {
+      const nlohmann::json& m = update.meta_info()["metrics"];
+      for (std::size_t k = 0; k < std::size(metric_names); ++k) row(0, static_cast<Index>(k)) = m.at(metric_names[k]).get<float>();
+    }
     const std::vector<float> rows_of_job = gather_over_job(job, row);
-    for (int r = 1; r < job.group->size(); ++r)
+    const std::size_t collected = static_cast<std::size_t>(collected_rank(layout, 0)) * std::size(metric_names);
+    for (int r = collected_rank(layout, 0); r < job.group->size(); ++r)
       for (std::size_t k = 0; k < std::size(metric_names); ++k)
-        EXPECT_EQ(rows_of_job[static_cast<std::size_t>(r) * std::size(metric_names) + k], rows_of_job[k])
+        EXPECT_EQ(rows_of_job[static_cast<std::size_t>(r) * std::size(metric_names) + k], rows_of_job[collected + k])
             << metric_names[k] << " of rank " << r << " at step " << step;
+    nlohmann::json metrics;
+    if (last_stage) {
+      metrics = update.meta_info()["metrics"];
+    } else {
+      for (std::size_t k = 0; k < std::size(metric_names); ++k) metrics[metric_names[k]] = rows_of_job[collected + k];
+    }
     run.metrics.push_back(std::move(metrics));
   }
   run.final_state = worker.checkpoint_state();
@@ -308,10 +329,11 @@ Differences compare(const CriticRun& dense, const CriticRun& megatron, bool hold
 
 void check_layout(const Layout& layout) {
   MpiCommunicator world = MpiCommunicator::world();
-  if (world.size() < layout.tp * layout.dp) GTEST_SKIP() << "needs " << layout.tp * layout.dp << " ranks";
+  const int size = layout.tp * layout.dp * layout.pp;
+  if (world.size() < size) GTEST_SKIP() << "needs " << size << " ranks";
   const CriticRun dense = dense_run(0, steps);
   Job job;
-  test_support::make_job(world, layout.tp, layout.dp, job);
+  test_support::make_job(world, layout.tp, layout.dp, job, layout.pp);
   if (job.context.group == nullptr) return;  // this rank is past the last whole job
   const CriticRun megatron = megatron_run(job, layout, 0, steps);
   const Differences worst = compare(dense, megatron, job.context.rank == 0);
@@ -320,8 +342,9 @@ void check_layout(const Layout& layout) {
     ::testing::Test::RecordProperty("max_relative_metrics", fmt::format("{:.3g}", worst.metrics));
     ::testing::Test::RecordProperty("max_relative_weights", fmt::format("{:.3g}", worst.weights));
     ::testing::Test::RecordProperty("max_relative_moments", fmt::format("{:.3g}", worst.moments));
-    std::printf("tp %d dp %d sp %d distributed %d: max relative difference values %.3g metrics %.3g weights %.3g moments %.3g\n",
-                layout.tp, layout.dp, layout.sequence_parallel, layout.distributed_optimizer, worst.values,
+    std::printf("tp %d dp %d pp %d sp %d distributed %d: max relative difference values %.3g metrics %.3g weights %.3g "
+                "moments %.3g\n",
+                layout.tp, layout.dp, layout.pp, layout.sequence_parallel, layout.distributed_optimizer, worst.values,
                 worst.metrics, worst.weights, worst.moments);
   }
 }
@@ -336,16 +359,22 @@ TEST(MegatronCritic, Tp2Dp2DistributedOptimizerMatchesTheDenseCritic) {
   check_layout({.tp = 2, .dp = 2, .sequence_parallel = true, .distributed_optimizer = true});
 }
 TEST(MegatronCritic, Tp4MatchesTheDenseCritic) { check_layout({.tp = 4, .dp = 1, .sequence_parallel = true}); }
+// Pipeline stages of one layer each (the tiny critic has two).
+TEST(MegatronCritic, Pp2MatchesTheDenseCritic) { check_layout({.tp = 1, .dp = 1, .pp = 2}); }
+TEST(MegatronCritic, Pp2Tp2SequenceParallelMatchesTheDenseCritic) {
+  check_layout({.tp = 2, .dp = 1, .pp = 2, .sequence_parallel = true});
+}
+TEST(MegatronCritic, Pp2Dp2DistributedOptimizerMatchesTheDenseCritic) {
+  check_layout({.tp = 1, .dp = 2, .pp = 2, .distributed_optimizer = true});
+}
 
-TEST(MegatronCritic, CheckpointsResumeAcrossTheDenseAndMegatronCritics) {
+/// A Megatron checkpoint resumed by the dense critic, and the dense critic's resumed by the Megatron one.
+void check_resume(const Layout& layout) {
   MpiCommunicator world = MpiCommunicator::world();
-  const Layout layout = world.size() >= 4 ? Layout{.tp = 2, .dp = 2, .sequence_parallel = true, .distributed_optimizer = true}
-                        : world.size() >= 2 ? Layout{.tp = 2, .dp = 1, .sequence_parallel = true}
-                                            : Layout{.tp = 1, .dp = 1};
   const CriticRun uninterrupted = dense_run(0, steps);
   const CriticRun dense_first = dense_run(0, steps - 1);
   Job job;
-  test_support::make_job(world, layout.tp, layout.dp, job);
+  test_support::make_job(world, layout.tp, layout.dp, job, layout.pp);
   if (job.context.group == nullptr) return;
   // Megatron's checkpoint after two steps -> the dense critic's last step.
   const CriticRun megatron_first = megatron_run(job, layout, 0, steps - 1);
@@ -359,8 +388,20 @@ TEST(MegatronCritic, CheckpointsResumeAcrossTheDenseAndMegatronCritics) {
   const Differences from_megatron = compare(tail, dense_resumed, true);
   const Differences to_megatron = compare(tail, megatron_resumed, job.context.rank == 0);
   if (world.rank() == 0)
-    std::printf("resumed tp %d dp %d: dense from megatron's checkpoint weights %.3g, megatron from the dense one %.3g\n",
-                layout.tp, layout.dp, from_megatron.weights, to_megatron.weights);
+    std::printf("resumed tp %d dp %d pp %d: dense from megatron's checkpoint weights %.3g, megatron from the dense one %.3g\n",
+                layout.tp, layout.dp, layout.pp, from_megatron.weights, to_megatron.weights);
+}
+
+TEST(MegatronCritic, CheckpointsResumeAcrossTheDenseAndMegatronCritics) {
+  const int ranks = MpiCommunicator::world().size();
+  check_resume(ranks >= 4   ? Layout{.tp = 2, .dp = 2, .sequence_parallel = true, .distributed_optimizer = true}
+               : ranks >= 2 ? Layout{.tp = 2, .dp = 1, .sequence_parallel = true}
+                            : Layout{.tp = 1, .dp = 1});
+}
+TEST(MegatronCritic, CheckpointsResumeAcrossPipelineStages) {
+  const int ranks = MpiCommunicator::world().size();
+  if (ranks < 2) GTEST_SKIP() << "needs 2 ranks";
+  check_resume(ranks >= 4 ? Layout{.tp = 2, .dp = 1, .pp = 2, .sequence_parallel = true} : Layout{.tp = 1, .dp = 1, .pp = 2});
 }
 
 TEST(MegatronCritic, RefusesATensorParallelSizeThatDoesNotDivideTheRanks) {

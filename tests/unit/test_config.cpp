@@ -528,8 +528,10 @@ TEST(Config, MegatronCriticStrategyActsWithItsOwnLayout) {
                 "tp=2 pp=1 cp=1 with strategy=fsdp"});
   expect_error({"critic.strategy=megatron", "critic.megatron.tensor_model_parallel_size=0"},
                {"critic.megatron.tensor_model_parallel_size: expected a value >= 1, got 0"});
-  expect_error({"critic.strategy=megatron", "critic.megatron.pipeline_model_parallel_size=2"},
-               {"critic.megatron.pipeline_model_parallel_size: not supported by verl-cpp yet", "expected 1, got 2"});
+  expect_error({"critic.strategy=megatron", "critic.megatron.pipeline_model_parallel_size=0"},
+               {"critic.megatron.pipeline_model_parallel_size: expected a value >= 1, got 0"});
+  // Pipeline stages of the value model act.
+  EXPECT_EQ(with({"critic.strategy=megatron", "critic.megatron.pipeline_model_parallel_size=2"}).critic.megatron.pipeline_model_parallel_size, 2);
   expect_error({"critic.strategy=megatron", "critic.megatron.context_parallel_size=2"},
                {"critic.megatron.context_parallel_size: not supported by verl-cpp yet", "expected 1, got 2"});
   expect_error({"critic.strategy=megatron", "critic.ulysses_sequence_parallel_size=2"},

@@ -516,10 +516,8 @@ inline void validate(const PPOConfig& c, std::vector<std::string>& problems) {
     const auto& m = critic.megatron;
     const std::string_view k = "critic.megatron";
     if (megatron_engine("critic", critic.strategy, m)) {
-      require(m.pipeline_model_parallel_size == 1,
-              fmt::format("{}.pipeline_model_parallel_size: not supported by verl-cpp yet (pipeline stages of the value "
-                          "model; the actor's are built), expected 1, got {}",
-                          k, m.pipeline_model_parallel_size));
+      require(m.pipeline_model_parallel_size >= 1,
+              fmt::format("{}.pipeline_model_parallel_size: expected a value >= 1, got {}", k, m.pipeline_model_parallel_size));
       require(m.context_parallel_size == 1,
               fmt::format("{}.context_parallel_size: not supported by verl-cpp yet (context parallelism), expected 1, got {}",
                           k, m.context_parallel_size));

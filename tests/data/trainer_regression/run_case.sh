@@ -13,10 +13,11 @@
 # (use_distributed_optimizer=True, verl's default: ZeRO-1 over the dp = NP / 2 ranks); must give
 # what tp2 gives. The Megatron placements also check that every step logs the reshard's metrics
 # (perf/reshard_bytes_received, perf/peak_param_bytes, timing_s/reshard).
-# critic_tpT: the critic's micro-batches of one row (see below); T = 1 the data-parallel critic,
-# T > 1 the Megatron critic (critic.strategy=megatron, tensor_model_parallel_size=T with verl's
-# defaults: sequence parallelism, and the distributed optimizer over dp = NP / T), beside the
-# data-parallel actor over NP ranks (gae only); critic_tpT must give what critic_tp1 gives.
+# critic_tpT, critic_tpTppP: the critic's micro-batches of one row (see below); critic_tp1 the
+# data-parallel critic, otherwise the Megatron critic (critic.strategy=megatron,
+# tensor_model_parallel_size=T, pipeline_model_parallel_size=P (default 1) with verl's defaults:
+# sequence parallelism, and the distributed optimizer over dp = NP / (T P)), beside the
+# data-parallel actor over NP ranks (gae only); they must give what critic_tp1 gives.
 # separate: the rollout on a pool of its own (actor_rollout_ref.hybrid_engine=False), the first NP/2
 # ranks training and the other NP/2 generating with the actor's weights; must give what a colocated
 # run over NP/2 ranks gives.
@@ -75,18 +76,22 @@ case "$placement" in
             actor_rollout_ref.rollout.tensor_model_parallel_size="$tg"
             actor_rollout_ref.actor.megatron.sequence_parallel=False
             actor_rollout_ref.actor.megatron.use_distributed_optimizer="$distributed_optimizer") ;;
-  critic_tp[0-9])
+  critic_tp[0-9] | critic_tp[0-9]pp[0-9])
     # One row per critic micro-batch on both sides: the critic's per-micro-batch metrics
     # (critic/vpred_mean, vpredclipfrac) are means of micro-batch means, as verl's, so they depend
     # on how a DP group's rows fall into micro-batches; with one row each, they are the mean over
     # rows at any dp (the dense critic has dp = NP, the Megatron one NP / T).
-    tp=${placement#critic_tp}
-    if [ "$case_name" != gae ] || [ $((np % tp)) -ne 0 ]; then
-      echo "run_case.sh: $placement needs the gae case and NP divisible by $tp, got $case_name at $np" >&2; exit 2
+    tp=${placement#critic_tp}; tp=${tp%%pp*}; pp=1
+    if [[ "$placement" == *pp* ]]; then pp=${placement##*pp}; fi
+    if [ "$case_name" != gae ] || [ $((np % (tp * pp))) -ne 0 ]; then
+      echo "run_case.sh: $placement needs the gae case and NP divisible by $((tp * pp)), got $case_name at $np" >&2; exit 2
     fi
     extra+=(trainer.n_gpus_per_node="$np" critic.ppo_micro_batch_size_per_gpu=1)
-    if [ "$tp" -gt 1 ]; then extra+=(critic.strategy=megatron critic.megatron.tensor_model_parallel_size="$tp"); fi ;;
-  *) echo "run_case.sh: unknown placement '$placement' (colocated, split, separate, tp2, tp2zero, tpTgenG or critic_tpT)" >&2; exit 2 ;;
+    if [ $((tp * pp)) -gt 1 ]; then
+      extra+=(critic.strategy=megatron critic.megatron.tensor_model_parallel_size="$tp"
+              critic.megatron.pipeline_model_parallel_size="$pp")
+    fi ;;
+  *) echo "run_case.sh: unknown placement '$placement' (colocated, split, separate, tp2, tp2zero, tpTgenG, critic_tpT or critic_tpTppP)" >&2; exit 2 ;;
 esac
 launch=("$verl_train")
 if [ "$np" -gt 1 ]; then

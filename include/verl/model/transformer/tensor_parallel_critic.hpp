@@ -14,6 +14,11 @@
 // state_dict() visit this rank's shards (the head whole); for_each_full_parameter, gather_full and
 // the gradient norm (gradient_squared_norm: every element of the full gradient once) are
 // collective. With one rank the model computes what BasicTransformerCritic does.
+//
+// A pipeline stage (Megatron's pipeline parallelism; `stage`: its layers) holds the trunk's layers
+// of that stage, the embedding on the first and the final norm and the value head on the last;
+// the stages before the last run forward_stage / backward_stage (the trunk's), the last forward
+// and backward from the previous stage's activations, as the policy's stages do.
 #pragma once
 
 #include <span>
@@ -43,12 +48,15 @@ class BasicTensorParallelCritic : public detail::ParameterModule<BasicTensorPara
 
   /// This rank's shard, zero-initialized, for `config` over the ranks of `tp`. Collective (as
   /// BasicTensorParallelTransformer's constructor).
-  BasicTensorParallelCritic(HfModelConfig config, Comm tp, const TransformerOptions& options = {})
-      : trunk_(std::move(config), std::move(tp), options, {}, TensorParallelHead::none), head_(trunk_.config().hidden_size) {}
+  BasicTensorParallelCritic(HfModelConfig config, Comm tp, const TransformerOptions& options = {},
+                            PipelineStageLayers stage = {})
+      : trunk_(std::move(config), std::move(tp), options, stage, TensorParallelHead::none),
+        head_(trunk_.last_stage() ? trunk_.config().hidden_size : 0) {}
 
-  /// This rank's shard of `dense`'s body and the whole value head (its options too). Collective.
-  BasicTensorParallelCritic(const BasicTransformerCritic<Scalar>& dense, Comm tp)
-      : BasicTensorParallelCritic(dense.config(), std::move(tp), dense.body().options()) {
+  /// This rank's shard of `dense`'s body (of `stage`'s layers) and the whole value head on the
+  /// last stage (its options too). Collective.
+  BasicTensorParallelCritic(const BasicTransformerCritic<Scalar>& dense, Comm tp, PipelineStageLayers stage = {})
+      : BasicTensorParallelCritic(dense.config(), std::move(tp), dense.body().options(), stage) {
     trunk_.copy_shards_of(dense);
     dense.for_each_tensor([&](const ParameterTensor<Scalar>& t) {
       if (ParameterTensor<Scalar>* head = value_head(t.name)) head->value = t.value;
@@ -70,10 +78,13 @@ class BasicTensorParallelCritic : public detail::ParameterModule<BasicTensorPara
   void set_sequence_parallel(bool on) { trunk_.set_sequence_parallel(on); }
   [[nodiscard]] bool sequence_parallel() const { return trunk_.sequence_parallel(); }
 
-  /// Collective: every rank of the group passes the same batch and gets the same values.
-  ValueOutput<Scalar> forward(const TokenBatch& batch, const ValueForwardOptions& options) {
+  /// Collective: every rank of the group passes the same batch and gets the same values. The last
+  /// of several pipeline stages starts from the previous stage's activations `stage_input`.
+  ValueOutput<Scalar> forward(const TokenBatch& batch, const ValueForwardOptions& options,
+                              const RowMatrix<Scalar>* stage_input = nullptr) {
+    VERL_CHECK_ARG(last_stage(), "forward: a pipeline stage before the last has no value head: call forward_stage");
     head_.forget();
-    const RowMatrix<Scalar>& hidden = trunk_.forward_hidden(batch, options.keep_activations);
+    const RowMatrix<Scalar>& hidden = trunk_.forward_hidden(batch, options.keep_activations, stage_input);
     const Vector<Scalar> values = head_.values(hidden);
     if (options.keep_activations) {
       const auto slots = batch.slots();
@@ -83,7 +94,7 @@ class BasicTensorParallelCritic : public detail::ParameterModule<BasicTensorPara
   }
 
   /// Collective. Accumulates the gradients of this rank's shards and of the (replicated) head from
-  /// the values' cotangents, the same on every rank.
+  /// the values' cotangents, the same on every rank (the last stage: then stage_input_gradient()).
   void backward(const ValueCotangents<Scalar>& cotangents) {
     RowMatrix<Scalar> d_hidden = head_.backward(cotangents.values, trunk_.hidden());
     trunk_.backward_hidden(d_hidden);
@@ -93,8 +104,9 @@ class BasicTensorParallelCritic : public detail::ParameterModule<BasicTensorPara
   /// trunk's over TP; the head's gradient is the same on every rank and is added once).
   [[nodiscard]] double gradient_squared_norm() {
     double squares = trunk_.gradient_squared_norm();
-    for (const ParameterTensor<Scalar>* t : {&head_.weight, &head_.bias})
-      if (t->grad.size() > 0) squares += t->grad.template cast<double>().squaredNorm();
+    if (last_stage())
+      for (const ParameterTensor<Scalar>* t : {&head_.weight, &head_.bias})
+        if (t->grad.size() > 0) squares += t->grad.template cast<double>().squaredNorm();
     return squares;
   }
   /// How many ranks of the TP group hold the same gradient of `tensor` (the head: every rank).
@@ -121,7 +133,8 @@ class BasicTensorParallelCritic : public detail::ParameterModule<BasicTensorPara
   template <class Fn>
   void for_each_full_parameter(Fn&& fn) {
     trunk_.for_each_full_parameter(fn);
-    for (const ParameterTensor<Scalar>* t : {&head_.weight, &head_.bias}) fn(t->view());
+    if (last_stage())
+      for (const ParameterTensor<Scalar>* t : {&head_.weight, &head_.bias}) fn(t->view());
   }
 
   /// This rank's shards of full tensors (a Hugging Face state dict of the value model: body
@@ -129,8 +142,9 @@ class BasicTensorParallelCritic : public detail::ParameterModule<BasicTensorPara
   void load_full_state_dict(const StateDict& dict) {
     StateDict body;
     for (const auto& [name, tensor] : dict)
-      if (value_head(name) == nullptr) body.emplace(name, tensor);
+      if (name != head_.weight.name && name != head_.bias.name) body.emplace(name, tensor);  // the head's: below
     trunk_.load_full_state_dict(body);
+    if (!last_stage()) return;
     for (ParameterTensor<Scalar>* head : {&head_.weight, &head_.bias}) {
       const auto found = dict.find(head->name);
       VERL_CHECK_ARG(found != dict.end(), "state_dict: missing tensor '{}'", head->name);
@@ -148,23 +162,41 @@ class BasicTensorParallelCritic : public detail::ParameterModule<BasicTensorPara
     trunk_.release_activations();
   }
 
-  /// Every parameter tensor of this rank: the trunk's shards, then the head (the dense critic's order).
+  /// Every parameter tensor of this rank: the trunk's shards, then the head (the dense critic's
+  /// order; the head on the last pipeline stage only).
   template <class Fn>
   void for_each_tensor(Fn&& fn) {
     trunk_.for_each_tensor(fn);
+    if (!last_stage()) return;
     fn(head_.weight);
     fn(head_.bias);
   }
   template <class Fn>
   void for_each_tensor(Fn&& fn) const {
     trunk_.for_each_tensor(fn);
+    if (!last_stage()) return;
     fn(head_.weight);
     fn(head_.bias);
   }
 
+  // ---- pipeline stages (Megatron's pipeline parallelism): the trunk's --------------------------
+  [[nodiscard]] const PipelineStageLayers& pipeline_stage() const { return trunk_.pipeline_stage(); }
+  [[nodiscard]] bool first_stage() const { return trunk_.first_stage(); }
+  [[nodiscard]] bool last_stage() const { return trunk_.last_stage(); }
+  /// A stage before the last: its layers from the previous stage's activations (see the trunk's).
+  const RowMatrix<Scalar>& forward_stage(const TokenBatch& batch, const RowMatrix<Scalar>* input, bool keep_activations) {
+    return trunk_.forward_stage(batch, input, keep_activations);
+  }
+  void backward_stage(RowMatrix<Scalar>& d_output) { trunk_.backward_stage(d_output); }
+  [[nodiscard]] typename DecoderBody<Scalar>::SavedPass take_saved_pass() { return trunk_.take_saved_pass(); }
+  void restore_saved_pass(typename DecoderBody<Scalar>::SavedPass pass) { trunk_.restore_saved_pass(std::move(pass)); }
+  /// The gradient of the last backward pass's stage input (a stage after the first).
+  [[nodiscard]] const RowMatrix<Scalar>& stage_input_gradient() const { return trunk_.stage_input_gradient(); }
+
  private:
-  /// The value head's tensor called `name`, or null for a body tensor.
+  /// The value head's tensor called `name` (on the last stage), or null for a body tensor.
   ParameterTensor<Scalar>* value_head(std::string_view name) {
+    if (!last_stage()) return nullptr;
     if (name == head_.weight.name) return &head_.weight;
     if (name == head_.bias.name) return &head_.bias;
     return nullptr;

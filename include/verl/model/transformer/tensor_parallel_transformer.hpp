@@ -565,12 +565,15 @@ class BasicTensorParallelTransformer
   /// the normed slices are all-gathered); valid until the next pass. Collective over the TP group,
   /// every rank with the same batch. A head on them that every rank holds whole (replicated)
   /// computes the same outputs and the same gradient d(hidden) everywhere.
-  const RowMatrix<Scalar>& forward_hidden(const TokenBatch& batch, bool keep_activations) {
+  /// The last of several pipeline stages starts from the previous stage's activations
+  /// `stage_input` (as forward_stage's `input`).
+  const RowMatrix<Scalar>& forward_hidden(const TokenBatch& batch, bool keep_activations,
+                                          const RowMatrix<Scalar>* stage_input = nullptr) {
     require_weights("forward_hidden");
-    require_whole_model("forward_hidden");
+    VERL_CHECK_ARG(last_stage(), "forward_hidden: a pipeline stage before the last has no final norm: call forward_stage");
     require_same_batch(batch);
     saved_ = false;
-    const RowMatrix<Scalar>& hidden = body_.forward(batch, keep_activations);
+    const RowMatrix<Scalar>& hidden = body_.forward(batch, keep_activations, stage_input);
     saved_ = keep_activations;
     return hidden;
   }

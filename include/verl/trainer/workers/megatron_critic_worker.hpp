@@ -20,8 +20,17 @@
 // shard). The same numbers as CriticWorker on one process up to the order of sums.
 // Checkpoints hold full tensors and moments in the dense critic's order (gathered over DP and TP:
 // checkpoint_state is collective, hence one_to_all; the first rank's state is the group's), so a
-// checkpoint resumes under any layout or under CriticWorker. Pipeline stages and context
-// parallelism are refused by key (config.hpp).
+// checkpoint resumes under any layout or under CriticWorker. Context parallelism is refused by key
+// (config.hpp).
+//
+// Pipeline parallelism (critic.megatron.pipeline_model_parallel_size = p > 1), as the Megatron
+// actor's: the value model's layers split evenly over the p stages (Megatron's split; a layer
+// count p does not divide is an error naming the key), the embedding on the first stage, the
+// final norm and the value head on the last; the mesh (tp, dp, pp) with tp fastest, then dp.
+// compute_values runs its micro-batches forward through the stages, update_critic each optimizer
+// step's micro-batches with 1F1B; the last stage computes the values and the value loss, the
+// others run their layers (pipeline_stages.hpp); every stage steps its own parameters with the
+// whole model's norm. Checkpoints gather every stage's tensors on the first rank.
 #pragma once
 
 #include <concepts>
@@ -52,6 +61,7 @@
 #include "verl/trainer/workers/critic_worker.hpp"
 #include "verl/trainer/workers/fsdp_sharding.hpp"
 #include "verl/trainer/workers/megatron_optimizer_step.hpp"
+#include "verl/trainer/workers/pipeline_stages.hpp"
 #include "verl/trainer/workers/role_state.hpp"
 #include "verl/trainer/workers/tensor_parallel_role_state.hpp"
 
@@ -72,21 +82,18 @@ class MegatronCriticWorker {
   explicit MegatronCriticWorker(hybridflow::WorkerContext& context, Models models = Models{})
       : context_(&context), models_(std::move(models)) {}
 
-  /// The group's (tp, dp, pp = 1) mesh over `ranks` from critic.megatron.tensor_model_parallel_size
-  /// (the runtime spawns the critic's group with it). Throws naming the key when tp does not
-  /// divide the ranks or pipeline stages are asked for.
+  /// The group's (tp, dp, pp) mesh over `ranks` from critic.megatron.tensor_model_parallel_size
+  /// and pipeline_model_parallel_size (the runtime spawns the critic's group with it). Throws
+  /// naming the keys when tp x pp does not divide the ranks.
   static hybridflow::GroupMesh group_mesh(const PPOConfig& config, int ranks) {
     const auto& megatron = config.critic.megatron;
-    VERL_CHECK_ARG(megatron.pipeline_model_parallel_size == 1,
-                   "critic.megatron.pipeline_model_parallel_size: not supported by verl-cpp yet (pipeline stages of "
-                   "the value model), expected 1, got {}",
-                   megatron.pipeline_model_parallel_size);
-    const std::int64_t tp = megatron.tensor_model_parallel_size;
-    VERL_CHECK_ARG(tp >= 1 && ranks % tp == 0,
-                   "critic.megatron.tensor_model_parallel_size: expected a divisor of the critic's {} ranks (its group "
-                   "is tp x dp), got {}",
-                   ranks, tp);
-    return hybridflow::GroupMesh(tp, ranks / tp, 1);
+    const std::int64_t tp = megatron.tensor_model_parallel_size, pp = megatron.pipeline_model_parallel_size;
+    VERL_CHECK_ARG(pp >= 1, "critic.megatron.pipeline_model_parallel_size: expected a value >= 1, got {}", pp);
+    VERL_CHECK_ARG(tp >= 1 && ranks % (tp * pp) == 0,
+                   "critic.megatron.tensor_model_parallel_size x pipeline_model_parallel_size: expected a divisor of "
+                   "the critic's {} ranks (its group is tp x dp x pp), got {} x {}",
+                   ranks, tp, pp);
+    return hybridflow::GroupMesh(tp, ranks / (tp * pp), pp);
   }
 
   /// verl's init_model: the dense critic from Models, cut into this rank's TP shard, AdamW on the
@@ -108,14 +115,19 @@ class MegatronCriticWorker {
     const std::int64_t rank = context_->rank;
     tp_rank_ = static_cast<int>(mesh.coord(rank, parallel::AxisKind::tp));
     dp_rank_ = static_cast<int>(mesh.coord(rank, parallel::AxisKind::dp));
+    pp_rank_ = static_cast<int>(mesh.coord(rank, parallel::AxisKind::pp));
     dp_size_ = static_cast<Index>(mesh.size(parallel::AxisKind::dp));
+    pp_size_ = static_cast<int>(mesh.size(parallel::AxisKind::pp));
+    const int tp = static_cast<int>(mesh.size(parallel::AxisKind::tp)), dp = static_cast<int>(dp_size_);
     parallel::MpiCommunicator& group = *context_->group;
     // Collective splits over the group, in the same order on every rank: the DP group (same tp
-    // coordinate), then the TP group (same dp coordinate), each ordered by its coordinate.
-    dp_.emplace(group.split(tp_rank_, dp_rank_));
+    // and pp coordinates), the pipeline group (same tp and dp), then the TP group (same dp and
+    // pp), each ordered by its coordinate.
+    dp_.emplace(group.split(pp_rank_ * tp + tp_rank_, dp_rank_));
+    if (pp_size_ > 1) pp_.emplace(group.split(dp_rank_ * tp + tp_rank_, pp_rank_));
     const Dense dense = models_.critic(config_);
     check_critic_tensor_parallel_fits(config_, dense.config());
-    critic_.emplace(dense, group.split(dp_rank_, tp_rank_));
+    critic_.emplace(dense, group.split(pp_rank_ * dp + dp_rank_, tp_rank_), pipeline_stage(config_, dense.config(), pp_rank_, pp_size_));
     // Megatron turns sequence parallelism off at tp = 1 itself.
     if (megatron.sequence_parallel && megatron.tensor_model_parallel_size > 1) critic_->set_sequence_parallel(true);
     optimizer_.emplace(adamw_config(config_.critic.optim));
@@ -132,8 +144,23 @@ class MegatronCriticWorker {
   data::DataProto compute_values(const data::DataProto& batch) {
     const Index micro = forward_micro_batch_size(config_.critic.forward_micro_batch_size_per_gpu,
                                                  config_.critic.forward_micro_batch_size, dp_size_, batch.size());
+    Critic& critic = require_model();
+    if (pp_) {
+      std::vector<std::pair<Index, Index>> rows;
+      for (Index b = 0; b < batch.size(); b += micro) rows.emplace_back(b, std::min(batch.size(), b + micro));
+      PipelinePass pass = pipeline_pass(critic, batch, std::move(rows), /*forward_only=*/true, pp_rank_, pp_size_);
+      if (!critic.last_stage()) {
+        run_earlier_stage(critic, *pp_, batch, std::span<const PipelinePass>(&pass, 1), false, [] {});
+        return {};  // the last stage's rows are collected
+      }
+      LastStage last(critic, *pp_, {std::move(pass)});
+      data::DataProto out;
+      out.set(std::string(keys::values), response_values(last, batch, micro));
+      last.finish_pass();
+      return out;
+    }
     data::DataProto out;
-    out.set(std::string(keys::values), response_values(require_model(), batch, micro));
+    out.set(std::string(keys::values), response_values(critic, batch, micro));
     return out;
   }
 
@@ -141,18 +168,47 @@ class MegatronCriticWorker {
   /// DP group and the Megatron optimizer step over the TP-sharded model.
   data::DataProto update_critic(const data::DataProto& batch) {
     Critic& critic = require_model();
-    CriticUpdate update = update_critic_rows(
-        critic, batch, config_, *optimizer_, *scheduler_, dp_size_, [&](double value) { return dp_sum(value); },
-        [&](double grad_clip, std::int64_t& updates, std::int64_t& nonfinite) {
-          const MegatronStepGroups<> groups{.dp = &*dp_, .dp_size = dp_size_, .model_group = context_->group};
-          return megatron_optimizer_step(critic, groups, *optimizer_,
-                                         distributed_optimizer_ ? &*distributed_optimizer_ : nullptr, grad_clip,
-                                         "critic.grad_clip", updates, nonfinite);
-        },
-        // The TP ranks of a DP group computed the same values: the mean over the DP group.
-        [&](Metrics& metrics) {
-          if (dp_size_ > 1) reduce_metrics_over_ranks(*dp_, metrics);
-        });
+    const auto step = [&](double grad_clip, std::int64_t& updates, std::int64_t& nonfinite) {
+      const MegatronStepGroups<> groups{.dp = &*dp_,
+                                        .dp_size = dp_size_,
+                                        .pipeline = pp_ ? &*pp_ : nullptr,
+                                        .model_group = context_->group};
+      return megatron_optimizer_step(critic, groups, *optimizer_, distributed_optimizer_ ? &*distributed_optimizer_ : nullptr,
+                                     grad_clip, "critic.grad_clip", updates, nonfinite);
+    };
+    std::vector<PipelinePass> passes;
+    if (pp_) {
+      for (auto& rows : critic_update_micro_batches(batch.size(), config_, dp_size_))
+        passes.push_back(pipeline_pass(critic, batch, std::move(rows), /*forward_only=*/false, pp_rank_, pp_size_));
+    }
+    if (pp_ && !critic.last_stage()) {
+      // The learning rate as update_critic_rows sets it; the metrics are the last stage's.
+      scheduler_->apply(*optimizer_);
+      std::int64_t updates = 0, nonfinite = 0;
+      run_earlier_stage(critic, *pp_, batch, std::span<const PipelinePass>(passes), true,
+                        [&] { (void)step(config_.critic.grad_clip, updates, nonfinite); });
+      scheduler_->step();
+      return {};
+    }
+    // The TP ranks of a DP group computed the same values: the mean over the DP group.
+    const auto reduce = [&](Metrics& metrics) {
+      if (dp_size_ > 1) reduce_metrics_over_ranks(*dp_, metrics);
+    };
+    const auto dp_total = [&](double value) { return dp_sum(value); };
+    CriticUpdate update;
+    if (pp_) {
+      LastStage last(critic, *pp_, std::move(passes));
+      update = update_critic_rows(
+          last, batch, config_, *optimizer_, *scheduler_, dp_size_, dp_total,
+          [&](double grad_clip, std::int64_t& updates, std::int64_t& nonfinite) {
+            last.finish_pass();  // the last gradient goes out before the stages reduce the norm
+            return step(grad_clip, updates, nonfinite);
+          },
+          reduce);
+      VERL_CHECK_ARG(last.finished(), "pipeline: the critic's last stage ran fewer passes than planned");
+    } else {
+      update = update_critic_rows(critic, batch, config_, *optimizer_, *scheduler_, dp_size_, dp_total, step, reduce);
+    }
     // What this rank's buffers hold after the update: its TP shard's parameters and gradients,
     // and its moments (the shard's, or its 1/dp slice of them with the distributed optimizer).
     HeldParameterBytes held = replicated_held_bytes(critic, *optimizer_);
@@ -172,7 +228,11 @@ class MegatronCriticWorker {
   [[nodiscard]] RoleState checkpoint_state() {
     Critic& critic = require_model();
     const optim::AdamW::State moments = distributed_optimizer_ ? distributed_optimizer_->gather_moments(*dp_) : optimizer_->state();
-    RoleState state = gather_tensor_parallel_state(critic, moments, *scheduler_, context_->rank == 0);
+    // Under pipeline parallelism each stage's (tp 0, dp 0) rank gathers its stage, and the later
+    // stages send theirs to the first (rank 0), in stage order: the dense critic's order.
+    const bool keeps = pp_ ? tp_rank_ == 0 && dp_rank_ == 0 : context_->rank == 0;
+    RoleState state = gather_tensor_parallel_state(critic, moments, *scheduler_, keeps);
+    if (pp_ && keeps) collect_stage_states(*pp_, pp_rank_, pp_size_, state, "critic");
     if (context_->rank != 0) return {};
     return state;
   }
@@ -181,7 +241,8 @@ class MegatronCriticWorker {
   /// its slice of the moments with the distributed optimizer).
   void load_checkpoint_state(const RoleState& state) {
     Critic& critic = require_model();
-    optim::AdamW::State moments = load_tensor_parallel_state(critic, state, *scheduler_, "critic");
+    optim::AdamW::State moments = load_tensor_parallel_state(
+        critic, state, *scheduler_, "critic", pp_ ? parameters_before_stage(critic, *pp_, pp_rank_, pp_size_) : 0);
     if (distributed_optimizer_) {
       distributed_optimizer_->load_moments(moments);
     } else {
@@ -202,10 +263,50 @@ class MegatronCriticWorker {
   // ---- in-process access ------------------------------------------------------------------------
   [[nodiscard]] Critic& critic() { return require_model(); }
   [[nodiscard]] Index dp_size() const { return dp_size_; }
+  /// This rank's pipeline stage and the stages (1 without pipeline parallelism).
+  [[nodiscard]] int pipeline_rank() const { return pp_rank_; }
+  [[nodiscard]] int pipeline_size() const { return pp_size_; }
   /// Whether Megatron's distributed optimizer acts (use_distributed_optimizer with dp > 1).
   [[nodiscard]] bool distributed_optimizer() const { return distributed_optimizer_.has_value(); }
 
  private:
+  /// The last stage as update_critic_rows and response_values drive it: each forward receives the
+  /// previous stage's activations and each backward sends its input gradient (LastStageLink).
+  class LastStage {
+   public:
+    LastStage(Critic& model, parallel::MpiCommunicator& pp, std::vector<PipelinePass> passes)
+        : link_(model, pp, std::move(passes)) {}
+    void zero_grad() { link_.model().zero_grad(); }
+    model::ValueOutput<float> forward(const model::TokenBatch& tokens, const model::ValueForwardOptions& options) {
+      const RowMatrix<float>& input = link_.receive(tokens.num_tokens());
+      model::ValueOutput<float> out = link_.model().forward(tokens, options, &input);
+      link_.forwarded();
+      return out;
+    }
+    void backward(const model::ValueCotangents<float>& cotangents) {
+      link_.backward_begins();
+      link_.model().backward(cotangents);
+      link_.send_gradient();
+    }
+    void finish_pass() { link_.finish_pass(); }
+    [[nodiscard]] bool finished() const { return link_.finished(); }
+
+   private:
+    LastStageLink<Critic, parallel::MpiCommunicator> link_;
+  };
+
+  /// This rank's stage of the value model's layers (Megatron's even split), the error naming the key.
+  static model::PipelineStageLayers pipeline_stage(const PPOConfig& config, const model::HfModelConfig& shape, int stage,
+                                                   int stages) {
+    if (stages == 1) return {};
+    VERL_CHECK_ARG(shape.num_hidden_layers % stages == 0,
+                   "critic.megatron.pipeline_model_parallel_size: expected a divisor of the value model's "
+                   "num_hidden_layers = {} (Megatron splits the layers evenly over the stages; critic.model.path = "
+                   "'{}'), got {}",
+                   shape.num_hidden_layers, config.critic.model.path, stages);
+    return model::pipeline_stage_layers(shape, stage, stages);
+  }
+
   Critic& require_model() {
     VERL_CHECK_ARG(critic_.has_value(), "{}: init_model must be called before any other method", name);
     return *critic_;
@@ -220,9 +321,10 @@ class MegatronCriticWorker {
   hybridflow::WorkerContext* context_;
   Models models_;
   PPOConfig config_;
-  int tp_rank_ = 0, dp_rank_ = 0;
+  int tp_rank_ = 0, dp_rank_ = 0, pp_rank_ = 0, pp_size_ = 1;
   Index dp_size_ = 1;
-  std::optional<parallel::MpiCommunicator> dp_;  ///< the DP group: the ranks with this rank's tp coordinate
+  std::optional<parallel::MpiCommunicator> dp_;  ///< the DP group: the ranks with this rank's tp and pp coordinates
+  std::optional<parallel::MpiCommunicator> pp_;  ///< the pipeline group (pp > 1): stage s is rank s
   std::optional<Critic> critic_;
   std::optional<optim::AdamW> optimizer_;
   /// Megatron's distributed optimizer (use_distributed_optimizer with dp > 1); optimizer_ then
