@@ -1,12 +1,12 @@
 // MegatronCriticWorker: verl's Megatron CriticWorker (megatron_workers.py) for the HybridFlow
-// runtime: the value model tensor-parallel, with the same method names, result columns and
-// metrics as CriticWorker (the FSDP one), so PPOController runs either.
+// runtime: the value model tensor- and pipeline-parallel, with the same method names, result
+// columns and metrics as CriticWorker (the FSDP one), so PPOController runs either.
 //
 //   MegatronCriticWorker<Models>   // Models::critic_type = model::TransformerCritic, models.critic(config)
 //
-// Layout: the group's ranks form Megatron's (tp, dp) mesh (tp fastest) from
-// critic.megatron.tensor_model_parallel_size (tp must divide the group's ranks and fit the value
-// model's heads: errors name the key). Every rank builds the dense critic from Models and keeps
+// Layout: the group's ranks form Megatron's (tp, dp, pp) mesh (tp fastest, then dp) from
+// critic.megatron.tensor_model_parallel_size and pipeline_model_parallel_size (tp x pp must divide
+// the group's ranks and tp fit the value model's heads: errors name the keys). Every rank builds the dense critic from Models and keeps
 // its TP shard (model::TensorParallelCritic over its TP group: the body column/row/vocabulary-
 // parallel as the actor's, the value head replicated). critic.megatron.sequence_parallel (verl's
 // default) runs Megatron's sequence parallelism at tp > 1.
