@@ -552,30 +552,8 @@ class MegatronActorRolloutRefWorker {
     return model::pipeline_stage_layers(shape, stage, stages);
   }
 
-  /// The last stage as the model update_actor_rows and response_statistics drive: each forward
-  /// receives the previous stage's activations and each backward sends its input gradient
-  /// (LastStageLink).
-  class LastStage {
-   public:
-    LastStage(Policy& model, Communicator& pp, std::vector<PipelinePass> passes) : link_(model, pp, std::move(passes)) {}
-    void zero_grad() { link_.model().zero_grad(); }
-    model::CausalLMOutput<float> forward(const model::TokenBatch& tokens, const model::ForwardOptions& options) {
-      const RowMatrix<float>& input = link_.receive(tokens.num_tokens());
-      model::CausalLMOutput<float> out = link_.model().forward(tokens, options, &input);
-      link_.forwarded();
-      return out;
-    }
-    void backward(const model::CausalLMCotangents<float>& cotangents) {
-      link_.backward_begins();
-      link_.model().backward(cotangents);
-      link_.send_gradient();
-    }
-    void finish_pass() { link_.finish_pass(); }
-    [[nodiscard]] bool finished() const { return link_.finished(); }
-
-   private:
-    LastStageLink<Policy, Communicator> link_;
-  };
+  /// The last stage as update_actor_rows and response_statistics drive it (pipeline_stages.hpp).
+  using LastStage = PipelineLastStage<Policy, Communicator>;
 
   PipelinePass pass_of(const data::DataProto& batch, std::vector<std::pair<Index, Index>> rows, bool forward_only) const {
     return pipeline_pass(require_model(), batch, std::move(rows), forward_only, pp_rank_, pp_size_);

@@ -270,30 +270,8 @@ class MegatronCriticWorker {
   [[nodiscard]] bool distributed_optimizer() const { return distributed_optimizer_.has_value(); }
 
  private:
-  /// The last stage as update_critic_rows and response_values drive it: each forward receives the
-  /// previous stage's activations and each backward sends its input gradient (LastStageLink).
-  class LastStage {
-   public:
-    LastStage(Critic& model, parallel::MpiCommunicator& pp, std::vector<PipelinePass> passes)
-        : link_(model, pp, std::move(passes)) {}
-    void zero_grad() { link_.model().zero_grad(); }
-    model::ValueOutput<float> forward(const model::TokenBatch& tokens, const model::ValueForwardOptions& options) {
-      const RowMatrix<float>& input = link_.receive(tokens.num_tokens());
-      model::ValueOutput<float> out = link_.model().forward(tokens, options, &input);
-      link_.forwarded();
-      return out;
-    }
-    void backward(const model::ValueCotangents<float>& cotangents) {
-      link_.backward_begins();
-      link_.model().backward(cotangents);
-      link_.send_gradient();
-    }
-    void finish_pass() { link_.finish_pass(); }
-    [[nodiscard]] bool finished() const { return link_.finished(); }
-
-   private:
-    LastStageLink<Critic, parallel::MpiCommunicator> link_;
-  };
+  /// The last stage as update_critic_rows and response_values drive it (pipeline_stages.hpp).
+  using LastStage = PipelineLastStage<Critic, parallel::MpiCommunicator>;
 
   /// This rank's stage of the value model's layers (Megatron's even split), the error naming the key.
   static model::PipelineStageLayers pipeline_stage(const PPOConfig& config, const model::HfModelConfig& shape, int stage,

@@ -1,6 +1,7 @@
 // Megatron's pipeline parallelism in the workers (the actor's and reference's, the critic's): the
-// passes of micro-batches through the stages, the last stage's link to the one before it, the
-// earlier stages' side, and the stages' checkpoint states gathered on the first.
+// passes of micro-batches through the stages, the last stage (looking like the model to the code
+// that computes the losses), the earlier stages, and the stages' checkpoint states gathered on
+// the first.
 //
 // A model that runs as a pipeline stage (model::TensorParallelTransformer, TensorParallelCritic)
 // offers first_stage() / last_stage(), forward_stage / backward_stage / take_saved_pass /
@@ -67,17 +68,44 @@ PipelinePass pipeline_pass(const Model& model, const data::DataProto& batch, std
   return pass;
 }
 
-/// The last stage's side of its passes, for a wrapper that looks like the model to the code that
-/// computes the losses: each forward receives the previous stage's activations (receive, then
-/// forwarded once the model ran) and each backward sends its input gradient (backward_begins,
-/// then send_gradient), in the order of the schedule's steps for this stage (PipelineStageRunner
-/// checks it), one pass after the other (finish_pass between them).
+/// The last stage as the code that computes the losses drives it, looking like the model (its
+/// forward, backward and zero_grad): each forward receives the previous stage's activations and
+/// each backward sends its input gradient, in the order of the schedule's steps for this stage
+/// (PipelineStageRunner checks it), one pass after the other (finish_pass between them).
 template <class Model, class Comm>
-class LastStageLink {
+class PipelineLastStage {
  public:
-  LastStageLink(Model& model, Comm& pp, std::vector<PipelinePass> passes)
+  PipelineLastStage(Model& model, Comm& pp, std::vector<PipelinePass> passes)
       : model_(&model), pp_(&pp), passes_(std::move(passes)) {}
 
+  void zero_grad() { model_->zero_grad(); }
+  /// The model's forward from the previous stage's activations for `tokens`.
+  template <class Options>
+  auto forward(const model::TokenBatch& tokens, const Options& options) {
+    const RowMatrix<float>& input = receive(tokens.num_tokens());
+    auto out = model_->forward(tokens, options, &input);
+    runner_->end({});
+    return out;
+  }
+  /// The model's backward; its stage input's gradient goes to the previous stage.
+  template <class Cotangents>
+  void backward(const Cotangents& cotangents) {
+    VERL_CHECK_ARG(runner_.has_value(), "pipeline: backward before any forward");
+    runner_->begin(parallel::PipelineAction::backward, backwards_++);
+    model_->backward(cotangents);
+    const RowMatrix<float>& grad = model_->stage_input_gradient();
+    runner_->end(std::span<const float>(grad.data(), static_cast<std::size_t>(grad.size())));
+  }
+  /// Runs the pass's last messages (the last gradient to the previous stage).
+  void finish_pass() {
+    if (!runner_) return;
+    runner_->finish();
+    runner_.reset();
+    ++pass_;
+  }
+  [[nodiscard]] bool finished() const { return !runner_ && pass_ == passes_.size(); }
+
+ private:
   /// The previous stage's activations for the next forward, of a micro-batch of `tokens` tokens.
   const RowMatrix<float>& receive(Index tokens) {
     if (!runner_) {
@@ -95,28 +123,7 @@ class LastStageLink {
     input_ = Eigen::Map<const RowMatrix<float>>(in.data(), rows, hidden);
     return input_;
   }
-  /// The forward of the last receive() ran.
-  void forwarded() { runner_->end({}); }
-  void backward_begins() {
-    VERL_CHECK_ARG(runner_.has_value(), "pipeline: backward before any forward");
-    runner_->begin(parallel::PipelineAction::backward, backwards_++);
-  }
-  /// After the model's backward: its stage input's gradient goes to the previous stage.
-  void send_gradient() {
-    const RowMatrix<float>& grad = model_->stage_input_gradient();
-    runner_->end(std::span<const float>(grad.data(), static_cast<std::size_t>(grad.size())));
-  }
-  /// Runs the pass's last messages (the last gradient to the previous stage).
-  void finish_pass() {
-    if (!runner_) return;
-    runner_->finish();
-    runner_.reset();
-    ++pass_;
-  }
-  [[nodiscard]] bool finished() const { return !runner_ && pass_ == passes_.size(); }
-  [[nodiscard]] Model& model() { return *model_; }
 
- private:
   Model* model_;
   Comm* pp_;
   std::vector<PipelinePass> passes_;
