@@ -190,9 +190,10 @@ std::vector<float> gather_over_job(Job& job, const MatrixF& mine) {
   return all;
 }
 
-/// The Megatron critic on `job`: steps [first, last), from `resume` when given.
+/// The Megatron critic (`W`: its worker type) on `job`: steps [first, last), from `resume` when given.
+template <class W = Worker>
 CriticRun megatron_run(Job& job, const Layout& layout, int first, int last, const RoleState* resume = nullptr) {
-  Worker worker(job.context);
+  W worker(job.context);
   worker.init_model(overrides(&layout), steps);
   EXPECT_EQ(worker.distributed_optimizer(), layout.distributed_optimizer && layout.dp > 1);
   EXPECT_EQ(worker.critic().sequence_parallel(), layout.sequence_parallel && layout.tp > 1);
@@ -402,6 +403,41 @@ TEST(MegatronCritic, CheckpointsResumeAcrossPipelineStages) {
   const int ranks = MpiCommunicator::world().size();
   if (ranks < 2) GTEST_SKIP() << "needs 2 ranks";
   check_resume(ranks >= 4 ? Layout{.tp = 2, .dp = 1, .pp = 2, .sequence_parallel = true} : Layout{.tp = 1, .dp = 1, .pp = 2});
+}
+
+// The worker type with a static training mesh: the dynamic worker's run bit for bit; keys that
+// contradict the type are an error naming the key, the mesh type and both numbers.
+TEST(MegatronCritic, StaticMeshTypeIsTheDynamicWorker) {
+  MpiCommunicator world = MpiCommunicator::world();
+  if (world.size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  using Static = trainer::MegatronCriticWorker<TinyCritic, parallel::Mesh<parallel::TP<2>, parallel::DP<>, parallel::PP<>>>;
+  static_assert(Static::mesh_rules::value);
+  const Layout layout{.tp = 2, .dp = 1, .sequence_parallel = true};
+  Job job;
+  test_support::make_job(world, layout.tp, layout.dp, job);
+  if (job.context.group == nullptr) return;
+  const CriticRun dynamic = megatron_run(job, layout, 0, steps), typed = megatron_run<Static>(job, layout, 0, steps);
+  for (int s = 0; s < steps; ++s) {
+    EXPECT_TRUE(dynamic.values[static_cast<std::size_t>(s)] == typed.values[static_cast<std::size_t>(s)]) << "step " << s;
+    EXPECT_EQ(dynamic.metrics[static_cast<std::size_t>(s)], typed.metrics[static_cast<std::size_t>(s)]) << "step " << s;
+  }
+  if (job.context.rank == 0) {
+    EXPECT_EQ(weights_difference(dynamic.final_state, typed.final_state), 0.0);
+    EXPECT_EQ(moments_difference(dynamic.final_state, typed.final_state), 0.0);
+  }
+  Static contradicted(job.context);
+  const Layout one{.tp = 1, .dp = 2};
+  job.context.mesh.reset();  // the worker derives it from the keys
+  try {
+    contradicted.init_model(overrides(&one), steps);
+    ADD_FAILURE() << "tp 1 accepted by a worker typed TP<2>";
+  } catch (const InvalidArgument& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("critic.megatron.tensor_model_parallel_size: the worker's training mesh Mesh<TP<2>, DP<>, PP<>> "
+                        "fixes tp: expected 2, got 1"),
+              std::string::npos)
+        << what;
+  }
 }
 
 TEST(MegatronCritic, RefusesATensorParallelSizeThatDoesNotDivideTheRanks) {

@@ -39,7 +39,9 @@
 #include <initializer_list>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <type_traits>
+#include <utility>
 
 #include "verl/config.hpp"
 #include "verl/core/error.hpp"
@@ -218,6 +220,54 @@ struct layout_rules {
 
   static constexpr bool value =
       axes_ok && tp_dp_ok && gen_pp_ok && order_ok && tp_ok && world_ok && heads_ok && heads_divide_ok && kv_ok;
+};
+
+/// The rules on the Megatron critic's training mesh type (it has no generation mesh), for a
+/// model type (void: its heads unknown). Instantiating it checks them.
+template <parallel::MeshType Train, class Model = void>
+struct critic_mesh_rules {
+  static constexpr std::int64_t t = detail::static_axis_size<Train>(parallel::AxisKind::tp);
+  static constexpr bool axes_ok = detail::splits_only_tp_dp_pp<Train>();
+  VERL_STATIC_ASSERT(axes_ok, THE_CRITIC_MESH_MAY_ONLY_SPLIT_TP_DP_PP);
+  static constexpr bool tp_dp_ok = Train::has_axis(parallel::AxisKind::tp) && Train::has_axis(parallel::AxisKind::dp);
+  VERL_STATIC_ASSERT(tp_dp_ok, THE_CRITIC_MESH_NEEDS_A_TP_AND_A_DP_AXIS);
+  static constexpr bool order_ok = !axes_ok || detail::in_megatron_order<Train>();
+  VERL_STATIC_ASSERT(order_ok, THE_CRITIC_MESH_AXES_MUST_BE_IN_MEGATRON_ORDER_TP_DP_PP);
+  static constexpr bool heads_known = StaticHeads<Model>;
+  static constexpr std::int64_t heads = [] {
+    if constexpr (StaticHeads<Model>) return model_heads<Model>::attention; else return std::int64_t{0};
+  }();
+  static constexpr std::int64_t kv_heads = [] {
+    if constexpr (StaticHeads<Model>) return model_heads<Model>::key_value; else return std::int64_t{0};
+  }();
+  static constexpr bool heads_ok = !heads_known || detail::tp_within_heads(t, heads);
+  VERL_STATIC_ASSERT(heads_ok, TENSOR_PARALLEL_SIZE_MUST_NOT_EXCEED_THE_MODELS_ATTENTION_HEADS);
+  static constexpr bool heads_divide_ok = !heads_known || detail::tp_divides_heads(t, heads);
+  VERL_STATIC_ASSERT(heads_divide_ok, TENSOR_PARALLEL_SIZE_MUST_DIVIDE_THE_MODELS_ATTENTION_HEADS);
+  static constexpr bool kv_ok = !heads_known || !heads_ok || detail::tp_fits_kv_heads(t, kv_heads);
+  VERL_STATIC_ASSERT(kv_ok, TENSOR_PARALLEL_SIZE_MUST_DIVIDE_OR_BE_A_MULTIPLE_OF_THE_MODELS_KV_HEADS);
+  static constexpr bool value = axes_ok && tp_dp_ok && order_ok && heads_ok && heads_divide_ok && kv_ok;
+
+  /// The (tp, dp, pp) sizes the critic's keys give over `ranks` ranks against the mesh type's
+  /// static ones (and its static world size): an error naming the key, the mesh type and both numbers.
+  static void check_sizes(std::int64_t ranks, std::int64_t tp, std::int64_t dp, std::int64_t pp) {
+    const std::string type = detail::mesh_type_name<Train>::get();
+    if constexpr (Train::is_static) {
+      VERL_CHECK_ARG(decltype(Train{}.world_size())::value == ranks,
+                     "the critic's ranks: the worker's training mesh {} fixes the world size: expected {}, got {}", type,
+                     decltype(Train{}.world_size())::value, ranks);
+    }
+    const std::pair<parallel::AxisKind, std::pair<std::int64_t, std::string_view>> given[] = {
+        {parallel::AxisKind::tp, {tp, "critic.megatron.tensor_model_parallel_size"}},
+        {parallel::AxisKind::dp, {dp, "the critic's data parallel size (ranks / (tp pp))"}},
+        {parallel::AxisKind::pp, {pp, "critic.megatron.pipeline_model_parallel_size"}}};
+    for (const auto& [kind, value_and_key] : given) {
+      const std::int64_t fixed = detail::static_axis_size<Train>(kind);
+      if (fixed == ::verl::dynamic) continue;
+      VERL_CHECK_ARG(fixed == value_and_key.first, "{}: the worker's training mesh {} fixes {}: expected {}, got {}",
+                     value_and_key.second, type, parallel::axis_name(kind), fixed, value_and_key.first);
+    }
+  }
 };
 
 /// The actor's training and generation meshes: the types (checked by layout_rules, with Model's

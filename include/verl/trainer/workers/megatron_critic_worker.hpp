@@ -2,7 +2,14 @@
 // runtime: the value model tensor- and pipeline-parallel, with the same method names, result
 // columns and metrics as CriticWorker (the FSDP one), so PPOController runs either.
 //
-//   MegatronCriticWorker<Models>   // Models::critic_type = model::TransformerCritic, models.critic(config)
+//   MegatronCriticWorker<Models>                              // the mesh from the keys
+//   MegatronCriticWorker<Models, Mesh<TP<2>, DP<>, PP<2>>>     // static sizes, checked against them
+//   // Models::critic_type = model::TransformerCritic, models.critic(config)
+//
+// The training mesh type (parallel::Mesh over TP, DP and PP in Megatron's order, static or dynamic
+// sizes) is checked when the type is instantiated (critic_mesh_rules: axes, order, and TP against
+// the value model's heads when Models declares num_attention_heads / num_key_value_heads); its
+// static sizes must equal what the keys give (an error naming the key and the mesh type).
 //
 // Layout: the group's ranks form Megatron's (tp, dp, pp) mesh (tp fastest, then dp) from
 // critic.megatron.tensor_model_parallel_size and pipeline_model_parallel_size (tp x pp must divide
@@ -52,9 +59,11 @@
 #include "verl/optim/adamw.hpp"
 #include "verl/optim/lr_scheduler.hpp"
 #include "verl/parallel/distributed_optimizer.hpp"
+#include "verl/parallel/mesh.hpp"
 #include "verl/parallel/mpi_communicator.hpp"
 #include "verl/trainer/components_from_config.hpp"
 #include "verl/trainer/config.hpp"
+#include "verl/trainer/layouts.hpp"
 #include "verl/trainer/metrics.hpp"
 #include "verl/trainer/workers/batch_keys.hpp"
 #include "verl/trainer/workers/critic_update.hpp"
@@ -67,11 +76,14 @@
 
 namespace verl::trainer {
 
-template <class Models>
+template <class Models, parallel::MeshType TrainMesh = parallel::Mesh<parallel::TP<>, parallel::DP<>, parallel::PP<>>>
   requires(check_critic_models<Models>())
 class MegatronCriticWorker {
  public:
   using models_type = Models;
+  using train_mesh_type = TrainMesh;
+  using mesh_rules = critic_mesh_rules<TrainMesh, Models>;
+  static_assert(sizeof(mesh_rules) > 0, "instantiating the rules checks them (their own messages name a broken one)");
   using Dense = typename Models::critic_type;
   VERL_STATIC_ASSERT((std::same_as<Dense, model::TransformerCritic>),
                      THE_MEGATRON_CRITIC_SHARDS_THE_REFERENCE_VALUE_MODEL_ITS_MODELS_MUST_BUILD_A_MODEL_TRANSFORMER_CRITIC);
@@ -93,6 +105,7 @@ class MegatronCriticWorker {
                    "critic.megatron.tensor_model_parallel_size x pipeline_model_parallel_size: expected a divisor of "
                    "the critic's {} ranks (its group is tp x dp x pp), got {} x {}",
                    ranks, tp, pp);
+    mesh_rules::check_sizes(ranks, tp, ranks / (tp * pp), pp);
     return hybridflow::GroupMesh(tp, ranks / (tp * pp), pp);
   }
 
