@@ -553,7 +553,7 @@ class MegatronActorRolloutRefWorker {
   }
 
   /// The last stage as update_actor_rows and response_statistics drive it (pipeline_stages.hpp).
-  using LastStage = PipelineLastStage<Policy, Communicator>;
+  using LastStage = PipelineLastStage<Policy, Communicator, model::ForwardOptions, model::CausalLMCotangents<float>>;
 
   PipelinePass pass_of(const data::DataProto& batch, std::vector<std::pair<Index, Index>> rows, bool forward_only) const {
     return pipeline_pass(require_model(), batch, std::move(rows), forward_only, pp_rank_, pp_size_);

@@ -284,7 +284,8 @@ class MegatronCriticWorker {
 
  private:
   /// The last stage as update_critic_rows and response_values drive it (pipeline_stages.hpp).
-  using LastStage = PipelineLastStage<Critic, parallel::MpiCommunicator>;
+  using LastStage =
+      PipelineLastStage<Critic, parallel::MpiCommunicator, model::ValueForwardOptions, model::ValueCotangents<float>>;
 
   /// This rank's stage of the value model's layers (Megatron's even split), the error naming the key.
   static model::PipelineStageLayers pipeline_stage(const PPOConfig& config, const model::HfModelConfig& shape, int stage,

@@ -69,10 +69,12 @@ PipelinePass pipeline_pass(const Model& model, const data::DataProto& batch, std
 }
 
 /// The last stage as the code that computes the losses drives it, looking like the model (its
-/// forward, backward and zero_grad): each forward receives the previous stage's activations and
-/// each backward sends its input gradient, in the order of the schedule's steps for this stage
-/// (PipelineStageRunner checks it), one pass after the other (finish_pass between them).
-template <class Model, class Comm>
+/// forward(tokens, Options), backward(Cotangents) and zero_grad): each forward receives the
+/// previous stage's activations and each backward sends its input gradient, in the order of the
+/// schedule's steps for this stage (PipelineStageRunner checks it), one pass after the other
+/// (finish_pass between them). The option and cotangent types are the model's (the callers pass
+/// them as braced lists).
+template <class Model, class Comm, class Options, class Cotangents>
 class PipelineLastStage {
  public:
   PipelineLastStage(Model& model, Comm& pp, std::vector<PipelinePass> passes)
@@ -80,7 +82,6 @@ class PipelineLastStage {
 
   void zero_grad() { model_->zero_grad(); }
   /// The model's forward from the previous stage's activations for `tokens`.
-  template <class Options>
   auto forward(const model::TokenBatch& tokens, const Options& options) {
     const RowMatrix<float>& input = receive(tokens.num_tokens());
     auto out = model_->forward(tokens, options, &input);
@@ -88,7 +89,6 @@ class PipelineLastStage {
     return out;
   }
   /// The model's backward; its stage input's gradient goes to the previous stage.
-  template <class Cotangents>
   void backward(const Cotangents& cotangents) {
     VERL_CHECK_ARG(runner_.has_value(), "pipeline: backward before any forward");
     runner_->begin(parallel::PipelineAction::backward, backwards_++);
