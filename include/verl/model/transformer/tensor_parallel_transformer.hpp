@@ -294,14 +294,16 @@ class TensorParallelGroup final : public TensorParallelRegions<Scalar> {
 /// head on the last. Throws verl::InvalidArgument when `stages` does not divide the layers, and
 /// for tied embeddings over several stages (their gradient would have to be summed between the
 /// first and the last stage's copies: not built).
-inline PipelineStageLayers pipeline_stage_layers(const HfModelConfig& config, int stage, int stages) {
+/// `lm_head` false: a model without the LM head (a value model's trunk), where tied embeddings
+/// tie nothing across the stages.
+inline PipelineStageLayers pipeline_stage_layers(const HfModelConfig& config, int stage, int stages, bool lm_head = true) {
   VERL_CHECK_ARG(stages >= 1 && stage >= 0 && stage < stages,
                  "pipeline stage: expected a stage in [0, {}) of {} >= 1 stages, got {}", stages, stages, stage);
   if (stages == 1) return {};
   VERL_CHECK_ARG(config.num_hidden_layers % stages == 0,
                  "pipeline stages: expected a divisor of num_hidden_layers = {} (Megatron's even split), got {}",
                  config.num_hidden_layers, stages);
-  VERL_CHECK_ARG(!config.tie_word_embeddings,
+  VERL_CHECK_ARG(!lm_head || !config.tie_word_embeddings,
                  "pipeline stages: tie_word_embeddings = true with {} stages is not supported (the embedding on the "
                  "first stage and the LM head on the last would be copies whose gradients are summed between the "
                  "stages); expected 1 stage",
@@ -342,7 +344,7 @@ class BasicTensorParallelTransformer
                                  PipelineStageLayers stage = {}, TensorParallelHead head = TensorParallelHead::lm_head)
       : config_(std::move(config)),
         partition_(TensorParallelPartition::of(config_, tp.size(), tp.rank())),
-        body_(make_body(partition_.local_config(config_), options, stage)),
+        body_(make_body(partition_.local_config(config_), options, stage, head == TensorParallelHead::lm_head)),
         group_(std::make_unique<detail::TensorParallelGroup<Scalar, Comm>>(std::move(tp), partition_)),
         head_(head) {
     body_.set_tensor_parallel(group_.get());
@@ -960,10 +962,11 @@ class BasicTensorParallelTransformer
     }
   }
 
+  /// `lm_head`: the model has the LM head (tied embeddings then span the first and last stages).
   static DecoderBody<Scalar> make_body(const HfModelConfig& local, const TransformerOptions& options,
-                                       PipelineStageLayers stage) {
+                                       PipelineStageLayers stage, bool lm_head) {
     if (stage.whole_model()) return DecoderBody<Scalar>(local, options);
-    VERL_CHECK_ARG(!local.tie_word_embeddings || (stage.embeds && stage.final_norm),
+    VERL_CHECK_ARG(!lm_head || !local.tie_word_embeddings || (stage.embeds && stage.final_norm),
                    "pipeline stage: tie_word_embeddings = true over several stages is not supported");
     DecoderWeights<Scalar> weights;
     if (stage.embeds) {

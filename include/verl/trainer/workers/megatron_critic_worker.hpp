@@ -296,7 +296,7 @@ class MegatronCriticWorker {
                    "num_hidden_layers = {} (Megatron splits the layers evenly over the stages; critic.model.path = "
                    "'{}'), got {}",
                    shape.num_hidden_layers, config.critic.model.path, stages);
-    return model::pipeline_stage_layers(shape, stage, stages);
+    return model::pipeline_stage_layers(shape, stage, stages, /*lm_head=*/false);  // tied embeddings tie nothing here
   }
 
   Critic& require_model() {
