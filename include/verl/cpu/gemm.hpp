@@ -88,8 +88,8 @@ struct Blocking {
 };
 
 #if VERL_HAS_X86_DISPATCH
-VERL_TARGET_AVX2 inline void pack_b_columns8_avx2(const float* column0, Index column_stride, Index kc, Index nr_stride,
-                                                  float* out);
+template <Index width, Index out_stride>
+VERL_TARGET_AVX2 inline void pack_transposed_avx2(const float* first, Index stride, Index kc, float* out);
 #endif
 
 /// Packs A[0:mc, 0:kc] into row panels of MR (k-major, zero-padded).
@@ -98,14 +98,10 @@ inline void pack_a(Operand<float> a, Index mc, Index kc, float* out) {
   for (Index i0 = 0; i0 < mc; i0 += MR) {
     const Index rows = std::min(MR, mc - i0);
 #if VERL_HAS_X86_DISPATCH
-    if constexpr (MR >= 8 && MR <= 16) {
-      // A full panel of a row-major A is a transpose of 8 rows (only reached from the AVX paths);
-      // wider panels take two, the second overlapping the first (rows MR - 8 .. 7 written twice).
+    if constexpr (MR >= 8) {
+      // A full panel of a row-major A is a transpose (only reached from the AVX paths).
       if (a.col_stride == 1 && rows == MR) {
-        pack_b_columns8_avx2(a.data + i0 * a.row_stride, a.row_stride, kc, MR, out);
-        if constexpr (MR > 8) {
-          pack_b_columns8_avx2(a.data + (i0 + MR - 8) * a.row_stride, a.row_stride, kc, MR, out + (MR - 8));
-        }
+        pack_transposed_avx2<MR, MR>(a.data + i0 * a.row_stride, a.row_stride, kc, out);
         out += kc * MR;
         continue;
       }
@@ -149,39 +145,52 @@ inline void pack_a_transposed(Operand<float> a, Index mc, Index kc, float* out) 
 }
 
 #if VERL_HAS_X86_DISPATCH
-/// Packs 8 columns x kc rows of a transposed B (column j contiguous along k: B(k, j) =
-/// column_j[k]) into out[k * NR + j], 8 x 8 blocks transposed in registers. The slow part of a
-/// decode step is this transpose of the weights, not the multiply-adds.
-VERL_TARGET_AVX2 inline void pack_b_columns8_avx2(const float* column0, Index column_stride, Index kc, Index nr_stride,
-                                                  float* out) {
+/// out[k * out_stride + j] = first[j * stride + k] for j < 8 and k < 8: one 8 x 8 block
+/// transposed in registers.
+[[gnu::always_inline]] VERL_TARGET_AVX2 inline void transpose8x8_avx2(const float* first, Index stride, float* out,
+                                                                    Index out_stride) {
+  __m256 r[8];
+  for (int j = 0; j < 8; ++j) r[j] = _mm256_loadu_ps(first + j * stride);
+  const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+  const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+  const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+  const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+  const __m256 u0 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(1, 0, 1, 0));
+  const __m256 u1 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(3, 2, 3, 2));
+  const __m256 u2 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(1, 0, 1, 0));
+  const __m256 u3 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(3, 2, 3, 2));
+  const __m256 u4 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(1, 0, 1, 0));
+  const __m256 u5 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(3, 2, 3, 2));
+  const __m256 u6 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(1, 0, 1, 0));
+  const __m256 u7 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(3, 2, 3, 2));
+  _mm256_storeu_ps(out + 0 * out_stride, _mm256_permute2f128_ps(u0, u4, 0x20));
+  _mm256_storeu_ps(out + 1 * out_stride, _mm256_permute2f128_ps(u1, u5, 0x20));
+  _mm256_storeu_ps(out + 2 * out_stride, _mm256_permute2f128_ps(u2, u6, 0x20));
+  _mm256_storeu_ps(out + 3 * out_stride, _mm256_permute2f128_ps(u3, u7, 0x20));
+  _mm256_storeu_ps(out + 4 * out_stride, _mm256_permute2f128_ps(u0, u4, 0x31));
+  _mm256_storeu_ps(out + 5 * out_stride, _mm256_permute2f128_ps(u1, u5, 0x31));
+  _mm256_storeu_ps(out + 6 * out_stride, _mm256_permute2f128_ps(u2, u6, 0x31));
+  _mm256_storeu_ps(out + 7 * out_stride, _mm256_permute2f128_ps(u3, u7, 0x31));
+}
+
+/// Packs `width` (>= 8) lines contiguous along k, `stride` apart (the columns of a transposed B,
+/// or the rows of a row-major A), over kc: out[k * out_stride + j] = first[j * stride + k]. Eight
+/// depths at a time for every group of 8 lines (a last partial group overlaps the one before it),
+/// so that the output rows are written whole: line by line over all of kc, a 32-column panel
+/// took 1.7x as long (576-float lines, from L2).
+template <Index width, Index out_stride>
+VERL_TARGET_AVX2 inline void pack_transposed_avx2(const float* first, Index stride, Index kc, float* out) {
+  static_assert(width >= 8 && width <= out_stride, "pack_transposed_avx2 packs 8 or more lines into wider rows");
   Index k = 0;
   for (; k + 8 <= kc; k += 8) {
-    __m256 r[8];
-    for (int j = 0; j < 8; ++j) r[j] = _mm256_loadu_ps(column0 + j * column_stride + k);
-    const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
-    const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
-    const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
-    const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
-    const __m256 u0 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(1, 0, 1, 0));
-    const __m256 u1 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(3, 2, 3, 2));
-    const __m256 u2 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(1, 0, 1, 0));
-    const __m256 u3 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(3, 2, 3, 2));
-    const __m256 u4 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(1, 0, 1, 0));
-    const __m256 u5 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(3, 2, 3, 2));
-    const __m256 u6 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(1, 0, 1, 0));
-    const __m256 u7 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(3, 2, 3, 2));
-    float* o = out + k * nr_stride;
-    _mm256_storeu_ps(o + 0 * nr_stride, _mm256_permute2f128_ps(u0, u4, 0x20));
-    _mm256_storeu_ps(o + 1 * nr_stride, _mm256_permute2f128_ps(u1, u5, 0x20));
-    _mm256_storeu_ps(o + 2 * nr_stride, _mm256_permute2f128_ps(u2, u6, 0x20));
-    _mm256_storeu_ps(o + 3 * nr_stride, _mm256_permute2f128_ps(u3, u7, 0x20));
-    _mm256_storeu_ps(o + 4 * nr_stride, _mm256_permute2f128_ps(u0, u4, 0x31));
-    _mm256_storeu_ps(o + 5 * nr_stride, _mm256_permute2f128_ps(u1, u5, 0x31));
-    _mm256_storeu_ps(o + 6 * nr_stride, _mm256_permute2f128_ps(u2, u6, 0x31));
-    _mm256_storeu_ps(o + 7 * nr_stride, _mm256_permute2f128_ps(u3, u7, 0x31));
+#pragma GCC unroll 8
+    for (Index j = 0; j < width; j += 8) {
+      const Index group = std::min(j, width - 8);
+      transpose8x8_avx2(first + group * stride + k, stride, out + k * out_stride + group, out_stride);
+    }
   }
   for (; k < kc; ++k) {
-    for (Index j = 0; j < 8; ++j) out[k * nr_stride + j] = column0[j * column_stride + k];
+    for (Index j = 0; j < width; ++j) out[k * out_stride + j] = first[j * stride + k];
   }
 }
 #endif
@@ -208,7 +217,13 @@ inline void pack_b(Operand<float> b, Index kc, Index nc, float* out) {
 #if VERL_HAS_X86_DISPATCH
       // Only reached from the AVX2 / AVX-512 products, so the AVX2 transpose is available.
       if (b.row_stride == 1) {
-        for (; j + 8 <= cols; j += 8) pack_b_columns8_avx2(b.data + (j0 + j) * b.col_stride, b.col_stride, kc, NR, out + j);
+        if constexpr (NR >= 8) {
+          if (cols == NR) {
+            pack_transposed_avx2<NR, NR>(b.data + j0 * b.col_stride, b.col_stride, kc, out);
+            j = cols;
+          }
+        }
+        for (; j + 8 <= cols; j += 8) pack_transposed_avx2<8, NR>(b.data + (j0 + j) * b.col_stride, b.col_stride, kc, out + j);
       }
 #endif
       for (; j < cols; ++j) {
@@ -219,6 +234,67 @@ inline void pack_b(Operand<float> b, Index kc, Index nc, float* out) {
     out += kc * NR;
   }
 }
+
+/// Operand bytes a kernel call prefetches into L2 while it multiplies: the block that is packed
+/// next, as `runs` runs of `run_bytes` bytes, `stride` bytes apart (rows of a row-major block, or
+/// columns of a transposed one). One thread packing cold operands between its kernel calls reads
+/// memory latency-bound (5-7 GB/s, a quarter of this core's bandwidth; 7-9% of a training step's
+/// products); behind the multiply-adds of the call before, the packing reads L2.
+struct PrefetchRuns {
+  const char* run = nullptr;
+  Index stride = 0;
+  Index run_bytes = 0;
+  Index runs = 0;
+
+  /// The bytes of rows x cols of `block` (rows at most `rows`): its rows when they are contiguous,
+  /// else its columns when they are; nothing for any other strides.
+  static PrefetchRuns of(Operand<float> block, Index rows, Index cols) {
+    const auto* first = reinterpret_cast<const char*>(block.data);
+    if (block.col_stride == 1) {
+      return {first, block.row_stride * Index{sizeof(float)}, cols * Index{sizeof(float)}, rows};
+    }
+    if (block.row_stride == 1) {
+      return {first, block.col_stride * Index{sizeof(float)}, rows * Index{sizeof(float)}, cols};
+    }
+    return {};
+  }
+};
+
+/// Walks a PrefetchRuns one cache line per step (a kernel takes a few steps per depth). Addresses
+/// are integers: the first line of a run may start before the operand, and a prefetch never faults.
+class PrefetchCursor {
+ public:
+  explicit PrefetchCursor(const PrefetchRuns& runs)
+      : run_(reinterpret_cast<std::uintptr_t>(runs.run)),
+        stride_(static_cast<std::uintptr_t>(runs.stride)),
+        run_bytes_(static_cast<std::uintptr_t>(runs.run_bytes)),
+        runs_left_(runs.runs) {
+    start_run();
+  }
+  [[gnu::always_inline]] void step() {
+    if (runs_left_ <= 0) return;
+    __builtin_prefetch(reinterpret_cast<const void*>(line_), 0, 2);  // prefetcht1: L2, L1 stays the kernel's
+    line_ += line_bytes;
+    if (line_ >= run_end_) {
+      run_ += stride_;
+      --runs_left_;
+      start_run();
+    }
+  }
+
+ private:
+  static constexpr std::uintptr_t line_bytes = 64;
+  void start_run() {
+    line_ = run_ - run_ % line_bytes;
+    run_end_ = run_ + run_bytes_;
+  }
+  std::uintptr_t run_;
+  std::uintptr_t stride_;
+  std::uintptr_t run_bytes_;
+  Index runs_left_;
+  std::uintptr_t line_ = 0;
+  std::uintptr_t run_end_ = 0;
+};
 
 /// Adds (or writes) an MR x NR tile computed into `tile` to the valid mr x nr corner of C.
 template <Index NR>
@@ -245,7 +321,7 @@ inline constexpr Index kernel_b_memory_prefetch_k = 64;
 /// (prepacked weights), so prefetch it that many k ahead into L1.
 template <int NV, Index MR, Index b_prefetch_k>
 VERL_TARGET_AVX512 inline void kernel_avx512(Index kc, const float* a, const float* b, float* c, Index ldc,
-                                             bool accumulate, Index mr, Index nr) {
+                                             bool accumulate, Index mr, Index nr, PrefetchRuns next) {
   constexpr Index NR = 16 * NV;
   // The C tile is read (or written) only after the k loop; fetching it now hides a miss per row.
   for (Index i = 0; i < std::min(mr, MR); ++i) {
@@ -258,6 +334,7 @@ VERL_TARGET_AVX512 inline void kernel_avx512(Index kc, const float* a, const flo
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_setzero_ps();
   }
+  PrefetchCursor next_lines(next);
   for (Index k = 0; k < kc; ++k) {
     __m512 bv[NV];
 #pragma GCC unroll 4
@@ -268,6 +345,10 @@ VERL_TARGET_AVX512 inline void kernel_avx512(Index kc, const float* a, const flo
         _mm_prefetch(reinterpret_cast<const char*>(b + b_prefetch_k * NR + 16 * v), _MM_HINT_T0);
       }
     }
+    // Up to three lines of the next block per depth: a 32-column panel's rows span up to three.
+    next_lines.step();
+    next_lines.step();
+    next_lines.step();
 #pragma GCC unroll 16
     for (Index i = 0; i < MR; ++i) {
       const __m512 ai = _mm512_set1_ps(a[i]);
@@ -298,13 +379,16 @@ VERL_TARGET_AVX512 inline void kernel_avx512(Index kc, const float* a, const flo
 
 /// 6 x 16 tile: 12 ymm accumulators.
 VERL_TARGET_AVX2 inline void kernel_avx2(Index kc, const float* a, const float* b, float* c, Index ldc, bool accumulate,
-                                         Index mr, Index nr) {
+                                         Index mr, Index nr, PrefetchRuns next) {
   constexpr Index MR = 6, NR = 16;
   __m256 acc[MR][2];
 #pragma GCC unroll 6
   for (Index i = 0; i < MR; ++i) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+  PrefetchCursor next_lines(next);
   for (Index k = 0; k < kc; ++k) {
     const __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
+    next_lines.step();
+    next_lines.step();
 #pragma GCC unroll 6
     for (Index i = 0; i < MR; ++i) {
       const __m256 ai = _mm256_broadcast_ss(a + i);
@@ -457,6 +541,10 @@ inline void blocked_gemm(ThreadPool* pool, Index m, Index n, Index k, Operand<fl
     packing_buffer(packed_b, static_cast<std::size_t>(nc_max * kc_max));
   }
   float* shared_b = packed_b.data();
+  // One thread with a tile loop that keeps A micro-panels in L1 packs both operands piece by
+  // piece just before their first use, each piece's source prefetched by the kernel call before
+  // (see PrefetchRuns): one thread's packing then overlaps the multiply-adds.
+  const bool packs_lazily = blocking.a_panel_in_l1 && threads == 1 && prepacked == nullptr;
   // With one NC block, each task packs its own rows of A where it uses them.
   const bool share_a = n > nc_block;
   const Index chunk_rows = share_a ? row_blocks_per_chunk * mc_block : m;
@@ -515,57 +603,85 @@ inline void blocked_gemm(ThreadPool* pool, Index m, Index n, Index k, Operand<fl
       const Index row_tasks = split.row_tasks;
       const Index row_panels = (rows + MR - 1) / MR;
       const Operand<float> b_slab{b.data + pc * b.row_stride + jc * b.col_stride, b.row_stride, b.col_stride};
+      auto b_columns = [&](Index p0) -> Operand<float> {
+        return {b_slab.data + p0 * NR * b.col_stride, b.row_stride, b.col_stride};
+      };
+      auto columns_of_panels = [&](Index p0, Index p1) { return std::min(nc, p1 * NR) - p0 * NR; };
       // B is packed in its own groups (every thread takes a share even when the tasks below split
-      // only rows).
+      // only rows), unless one thread packs it panel by panel in its first row panel's loop.
       const Index pack_groups = std::min<Index>(panels, threads > 1 ? 2 * threads : 1);
       const Index panels_per_pack = (panels + pack_groups - 1) / pack_groups;
-      auto pack_panels = [&](Index group) {
-        const Index p0 = group * panels_per_pack, p1 = std::min(panels, p0 + panels_per_pack);
-        if (p0 >= p1) return;
-        pack_b<NR>({b_slab.data + p0 * NR * b.col_stride, b.row_stride, b.col_stride}, kc,
-                   std::min(nc, p1 * NR) - p0 * NR, shared_b + p0 * kc * NR);
+      auto pack_panels = [&](Index p0, Index p1) {
+        if (p0 < p1) pack_b<NR>(b_columns(p0), kc, columns_of_panels(p0, p1), shared_b + p0 * kc * NR);
       };
+      // A packed where it is used: the task's own rows, or the shared block in its first NC block.
+      const bool tasks_pack_a = !share_a || (packs_lazily && jc == 0);
       auto compute = [&](Index task) {
         const Index row_task = task / column_groups, group = task % column_groups;
         // Whole MR-row panels, spread evenly over the row tasks.
         const Index first = row_task * row_panels / row_tasks, last = (row_task + 1) * row_panels / row_tasks;
         const Index ic = i0 + first * MR, mc = std::min(rows, last * MR) - first * MR;
-        const float* a_packed = shared_a_of(pc) + first * MR * kc;
+        float* a_packed = shared_a_of(pc) + first * MR * kc;
         if (!share_a) {
           thread_local std::vector<float> packed_a;
-          float* own_a = packing_buffer(packed_a, static_cast<std::size_t>((mc + MR - 1) / MR * MR * kc));
-          pack_a_rows(pc, ic, mc, own_a);
-          a_packed = own_a;
+          a_packed = packing_buffer(packed_a, static_cast<std::size_t>((mc + MR - 1) / MR * MR * kc));
         }
         const Index p0 = group * panels_per_group, p1 = std::min(panels, p0 + panels_per_group);
-        auto tile = [&](Index ir, Index p) {
+        auto tile = [&](Index ir, Index p, const PrefetchRuns& next) {
           const Index jr = p * NR;
           const float* b_panel =
               prepacked != nullptr ? prepacked->panel(pc, kc, jc / NR + p) : shared_b + p * kc * NR;
           kernel(kc, a_packed + (ir / MR) * kc * MR, b_panel, c + (ic + ir) * ldc + jc + jr, ldc, add,
-                 std::min(MR, mc - ir), std::min(NR, nc - jr));
+                 std::min(MR, mc - ir), std::min(NR, nc - jr), next);
         };
+        auto a_rows = [&](Index ir) { return std::min(MR, mc - ir); };
         if constexpr (blocking.a_panel_in_l1) {
+          // Each A micro-panel is packed just before its row of tiles, and (one thread) each B panel
+          // just before the first row's tile; the tile before prefetches what is packed next.
+          const bool packs_b = packs_lazily && row_task == 0;
+          auto a_source = [&](Index ir) {
+            return PrefetchRuns::of({a.data + (ic + ir) * a.row_stride + pc * a.col_stride, a.row_stride, a.col_stride},
+                                    a_rows(ir), kc);
+          };
           for (Index ir = 0; ir < mc; ir += MR) {
-            for (Index p = p0; p < p1; ++p) tile(ir, p);
+            if (tasks_pack_a) pack_a_rows(pc, ic + ir, a_rows(ir), a_packed + (ir / MR) * kc * MR);
+            for (Index p = p0; p < p1; ++p) {
+              const bool packs_panel = packs_b && ir == 0;
+              if (packs_panel) pack_panels(p, p + 1);
+              PrefetchRuns next;
+              if (packs_panel && p + 1 < p1) {
+                next = PrefetchRuns::of(b_columns(p + 1), kc, columns_of_panels(p + 1, p + 2));
+              } else if (tasks_pack_a && p + 1 == p1 && ir + MR < mc) {
+                next = a_source(ir + MR);
+              }
+              tile(ir, p, next);
+            }
           }
         } else {
+          if (tasks_pack_a) pack_a_rows(pc, ic, mc, a_packed);
           for (Index p = p0; p < p1; ++p) {
-            for (Index ir = 0; ir < mc; ir += MR) tile(ir, p);
+            for (Index ir = 0; ir < mc; ir += MR) tile(ir, p, {});
           }
         }
       };
-      if (prepacked == nullptr) for_each_task(pool, pack_groups, pack_panels);
-      for_each_task(pool, row_tasks * column_groups, compute);
+      if (prepacked == nullptr && !packs_lazily) {
+        for_each_task(pool, pack_groups, [&](Index group) {
+          const Index p0 = group * panels_per_pack;
+          pack_panels(p0, std::min(panels, p0 + panels_per_pack));
+        });
+      }
+      for_each_task(packs_lazily ? nullptr : pool, row_tasks * column_groups, compute);
     };
     if (c_resident) {
-      for (Index pc = 0; pc < k; pc += kc_block) pack_shared_a(pc);
+      if (!packs_lazily) {
+        for (Index pc = 0; pc < k; pc += kc_block) pack_shared_a(pc);
+      }
       for (Index jc = 0; jc < n; jc += nc_block) {
         for (Index pc = 0; pc < k; pc += kc_block) multiply_block(pc, jc);
       }
     } else {
       for (Index pc = 0; pc < k; pc += kc_block) {
-        if (share_a) pack_shared_a(pc);
+        if (share_a && !packs_lazily) pack_shared_a(pc);
         for (Index jc = 0; jc < n; jc += nc_block) multiply_block(pc, jc);
       }
     }
