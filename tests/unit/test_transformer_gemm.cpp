@@ -85,8 +85,9 @@ INSTANTIATE_TEST_SUITE_P(Shapes, GemmTest,
 TEST(Gemm, ResultsDoNotDependOnTheThreadCount) {
   // Tasks split rows and columns differently with a pool; each element must still be the same
   // chain of multiply-adds (KC blocks in sequence), so training is reproducible across machines
-  // with different core counts. Shapes cross the row chunks, NC blocks and KC blocks; 192 rows
-  // (a k/v projection's weight gradient) take one column range per thread, 30 rows four; the
+  // with different core counts. Shapes cross the row chunks, NC blocks and KC blocks; 2400 rows
+  // take one row range per thread (each packing as it goes), 500 rows the shared row tasks, 192
+  // rows (a k/v projection's weight gradient) one column range per thread, 30 rows four; the
   // packing buffers, reused from shape to shape, hold the previous shape's values.
   std::mt19937 rng(5);
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
