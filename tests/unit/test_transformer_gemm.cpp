@@ -85,27 +85,35 @@ INSTANTIATE_TEST_SUITE_P(Shapes, GemmTest,
 TEST(Gemm, ResultsDoNotDependOnTheThreadCount) {
   // Tasks split rows and columns differently with a pool; each element must still be the same
   // chain of multiply-adds (KC blocks in sequence), so training is reproducible across machines
-  // with different core counts. Shapes cross the row chunks, NC blocks and KC blocks; 2400 rows
-  // take one row range per thread (each packing as it goes), 500 rows the shared row tasks, 192
-  // rows (a k/v projection's weight gradient) one column range per thread, 30 rows four; the
-  // packing buffers, reused from shape to shape, hold the previous shape's values.
+  // with different core counts. Shapes cross the row chunks, NC blocks and KC blocks; 2400, 900
+  // and 512 rows take one range of tiles per thread (each packing as it goes; the ranges end in
+  // the middle of a row panel, in the first or a later NC block), 500 rows (three threads) the
+  // shared row tasks, 192 rows (a k/v projection's weight gradient) one column range per thread,
+  // 30 rows four; the packing buffers, reused from shape to shape, hold the previous shape's values.
   std::mt19937 rng(5);
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
-  ThreadPool pool(3);
-  for (const auto& [m, n, k] : {std::tuple<Index, Index, Index>{2400, 600, 300}, std::tuple<Index, Index, Index>{30, 1100, 513},
-                                std::tuple<Index, Index, Index>{500, 40, 700}, std::tuple<Index, Index, Index>{192, 576, 512}}) {
-    for (const bool transposed : {false, true}) {
-      std::vector<float> a(static_cast<std::size_t>(m * k)), b(static_cast<std::size_t>(k * n));
-      for (auto& x : a) x = uniform(rng);
-      for (auto& x : b) x = uniform(rng);
-      const cpu::Operand<float> a_op = transposed ? cpu::transpose_of(a.data(), m) : cpu::rows_of(a.data(), k);
-      const cpu::Operand<float> b_op = transposed ? cpu::transpose_of(b.data(), k) : cpu::rows_of(b.data(), n);
-      std::vector<float> serial(static_cast<std::size_t>(m * n)), parallel(serial.size());
-      cpu::gemm<float>(nullptr, m, n, k, a_op, b_op, serial.data(), n, false);
-      cpu::gemm<float>(&pool, m, n, k, a_op, b_op, parallel.data(), n, false);
-      for (std::size_t i = 0; i < serial.size(); ++i) {
-        ASSERT_EQ(serial[i], parallel[i]) << "m " << m << " n " << n << " k " << k << " transposed " << transposed
-                                          << " at " << i;
+  for (const Index threads : {2, 3}) {
+    ThreadPool pool(threads);
+    for (const auto& [m, n, k] : {std::tuple<Index, Index, Index>{2400, 600, 300}, std::tuple<Index, Index, Index>{30, 1100, 513},
+                                  std::tuple<Index, Index, Index>{500, 40, 700}, std::tuple<Index, Index, Index>{192, 576, 512},
+                                  std::tuple<Index, Index, Index>{900, 1100, 300}, std::tuple<Index, Index, Index>{512, 576, 576}}) {
+      for (const bool transposed : {false, true}) {
+        std::vector<float> a(static_cast<std::size_t>(m * k)), b(static_cast<std::size_t>(k * n));
+        for (auto& x : a) x = uniform(rng);
+        for (auto& x : b) x = uniform(rng);
+        const cpu::Operand<float> a_op = transposed ? cpu::transpose_of(a.data(), m) : cpu::rows_of(a.data(), k);
+        const cpu::Operand<float> b_op = transposed ? cpu::transpose_of(b.data(), k) : cpu::rows_of(b.data(), n);
+        // Accumulating into C also catches a tile computed by two threads (added twice).
+        const bool accumulate = transposed;
+        std::vector<float> serial(static_cast<std::size_t>(m * n));
+        for (auto& x : serial) x = uniform(rng);
+        std::vector<float> parallel = serial;
+        cpu::gemm<float>(nullptr, m, n, k, a_op, b_op, serial.data(), n, accumulate);
+        cpu::gemm<float>(&pool, m, n, k, a_op, b_op, parallel.data(), n, accumulate);
+        for (std::size_t i = 0; i < serial.size(); ++i) {
+          ASSERT_EQ(serial[i], parallel[i]) << "threads " << threads << " m " << m << " n " << n << " k " << k
+                                            << " transposed " << transposed << " at " << i;
+        }
       }
     }
   }

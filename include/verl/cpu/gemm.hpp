@@ -14,6 +14,7 @@
 #include <concepts>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "verl/cpu/vector_math.hpp"
@@ -482,6 +483,14 @@ inline TaskSplit split_tasks(Index rows, Index nc, Index threads, bool b_streams
   return {row_tasks, std::clamp<Index>((wanted + row_tasks - 1) / row_tasks, 1, std::max<Index>(1, nc / min_columns_per_task))};
 }
 
+/// The columns of C that a one-thread product computes in its first and last row panels (each a
+/// multiple of the tile's NR): the columns before `first_row_begin` and from `last_row_end` on
+/// belong to the threads that hold the ranges before and after (see blocked_gemm).
+struct EdgeColumns {
+  Index first_row_begin = 0;
+  Index last_row_end = std::numeric_limits<Index>::max();
+};
+
 /// Runs fn(0) .. fn(count - 1), on the pool when there is one.
 template <class Fn>
 void for_each_task(ThreadPool* pool, Index count, Fn&& fn) {
@@ -500,7 +509,8 @@ void for_each_task(ThreadPool* pool, Index count, Fn&& fn) {
 /// number of threads, on the blocking or on the other rows of the product.
 template <Index MR, Index NR, Blocking blocking, class Kernel>
 inline void blocked_gemm(ThreadPool* pool, Index m, Index n, Index k, Operand<float> a, Operand<float> b, float* c,
-                         Index ldc, bool accumulate, Kernel kernel, const PackedPanels* prepacked = nullptr) {
+                         Index ldc, bool accumulate, Kernel kernel, const PackedPanels* prepacked = nullptr,
+                         EdgeColumns edges = {}) {
   static_assert(blocking.mc % MR == 0, "Blocking::mc must be a multiple of the micro-kernel's rows");
   constexpr Index mc_block = blocking.mc, nc_block = blocking.nc;
   const Index threads = pool != nullptr ? pool->size() : 1;
@@ -536,18 +546,23 @@ inline void blocked_gemm(ThreadPool* pool, Index m, Index n, Index k, Operand<fl
   }
   if constexpr (blocking.a_panel_in_l1) {
     if (pool != nullptr && threads > 1 && prepacked == nullptr && m >= threads * mc_block) {
-      // A row block or more per thread: one range of whole micro-panels per thread, each range a
-      // product of its own on the one-thread path (packing as it goes, its own copy of B), with no
-      // barrier inside the product. The training step's products at two threads: 64-81% of the
-      // peak with four row tasks per thread behind shared packing regions (~290 regions a layer),
-      // 83-85% this way. Fewer rows would pay too much for the copies of B: they keep the tasks.
-      const Index row_panels = (m + MR - 1) / MR;
+      // A row block or more per thread: one range of tiles per thread, each range a product of its
+      // own on the one-thread path (packing as it goes, its own copy of B), with no barrier inside
+      // the product. The training step's products at two threads: 64-81% of the peak with four
+      // row tasks per thread behind shared packing regions (~290 regions a layer), 85% this way.
+      // Fewer rows would pay too much for the copies of B: they keep the tasks. The ranges cut
+      // the tiles in row order, a row panel at a range's end split by columns: ranges of whole row
+      // panels left one thread a panel more (512 rows = 37 panels of 14: 18 and 19; 82-84%).
+      const Index row_panels = (m + MR - 1) / MR, column_panels = (n + NR - 1) / NR;
+      const Index tiles = row_panels * column_panels;
       pool->parallel_for(threads, [&](Index t) {
-        const Index first = t * row_panels / threads, last = (t + 1) * row_panels / threads;
+        const Index first_tile = t * tiles / threads, end_tile = (t + 1) * tiles / threads;
+        if (first_tile >= end_tile) return;
+        const Index first = first_tile / column_panels, last = (end_tile - 1) / column_panels + 1;
         const Index i0 = first * MR, rows = std::min(m, last * MR) - i0;
-        if (rows <= 0) return;
+        const EdgeColumns range_edges{(first_tile % column_panels) * NR, ((end_tile - 1) % column_panels + 1) * NR};
         blocked_gemm<MR, NR, blocking>(nullptr, rows, n, k, {a.data + i0 * a.row_stride, a.row_stride, a.col_stride}, b,
-                                       c + i0 * ldc, ldc, accumulate, kernel);
+                                       c + i0 * ldc, ldc, accumulate, kernel, nullptr, range_edges);
       });
       return;
     }
@@ -655,21 +670,37 @@ inline void blocked_gemm(ThreadPool* pool, Index m, Index n, Index k, Operand<fl
         auto a_rows = [&](Index ir) { return std::min(MR, mc - ir); };
         if constexpr (blocking.a_panel_in_l1) {
           // Each A micro-panel is packed just before its row of tiles, and (one thread) each B panel
-          // just before the first row's tile; the tile before prefetches what is packed next.
+          // just before the first tile that reads it; the tile before prefetches what is packed next.
           const bool packs_b = packs_lazily && row_task == 0;
           auto a_source = [&](Index ir) {
             return PrefetchRuns::of({a.data + (ic + ir) * a.row_stride + pc * a.col_stride, a.row_stride, a.col_stride},
                                     a_rows(ir), kc);
           };
+          // This block's panels in row ir: all of [p0, p1) but in the product's first and last row
+          // panels, which other threads share (EdgeColumns).
+          const Index block_panel = jc / NR;
+          auto row_begin = [&](Index ir) {
+            return ic + ir == 0 ? std::clamp(edges.first_row_begin / NR - block_panel, p0, p1) : p0;
+          };
+          auto row_end = [&](Index ir) {
+            if (ic + ir + MR < m) return p1;
+            const Index end = edges.last_row_end / NR - block_panel;
+            return std::clamp(end, row_begin(ir), p1);
+          };
+          // Panels left of the first row's begin are first read (and packed) in the second row; a
+          // task of one row packs them ahead for the tasks after it.
+          const Index first_row_begin = row_begin(0);
+          if (packs_b && mc <= MR) pack_panels(p0, first_row_begin);
+          auto packs_at = [&](Index ir, Index p) { return packs_b && ir == (p < first_row_begin ? MR : 0); };
           for (Index ir = 0; ir < mc; ir += MR) {
             if (tasks_pack_a) pack_a_rows(pc, ic + ir, a_rows(ir), a_packed + (ir / MR) * kc * MR);
-            for (Index p = p0; p < p1; ++p) {
-              const bool packs_panel = packs_b && ir == 0;
-              if (packs_panel) pack_panels(p, p + 1);
+            const Index begin = row_begin(ir), end = row_end(ir);
+            for (Index p = begin; p < end; ++p) {
+              if (packs_at(ir, p)) pack_panels(p, p + 1);
               PrefetchRuns next;
-              if (packs_panel && p + 1 < p1) {
+              if (p + 1 < end && packs_at(ir, p + 1)) {
                 next = PrefetchRuns::of(b_columns(p + 1), kc, columns_of_panels(p + 1, p + 2));
-              } else if (tasks_pack_a && p + 1 == p1 && ir + MR < mc) {
+              } else if (tasks_pack_a && p + 1 == end && ir + MR < mc) {
                 next = a_source(ir + MR);
               }
               tile(ir, p, next);
