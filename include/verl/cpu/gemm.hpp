@@ -319,8 +319,10 @@ inline constexpr Index kernel_b_memory_prefetch_k = 64;
 /// rows (16 accumulators) kept only about 60% of the FMA ports busy even from L1 (the broadcasts
 /// and loads outnumber the multiply-adds' issue slots); 14 rows (28) reach the ports' peak.
 /// `b_prefetch_k` > 0: the B panel streams from L2 (Blocking::a_panel_in_l1) or from memory
-/// (prepacked weights), so prefetch it that many k ahead into L1.
-template <int NV, Index MR, Index b_prefetch_k>
+/// (prepacked weights), so prefetch it that many k ahead into L1. `prefetches_next`: the blocking
+/// packs between kernel calls (Blocking::a_panel_in_l1) and may pass a block to prefetch; the
+/// others always pass none, and their loop skips the cursor.
+template <int NV, Index MR, Index b_prefetch_k, bool prefetches_next = false>
 VERL_TARGET_AVX512 inline void kernel_avx512(Index kc, const float* a, const float* b, float* c, Index ldc,
                                              bool accumulate, Index mr, Index nr, PrefetchRuns next) {
   constexpr Index NR = 16 * NV;
@@ -347,9 +349,11 @@ VERL_TARGET_AVX512 inline void kernel_avx512(Index kc, const float* a, const flo
       }
     }
     // Up to three lines of the next block per depth: a 32-column panel's rows span up to three.
-    next_lines.step();
-    next_lines.step();
-    next_lines.step();
+    if constexpr (prefetches_next) {
+      next_lines.step();
+      next_lines.step();
+      next_lines.step();
+    }
 #pragma GCC unroll 16
     for (Index i = 0; i < MR; ++i) {
       const __m512 ai = _mm512_set1_ps(a[i]);
@@ -378,18 +382,16 @@ VERL_TARGET_AVX512 inline void kernel_avx512(Index kc, const float* a, const flo
   store_partial<NR>(tile, c, ldc, mr, nr, accumulate);
 }
 
-/// 6 x 16 tile: 12 ymm accumulators.
+/// 6 x 16 tile: 12 ymm accumulators. Only the 16-column blocking runs it, which packs nothing
+/// between kernel calls: there is never a next block to prefetch.
 VERL_TARGET_AVX2 inline void kernel_avx2(Index kc, const float* a, const float* b, float* c, Index ldc, bool accumulate,
-                                         Index mr, Index nr, PrefetchRuns next) {
+                                         Index mr, Index nr, PrefetchRuns /*next*/) {
   constexpr Index MR = 6, NR = 16;
   __m256 acc[MR][2];
 #pragma GCC unroll 6
   for (Index i = 0; i < MR; ++i) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
-  PrefetchCursor next_lines(next);
   for (Index k = 0; k < kc; ++k) {
     const __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
-    next_lines.step();
-    next_lines.step();
 #pragma GCC unroll 6
     for (Index i = 0; i < MR; ++i) {
       const __m256 ai = _mm256_broadcast_ss(a + i);
@@ -1161,7 +1163,8 @@ VERL_TARGET_AVX512 inline void sgemm_avx512(ThreadPool* pool, Index m, Index n, 
                                             const PackedPanels* prepacked = nullptr) {
   blocked_gemm<avx512_mr, avx512_nr, avx512_blocking>(pool, m, n, k, a, b, c, ldc, accumulate,
                                                       kernel_avx512<avx512_vectors, avx512_mr,
-                                                                    avx512_blocking.a_panel_in_l1 ? kernel_b_prefetch_k : 0>,
+                                                                    avx512_blocking.a_panel_in_l1 ? kernel_b_prefetch_k : 0,
+                                                                    avx512_blocking.a_panel_in_l1>,
                                                       prepacked);
 }
 /// Narrow products (an attention head of 16 or fewer dimensions): one zmm per row, no padding waste.

@@ -167,10 +167,39 @@ struct mesh_type_name<parallel::Mesh<Axes...>> {
 
 }  // namespace detail
 
+/// The rules on a model type's static head counts (a type that declares none, or void: nothing to
+/// check) against the static tensor-parallel sizes of the meshes that hold it (a dynamic size is
+/// checked at run time): the counts positive, the KV heads dividing the attention heads, and each
+/// size within the heads, dividing them and fitting the KV heads. Instantiating it checks them.
+template <class Model, std::int64_t... tp_sizes>
+struct head_rules {
+  static constexpr bool heads_known = StaticHeads<Model>;
+  static constexpr std::int64_t heads = [] {
+    if constexpr (StaticHeads<Model>) return model_heads<Model>::attention; else return std::int64_t{0};
+  }();
+  static constexpr std::int64_t kv_heads = [] {
+    if constexpr (StaticHeads<Model>) return model_heads<Model>::key_value; else return std::int64_t{0};
+  }();
+  static constexpr bool counts_ok = !heads_known || (heads > 0 && kv_heads > 0 && heads % kv_heads == 0);
+  VERL_STATIC_ASSERT(counts_ok, MODEL_HEADS_NEEDS_POSITIVE_HEAD_COUNTS_WITH_KV_HEADS_DIVIDING_ATTENTION_HEADS);
+  // Each rule below is reported only when the counts are valid (one message per mistake).
+  static constexpr bool heads_ok = !heads_known || !counts_ok || (detail::tp_within_heads(tp_sizes, heads) && ...);
+  VERL_STATIC_ASSERT(heads_ok, TENSOR_PARALLEL_SIZE_MUST_NOT_EXCEED_THE_MODELS_ATTENTION_HEADS);
+  static constexpr bool heads_divide_ok =
+      !heads_known || !counts_ok || (detail::tp_divides_heads(tp_sizes, heads) && ...);
+  VERL_STATIC_ASSERT(heads_divide_ok, TENSOR_PARALLEL_SIZE_MUST_DIVIDE_THE_MODELS_ATTENTION_HEADS);
+  static constexpr bool kv_ok =
+      !heads_known || !counts_ok || !heads_ok || (detail::tp_fits_kv_heads(tp_sizes, kv_heads) && ...);
+  VERL_STATIC_ASSERT(kv_ok, TENSOR_PARALLEL_SIZE_MUST_DIVIDE_OR_BE_A_MULTIPLE_OF_THE_MODELS_KV_HEADS);
+  static constexpr bool value = counts_ok && heads_ok && heads_divide_ok && kv_ok;
+};
+
 /// The rules on a (training, generation) mesh pair with static sizes, for a model type (void: its
-/// heads unknown). Instantiating it checks them; `value` is true when it compiles.
+/// heads unknown). Instantiating it checks them (the heads' rules as its base); `value` is true
+/// when it compiles.
 template <parallel::MeshType Train, parallel::MeshType Gen, class Model = void>
-struct layout_rules {
+struct layout_rules : head_rules<Model, detail::static_axis_size<Train>(parallel::AxisKind::tp),
+                                 detail::static_axis_size<Gen>(parallel::AxisKind::tp)> {
   static constexpr std::int64_t t = detail::static_axis_size<Train>(parallel::AxisKind::tp);
   static constexpr std::int64_t p = detail::static_axis_size<Train>(parallel::AxisKind::pp);
   static constexpr std::int64_t tg = detail::static_axis_size<Gen>(parallel::AxisKind::tp);
@@ -200,32 +229,14 @@ struct layout_rules {
   }();
   VERL_STATIC_ASSERT(world_ok, TRAIN_AND_GEN_MESHES_MUST_HAVE_THE_SAME_WORLD_SIZE);
 
-  static constexpr bool heads_known = StaticHeads<Model>;
-  static constexpr std::int64_t heads = [] {
-    if constexpr (StaticHeads<Model>) return model_heads<Model>::attention; else return std::int64_t{0};
-  }();
-  static constexpr std::int64_t kv_heads = [] {
-    if constexpr (StaticHeads<Model>) return model_heads<Model>::key_value; else return std::int64_t{0};
-  }();
-  VERL_STATIC_ASSERT(!heads_known || (heads > 0 && kv_heads > 0 && heads % kv_heads == 0),
-                     MODEL_HEADS_NEEDS_POSITIVE_HEAD_COUNTS_WITH_KV_HEADS_DIVIDING_ATTENTION_HEADS);
-  static constexpr bool heads_ok = !heads_known || (detail::tp_within_heads(t, heads) && detail::tp_within_heads(tg, heads));
-  VERL_STATIC_ASSERT(heads_ok, TENSOR_PARALLEL_SIZE_MUST_NOT_EXCEED_THE_MODELS_ATTENTION_HEADS);
-  static constexpr bool heads_divide_ok =
-      !heads_known || (detail::tp_divides_heads(t, heads) && detail::tp_divides_heads(tg, heads));
-  VERL_STATIC_ASSERT(heads_divide_ok, TENSOR_PARALLEL_SIZE_MUST_DIVIDE_THE_MODELS_ATTENTION_HEADS);
-  static constexpr bool kv_ok = !heads_known || !heads_ok ||
-                                (detail::tp_fits_kv_heads(t, kv_heads) && detail::tp_fits_kv_heads(tg, kv_heads));
-  VERL_STATIC_ASSERT(kv_ok, TENSOR_PARALLEL_SIZE_MUST_DIVIDE_OR_BE_A_MULTIPLE_OF_THE_MODELS_KV_HEADS);
-
   static constexpr bool value =
-      axes_ok && tp_dp_ok && gen_pp_ok && order_ok && tp_ok && world_ok && heads_ok && heads_divide_ok && kv_ok;
+      axes_ok && tp_dp_ok && gen_pp_ok && order_ok && tp_ok && world_ok && head_rules<Model, t, tg>::value;
 };
 
 /// The rules on the Megatron critic's training mesh type (it has no generation mesh), for a
-/// model type (void: its heads unknown). Instantiating it checks them.
+/// model type (void: its heads unknown). Instantiating it checks them (the heads' rules as its base).
 template <parallel::MeshType Train, class Model = void>
-struct critic_mesh_rules {
+struct critic_mesh_rules : head_rules<Model, detail::static_axis_size<Train>(parallel::AxisKind::tp)> {
   static constexpr std::int64_t t = detail::static_axis_size<Train>(parallel::AxisKind::tp);
   static constexpr bool axes_ok = detail::splits_only_tp_dp_pp<Train>();
   VERL_STATIC_ASSERT(axes_ok, THE_CRITIC_MESH_MAY_ONLY_SPLIT_TP_DP_PP);
@@ -233,20 +244,7 @@ struct critic_mesh_rules {
   VERL_STATIC_ASSERT(tp_dp_ok, THE_CRITIC_MESH_NEEDS_A_TP_AND_A_DP_AXIS);
   static constexpr bool order_ok = !axes_ok || detail::in_megatron_order<Train>();
   VERL_STATIC_ASSERT(order_ok, THE_CRITIC_MESH_AXES_MUST_BE_IN_MEGATRON_ORDER_TP_DP_PP);
-  static constexpr bool heads_known = StaticHeads<Model>;
-  static constexpr std::int64_t heads = [] {
-    if constexpr (StaticHeads<Model>) return model_heads<Model>::attention; else return std::int64_t{0};
-  }();
-  static constexpr std::int64_t kv_heads = [] {
-    if constexpr (StaticHeads<Model>) return model_heads<Model>::key_value; else return std::int64_t{0};
-  }();
-  static constexpr bool heads_ok = !heads_known || detail::tp_within_heads(t, heads);
-  VERL_STATIC_ASSERT(heads_ok, TENSOR_PARALLEL_SIZE_MUST_NOT_EXCEED_THE_MODELS_ATTENTION_HEADS);
-  static constexpr bool heads_divide_ok = !heads_known || detail::tp_divides_heads(t, heads);
-  VERL_STATIC_ASSERT(heads_divide_ok, TENSOR_PARALLEL_SIZE_MUST_DIVIDE_THE_MODELS_ATTENTION_HEADS);
-  static constexpr bool kv_ok = !heads_known || !heads_ok || detail::tp_fits_kv_heads(t, kv_heads);
-  VERL_STATIC_ASSERT(kv_ok, TENSOR_PARALLEL_SIZE_MUST_DIVIDE_OR_BE_A_MULTIPLE_OF_THE_MODELS_KV_HEADS);
-  static constexpr bool value = axes_ok && tp_dp_ok && order_ok && heads_ok && heads_divide_ok && kv_ok;
+  static constexpr bool value = axes_ok && tp_dp_ok && order_ok && head_rules<Model, t>::value;
 
   /// The (tp, dp, pp) sizes the critic's keys give over `ranks` ranks against the mesh type's
   /// static ones (and its static world size): an error naming the key, the mesh type and both numbers.
