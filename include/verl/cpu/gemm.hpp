@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "verl/cpu/vector_math.hpp"
@@ -297,6 +298,11 @@ class PrefetchCursor {
   std::uintptr_t run_end_ = 0;
 };
 
+/// Stands in for PrefetchCursor in kernels whose blocking never passes a next block.
+struct NoPrefetchCursor {
+  explicit NoPrefetchCursor(const PrefetchRuns&) {}
+};
+
 /// Adds (or writes) an MR x NR tile computed into `tile` to the valid mr x nr corner of C.
 template <Index NR>
 inline void store_partial(const float* tile, float* c, Index ldc, Index mr, Index nr, bool accumulate) {
@@ -337,7 +343,8 @@ VERL_TARGET_AVX512 inline void kernel_avx512(Index kc, const float* a, const flo
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_setzero_ps();
   }
-  PrefetchCursor next_lines(next);
+  // Kernels that are never passed a next block build no cursor.
+  [[maybe_unused]] std::conditional_t<prefetches_next, PrefetchCursor, NoPrefetchCursor> next_lines(next);
   for (Index k = 0; k < kc; ++k) {
     __m512 bv[NV];
 #pragma GCC unroll 4

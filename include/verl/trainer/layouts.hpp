@@ -194,12 +194,18 @@ struct head_rules {
   static constexpr bool value = counts_ok && heads_ok && heads_divide_ok && kv_ok;
 };
 
+namespace detail {
+/// head_rules over the static TP sizes of the meshes given.
+template <class Model, parallel::MeshType... Meshes>
+using mesh_head_rules = head_rules<Model, static_axis_size<Meshes>(parallel::AxisKind::tp)...>;
+}  // namespace detail
+
 /// The rules on a (training, generation) mesh pair with static sizes, for a model type (void: its
 /// heads unknown). Instantiating it checks them (the heads' rules as its base); `value` is true
 /// when it compiles.
 template <parallel::MeshType Train, parallel::MeshType Gen, class Model = void>
-struct layout_rules : head_rules<Model, detail::static_axis_size<Train>(parallel::AxisKind::tp),
-                                 detail::static_axis_size<Gen>(parallel::AxisKind::tp)> {
+struct layout_rules : detail::mesh_head_rules<Model, Train, Gen> {
+  using head_checks = detail::mesh_head_rules<Model, Train, Gen>;
   static constexpr std::int64_t t = detail::static_axis_size<Train>(parallel::AxisKind::tp);
   static constexpr std::int64_t p = detail::static_axis_size<Train>(parallel::AxisKind::pp);
   static constexpr std::int64_t tg = detail::static_axis_size<Gen>(parallel::AxisKind::tp);
@@ -230,21 +236,21 @@ struct layout_rules : head_rules<Model, detail::static_axis_size<Train>(parallel
   VERL_STATIC_ASSERT(world_ok, TRAIN_AND_GEN_MESHES_MUST_HAVE_THE_SAME_WORLD_SIZE);
 
   static constexpr bool value =
-      axes_ok && tp_dp_ok && gen_pp_ok && order_ok && tp_ok && world_ok && head_rules<Model, t, tg>::value;
+      axes_ok && tp_dp_ok && gen_pp_ok && order_ok && tp_ok && world_ok && head_checks::value;
 };
 
 /// The rules on the Megatron critic's training mesh type (it has no generation mesh), for a
 /// model type (void: its heads unknown). Instantiating it checks them (the heads' rules as its base).
 template <parallel::MeshType Train, class Model = void>
-struct critic_mesh_rules : head_rules<Model, detail::static_axis_size<Train>(parallel::AxisKind::tp)> {
-  static constexpr std::int64_t t = detail::static_axis_size<Train>(parallel::AxisKind::tp);
+struct critic_mesh_rules : detail::mesh_head_rules<Model, Train> {
+  using head_checks = detail::mesh_head_rules<Model, Train>;
   static constexpr bool axes_ok = detail::splits_only_tp_dp_pp<Train>();
   VERL_STATIC_ASSERT(axes_ok, THE_CRITIC_MESH_MAY_ONLY_SPLIT_TP_DP_PP);
   static constexpr bool tp_dp_ok = Train::has_axis(parallel::AxisKind::tp) && Train::has_axis(parallel::AxisKind::dp);
   VERL_STATIC_ASSERT(tp_dp_ok, THE_CRITIC_MESH_NEEDS_A_TP_AND_A_DP_AXIS);
   static constexpr bool order_ok = !axes_ok || detail::in_megatron_order<Train>();
   VERL_STATIC_ASSERT(order_ok, THE_CRITIC_MESH_AXES_MUST_BE_IN_MEGATRON_ORDER_TP_DP_PP);
-  static constexpr bool value = axes_ok && tp_dp_ok && order_ok && head_rules<Model, t>::value;
+  static constexpr bool value = axes_ok && tp_dp_ok && order_ok && head_checks::value;
 
   /// The (tp, dp, pp) sizes the critic's keys give over `ranks` ranks against the mesh type's
   /// static ones (and its static world size): an error naming the key, the mesh type and both numbers.

@@ -26,27 +26,10 @@
 
 namespace verl::trainer {
 
-/// The rows of one micro-batch of update_actor_rows on a rank whose mini-batch share is `share` rows.
-inline Index update_micro_batch_rows(const PPOConfig& config, Index dp, Index share) {
-  const auto& cfg = config.actor_rollout_ref.actor;
-  return cfg.ppo_micro_batch_size_per_gpu.value_or(
-      cfg.ppo_micro_batch_size ? std::max<std::int64_t>(1, *cfg.ppo_micro_batch_size / dp) : share);
-}
-
-/// The [begin, end) rows of every micro-batch of every optimizer step update_actor_rows takes on a
-/// rank of `rows` rows (ppo_epochs x mini-batches, in order): the micro-batches the stages of a
-/// pipeline that do not compute the loss run alongside the one that does.
+/// The micro-batches of every optimizer step update_actor_rows takes on a rank of `rows` rows
+/// (see ppo_update_micro_batches).
 inline std::vector<std::vector<std::pair<Index, Index>>> update_micro_batches(Index rows, const PPOConfig& config, Index dp) {
-  const auto& cfg = config.actor_rollout_ref.actor;
-  std::vector<std::vector<std::pair<Index, Index>>> steps;
-  for (std::int64_t epoch = 0; epoch < cfg.ppo_epochs; ++epoch) {
-    for (const auto& [lo, hi] : local_mini_batch_bounds(rows, cfg.ppo_mini_batch_size * config.actor_rollout_ref.rollout.n, dp)) {
-      const Index micro = update_micro_batch_rows(config, dp, hi - lo);
-      auto& step = steps.emplace_back();
-      for (Index b = lo; b < hi; b += micro) step.emplace_back(b, std::min(hi, b + micro));
-    }
-  }
-  return steps;
+  return ppo_update_micro_batches(rows, config.actor_rollout_ref.actor, config.actor_rollout_ref.rollout.n, dp);
 }
 
 /// ppo_epochs over this rank's share of each mini-batch (rows ordered by mini_batch_major_order),
@@ -88,7 +71,7 @@ data::DataProto update_actor_rows(Policy& actor, const data::DataProto& batch, c
                                        .global_batch_size = static_cast<double>((hi - lo) * dp),
                                        .loss_scale_factor = cfg.loss_scale_factor};
       const Index share = hi - lo;
-      const Index micro = update_micro_batch_rows(config, dp, share);
+      const Index micro = ppo_micro_batch_rows(cfg, dp, share);
       actor.zero_grad();
       Metrics mini;
       double pg_loss = 0, kl_loss = 0, entropy_agg = 0;

@@ -127,6 +127,33 @@ inline std::vector<std::pair<Index, Index>> local_mini_batch_bounds(Index local_
   return out;
 }
 
+/// The rows of one micro-batch of a PPO update (the actor's or the critic's section of the
+/// config) on a rank holding `share` rows of a mini-batch: ppo_micro_batch_size_per_gpu, else
+/// ppo_micro_batch_size over the `dp` ranks, else the whole share.
+template <class RoleConfig>
+Index ppo_micro_batch_rows(const RoleConfig& role, Index dp, Index share) {
+  return role.ppo_micro_batch_size_per_gpu.value_or(
+      role.ppo_micro_batch_size ? std::max<std::int64_t>(1, *role.ppo_micro_batch_size / dp) : share);
+}
+
+/// The [begin, end) rows of every micro-batch of every optimizer step that a PPO update takes on
+/// a rank of `rows` rows: the role's ppo_epochs x its local mini-batches (ppo_mini_batch_size
+/// prompts x `rollout_n` responses over the `dp` ranks), in order. A pipeline's stages that do not
+/// compute the loss run the same micro-batches alongside the one that does.
+template <class RoleConfig>
+std::vector<std::vector<std::pair<Index, Index>>> ppo_update_micro_batches(Index rows, const RoleConfig& role, Index rollout_n,
+                                                                           Index dp) {
+  std::vector<std::vector<std::pair<Index, Index>>> steps;
+  for (std::int64_t epoch = 0; epoch < role.ppo_epochs; ++epoch) {
+    for (const auto& [lo, hi] : local_mini_batch_bounds(rows, role.ppo_mini_batch_size * rollout_n, dp)) {
+      const Index micro = ppo_micro_batch_rows(role, dp, hi - lo);
+      auto& step = steps.emplace_back();
+      for (Index b = lo; b < hi; b += micro) step.emplace_back(b, std::min(hi, b + micro));
+    }
+  }
+  return steps;
+}
+
 /// The reward function's result as a JSON value (a non-tensor column crosses the wire as JSON).
 inline nlohmann::json to_json(const reward::RewardOutput& out) {
   nlohmann::json j = {{"score", out.score}};

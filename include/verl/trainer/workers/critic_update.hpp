@@ -33,34 +33,11 @@ struct CriticUpdate {
   std::int64_t nonfinite = 0;
 };
 
-/// The optimizer steps update_critic_rows takes on a rank of `rows` rows (critic.ppo_epochs x
-/// its mini-batches).
-inline std::size_t critic_update_steps(Index rows, const PPOConfig& config, Index dp) {
-  const auto& cfg = config.critic;
-  return static_cast<std::size_t>(cfg.ppo_epochs) *
-         local_mini_batch_bounds(rows, cfg.ppo_mini_batch_size * config.actor_rollout_ref.rollout.n, dp).size();
-}
-
-/// The rows of a critic update's micro-batch on a rank holding `share` rows of a mini-batch.
-inline Index critic_micro_batch_rows(const PPOConfig& config, Index dp, Index share) {
-  const auto& cfg = config.critic;
-  return cfg.ppo_micro_batch_size_per_gpu.value_or(
-      cfg.ppo_micro_batch_size ? std::max<std::int64_t>(1, *cfg.ppo_micro_batch_size / dp) : share);
-}
-/// The micro-batches of each optimizer step update_critic_rows takes on a rank of `rows` rows
-/// (row ranges [begin, end)): what a pipeline's earlier stages run in the same order.
+/// The micro-batches of every optimizer step update_critic_rows takes on a rank of `rows` rows
+/// (see ppo_update_micro_batches).
 inline std::vector<std::vector<std::pair<Index, Index>>> critic_update_micro_batches(Index rows, const PPOConfig& config,
                                                                                      Index dp) {
-  const auto& cfg = config.critic;
-  std::vector<std::vector<std::pair<Index, Index>>> steps;
-  for (std::int64_t epoch = 0; epoch < cfg.ppo_epochs; ++epoch) {
-    for (const auto& [lo, hi] : local_mini_batch_bounds(rows, cfg.ppo_mini_batch_size * config.actor_rollout_ref.rollout.n, dp)) {
-      const Index micro = critic_micro_batch_rows(config, dp, hi - lo);
-      auto& step = steps.emplace_back();
-      for (Index b = lo; b < hi; b += micro) step.emplace_back(b, std::min(hi, b + micro));
-    }
-  }
-  return steps;
+  return ppo_update_micro_batches(rows, config.critic, config.actor_rollout_ref.rollout.n, dp);
 }
 
 /// critic.ppo_epochs over this rank's share of each mini-batch of critic.ppo_mini_batch_size
@@ -91,7 +68,7 @@ CriticUpdate update_critic_rows(Critic& critic, const data::DataProto& batch, co
                                        .global_batch_size = static_cast<double>((hi - lo) * dp),
                                        .loss_scale_factor = std::nullopt};
       const Index share = hi - lo;
-      const Index micro = critic_micro_batch_rows(config, dp, share);
+      const Index micro = ppo_micro_batch_rows(cfg, dp, share);
       critic.zero_grad();
       Metrics mini;
       double vf_loss = 0;

@@ -126,7 +126,7 @@ class CriticWorker {
         sequence_parallel_.update_rows(chunk, cfg.ppo_mini_batch_size * config_.actor_rollout_ref.rollout.n);
     const Index dp = dp_size();
     // Sharded: the tensors are gathered again after every optimizer step but the last.
-    const std::size_t steps = critic_update_steps(batch.size(), config_, dp);
+    const std::size_t steps = critic_update_micro_batches(batch.size(), config_, dp).size();
     std::size_t taken = 0;
     CriticUpdate update = update_critic_rows(
         critic, batch, config_, *optimizer_, *scheduler_, dp, [&](double value) { return group_sum(value); },
