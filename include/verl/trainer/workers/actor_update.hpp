@@ -26,10 +26,19 @@
 
 namespace verl::trainer {
 
+/// The actor's update sizes (actor_rollout_ref.actor.ppo_*, the mini-batch in prompts x rollout.n).
+inline PpoUpdateSizes actor_update_sizes(const PPOConfig& config) {
+  const auto& cfg = config.actor_rollout_ref.actor;
+  return {.epochs = cfg.ppo_epochs,
+          .mini_batch_rows = cfg.ppo_mini_batch_size * config.actor_rollout_ref.rollout.n,
+          .micro_batch_size_per_gpu = cfg.ppo_micro_batch_size_per_gpu,
+          .micro_batch_size = cfg.ppo_micro_batch_size};
+}
+
 /// The micro-batches of every optimizer step update_actor_rows takes on a rank of `rows` rows
 /// (see ppo_update_micro_batches).
 inline std::vector<std::vector<std::pair<Index, Index>>> update_micro_batches(Index rows, const PPOConfig& config, Index dp) {
-  return ppo_update_micro_batches(rows, config.actor_rollout_ref.actor, config.actor_rollout_ref.rollout.n, dp);
+  return ppo_update_micro_batches(rows, actor_update_sizes(config), dp);
 }
 
 /// ppo_epochs over this rank's share of each mini-batch (rows ordered by mini_batch_major_order),
@@ -71,7 +80,7 @@ data::DataProto update_actor_rows(Policy& actor, const data::DataProto& batch, c
                                        .global_batch_size = static_cast<double>((hi - lo) * dp),
                                        .loss_scale_factor = cfg.loss_scale_factor};
       const Index share = hi - lo;
-      const Index micro = ppo_micro_batch_rows(cfg, dp, share);
+      const Index micro = ppo_micro_batch_rows(actor_update_sizes(config), dp, share);
       actor.zero_grad();
       Metrics mini;
       double pg_loss = 0, kl_loss = 0, entropy_agg = 0;

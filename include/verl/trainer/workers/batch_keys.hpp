@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string_view>
 #include <utility>
@@ -127,26 +128,31 @@ inline std::vector<std::pair<Index, Index>> local_mini_batch_bounds(Index local_
   return out;
 }
 
-/// The rows of one micro-batch of a PPO update (the actor's or the critic's section of the
-/// config) on a rank holding `share` rows of a mini-batch: ppo_micro_batch_size_per_gpu, else
-/// ppo_micro_batch_size over the `dp` ranks, else the whole share.
-template <class RoleConfig>
-Index ppo_micro_batch_rows(const RoleConfig& role, Index dp, Index share) {
-  return role.ppo_micro_batch_size_per_gpu.value_or(
-      role.ppo_micro_batch_size ? std::max<std::int64_t>(1, *role.ppo_micro_batch_size / dp) : share);
+/// A PPO update's batch sizes, as the actor's or the critic's section of the config gives them.
+struct PpoUpdateSizes {
+  std::int64_t epochs = 1;
+  Index mini_batch_rows = 0;  ///< ppo_mini_batch_size prompts x rollout.n responses, over all ranks
+  std::optional<std::int64_t> micro_batch_size_per_gpu;
+  std::optional<std::int64_t> micro_batch_size;  ///< over all ranks
+};
+
+/// The rows of one micro-batch of a PPO update on a rank holding `share` rows of a mini-batch:
+/// ppo_micro_batch_size_per_gpu, else ppo_micro_batch_size over the `dp` ranks, else the share.
+inline Index ppo_micro_batch_rows(const PpoUpdateSizes& sizes, Index dp, Index share) {
+  return sizes.micro_batch_size_per_gpu.value_or(
+      sizes.micro_batch_size ? std::max<std::int64_t>(1, *sizes.micro_batch_size / dp) : share);
 }
 
 /// The [begin, end) rows of every micro-batch of every optimizer step that a PPO update takes on
-/// a rank of `rows` rows: the role's ppo_epochs x its local mini-batches (ppo_mini_batch_size
-/// prompts x `rollout_n` responses over the `dp` ranks), in order. A pipeline's stages that do not
-/// compute the loss run the same micro-batches alongside the one that does.
-template <class RoleConfig>
-std::vector<std::vector<std::pair<Index, Index>>> ppo_update_micro_batches(Index rows, const RoleConfig& role, Index rollout_n,
-                                                                           Index dp) {
+/// a rank of `rows` rows: ppo_epochs x the rank's share of each mini-batch over the `dp` ranks,
+/// in order. A pipeline's stages that do not compute the loss run the same micro-batches
+/// alongside the one that does.
+inline std::vector<std::vector<std::pair<Index, Index>>> ppo_update_micro_batches(Index rows, const PpoUpdateSizes& sizes,
+                                                                                  Index dp) {
   std::vector<std::vector<std::pair<Index, Index>>> steps;
-  for (std::int64_t epoch = 0; epoch < role.ppo_epochs; ++epoch) {
-    for (const auto& [lo, hi] : local_mini_batch_bounds(rows, role.ppo_mini_batch_size * rollout_n, dp)) {
-      const Index micro = ppo_micro_batch_rows(role, dp, hi - lo);
+  for (std::int64_t epoch = 0; epoch < sizes.epochs; ++epoch) {
+    for (const auto& [lo, hi] : local_mini_batch_bounds(rows, sizes.mini_batch_rows, dp)) {
+      const Index micro = ppo_micro_batch_rows(sizes, dp, hi - lo);
       auto& step = steps.emplace_back();
       for (Index b = lo; b < hi; b += micro) step.emplace_back(b, std::min(hi, b + micro));
     }

@@ -33,11 +33,20 @@ struct CriticUpdate {
   std::int64_t nonfinite = 0;
 };
 
+/// The critic's update sizes (critic.ppo_*, the mini-batch in prompts x rollout.n).
+inline PpoUpdateSizes critic_update_sizes(const PPOConfig& config) {
+  const auto& cfg = config.critic;
+  return {.epochs = cfg.ppo_epochs,
+          .mini_batch_rows = cfg.ppo_mini_batch_size * config.actor_rollout_ref.rollout.n,
+          .micro_batch_size_per_gpu = cfg.ppo_micro_batch_size_per_gpu,
+          .micro_batch_size = cfg.ppo_micro_batch_size};
+}
+
 /// The micro-batches of every optimizer step update_critic_rows takes on a rank of `rows` rows
 /// (see ppo_update_micro_batches).
 inline std::vector<std::vector<std::pair<Index, Index>>> critic_update_micro_batches(Index rows, const PPOConfig& config,
                                                                                      Index dp) {
-  return ppo_update_micro_batches(rows, config.critic, config.actor_rollout_ref.rollout.n, dp);
+  return ppo_update_micro_batches(rows, critic_update_sizes(config), dp);
 }
 
 /// critic.ppo_epochs over this rank's share of each mini-batch of critic.ppo_mini_batch_size
@@ -68,7 +77,7 @@ CriticUpdate update_critic_rows(Critic& critic, const data::DataProto& batch, co
                                        .global_batch_size = static_cast<double>((hi - lo) * dp),
                                        .loss_scale_factor = std::nullopt};
       const Index share = hi - lo;
-      const Index micro = ppo_micro_batch_rows(cfg, dp, share);
+      const Index micro = ppo_micro_batch_rows(critic_update_sizes(config), dp, share);
       critic.zero_grad();
       Metrics mini;
       double vf_loss = 0;
