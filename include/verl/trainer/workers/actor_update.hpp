@@ -73,14 +73,16 @@ data::DataProto update_actor_rows(Policy& actor, const data::DataProto& batch, c
                          !old_policy_saved;
   const bool has_is_weights = batch.has_tensor(keys::rollout_is_weights);
   std::int64_t updates = 0, nonfinite = 0;
-  for (std::int64_t epoch = 0; epoch < cfg.ppo_epochs; ++epoch) {
-    for (const auto& [lo, hi] : local_mini_batch_bounds(batch.size(), cfg.ppo_mini_batch_size * n, dp)) {
+  // The same sizes as update_micro_batches, which a pipeline's other stages follow.
+  const PpoUpdateSizes sizes = actor_update_sizes(config);
+  for (std::int64_t epoch = 0; epoch < sizes.epochs; ++epoch) {
+    for (const auto& [lo, hi] : local_mini_batch_bounds(batch.size(), sizes.mini_batch_rows, dp)) {
       const algo::GlobalBatchInfo info{.dp_size = static_cast<double>(dp),
                                        .batch_num_tokens = dp_sum(response_mask.middleRows(lo, hi - lo).sum()),
                                        .global_batch_size = static_cast<double>((hi - lo) * dp),
                                        .loss_scale_factor = cfg.loss_scale_factor};
       const Index share = hi - lo;
-      const Index micro = ppo_micro_batch_rows(actor_update_sizes(config), dp, share);
+      const Index micro = ppo_micro_batch_rows(sizes, dp, share);
       actor.zero_grad();
       Metrics mini;
       double pg_loss = 0, kl_loss = 0, entropy_agg = 0;

@@ -60,7 +60,6 @@ CriticUpdate update_critic_rows(Critic& critic, const data::DataProto& batch, co
                                 optim::LrScheduler<>& scheduler, Index dp, DpSum&& dp_sum, OptimizerStep&& optimizer_step,
                                 ReduceOverDp&& reduce_over_dp) {
   const auto& cfg = config.critic;
-  const Index n = config.actor_rollout_ref.rollout.n;
   const MatrixF& response_mask = float_column(batch, keys::response_mask);
   const MatrixF& returns = float_column(batch, keys::returns);
   const MatrixF& values = float_column(batch, keys::values);
@@ -70,14 +69,16 @@ CriticUpdate update_critic_rows(Critic& critic, const data::DataProto& batch, co
   CriticUpdate result;
   result.metrics["critic/lr"] = scheduler.get_last_lr();
   MetricsAccumulator acc;
-  for (std::int64_t epoch = 0; epoch < cfg.ppo_epochs; ++epoch) {
-    for (const auto& [lo, hi] : local_mini_batch_bounds(batch.size(), cfg.ppo_mini_batch_size * n, dp)) {
+  // The same sizes as critic_update_micro_batches, which a pipeline's other stages follow.
+  const PpoUpdateSizes sizes = critic_update_sizes(config);
+  for (std::int64_t epoch = 0; epoch < sizes.epochs; ++epoch) {
+    for (const auto& [lo, hi] : local_mini_batch_bounds(batch.size(), sizes.mini_batch_rows, dp)) {
       const algo::GlobalBatchInfo info{.dp_size = static_cast<double>(dp),
                                        .batch_num_tokens = dp_sum(response_mask.middleRows(lo, hi - lo).sum()),
                                        .global_batch_size = static_cast<double>((hi - lo) * dp),
                                        .loss_scale_factor = std::nullopt};
       const Index share = hi - lo;
-      const Index micro = ppo_micro_batch_rows(critic_update_sizes(config), dp, share);
+      const Index micro = ppo_micro_batch_rows(sizes, dp, share);
       critic.zero_grad();
       Metrics mini;
       double vf_loss = 0;
