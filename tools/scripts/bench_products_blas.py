@@ -90,9 +90,12 @@ def peer_seconds(backend: str, threads: int, passes: int) -> list[float]:
 def peer_run(backend: str, threads: int, passes: int) -> dict[str, float]:
     """The peer in a process of its own, its thread count set before the library loads."""
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
-    out = subprocess.run([sys.executable, __file__, "--child", backend, str(threads), str(passes)], env=env,
-                         check=True, capture_output=True, text=True).stdout
-    seconds = json.loads(out)
+    child = subprocess.run([sys.executable, __file__, "--child", backend, str(threads), str(passes)], env=env,
+                           capture_output=True, text=True)
+    if child.returncode != 0:
+        sys.exit(f"bench_products_blas.py: the {backend} peer at {threads} thread(s) failed "
+                 f"(is `python3 -m pip install {backend}` done?):\n{child.stderr.strip()}")
+    seconds = json.loads(child.stdout)
     flops = sum(2.0 * m * n * k for _, m, n, k, *_ in step_products())
     return {"products_s": statistics.median(seconds), "gflops": flops / statistics.median(seconds) / 1e9}
 
