@@ -87,7 +87,7 @@ def peer_seconds(backend: str, threads: int, passes: int) -> list[float]:
     return [one_pass() for _ in range(passes)]
 
 
-def peer_run(backend: str, threads: int, passes: int) -> dict[str, float]:
+def peer_gflops(backend: str, threads: int, passes: int) -> float:
     """The peer in a process of its own, its thread count set before the library loads."""
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
     child = subprocess.run([sys.executable, __file__, "--child", backend, str(threads), str(passes)], env=env,
@@ -97,15 +97,14 @@ def peer_run(backend: str, threads: int, passes: int) -> dict[str, float]:
                  f"(is `python3 -m pip install {backend}` done?):\n{child.stderr.strip()}")
     seconds = json.loads(child.stdout)
     flops = sum(2.0 * m * n * k for _, m, n, k, *_ in step_products())
-    return {"products_s": statistics.median(seconds), "gflops": flops / statistics.median(seconds) / 1e9}
+    return flops / statistics.median(seconds) / 1e9
 
 
 def our_run(binary: str, threads: int) -> dict[str, float]:
     result = subprocess.run([binary, f"--benchmark_filter=BM_StepProducts/{threads}/", "--benchmark_format=json"],
                             check=True, capture_output=True, text=True)
     run = json.loads(result.stdout)["benchmarks"][0]
-    return {"products_s": run["products_s"], "fma_peak": run["fma_peak_GFLOP_per_s"],
-            "fraction": run["products_fraction_of_peak"]}
+    return {"fma_peak": run["fma_peak_GFLOP_per_s"], "fraction": run["products_fraction_of_peak"]}
 
 
 def main() -> None:
@@ -130,11 +129,11 @@ def main() -> None:
         for round_index in range(args.rounds):
             # Alternate which side runs first, so that a drift of the machine falls on both.
             first_peer = round_index % 2 == 1
-            p = peer_run(args.backend, threads, args.passes) if first_peer else None
+            p = peer_gflops(args.backend, threads, args.passes) if first_peer else None
             o = our_run(args.ours, threads)
-            p = p or peer_run(args.backend, threads, args.passes)
+            p = p or peer_gflops(args.backend, threads, args.passes)
             ours.append(o["fraction"])
-            peer.append(p["gflops"] / o["fma_peak"])
+            peer.append(p / o["fma_peak"])
             print(f"| {threads} | {round_index + 1} | {o['fma_peak']:.1f} | {100 * ours[-1]:.1f} | {100 * peer[-1]:.1f} |",
                   flush=True)
         print(f"| {threads} | median | | **{100 * statistics.median(ours):.1f}** | **{100 * statistics.median(peer):.1f}** |")
