@@ -323,7 +323,8 @@ inline constexpr Index kernel_b_memory_prefetch_k = 64;
 
 /// MR x (16 * NV) tile: MR * NV zmm accumulators, NV B loads and MR A broadcasts per k. Eight
 /// rows (16 accumulators) kept only about 60% of the FMA ports busy even from L1 (the broadcasts
-/// and loads outnumber the multiply-adds' issue slots); 14 rows (28) reach the ports' peak.
+/// and loads outnumber the multiply-adds' issue slots); 14 x 32 (28) and 8 x 48 (24) reach the
+/// ports' peak.
 /// `b_prefetch_k` > 0: the B panel streams from L2 (Blocking::a_panel_in_l1) or from memory
 /// (prepacked weights), so prefetch it that many k ahead into L1. `prefetches_next`: the blocking
 /// packs between kernel calls (Blocking::a_panel_in_l1) and may pass a block to prefetch; the
@@ -335,7 +336,9 @@ VERL_TARGET_AVX512 inline void kernel_avx512(Index kc, const float* a, const flo
   // The C tile is read (or written) only after the k loop; fetching it now hides a miss per row.
   for (Index i = 0; i < std::min(mr, MR); ++i) {
     _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc), _MM_HINT_T0);
-    if constexpr (NV > 1) _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc + NR - 1), _MM_HINT_T0);
+    // The last value of each vector: a row of NV vectors spans up to NV + 1 lines.
+#pragma GCC unroll 4
+    for (int v = 0; v < NV && NV > 1; ++v) _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc + 16 * v + 15), _MM_HINT_T0);
   }
   __m512 acc[MR][NV];
 #pragma GCC unroll 16
@@ -355,11 +358,10 @@ VERL_TARGET_AVX512 inline void kernel_avx512(Index kc, const float* a, const flo
         _mm_prefetch(reinterpret_cast<const char*>(b + b_prefetch_k * NR + 16 * v), _MM_HINT_T0);
       }
     }
-    // Up to three lines of the next block per depth: a 32-column panel's rows span up to three.
+    // Up to NV + 1 lines of the next block per depth: a row of an NV-vector panel spans that many.
     if constexpr (prefetches_next) {
-      next_lines.step();
-      next_lines.step();
-      next_lines.step();
+#pragma GCC unroll 4
+      for (int line = 0; line <= NV; ++line) next_lines.step();
     }
 #pragma GCC unroll 16
     for (Index i = 0; i < MR; ++i) {
@@ -521,6 +523,8 @@ inline void blocked_gemm(ThreadPool* pool, Index m, Index n, Index k, Operand<fl
                          Index ldc, bool accumulate, Kernel kernel, const PackedPanels* prepacked = nullptr,
                          EdgeColumns edges = {}) {
   static_assert(blocking.mc % MR == 0, "Blocking::mc must be a multiple of the micro-kernel's rows");
+  static_assert(blocking.nc % NR == 0,
+                "Blocking::nc must be a multiple of the micro-kernel's columns (a block's last panel would overrun the packing buffer)");
   constexpr Index mc_block = blocking.mc, nc_block = blocking.nc;
   const Index threads = pool != nullptr ? pool->size() : 1;
   // Prepacked weights (a decode step) pack nothing per task, so their column ranges may be
@@ -1147,32 +1151,49 @@ VERL_TARGET_AMX inline void sgemm_amx_prepacked(Index m, Index n, Index k, Opera
 }
 #endif
 
-/// Zmm registers per row of the wide AVX-512 tile (3 measured no faster with 8 rows here
-/// and pads a 64-wide attention head to 96).
-inline constexpr int avx512_vectors = 2;
-inline constexpr Index avx512_nr = 16 * avx512_vectors;
+/// A register tile of the AVX-512 kernel for products wider than 16 columns: `mr` rows of
+/// `vectors` zmm registers (16 columns each), and the blocking that keeps its A micro-panel in L1
+/// while B streams from L2 in NC blocks of `blocking.nc` columns.
+struct Avx512Tile {
+  int vectors;
+  Index mr;
+  Blocking blocking;
+  [[nodiscard]] constexpr Index nr() const { return 16 * vectors; }
+};
+/// 8 x 48 (24 accumulators): 8 broadcasts and 3 loads of B per 24 multiply-adds, MKL's register
+/// block. The step's products of SmolLM2-135M on an Intel Xeon (Sapphire Rapids class) ran
+/// 1.06-1.08x as fast as with 14 x 32 at one thread, level at two (RESULTS.md, 31st session).
+/// NC 480 keeps the block a whole number of panels; MC 192 keeps the row-block thresholds of
+/// blocked_gemm (few-row and two-thread paths) where 14 x 32's 196 put them.
+inline constexpr Avx512Tile avx512_tile_8x48{3, 8, {.mc = 24 * 8, .nc = 480, .a_panel_in_l1 = true}};
+/// 14 x 32 (28 accumulators; its A micro-panel 14 KiB, B blocks 512 KiB): for widths that 48
+/// columns would pad more, such as a 64-wide attention head (96 columns against 64). 1.5x the
+/// 8 x 32 tile's rate at the training products of a 30M model on a Cascade Lake core.
+inline constexpr Avx512Tile avx512_tile_14x32{2, 14, {.mc = 14 * 14, .nc = 512, .a_panel_in_l1 = true}};
 inline constexpr Index avx2_nr = 16;
 /// Panels of a PackedMatrix on AVX-512: 16 columns, so that few-row products can read three at a
 /// time from three places (kernel_avx512_streams).
 inline constexpr Index avx512_packed_nr = 16;
-/// Rows of the wide AVX-512 tile (14 x 32: 28 accumulators). Its B panel (kc x 32, 32 KiB) would
-/// fill L1 by itself, so B streams from L2 in NC blocks of 512 columns (512 KiB) past A
-/// micro-panels held in L1 (14 KiB): 1.5x the 8 x 32 tile's rate at the training products of a
-/// 30M model on a Cascade Lake core (RESULTS.md).
-inline constexpr Index avx512_mr = 14;
-inline constexpr Blocking avx512_blocking{.mc = 14 * avx512_mr, .nc = 512, .a_panel_in_l1 = true};
 /// The 16-column tiles (AVX-512's narrow 8 x 16, AVX2's 6 x 16): a 16 KiB B panel stays in L1
 /// while A streams past it.
 inline constexpr Blocking sixteen_column_blocking{.mc = 96, .nc = 2048, .a_panel_in_l1 = false};
 
+template <Avx512Tile tile>
+VERL_TARGET_AVX512 inline void sgemm_avx512_tile(ThreadPool* pool, Index m, Index n, Index k, Operand<float> a,
+                                                 Operand<float> b, float* c, Index ldc, bool accumulate) {
+  blocked_gemm<tile.mr, tile.nr(), tile.blocking>(pool, m, n, k, a, b, c, ldc, accumulate,
+                                                  kernel_avx512<tile.vectors, tile.mr, kernel_b_prefetch_k, true>);
+}
+/// Products wider than 16 columns: the 8 x 48 tile unless its panels would pad n to more columns
+/// than 14 x 32's. Every element is the same chain of multiply-adds in either tile, so the choice
+/// changes no result.
 VERL_TARGET_AVX512 inline void sgemm_avx512(ThreadPool* pool, Index m, Index n, Index k, Operand<float> a,
-                                            Operand<float> b, float* c, Index ldc, bool accumulate,
-                                            const PackedPanels* prepacked = nullptr) {
-  blocked_gemm<avx512_mr, avx512_nr, avx512_blocking>(pool, m, n, k, a, b, c, ldc, accumulate,
-                                                      kernel_avx512<avx512_vectors, avx512_mr,
-                                                                    avx512_blocking.a_panel_in_l1 ? kernel_b_prefetch_k : 0,
-                                                                    avx512_blocking.a_panel_in_l1>,
-                                                      prepacked);
+                                            Operand<float> b, float* c, Index ldc, bool accumulate) {
+  auto padded = [n](Index nr) { return (n + nr - 1) / nr * nr; };
+  if (padded(avx512_tile_8x48.nr()) <= padded(avx512_tile_14x32.nr())) {
+    return sgemm_avx512_tile<avx512_tile_8x48>(pool, m, n, k, a, b, c, ldc, accumulate);
+  }
+  sgemm_avx512_tile<avx512_tile_14x32>(pool, m, n, k, a, b, c, ldc, accumulate);
 }
 /// Narrow products (an attention head of 16 or fewer dimensions): one zmm per row, no padding waste.
 VERL_TARGET_AVX512 inline void sgemm_avx512_narrow(ThreadPool* pool, Index m, Index n, Index k, Operand<float> a,
