@@ -90,13 +90,18 @@ TEST(Gemm, ResultsDoNotDependOnTheThreadCount) {
   // the middle of a row panel, in the first or a later NC block), 500 rows (three threads) the
   // shared row tasks, 192 rows (a k/v projection's weight gradient) one column range per thread,
   // 30 rows four; the packing buffers, reused from shape to shape, hold the previous shape's values.
+  // A thread done with its range claims the column stripes of the others (ColumnClaims): eight
+  // threads on a machine with fewer cores start apart, so most ranges are shared. 4000 x 1200
+  // packs A in several chunks per range; at k = 11000 A is too deep to share and each range is
+  // its owner's alone.
   std::mt19937 rng(5);
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
-  for (const Index threads : {2, 3}) {
+  for (const Index threads : {2, 3, 8}) {
     ThreadPool pool(threads);
     for (const auto& [m, n, k] : {std::tuple<Index, Index, Index>{2400, 600, 300}, std::tuple<Index, Index, Index>{30, 1100, 513},
                                   std::tuple<Index, Index, Index>{500, 40, 700}, std::tuple<Index, Index, Index>{192, 576, 512},
-                                  std::tuple<Index, Index, Index>{900, 1100, 300}, std::tuple<Index, Index, Index>{512, 576, 576}}) {
+                                  std::tuple<Index, Index, Index>{900, 1100, 300}, std::tuple<Index, Index, Index>{512, 576, 576},
+                                  std::tuple<Index, Index, Index>{4000, 100, 1200}, std::tuple<Index, Index, Index>{400, 40, 11000}}) {
       for (const bool transposed : {false, true}) {
         std::vector<float> a(static_cast<std::size_t>(m * k)), b(static_cast<std::size_t>(k * n));
         for (auto& x : a) x = uniform(rng);

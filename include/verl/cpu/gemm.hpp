@@ -11,6 +11,7 @@
 #include <Eigen/Core>
 
 #include <algorithm>
+#include <atomic>
 #include <concepts>
 #include <cstdint>
 #include <cstring>
@@ -463,6 +464,10 @@ struct PackedPanels {
 /// Columns of C per task when a product has too few row blocks to occupy the pool (each task
 /// packs its own copy of A), and when B is prepacked (a task packs nothing).
 inline constexpr Index min_columns_per_task = 128;
+/// Column stripes per thread's range in a multi-thread product, at least (ColumnClaims): what is
+/// left when a thread finishes its own range is then shared out in pieces of an eighth or less
+/// (the step's products at two threads on the Intel host: 4 per range 1.015x, 8 1.09x, 16 as 8).
+inline constexpr Index min_stripes_per_range = 8;
 inline constexpr Index min_prepacked_columns_per_task = 64;
 /// Row blocks whose packed A (rows x kc) is kept and reused by every NC block of B's columns when
 /// there are several (2.3 MiB at 196-row blocks and kc = 256: a share of L3).
@@ -502,6 +507,17 @@ struct EdgeColumns {
   Index last_row_end = std::numeric_limits<Index>::max();
 };
 
+/// The units of one thread's range of rows in a multi-thread product (see blocked_gemm): stripes
+/// of `stripe_columns` columns of C (a multiple of the tile's NR) in each chunk of rows, numbered
+/// chunk-major. The range's owner claims them in order, and a thread that has finished its own
+/// range claims what is left, so a core that the host slows does less of the product instead of
+/// holding the other at the join. Whoever claims a unit computes all of it (every k block, in
+/// sequence), so the bits do not depend on who does.
+struct ColumnClaims {
+  Index stripe_columns = 0;
+  std::atomic<Index> next{0};
+};
+
 /// Runs fn(0) .. fn(count - 1), on the pool when there is one.
 template <class Fn>
 void for_each_task(ThreadPool* pool, Index count, Fn&& fn) {
@@ -521,7 +537,7 @@ void for_each_task(ThreadPool* pool, Index count, Fn&& fn) {
 template <Index MR, Index NR, Blocking blocking, class Kernel>
 inline void blocked_gemm(ThreadPool* pool, Index m, Index n, Index k, Operand<float> a, Operand<float> b, float* c,
                          Index ldc, bool accumulate, Kernel kernel, const PackedPanels* prepacked = nullptr,
-                         EdgeColumns edges = {}) {
+                         EdgeColumns edges = {}, ColumnClaims* claims = nullptr) {
   static_assert(blocking.mc % MR == 0, "Blocking::mc must be a multiple of the micro-kernel's rows");
   static_assert(blocking.nc % NR == 0,
                 "Blocking::nc must be a multiple of the micro-kernel's columns (a block's last panel would overrun the packing buffer)");
@@ -566,16 +582,29 @@ inline void blocked_gemm(ThreadPool* pool, Index m, Index n, Index k, Operand<fl
       // Fewer rows would pay too much for the copies of B: they keep the tasks. The ranges cut
       // the tiles in row order, a row panel at a range's end split by columns: ranges of whole row
       // panels left one thread a panel more (512 rows = 37 panels of 14: 18 and 19; 82-84%).
+      // Each range's columns are claimed in stripes (ColumnClaims): a thread done with its own
+      // range takes the stripes its neighbours have not begun. On a host that slows one core at a
+      // time the faster thread had waited 7-18% of each pass at the joins (RESULTS.md).
       const Index row_panels = (m + MR - 1) / MR, column_panels = (n + NR - 1) / NR;
       const Index tiles = row_panels * column_panels;
+      const Index stripe_panels = std::clamp<Index>(column_panels / min_stripes_per_range, 1, nc_block / NR);
+      std::vector<ColumnClaims> claims_of_range(static_cast<std::size_t>(threads));
+      for (auto& range_claims : claims_of_range) range_claims.stripe_columns = stripe_panels * NR;
+      // Stripes keep A packed for every k block: past that size, each range keeps to its owner.
+      const bool shares_ranges = static_cast<double>(mc_block) * static_cast<double>(k) * sizeof(float) <=
+                                 static_cast<double>(a_all_k_max_bytes);
       pool->parallel_for(threads, [&](Index t) {
-        const Index first_tile = t * tiles / threads, end_tile = (t + 1) * tiles / threads;
-        if (first_tile >= end_tile) return;
-        const Index first = first_tile / column_panels, last = (end_tile - 1) / column_panels + 1;
-        const Index i0 = first * MR, rows = std::min(m, last * MR) - i0;
-        const EdgeColumns range_edges{(first_tile % column_panels) * NR, ((end_tile - 1) % column_panels + 1) * NR};
-        blocked_gemm<MR, NR, blocking>(nullptr, rows, n, k, {a.data + i0 * a.row_stride, a.row_stride, a.col_stride}, b,
-                                       c + i0 * ldc, ldc, accumulate, kernel, nullptr, range_edges);
+        for (Index step = 0; step < (shares_ranges ? threads : 1); ++step) {
+          const Index range = (t + step) % threads;
+          const Index first_tile = range * tiles / threads, end_tile = (range + 1) * tiles / threads;
+          if (first_tile >= end_tile) continue;
+          const Index first = first_tile / column_panels, last = (end_tile - 1) / column_panels + 1;
+          const Index i0 = first * MR, rows = std::min(m, last * MR) - i0;
+          const EdgeColumns range_edges{(first_tile % column_panels) * NR, ((end_tile - 1) % column_panels + 1) * NR};
+          blocked_gemm<MR, NR, blocking>(nullptr, rows, n, k, {a.data + i0 * a.row_stride, a.row_stride, a.col_stride},
+                                         b, c + i0 * ldc, ldc, accumulate, kernel, nullptr, range_edges,
+                                         shares_ranges ? &claims_of_range[static_cast<std::size_t>(range)] : nullptr);
+        }
       });
       return;
     }
@@ -591,9 +620,18 @@ inline void blocked_gemm(ThreadPool* pool, Index m, Index n, Index k, Operand<fl
   // piece just before their first use, each piece's source prefetched by the kernel call before
   // (see PrefetchRuns): one thread's packing then overlaps the multiply-adds.
   const bool packs_lazily = blocking.a_panel_in_l1 && threads == 1 && prepacked == nullptr;
+  // Column stripes claimed from a range shared with other threads (ColumnClaims): every unit is
+  // all of k for its columns, so the C blocks stay resident (below) and A, packed for every k
+  // block in the caller's first unit of a chunk, is reused by its later ones. Chunks shrink so
+  // that A for every k block stays within a_all_k_max_bytes.
+  const bool stripes = claims != nullptr;
+  const Index stripe_columns = stripes ? claims->stripe_columns : nc_block;
   // With one NC block, each task packs its own rows of A where it uses them.
-  const bool share_a = n > nc_block;
-  const Index chunk_rows = share_a ? row_blocks_per_chunk * mc_block : m;
+  const bool share_a = n > nc_block || stripes;
+  const Index a_fit_rows = static_cast<Index>(a_all_k_max_bytes / sizeof(float)) / std::max<Index>(k, 1) / mc_block * mc_block;
+  const Index chunk_rows = !share_a ? m
+                           : stripes ? std::clamp(a_fit_rows, mc_block, row_blocks_per_chunk * mc_block)
+                                     : row_blocks_per_chunk * mc_block;
   thread_local std::vector<float> packed_a_chunk;
   if (share_a) packing_buffer(packed_a_chunk, static_cast<std::size_t>((std::min(chunk_rows, m) + MR - 1) / MR * MR * kc_max));
 
@@ -607,7 +645,7 @@ inline void blocked_gemm(ThreadPool* pool, Index m, Index n, Index k, Operand<fl
                                 static_cast<double>(c_resident_min_bytes);
   const bool a_fits_for_every_k = static_cast<double>(std::min(chunk_rows, m)) * static_cast<double>(k) * sizeof(float) <=
                                   static_cast<double>(a_all_k_max_bytes);
-  const bool c_resident = share_a && k_blocks > 1 && c_outgrows_cache && a_fits_for_every_k;
+  const bool c_resident = stripes || (share_a && k_blocks > 1 && c_outgrows_cache && a_fits_for_every_k);
   // Packed A of one k block per row block (share_a), or of every k block (c_resident): block b of
   // k block q at shared_a + q * a_k_stride + b * mc_block * kc.
   const Index padded_chunk_rows = (std::min(chunk_rows, m) + mc_block - 1) / mc_block * mc_block;
@@ -615,8 +653,17 @@ inline void blocked_gemm(ThreadPool* pool, Index m, Index n, Index k, Operand<fl
   if (c_resident) packing_buffer(packed_a_chunk, static_cast<std::size_t>(a_k_stride * k_blocks));
   float* shared_a = packed_a_chunk.data();
 
+  const Index stripes_per_chunk = (n + stripe_columns - 1) / stripe_columns;
+  const Index units = (m + chunk_rows - 1) / chunk_rows * stripes_per_chunk;
+  auto claim_unit = [&] { return claims->next.fetch_add(1, std::memory_order_relaxed); };
+  Index unit = stripes ? claim_unit() : 0;
   for (Index i0 = 0; i0 < m; i0 += chunk_rows) {
+    if (stripes && unit >= units) break;
+    // Claims only grow, so the chunks before the next claimed unit's are others' work.
+    if (stripes && unit / stripes_per_chunk != i0 / chunk_rows) continue;
     const Index rows = std::min(chunk_rows, m - i0);
+    // The caller's first column block of this chunk packs A (packs_lazily).
+    const Index first_jc = stripes ? unit % stripes_per_chunk * stripe_columns : 0;
     const Index row_blocks = (rows + mc_block - 1) / mc_block;
     // Packs rows [ic, ic + mc) of A's k block at pc.
     auto pack_a_rows = [&](Index pc, Index ic, Index mc, float* out) {
@@ -641,7 +688,7 @@ inline void blocked_gemm(ThreadPool* pool, Index m, Index n, Index k, Operand<fl
     auto multiply_block = [&](Index pc, Index jc) {
       const Index kc = std::min(kc_block, k - pc);
       const bool add = accumulate || pc > 0;
-      const Index nc = std::min(nc_block, n - jc);
+      const Index nc = std::min(stripe_columns, n - jc);
       const Index panels = (nc + NR - 1) / NR;
       const TaskSplit split = split_tasks(rows, nc, threads, prepacked != nullptr, MR, mc_block);
       const Index panels_per_group = (panels + split.column_groups - 1) / split.column_groups;
@@ -661,7 +708,7 @@ inline void blocked_gemm(ThreadPool* pool, Index m, Index n, Index k, Operand<fl
         if (p0 < p1) pack_b<NR>(b_columns(p0), kc, columns_of_panels(p0, p1), shared_b + p0 * kc * NR);
       };
       // A packed where it is used: the task's own rows, or the shared block in its first NC block.
-      const bool tasks_pack_a = !share_a || (packs_lazily && jc == 0);
+      const bool tasks_pack_a = !share_a || (packs_lazily && jc == first_jc);
       auto compute = [&](Index task) {
         const Index row_task = task / column_groups, group = task % column_groups;
         // Whole MR-row panels, spread evenly over the row tasks.
@@ -738,8 +785,14 @@ inline void blocked_gemm(ThreadPool* pool, Index m, Index n, Index k, Operand<fl
       if (!packs_lazily) {
         for (Index pc = 0; pc < k; pc += kc_block) pack_shared_a(pc);
       }
-      for (Index jc = 0; jc < n; jc += nc_block) {
-        for (Index pc = 0; pc < k; pc += kc_block) multiply_block(pc, jc);
+      if (stripes) {
+        for (; unit < units && unit / stripes_per_chunk == i0 / chunk_rows; unit = claim_unit()) {
+          for (Index pc = 0; pc < k; pc += kc_block) multiply_block(pc, unit % stripes_per_chunk * stripe_columns);
+        }
+      } else {
+        for (Index jc = 0; jc < n; jc += nc_block) {
+          for (Index pc = 0; pc < k; pc += kc_block) multiply_block(pc, jc);
+        }
       }
     } else {
       for (Index pc = 0; pc < k; pc += kc_block) {
