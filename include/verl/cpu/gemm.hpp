@@ -1214,8 +1214,8 @@ struct Avx512Tile {
   [[nodiscard]] constexpr Index nr() const { return 16 * vectors; }
 };
 /// 8 x 48 (24 accumulators): 8 broadcasts and 3 loads of B per 24 multiply-adds, MKL's register
-/// block. The step's products of SmolLM2-135M on an Intel Xeon (Sapphire Rapids class) ran
-/// 1.06-1.08x as fast as with 14 x 32 at one thread, level at two (RESULTS.md, 31st session).
+/// block. The step's products of SmolLM2-135M on an Intel Xeon (family 6, model 207) ran
+/// 1.06-1.08x as fast as with 14 x 32 at one thread, 1.00-1.03x at two (RESULTS.md, 31st session).
 /// NC 480 keeps the block a whole number of panels; MC 192 keeps the row-block thresholds of
 /// blocked_gemm (few-row and two-thread paths) where 14 x 32's 196 put them.
 inline constexpr Avx512Tile avx512_tile_8x48{3, 8, {.mc = 24 * 8, .nc = 480, .a_panel_in_l1 = true}};
@@ -1234,8 +1234,10 @@ inline constexpr Blocking sixteen_column_blocking{.mc = 96, .nc = 2048, .a_panel
 template <Avx512Tile tile>
 VERL_TARGET_AVX512 inline void sgemm_avx512_tile(ThreadPool* pool, Index m, Index n, Index k, Operand<float> a,
                                                  Operand<float> b, float* c, Index ldc, bool accumulate) {
-  blocked_gemm<tile.mr, tile.nr(), tile.blocking>(pool, m, n, k, a, b, c, ldc, accumulate,
-                                                  kernel_avx512<tile.vectors, tile.mr, kernel_b_prefetch_k, true>);
+  constexpr bool b_streams_from_l2 = tile.blocking.a_panel_in_l1;
+  blocked_gemm<tile.mr, tile.nr(), tile.blocking>(
+      pool, m, n, k, a, b, c, ldc, accumulate,
+      kernel_avx512<tile.vectors, tile.mr, b_streams_from_l2 ? kernel_b_prefetch_k : 0, b_streams_from_l2>);
 }
 /// Products wider than 16 columns: the 8 x 48 tile unless its panels would pad n to more columns
 /// than 14 x 32's. Every element is the same chain of multiply-adds in either tile, so the choice
