@@ -86,11 +86,14 @@ INSTANTIATE_TEST_SUITE_P(Shapes, GemmTest,
 TEST(Gemm, ResultsDoNotDependOnTheThreadCount) {
   // Tasks split rows and columns differently with a pool; each element must still be the same
   // chain of multiply-adds (KC blocks in sequence), so training is reproducible across machines
-  // with different core counts. Shapes cross the row chunks, NC blocks and KC blocks; 2400, 900
-  // and 512 rows take one range of tiles per thread (each packing as it goes; the ranges end in
-  // the middle of a row panel, in the first or a later NC block), 500 rows (three threads) the
-  // shared row tasks, 192 rows (a k/v projection's weight gradient) one column range per thread,
-  // 30 rows four; the packing buffers, reused from shape to shape, hold the previous shape's values.
+  // with different core counts. Shapes cross the row chunks, NC blocks and KC blocks. Half a row
+  // block (96 rows) or more per thread takes one range of tiles per thread (each packing as it
+  // goes; the ranges end in the middle of a row panel, in the first or a later NC block): 2400 and
+  // 900 rows at every count, 512 and 500 at two and three threads, 250 and 192 (a k/v projection's
+  // weight gradient) at two. Fewer rows take the shared row tasks (512 and 500 at eight threads,
+  // 250 at three and eight), or, up to a row block, one column range per thread (192 rows at three
+  // and eight), 30 rows four; the packing buffers, reused from shape to shape, hold the previous
+  // shape's values.
   // A thread done with its range claims the column stripes of the others (ColumnClaims): eight
   // threads on a machine with fewer cores start apart, so most ranges are shared. 4000 x 1200
   // packs A in several chunks per range; at k = 11000 A is too deep to share and each range is
@@ -101,6 +104,7 @@ TEST(Gemm, ResultsDoNotDependOnTheThreadCount) {
     ThreadPool pool(threads);
     for (const auto& [m, n, k] : {std::tuple<Index, Index, Index>{2400, 600, 300}, std::tuple<Index, Index, Index>{30, 1100, 513},
                                   std::tuple<Index, Index, Index>{500, 40, 700}, std::tuple<Index, Index, Index>{192, 576, 512},
+                                  std::tuple<Index, Index, Index>{250, 300, 520},
                                   std::tuple<Index, Index, Index>{900, 1100, 300}, std::tuple<Index, Index, Index>{512, 576, 576},
                                   std::tuple<Index, Index, Index>{4000, 100, 1200}, std::tuple<Index, Index, Index>{400, 40, 11000}}) {
       for (const bool transposed : {false, true}) {
