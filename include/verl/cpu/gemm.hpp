@@ -338,8 +338,10 @@ VERL_TARGET_AVX512 inline void kernel_avx512(Index kc, const float* a, const flo
   for (Index i = 0; i < std::min(mr, MR); ++i) {
     _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc), _MM_HINT_T0);
     // The last value of each vector: a row of NV vectors spans up to NV + 1 lines.
+    if constexpr (NV > 1) {
 #pragma GCC unroll 4
-    for (int v = 0; v < NV && NV > 1; ++v) _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc + 16 * v + 15), _MM_HINT_T0);
+      for (int v = 0; v < NV; ++v) _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc + 16 * v + 15), _MM_HINT_T0);
+    }
   }
   __m512 acc[MR][NV];
 #pragma GCC unroll 16
