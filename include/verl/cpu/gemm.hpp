@@ -550,7 +550,7 @@ inline void blocked_gemm(ThreadPool* pool, Index m, Index n, Index k, Operand<fl
   const Index columns_per_task = prepacked != nullptr ? min_prepacked_columns_per_task : min_columns_per_task;
   // Half a row block or more per thread: one range of tiles per thread (below). From 192 to 383
   // rows at two threads (the k/v projections' weight gradients, 192 x 576 x 512) ranges of rows
-  // ran 1.08-1.18x as fast as columns of B or shared row tasks (RESULTS.md, 32nd session).
+  // ran 1.09-1.14x as fast as columns of B or shared row tasks (RESULTS.md, 32nd session).
   const bool row_ranges = blocking.a_panel_in_l1 && pool != nullptr && threads > 1 && prepacked == nullptr &&
                           m >= threads * (mc_block / 2);
   if (!row_ranges && pool != nullptr && m <= mc_block && n >= 2 * columns_per_task) {
@@ -561,9 +561,9 @@ inline void blocked_gemm(ThreadPool* pool, Index m, Index n, Index k, Operand<fl
     // 7-10% faster than with four shorter ranges per thread). So does a product whose A has more
     // than half a row block: every range packs all of A again, and at the k and v projections'
     // weight gradients of a training step (192 x 576 x 512, here from three threads on) four
-    // ranges per thread spent more on that than they gained in balance (two threads: best 65% ->
-    // 77% of the peak). Otherwise up to four per thread, a multiple of the threads where there
-    // are enough columns.
+    // ranges per thread spent more on that than they gained in balance (measured at two threads
+    // before those took the ranges below: best 65% -> 77% of the peak). Otherwise up to four per
+    // thread, a multiple of the threads where there are enough columns.
     const Index panels = (n + NR - 1) / NR;
     const Index ranges_per_thread = prepacked != nullptr || m > mc_block / 2 ? 1 : 4;
     Index groups = std::min<Index>({ranges_per_thread * threads, n / columns_per_task, panels});
@@ -588,9 +588,9 @@ inline void blocked_gemm(ThreadPool* pool, Index m, Index n, Index k, Operand<fl
       // the product. The training step's products at two threads: 64-81% of the peak with four
       // row tasks per thread behind shared packing regions (~290 regions a layer), 85% this way.
       // Under half a row block per thread, the copies of B would cost too much: those products
-      // keep the tasks (or the column ranges above). The ranges cut
-      // the tiles in row order, a row panel at a range's end split by columns: ranges of whole row
-      // panels left one thread a panel more (512 rows = 37 panels of 14: 18 and 19; 82-84%).
+      // keep the tasks (or the column ranges above). The ranges cut the tiles in row order, a row
+      // panel at a range's end split by columns: ranges of whole row panels left one thread a
+      // panel more (512 rows = 37 panels of 14: 18 and 19; 82-84%).
       // Each range's columns are claimed in stripes (ColumnClaims): a thread done with its own
       // range takes the stripes its neighbours have not begun. On a host that slows one core at a
       // time the faster thread had waited 7-18% of each pass at the joins (RESULTS.md).
