@@ -16,18 +16,33 @@
 //              cores reach with nothing shared between them but the machine (caches, memory):
 //                ( bench_train_step --benchmark_filter='BM_StepProducts/1/' &
 //                  bench_train_step --benchmark_filter='BM_StepProducts/1/' & wait )
+//   StepProductsVsBlas the replay against a BLAS library loaded at run time, in the same process,
+//              a group of products of each in turn (one core's speed moves by a quarter for seconds
+//              at a time on some hosts: rounds of separate processes then compare moments, not
+//              libraries). VERL_BENCH_BLAS names a shared library with the Fortran sgemm_: MKL's
+//              libmkl_rt.so (PyPI's `mkl`; MKL_THREADING_LAYER=GNU uses Debian's libgomp), PyTorch's
+//              torch/lib/libtorch_cpu.so (MKL inside), or OpenBLAS:
+//                export VERL_BENCH_BLAS=$VENV/lib/python3.11/site-packages/torch/lib/libtorch_cpu.so
+//                bench_train_step --benchmark_filter=BM_StepProductsVsBlas
 // The PyTorch eager side (transformers' LlamaForCausalLM, same shapes and threads) is
 // tools/scripts/bench_sft_torch.py, which alternates rounds with this program.
 //
 //   VERL_BENCH_THREADS is not used: the thread count is the benchmark's argument (1 and 2).
 #include <benchmark/benchmark.h>
+#include <dlfcn.h>
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <map>
+#include <optional>
 #include <random>
+#include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #if defined(__x86_64__)
@@ -200,17 +215,33 @@ class ProductReplay {
     for (Index s = 0; s < ring_slots; ++s) ring_.emplace_back(slot, rng);
   }
 
-  /// Seconds of the whole list; `seconds_by_part` gets each part's share added.
-  double run(cpu::ThreadPool& pool, std::map<std::string, double>* seconds_by_part = nullptr) {
+  /// The step's call: cpu::gemm on the pool (none at one thread).
+  static auto ours(cpu::ThreadPool& pool) {
     cpu::ThreadPool* threads = pool.size() > 1 ? &pool : nullptr;
+    return [threads](const Product& p, float* a, float* b, float* c) {
+      const auto a_op = p.a_transposed ? cpu::transpose_of(a, p.m) : cpu::rows_of(a, p.k);
+      const auto b_op = p.b_transposed ? cpu::transpose_of(b, p.k) : cpu::rows_of(b, p.n);
+      cpu::gemm<float>(threads, p.m, p.n, p.k, a_op, b_op, c, p.n, p.accumulate);
+    };
+  }
+
+  /// Seconds of the whole list through cpu::gemm; `seconds_by_part` gets each part's share added.
+  double run(cpu::ThreadPool& pool, std::map<std::string, double>* seconds_by_part = nullptr) {
+    std::size_t next_slot = 0;
+    return run_range(0, products_.size(), next_slot, ours(pool), seconds_by_part);
+  }
+
+  /// Products [begin, end) through `multiply(product, a, b, c)`, operands from the ring from
+  /// `next_slot` on (advanced past those used); returns the seconds.
+  template <class Multiply>
+  double run_range(std::size_t begin, std::size_t end, std::size_t& next_slot, const Multiply& multiply,
+                   std::map<std::string, double>* seconds_by_part = nullptr) {
     const auto start = Clock::now();
     auto last = start;
-    std::size_t next_slot = 0;
-    for (const Product& p : products_) {
+    for (std::size_t i = begin; i < end; ++i) {
+      const Product& p = products_[i];
       Operands& operands = fits_a_slot(sizes_of(p)) ? ring_[next_slot++ % ring_.size()] : large_;
-      const auto a = p.a_transposed ? cpu::transpose_of(operands.a.data(), p.m) : cpu::rows_of(operands.a.data(), p.k);
-      const auto b = p.b_transposed ? cpu::transpose_of(operands.b.data(), p.k) : cpu::rows_of(operands.b.data(), p.n);
-      cpu::gemm<float>(threads, p.m, p.n, p.k, a, b, operands.c.data(), p.n, p.accumulate);
+      multiply(p, operands.a.data(), operands.b.data(), operands.c.data());
       benchmark::DoNotOptimize(operands.c.data());
       if (seconds_by_part != nullptr) {
         const auto now = Clock::now();
@@ -220,6 +251,24 @@ class ProductReplay {
     }
     return std::chrono::duration<double>(Clock::now() - start).count();
   }
+
+  /// Runs of consecutive products of at least `min_flops` each (the last one may be smaller):
+  /// [first, end) index pairs.
+  [[nodiscard]] std::vector<std::pair<std::size_t, std::size_t>> groups(double min_flops) const {
+    std::vector<std::pair<std::size_t, std::size_t>> runs;
+    double flops = 0.0;
+    std::size_t first = 0;
+    for (std::size_t i = 0; i < products_.size(); ++i) {
+      flops += flops_of(products_[i]);
+      if (flops >= min_flops || i + 1 == products_.size()) {
+        runs.emplace_back(first, i + 1);
+        first = i + 1;
+        flops = 0.0;
+      }
+    }
+    return runs;
+  }
+
 
   [[nodiscard]] std::map<std::string, double> flops_by_part() const {
     std::map<std::string, double> flops;
@@ -374,10 +423,164 @@ void BM_StepProducts(benchmark::State& state) {
   state.counters["products_fraction_of_peak"] = replay.flops() / median(products_s) / 1e9 / peak;
 }
 
+/// A BLAS library loaded at run time, called through its Fortran sgemm_ (column-major): the
+/// strongest peer of the step's products in the same process (BM_StepProductsVsBlas).
+class BlasPeer {
+ public:
+  BlasPeer(const char* path, unsigned threads) : path_(path) {
+    // An OpenMP runtime's threads otherwise spin after each call, on the core that our pool's next
+    // product needs (our products at two threads ran at 0.5-0.9 of MKL's that way, 0.8-1.1 without).
+    // Set before loading: the runtime reads it once. The user's own setting wins.
+    setenv("OMP_WAIT_POLICY", "PASSIVE", 0);
+    handle_ = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (handle_ == nullptr) throw std::runtime_error(fmt::format("VERL_BENCH_BLAS={}: cannot load it: {}", path, dlerror()));
+    sgemm_ = reinterpret_cast<Sgemm>(dlsym(handle_, "sgemm_"));
+    if (sgemm_ == nullptr) {
+      throw std::runtime_error(fmt::format("VERL_BENCH_BLAS={}: expected a BLAS library exporting sgemm_, found none", path));
+    }
+    // MKL's runtime library, OpenBLAS, then the MKL inside PyTorch (which exports only the local
+    // form). C entry points only: the lower-case mkl_* names there take their argument by address.
+    for (const char* name : {"MKL_Set_Num_Threads", "openblas_set_num_threads"}) {
+      if (auto* set = reinterpret_cast<void (*)(int)>(dlsym(handle_, name))) {
+        set(static_cast<int>(threads));
+        return;
+      }
+    }
+    if (auto* set = reinterpret_cast<int (*)(int)>(dlsym(handle_, "MKL_Set_Num_Threads_Local"))) {
+      (void)set(static_cast<int>(threads));
+      return;
+    }
+    throw std::runtime_error(fmt::format(
+        "VERL_BENCH_BLAS={}: found no way to set its thread count to {} (MKL_Set_Num_Threads, "
+        "openblas_set_num_threads, MKL_Set_Num_Threads_Local)",
+        path, threads));
+  }
+  BlasPeer(const BlasPeer&) = delete;
+  BlasPeer& operator=(const BlasPeer&) = delete;
+  // The library stays loaded: unloading an OpenMP runtime with live threads is not safe.
+
+  /// C (m x n, row-major) (+)= op(A) op(B), as the column-major product C^T = op(B)^T op(A)^T.
+  /// Integers are passed as 64-bit values: an LP64 library reads their low half, an ILP64 one all.
+  void multiply(const Product& p, const float* a, const float* b, float* c) const {
+    const std::int64_t rows = p.n, cols = p.m, depth = p.k, ld_b = p.b_transposed ? p.k : p.n,
+                       ld_a = p.a_transposed ? p.m : p.k, ld_c = p.n;
+    const float one = 1.0f, beta = p.accumulate ? 1.0f : 0.0f;
+    sgemm_(p.b_transposed ? "T" : "N", p.a_transposed ? "T" : "N", &rows, &cols, &depth, &one, b, &ld_b, a, &ld_a, &beta,
+           c, &ld_c);
+  }
+
+  [[nodiscard]] const char* path() const { return path_; }
+
+ private:
+  using Sgemm = void (*)(const char*, const char*, const std::int64_t*, const std::int64_t*, const std::int64_t*,
+                         const float*, const float*, const std::int64_t*, const float*, const std::int64_t*, const float*,
+                         float*, const std::int64_t*);
+  const char* path_;
+  void* handle_ = nullptr;
+  Sgemm sgemm_ = nullptr;
+};
+
+/// Largest |ours - peer| over largest |ours| on one product of each layout: a library whose
+/// sgemm_ reads its arguments otherwise (or a wrong operand layout here) shows at once.
+double peer_disagreement(const BlasPeer& peer, cpu::ThreadPool& pool) {
+  double worst = 0.0;
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  for (const bool a_transposed : {false, true}) {
+    for (const bool b_transposed : {false, true}) {
+      const Product p{"check", 37, 53, 29, a_transposed, b_transposed, a_transposed};
+      std::vector<float> a(static_cast<std::size_t>(p.m * p.k)), b(static_cast<std::size_t>(p.k * p.n)),
+          c(static_cast<std::size_t>(p.m * p.n));
+      for (auto& x : a) x = uniform(rng);
+      for (auto& x : b) x = uniform(rng);
+      for (auto& x : c) x = uniform(rng);
+      std::vector<float> theirs = c;
+      ProductReplay::ours(pool)(p, a.data(), b.data(), c.data());
+      peer.multiply(p, a.data(), b.data(), theirs.data());
+      double largest = 0.0, difference = 0.0;
+      for (std::size_t i = 0; i < c.size(); ++i) {
+        largest = std::max(largest, static_cast<double>(std::abs(c[i])));
+        difference = std::max(difference, static_cast<double>(std::abs(c[i] - theirs[i])));
+      }
+      worst = std::max(worst, difference / std::max(largest, 1e-30));
+    }
+  }
+  return worst;
+}
+
+/// The replay against a BLAS peer in one process (VERL_BENCH_BLAS, see the top of this file).
+/// Each pass runs the product list in groups of consecutive products of at least 2 GFLOP (tens of
+/// milliseconds; a thread pool's spin after its last product is then under 1% of a group), ours
+/// and the peer's each in turn, the first side alternating from group to group; each side reads
+/// its own ring slots. Counters: both fractions of the FMA peak, ours_over_peer (the peer's
+/// seconds over ours: above 1, ours is faster), and each part's.
+void BM_StepProductsVsBlas(benchmark::State& state) {
+  const char* path = std::getenv("VERL_BENCH_BLAS");
+  if (path == nullptr || *path == '\0') {
+    state.SkipWithError("VERL_BENCH_BLAS is not set: expected the path of a BLAS library exporting sgemm_ (see bench_train_step.cpp)");
+    return;
+  }
+  const auto threads = static_cast<unsigned>(state.range(0));
+  cpu::ThreadPool pool(threads);
+  ProductReplay replay(step_products(smollm2_135m_config(), sequences * sequence_length));
+  std::optional<BlasPeer> loaded;
+  try {
+    loaded.emplace(path, threads);
+  } catch (const std::exception& error) {
+    state.SkipWithError(error.what());
+    return;
+  }
+  const BlasPeer& peer = *loaded;
+  if (const double disagreement = peer_disagreement(peer, pool); !(disagreement < 1e-5)) {
+    state.SkipWithError(fmt::format("VERL_BENCH_BLAS={}: its sgemm_ disagrees with ours by {:.3g} of the largest value "
+                                    "(expected under 1e-5: an sgemm_ with another interface?)",
+                                    path, disagreement)
+                            .c_str());
+    return;
+  }
+  const auto ours = ProductReplay::ours(pool);
+  auto theirs = [&peer](const Product& p, float* a, float* b, float* c) { peer.multiply(p, a, b, c); };
+  const auto groups = replay.groups(2e9);
+  std::map<std::string, double> ours_by_part, theirs_by_part;
+  auto pass = [&](std::vector<double>* ours_s, std::vector<double>* theirs_s) {
+    double ours_total = 0.0, theirs_total = 0.0;
+    std::size_t next_slot = 0;
+    for (std::size_t g = 0; g < groups.size(); ++g) {
+      const auto [first, end] = groups[g];
+      for (int side = 0; side < 2; ++side) {
+        if ((side + static_cast<int>(g)) % 2 == 0) {
+          ours_total += replay.run_range(first, end, next_slot, ours, ours_s != nullptr ? &ours_by_part : nullptr);
+        } else {
+          theirs_total += replay.run_range(first, end, next_slot, theirs, theirs_s != nullptr ? &theirs_by_part : nullptr);
+        }
+      }
+    }
+    if (ours_s != nullptr) ours_s->push_back(ours_total);
+    if (theirs_s != nullptr) theirs_s->push_back(theirs_total);
+  };
+  pass(nullptr, nullptr);  // warm-up: packing buffers, the peer's threads
+  const double peak_before = fma_peak_gflops(pool, 20'000'000, 3);
+  std::vector<double> ours_s, theirs_s;
+  for (auto _ : state) pass(&ours_s, &theirs_s);
+  const double peak = std::max(peak_before, fma_peak_gflops(pool, 20'000'000, 3));
+  for (const auto& [part, flops] : replay.flops_by_part()) {
+    state.counters[part + "_ours_over_peer"] = theirs_by_part[part] / ours_by_part[part];
+  }
+  state.counters["threads"] = threads;
+  state.counters["fma_peak_GFLOP_per_s"] = peak;
+  state.counters["products_fraction_of_peak"] = replay.flops() / median(ours_s) / 1e9 / peak;
+  state.counters["peer_products_fraction_of_peak"] = replay.flops() / median(theirs_s) / 1e9 / peak;
+  std::vector<double> ratios;
+  for (std::size_t i = 0; i < ours_s.size(); ++i) ratios.push_back(theirs_s[i] / ours_s[i]);
+  state.counters["ours_over_peer"] = median(ratios);
+  state.SetLabel(peer.path());
+}
+
 }  // namespace
 
 BENCHMARK(BM_FmaPeak)->Arg(1)->Arg(2)->Iterations(5)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_SftStep)->Arg(1)->Arg(2)->Iterations(5)->UseRealTime()->Unit(benchmark::kSecond);
 BENCHMARK(BM_StepProducts)->Arg(1)->Arg(2)->Iterations(5)->UseRealTime()->Unit(benchmark::kSecond);
+BENCHMARK(BM_StepProductsVsBlas)->Arg(1)->Arg(2)->Iterations(5)->UseRealTime()->Unit(benchmark::kSecond);
 
 BENCHMARK_MAIN();
