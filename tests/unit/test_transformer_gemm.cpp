@@ -73,8 +73,8 @@ TEST_P(GemmTest, MatchesADoubleReferenceForEveryLayout) {
 }
 
 // Shapes around the kernels' tiles (8 x 48, 14 x 32, 8 x 16, 6 x 16; widths that 48 pads more take
-// 14 x 32) and blocks (KC 256; MC 192, 196 and 96; NC 480, 512 and 2048; A shared across NC blocks in
-// chunks of 12 row blocks).
+// 14 x 32) and blocks (KC up to 288 in equal even blocks: 257 as 2 x 130, 300 as 2 x 150; MC 192, 196
+// and 96; NC 480, 512 and 2048; A shared across NC blocks in chunks of 12 row blocks).
 INSTANTIATE_TEST_SUITE_P(Shapes, GemmTest,
                          ::testing::Values(std::tuple<Index, Index, Index>{1, 1, 1}, std::tuple<Index, Index, Index>{1, 37, 8},
                                            std::tuple<Index, Index, Index>{7, 5, 300}, std::tuple<Index, Index, Index>{8, 32, 16},

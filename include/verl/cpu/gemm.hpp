@@ -66,9 +66,22 @@ Operand<S> transpose_of(const S* data, Index stride) {
 
 namespace gemm_detail {
 
-/// Reduction depth per packed block. Every element of C is summed over k in these blocks, in
-/// sequence, so the results of all paths (blocked, few rows, prepacked) agree bit for bit.
-inline constexpr Index kc_block = 256;
+/// Reduction depth of the packed blocks of a product of depth k: the fewest blocks of at most
+/// max_kc_block, of equal depth (rounded up to even, so that bfloat16 panels hold whole pairs of k in
+/// every block but the last). Every element of C is summed over k in these blocks, in sequence, and
+/// every path (blocked, few rows, prepacked) cuts k the same way, so their results agree bit for bit.
+/// Balanced blocks spare the shallow last block and a pass over C: k = 576 runs as 2 x 288 instead
+/// of 256 + 256 + 64 (the step's products against MKL in one process, one thread: 0.86 -> 0.89 of
+/// its speed, RESULTS.md, 33rd session). At most 288 deep, a B block of 480 or 512 columns stays
+/// within a 1 MiB L2 (576 KiB); an even maximum keeps every block within max_kc_block.
+inline constexpr Index max_kc_block = 288;
+[[nodiscard]] constexpr Index kc_block_of(Index k) {
+  const Index blocks = std::max<Index>(1, (k + max_kc_block - 1) / max_kc_block);
+  const Index depth = (k + blocks - 1) / blocks;
+  return std::max<Index>(2, depth + (depth & 1));
+}
+static_assert(kc_block_of(576) == 288 && kc_block_of(512) == 256 && kc_block_of(1536) == 256 &&
+              kc_block_of(577) == 194 && kc_block_of(289) == 146 && kc_block_of(1) == 2);
 
 /// Makes a packing buffer hold at least `size` floats. The buffers only grow: the step's products
 /// alternate shapes, and resizing a vector back up value-initializes its new tail (a memset of up
@@ -451,7 +464,6 @@ struct PackedPanels {
   /// Rows of a bfloat16 panel of depth kc: they hold pairs of k (see PackedMatrix::fill_bf16), the
   /// last one padded with zeros when kc is odd.
   [[nodiscard]] static constexpr Index bf16_panel_depth(Index kc) { return kc + (kc & 1); }
-  static_assert(kc_block % 2 == 0, "every KC block but the last must hold whole pairs of k");
   /// panel() of the float32 (W = float) or bfloat16 (W = std::uint16_t) values.
   template <class W>
   [[nodiscard]] const W* panel_of(Index pc, Index kc, Index p) const {
@@ -544,6 +556,7 @@ inline void blocked_gemm(ThreadPool* pool, Index m, Index n, Index k, Operand<fl
   static_assert(blocking.nc % NR == 0,
                 "Blocking::nc must be a multiple of the micro-kernel's columns (a block's last panel would overrun the packing buffer)");
   constexpr Index mc_block = blocking.mc, nc_block = blocking.nc;
+  const Index kc_block = kc_block_of(k);
   const Index threads = pool != nullptr ? pool->size() : 1;
   // Prepacked weights (a decode step) pack nothing per task, so their column ranges may be
   // narrower: the k and v projections of a small model (192 columns) then use every thread.
@@ -849,7 +862,8 @@ template <Index R>
 VERL_TARGET_AVX512 inline void sgemm_avx512_few_rows(Index m, Index n, Index k, Operand<float> a, Operand<float> b,
                                                      float* c, Index ldc, bool accumulate) {
   constexpr Index NR = 16;
-  alignas(64) float panel[kc_block * NR];
+  const Index kc_block = kc_block_of(k);
+  alignas(64) float panel[max_kc_block * NR];
   for (Index j0 = 0; j0 < n; j0 += NR) {
     const Index cols = std::min(NR, n - j0);
     const auto lanes = static_cast<__mmask16>((1u << cols) - 1u);
@@ -1032,6 +1046,7 @@ VERL_TARGET_AVX512 inline void sgemm_avx512_prepacked_rows(Index m, Index n, Ind
                                                            const PackedPanels& panels, float* c, Index ldc,
                                                            bool accumulate) {
   constexpr Index MR = 8, NR = 16;
+  const Index kc_block = kc_block_of(k);
   const Index row_blocks = (m + MR - 1) / MR;
   thread_local std::vector<float> packed_a;
   packing_buffer(packed_a, static_cast<std::size_t>(row_blocks * MR * std::min(kc_block, k)));
@@ -1456,8 +1471,9 @@ class PackedMatrix {
     set_shape(k, n, NR);
     // pack_b writes every element (zeroing partial panels), so reused memory needs no clearing.
     data_.resize(static_cast<std::size_t>(k * padded_cols_));
-    for (Index pc = 0; pc < k; pc += gemm_detail::kc_block) {
-      const Index kc = std::min(gemm_detail::kc_block, k - pc);
+    const Index kc_block = gemm_detail::kc_block_of(k);
+    for (Index pc = 0; pc < k; pc += kc_block) {
+      const Index kc = std::min(kc_block, k - pc);
       gemm_detail::pack_b<NR>({b.data + pc * b.row_stride, b.row_stride, b.col_stride}, kc, n,
                               data_.data() + pc * padded_cols_);
     }
@@ -1471,9 +1487,10 @@ class PackedMatrix {
     set_shape(k, n, NR);
     // Only the last KC block can be odd: its panels take one more (padding) row each.
     bf16_.resize(static_cast<std::size_t>(gemm_detail::PackedPanels::bf16_panel_depth(k) * padded_cols_));
-    alignas(64) float panel[gemm_detail::kc_block * NR];
-    for (Index pc = 0; pc < k; pc += gemm_detail::kc_block) {
-      const Index kc = std::min(gemm_detail::kc_block, k - pc);
+    alignas(64) float panel[gemm_detail::max_kc_block * NR];
+    const Index kc_block = gemm_detail::kc_block_of(k);
+    for (Index pc = 0; pc < k; pc += kc_block) {
+      const Index kc = std::min(kc_block, k - pc);
       for (Index j0 = 0; j0 < n; j0 += NR) {
         gemm_detail::pack_b<NR>({b.data + pc * b.row_stride + j0 * b.col_stride, b.row_stride, b.col_stride}, kc,
                                 std::min(NR, n - j0), panel);
