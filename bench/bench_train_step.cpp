@@ -20,7 +20,8 @@
 //              a group of products of each in turn (one core's speed moves by a quarter for seconds
 //              at a time on some hosts: rounds of separate processes then compare moments, not
 //              libraries). VERL_BENCH_BLAS names a shared library with the Fortran sgemm_: MKL's
-//              libmkl_rt.so (PyPI's `mkl`; MKL_THREADING_LAYER=GNU uses Debian's libgomp), PyTorch's
+//              libmkl_rt.so.3 (`python3 -m pip download --no-deps mkl`, unzipped; its lib folder on
+//              LD_LIBRARY_PATH and MKL_THREADING_LAYER=GNU for Debian's libgomp), PyTorch's
 //              torch/lib/libtorch_cpu.so (MKL inside), or OpenBLAS:
 //                export VERL_BENCH_BLAS=$VENV/lib/python3.11/site-packages/torch/lib/libtorch_cpu.so
 //                bench_train_step --benchmark_filter=BM_StepProductsVsBlas
