@@ -543,26 +543,29 @@ void BM_StepProductsVsBlas(benchmark::State& state) {
   auto theirs = [&peer](const Product& p, float* a, float* b, float* c) { peer.multiply(p, a, b, c); };
   const auto groups = replay.groups(2e9);
   std::map<std::string, double> ours_by_part, theirs_by_part;
-  auto pass = [&](std::vector<double>* ours_s, std::vector<double>* theirs_s) {
+  std::vector<double> ours_s, theirs_s;
+  // One pass over the list; a timed pass records its seconds and each part's.
+  auto pass = [&](bool timed) {
     double ours_total = 0.0, theirs_total = 0.0;
     std::size_t next_slot = 0;
     for (std::size_t g = 0; g < groups.size(); ++g) {
       const auto [first, end] = groups[g];
       for (int side = 0; side < 2; ++side) {
         if ((side + static_cast<int>(g)) % 2 == 0) {
-          ours_total += replay.run_range(first, end, next_slot, ours, ours_s != nullptr ? &ours_by_part : nullptr);
+          ours_total += replay.run_range(first, end, next_slot, ours, timed ? &ours_by_part : nullptr);
         } else {
-          theirs_total += replay.run_range(first, end, next_slot, theirs, theirs_s != nullptr ? &theirs_by_part : nullptr);
+          theirs_total += replay.run_range(first, end, next_slot, theirs, timed ? &theirs_by_part : nullptr);
         }
       }
     }
-    if (ours_s != nullptr) ours_s->push_back(ours_total);
-    if (theirs_s != nullptr) theirs_s->push_back(theirs_total);
+    if (timed) {
+      ours_s.push_back(ours_total);
+      theirs_s.push_back(theirs_total);
+    }
   };
-  pass(nullptr, nullptr);  // warm-up: packing buffers, the peer's threads
+  pass(false);  // warm-up: packing buffers, the peer's threads
   const double peak_before = fma_peak_gflops(pool, 20'000'000, 3);
-  std::vector<double> ours_s, theirs_s;
-  for (auto _ : state) pass(&ours_s, &theirs_s);
+  for (auto _ : state) pass(true);
   const double peak = std::max(peak_before, fma_peak_gflops(pool, 20'000'000, 3));
   for (const auto& [part, flops] : replay.flops_by_part()) {
     state.counters[part + "_ours_over_peer"] = theirs_by_part[part] / ours_by_part[part];
