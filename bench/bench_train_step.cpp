@@ -253,6 +253,26 @@ class ProductReplay {
     return std::chrono::duration<double>(Clock::now() - start).count();
   }
 
+  /// Each product twice on the same operands, only the second call timed: what of A, B and C fits
+  /// the caches is there (against `run`: what the operands' trips to memory cost). Returns the
+  /// timed seconds; `seconds_by_part` gets each part's share added.
+  template <class Multiply>
+  double run_warm(const Multiply& multiply, std::map<std::string, double>* seconds_by_part = nullptr) {
+    double total = 0.0;
+    std::size_t next_slot = 0;
+    for (const Product& p : products_) {
+      Operands& operands = fits_a_slot(sizes_of(p)) ? ring_[next_slot++ % ring_.size()] : large_;
+      multiply(p, operands.a.data(), operands.b.data(), operands.c.data());
+      const auto start = Clock::now();
+      multiply(p, operands.a.data(), operands.b.data(), operands.c.data());
+      benchmark::DoNotOptimize(operands.c.data());
+      const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+      total += seconds;
+      if (seconds_by_part != nullptr) (*seconds_by_part)[p.part] += seconds;
+    }
+    return total;
+  }
+
   /// Runs of consecutive products of at least `min_flops` each (the last one may be smaller):
   /// [first, end) index pairs.
   [[nodiscard]] std::vector<std::pair<std::size_t, std::size_t>> groups(double min_flops) const {
@@ -580,11 +600,104 @@ void BM_StepProductsVsBlas(benchmark::State& state) {
   state.SetLabel(peer.path());
 }
 
+/// The replay with warm operands (ProductReplay::run_warm), ours and, when VERL_BENCH_BLAS names
+/// a BLAS library, the peer's (BlasPeer) in the same pass. With BM_StepProducts and BM_TileKernel:
+/// where the step's products lose the FMA peak (memory, packing and blocking, the micro-kernel).
+void BM_StepProductsWarm(benchmark::State& state) {
+  const auto threads = static_cast<unsigned>(state.range(0));
+  cpu::ThreadPool pool(threads);
+  ProductReplay replay(step_products(smollm2_135m_config(), sequences * sequence_length));
+  std::optional<BlasPeer> peer;
+  if (const char* path = std::getenv("VERL_BENCH_BLAS"); path != nullptr && *path != '\0') {
+    try {
+      peer.emplace(path, threads);
+    } catch (const std::exception& error) {
+      state.SkipWithError(error.what());
+      return;
+    }
+    if (const double disagreement = peer_disagreement(*peer, pool); !(disagreement < 1e-5)) {
+      state.SkipWithError(fmt::format("VERL_BENCH_BLAS={}: its sgemm_ disagrees with ours by {:.3g} of the largest value",
+                                      path, disagreement)
+                              .c_str());
+      return;
+    }
+  }
+  const auto ours = ProductReplay::ours(pool);
+  auto theirs = [&peer](const Product& p, float* a, float* b, float* c) { peer->multiply(p, a, b, c); };
+  (void)replay.run_warm(ours);  // warm-up: packing buffers, the peer's threads
+  if (peer) (void)replay.run_warm(theirs);
+  const double peak_before = fma_peak_gflops(pool, 20'000'000, 3);
+  std::vector<double> ours_s, theirs_s;
+  std::map<std::string, double> part_seconds;
+  for (auto _ : state) {
+    ours_s.push_back(replay.run_warm(ours, &part_seconds));
+    if (peer) theirs_s.push_back(replay.run_warm(theirs));
+  }
+  const double peak = std::max(peak_before, fma_peak_gflops(pool, 20'000'000, 3));
+  const auto passes = static_cast<double>(ours_s.size());
+  for (const auto& [part, flops] : replay.flops_by_part()) {
+    state.counters[part + "_fraction_of_peak"] = flops * passes / part_seconds[part] / 1e9 / peak;
+  }
+  state.counters["threads"] = threads;
+  state.counters["fma_peak_GFLOP_per_s"] = peak;
+  state.counters["products_fraction_of_peak"] = replay.flops() / median(ours_s) / 1e9 / peak;
+  if (peer) {
+    state.counters["peer_products_fraction_of_peak"] = replay.flops() / median(theirs_s) / 1e9 / peak;
+    state.SetLabel(peer->path());
+  }
+}
+
+/// The 8 x 48 micro-kernel alone, one thread, on operands packed once and kept in cache: 24 A
+/// micro-panels (a row block) against 10 B panels (an NC block) of the step's depth for k = 576,
+/// C (192 x 480) added to. The ceiling of any blocking around this kernel on this core.
+void BM_TileKernel(benchmark::State& state) {
+#if VERL_HAS_X86_DISPATCH
+  if (!__builtin_cpu_supports("avx512f")) {
+    state.SkipWithError("BM_TileKernel runs the AVX-512 tile: this CPU has no avx512f");
+    return;
+  }
+  namespace detail = cpu::gemm_detail;
+  constexpr auto tile = detail::avx512_tile_8x48;
+  constexpr Index mr = tile.mr, nr = tile.nr(), mc = tile.blocking.mc, nc = tile.blocking.nc;
+  const Index kc = detail::kc_block_of(576);
+  std::vector<float> a(static_cast<std::size_t>(mc * kc), 0.5f), b(static_cast<std::size_t>(kc * nc), 0.25f),
+      c(static_cast<std::size_t>(mc * nc), 0.0f);
+  auto block = [&] {
+    for (Index i = 0; i < mc; i += mr) {
+      for (Index j = 0; j < nc; j += nr) {
+        detail::kernel_avx512<tile.vectors, mr, detail::kernel_b_prefetch_k>(kc, a.data() + i * kc, b.data() + j * kc,
+                                                                             c.data() + i * nc + j, nc, true, mr, nr, {});
+      }
+    }
+    benchmark::DoNotOptimize(c.data());
+  };
+  cpu::ThreadPool one(1);
+  const double peak_before = fma_peak_gflops(one, 20'000'000, 3);
+  block();
+  const double block_flops = 2.0 * static_cast<double>(mc * nc * kc);
+  constexpr int blocks_per_timing = 200;
+  double best = 0.0;
+  for (auto _ : state) {
+    const auto start = Clock::now();
+    for (int r = 0; r < blocks_per_timing; ++r) block();
+    best = std::max(best, blocks_per_timing * block_flops / std::chrono::duration<double>(Clock::now() - start).count() / 1e9);
+  }
+  const double peak = std::max(peak_before, fma_peak_gflops(one, 20'000'000, 3));
+  state.counters["kc"] = static_cast<double>(kc);
+  state.counters["fma_peak_GFLOP_per_s"] = peak;
+  state.counters["tile_kernel_fraction_of_peak"] = best / peak;
+#else
+  state.SkipWithError("BM_TileKernel runs the AVX-512 tile: x86-64 with GCC or Clang only");
+#endif
+}
+
 }  // namespace
 
 BENCHMARK(BM_FmaPeak)->Arg(1)->Arg(2)->Iterations(5)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_SftStep)->Arg(1)->Arg(2)->Iterations(5)->UseRealTime()->Unit(benchmark::kSecond);
 BENCHMARK(BM_StepProducts)->Arg(1)->Arg(2)->Iterations(5)->UseRealTime()->Unit(benchmark::kSecond);
 BENCHMARK(BM_StepProductsVsBlas)->Arg(1)->Arg(2)->Iterations(5)->UseRealTime()->Unit(benchmark::kSecond);
+BENCHMARK(BM_StepProductsWarm)->Arg(1)->Arg(2)->Iterations(5)->UseRealTime()->Unit(benchmark::kSecond);
+BENCHMARK(BM_TileKernel)->Iterations(15)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 BENCHMARK_MAIN();
