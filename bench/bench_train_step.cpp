@@ -25,6 +25,11 @@
 //              torch/lib/libtorch_cpu.so (MKL inside), or OpenBLAS:
 //                export VERL_BENCH_BLAS=$VENV/lib/python3.11/site-packages/torch/lib/libtorch_cpu.so
 //                bench_train_step --benchmark_filter=BM_StepProductsVsBlas
+//   StepProductsWarm the replay with each product called twice on the same operands, the second
+//              call timed (the peer's too when VERL_BENCH_BLAS is set): against StepProducts, what
+//              the operands' trips to memory cost;
+//   TileKernel the 8 x 48 AVX-512 micro-kernel alone on packed operands kept in cache: the ceiling
+//              of any blocking around it (with the two above, where the products lose the peak).
 // The PyTorch eager side (transformers' LlamaForCausalLM, same shapes and threads) is
 // tools/scripts/bench_sft_torch.py, which alternates rounds with this program.
 //
