@@ -246,7 +246,7 @@ class ProductReplay {
     auto last = start;
     for (std::size_t i = begin; i < end; ++i) {
       const Product& p = products_[i];
-      Operands& operands = fits_a_slot(sizes_of(p)) ? ring_[next_slot++ % ring_.size()] : large_;
+      Operands& operands = operands_for(p, next_slot);
       multiply(p, operands.a.data(), operands.b.data(), operands.c.data());
       benchmark::DoNotOptimize(operands.c.data());
       if (seconds_by_part != nullptr) {
@@ -266,7 +266,7 @@ class ProductReplay {
     double total = 0.0;
     std::size_t next_slot = 0;
     for (const Product& p : products_) {
-      Operands& operands = fits_a_slot(sizes_of(p)) ? ring_[next_slot++ % ring_.size()] : large_;
+      Operands& operands = operands_for(p, next_slot);
       multiply(p, operands.a.data(), operands.b.data(), operands.c.data());
       const auto start = Clock::now();
       multiply(p, operands.a.data(), operands.b.data(), operands.c.data());
@@ -335,6 +335,10 @@ class ProductReplay {
   }
   static bool fits_a_slot(const Sizes& s) {
     return s.a <= slot_max_floats && s.b <= slot_max_floats && s.c <= slot_max_floats;
+  }
+  /// The next ring slot (advancing `next_slot`) for a product that fits one, else the large set.
+  Operands& operands_for(const Product& p, std::size_t& next_slot) {
+    return fits_a_slot(sizes_of(p)) ? ring_[next_slot++ % ring_.size()] : large_;
   }
 
   std::vector<Product> products_;
@@ -535,6 +539,26 @@ double peer_disagreement(const BlasPeer& peer, cpu::ThreadPool& pool) {
 }
 
 /// The replay against a BLAS peer in one process (VERL_BENCH_BLAS, see the top of this file).
+/// Loads the BLAS peer at `path` into `peer` and checks it against ours on the four operand
+/// layouts; false (the benchmark skipped with the reason) when it cannot be loaded or disagrees.
+bool load_checked_peer(benchmark::State& state, const char* path, unsigned threads, cpu::ThreadPool& pool,
+                       std::optional<BlasPeer>& peer) {
+  try {
+    peer.emplace(path, threads);
+  } catch (const std::exception& error) {
+    state.SkipWithError(error.what());
+    return false;
+  }
+  if (const double disagreement = peer_disagreement(*peer, pool); !(disagreement < 1e-5)) {
+    state.SkipWithError(fmt::format("VERL_BENCH_BLAS={}: its sgemm_ disagrees with ours by {:.3g} of the largest value "
+                                    "(expected under 1e-5: an sgemm_ with another interface?)",
+                                    path, disagreement)
+                            .c_str());
+    return false;
+  }
+  return true;
+}
+
 /// Each pass runs the product list in groups of consecutive products of at least 2 GFLOP (tens of
 /// milliseconds; a thread pool's spin after its last product is then under 1% of a group), ours
 /// and the peer's each in turn, the first side alternating from group to group; each side reads
@@ -550,20 +574,8 @@ void BM_StepProductsVsBlas(benchmark::State& state) {
   cpu::ThreadPool pool(threads);
   ProductReplay replay(step_products(smollm2_135m_config(), sequences * sequence_length));
   std::optional<BlasPeer> loaded;
-  try {
-    loaded.emplace(path, threads);
-  } catch (const std::exception& error) {
-    state.SkipWithError(error.what());
-    return;
-  }
+  if (!load_checked_peer(state, path, threads, pool, loaded)) return;
   const BlasPeer& peer = *loaded;
-  if (const double disagreement = peer_disagreement(peer, pool); !(disagreement < 1e-5)) {
-    state.SkipWithError(fmt::format("VERL_BENCH_BLAS={}: its sgemm_ disagrees with ours by {:.3g} of the largest value "
-                                    "(expected under 1e-5: an sgemm_ with another interface?)",
-                                    path, disagreement)
-                            .c_str());
-    return;
-  }
   const auto ours = ProductReplay::ours(pool);
   auto theirs = [&peer](const Product& p, float* a, float* b, float* c) { peer.multiply(p, a, b, c); };
   const auto groups = replay.groups(2e9);
@@ -614,18 +626,7 @@ void BM_StepProductsWarm(benchmark::State& state) {
   ProductReplay replay(step_products(smollm2_135m_config(), sequences * sequence_length));
   std::optional<BlasPeer> peer;
   if (const char* path = std::getenv("VERL_BENCH_BLAS"); path != nullptr && *path != '\0') {
-    try {
-      peer.emplace(path, threads);
-    } catch (const std::exception& error) {
-      state.SkipWithError(error.what());
-      return;
-    }
-    if (const double disagreement = peer_disagreement(*peer, pool); !(disagreement < 1e-5)) {
-      state.SkipWithError(fmt::format("VERL_BENCH_BLAS={}: its sgemm_ disagrees with ours by {:.3g} of the largest value",
-                                      path, disagreement)
-                              .c_str());
-      return;
-    }
+    if (!load_checked_peer(state, path, threads, pool, peer)) return;
   }
   const auto ours = ProductReplay::ours(pool);
   auto theirs = [&peer](const Product& p, float* a, float* b, float* c) { peer->multiply(p, a, b, c); };
